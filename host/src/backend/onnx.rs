@@ -1,0 +1,396 @@
+//! ONNX Runtime backend (`backend: "onnxruntime"` / `platform: "onnxruntime_onnx"`), through the
+//! `ort` crate with the library loaded at run time (the `onnxruntime` PyPI wheel's
+//! libonnxruntime.so, installed by scripts/setup.sh).
+//!
+//! Threading decision: each instance's session uses `intra_op_thread_count` threads (Triton's ORT
+//! backend parameter), defaulting to 1 with spinning off. Concurrency comes from instance_group
+//! count, so N instances never fight over cores with N spinning thread pools.
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use ort::environment::Environment;
+use ort::session::{Session, SessionInputValue};
+use ort::value::{DynValue, TensorElementType, ValueType};
+
+use super::{Backend, ExecRequest, ModelInstance};
+use crate::config::{ModelConfig, datatype_to_config, pb};
+use crate::error::{CoreError, CoreResult};
+use crate::tensor::{DataType, Tensor, bytes_elements, push_bytes_element};
+
+/// Triton's default for auto-completed batching models (`--backend-config=default-max-batch-size`).
+const DEFAULT_MAX_BATCH_SIZE: i32 = 4;
+
+pub struct OnnxBackend {
+    environment: Result<Environment, String>,
+}
+
+impl OnnxBackend {
+    /// Loads libonnxruntime from `explicit` or the first location in [`library_candidates`].
+    /// Failure is not fatal: ONNX models then fail to load with the reason.
+    pub fn new(explicit: Option<&Path>) -> Self {
+        let environment = find_library(explicit).and_then(|path| {
+            tracing::info!(library = %path.display(), "loading ONNX Runtime");
+            ort::init_from(&path)
+                .map_err(|e| format!("failed to load ONNX Runtime from {}: {e}", path.display()))?
+                .with_name("tessera")
+                .build()
+                .map_err(|e| format!("failed to create the ONNX Runtime environment: {e}"))
+        });
+        if let Err(reason) = &environment {
+            tracing::error!("{reason}");
+        }
+        Self { environment }
+    }
+
+    fn session(&self, config: &ModelConfig, model_path: &Path) -> CoreResult<Session> {
+        let environment = self.environment.as_ref().map_err(|e| CoreError::unavailable(e.clone()))?;
+        let threads = thread_param(config, "intra_op_thread_count")?.unwrap_or(1);
+        let inter_threads = thread_param(config, "inter_op_thread_count")?.unwrap_or(1);
+        let fail = |e: ort::Error| CoreError::internal(format!("failed to load ONNX model {}: {e}", model_path.display()));
+        Session::builder(environment)
+            .map_err(fail)?
+            .with_intra_threads(threads)
+            .and_then(|b| b.with_inter_threads(inter_threads))
+            .and_then(|b| b.with_intra_op_spinning(threads > 1))
+            .map_err(|e| fail(e.into()))?
+            .commit_from_file(model_path)
+            .map_err(fail)
+    }
+}
+
+fn thread_param(config: &ModelConfig, key: &str) -> CoreResult<Option<usize>> {
+    let Some(param) = config.parameters.get(key) else { return Ok(None) };
+    let value: usize = param.string_value.trim().parse().map_err(|_| {
+        CoreError::invalid_arg(format!("parameter '{key}' must be a non-negative integer, got '{}'", param.string_value))
+    })?;
+    // 0 means "ONNX Runtime's default" in Triton; we keep our 1-thread default for it.
+    Ok(Some(value.max(1)))
+}
+
+/// Where libonnxruntime is looked for, in order: `ORT_DYLIB_PATH`, next to the executable (and
+/// ../lib), the workspace's `.venv` made by scripts/setup.sh, then system library directories.
+pub fn library_candidates() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        dirs.push(dir.to_path_buf());
+        dirs.push(dir.join("lib"));
+        dirs.push(dir.join("../lib"));
+    }
+    let venv_lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/lib");
+    if let Ok(entries) = std::fs::read_dir(&venv_lib) {
+        for entry in entries.flatten() {
+            dirs.push(entry.path().join("site-packages/onnxruntime/capi"));
+        }
+    }
+    dirs.push(PathBuf::from("/usr/local/lib"));
+    dirs.push(PathBuf::from("/usr/lib/x86_64-linux-gnu"));
+    dirs.push(PathBuf::from("/usr/lib"));
+    dirs
+}
+
+fn find_library(explicit: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(path) = explicit {
+        return Ok(path.to_path_buf());
+    }
+    if let Some(path) = std::env::var_os("ORT_DYLIB_PATH") {
+        return Ok(PathBuf::from(path));
+    }
+    let candidates = library_candidates();
+    for dir in &candidates {
+        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n == "libonnxruntime.so" || n.starts_with("libonnxruntime.so."))
+            })
+            .collect();
+        found.sort();
+        if let Some(path) = found.pop() {
+            return Ok(path);
+        }
+    }
+    let searched: Vec<String> = candidates.iter().map(|d| d.display().to_string()).collect();
+    Err(format!(
+        "ONNX Runtime library (libonnxruntime.so) not found; run scripts/setup.sh, pass --onnxruntime-library, or set ORT_DYLIB_PATH. Searched: {}",
+        searched.join(", ")
+    ))
+}
+
+fn datatype_from_ort(ty: TensorElementType) -> Option<DataType> {
+    Some(match ty {
+        TensorElementType::Bool => DataType::Bool,
+        TensorElementType::Uint8 => DataType::Uint8,
+        TensorElementType::Uint16 => DataType::Uint16,
+        TensorElementType::Uint32 => DataType::Uint32,
+        TensorElementType::Uint64 => DataType::Uint64,
+        TensorElementType::Int8 => DataType::Int8,
+        TensorElementType::Int16 => DataType::Int16,
+        TensorElementType::Int32 => DataType::Int32,
+        TensorElementType::Int64 => DataType::Int64,
+        TensorElementType::Float16 => DataType::Fp16,
+        TensorElementType::Bfloat16 => DataType::Bf16,
+        TensorElementType::Float32 => DataType::Fp32,
+        TensorElementType::Float64 => DataType::Fp64,
+        TensorElementType::String => DataType::Bytes,
+        _ => return None,
+    })
+}
+
+/// (name, datatype, shape with -1 for dynamic dims) of each model input or output.
+fn io_signature(outlets: &[ort::value::Outlet]) -> CoreResult<Vec<(String, DataType, Vec<i64>)>> {
+    outlets
+        .iter()
+        .map(|o| match o.dtype() {
+            ValueType::Tensor { ty, shape, .. } => {
+                let dt = datatype_from_ort(*ty).ok_or_else(|| {
+                    CoreError::unsupported(format!("ONNX tensor '{}' has unsupported element type {ty:?}", o.name()))
+                })?;
+                Ok((o.name().to_string(), dt, shape.iter().map(|&d| if d < 0 { -1 } else { d }).collect()))
+            }
+            other => Err(CoreError::unsupported(format!("ONNX value '{}' is not a tensor ({other:?})", o.name()))),
+        })
+        .collect()
+}
+
+impl Backend for OnnxBackend {
+    fn name(&self) -> &'static str {
+        "onnxruntime"
+    }
+
+    fn platform(&self) -> &'static str {
+        "onnxruntime_onnx"
+    }
+
+    fn default_model_filename(&self) -> &'static str {
+        "model.onnx"
+    }
+
+    fn autocomplete(&self, config: &mut ModelConfig, model_path: &Path) -> CoreResult<()> {
+        let session = self.session(config, model_path)?;
+        let inputs = io_signature(session.inputs())?;
+        let outputs = io_signature(session.outputs())?;
+        if config.backend.is_empty() && config.platform.is_empty() {
+            config.backend = self.name().to_string();
+        }
+        let all_batchable = inputs.iter().chain(&outputs).all(|(_, _, s)| s.first() == Some(&-1));
+        if config.max_batch_size == 0 && config.input.is_empty() && config.output.is_empty() && all_batchable {
+            config.max_batch_size = DEFAULT_MAX_BATCH_SIZE;
+            if config.scheduling_choice.is_none() {
+                config.scheduling_choice = Some(pb::model_config::SchedulingChoice::DynamicBatching(Default::default()));
+            }
+        }
+        let batching = config.max_batch_size > 0;
+        let strip = |shape: &[i64]| -> Vec<i64> {
+            if batching { shape.get(1..).unwrap_or_default().to_vec() } else { shape.to_vec() }
+        };
+        let configured_inputs = config.input.len();
+        for (name, dt, shape) in &inputs {
+            let dims = strip(shape);
+            match config.input.iter_mut().find(|i| &i.name == name) {
+                Some(input) => {
+                    if input.data_type == 0 {
+                        input.data_type = datatype_to_config(*dt) as i32;
+                    }
+                    if input.dims.is_empty() && input.reshape.is_none() {
+                        input.dims = dims;
+                    }
+                }
+                None if configured_inputs == 0 => config.input.push(pb::ModelInput {
+                    name: name.clone(),
+                    data_type: datatype_to_config(*dt) as i32,
+                    dims,
+                    ..Default::default()
+                }),
+                None => {}
+            }
+        }
+        let configured_outputs = config.output.len();
+        for (name, dt, shape) in &outputs {
+            let dims = strip(shape);
+            match config.output.iter_mut().find(|o| &o.name == name) {
+                Some(output) => {
+                    if output.data_type == 0 {
+                        output.data_type = datatype_to_config(*dt) as i32;
+                    }
+                    if output.dims.is_empty() && output.reshape.is_none() {
+                        output.dims = dims;
+                    }
+                }
+                None if configured_outputs == 0 => config.output.push(pb::ModelOutput {
+                    name: name.clone(),
+                    data_type: datatype_to_config(*dt) as i32,
+                    dims,
+                    ..Default::default()
+                }),
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn create_instance(&self, config: &ModelConfig, model_path: &Path) -> CoreResult<Box<dyn ModelInstance>> {
+        let session = self.session(config, model_path)?;
+        let model_inputs = io_signature(session.inputs())?;
+        let model_outputs = io_signature(session.outputs())?;
+        for input in &config.input {
+            if !input.optional && !model_inputs.iter().any(|(n, ..)| n == &input.name) {
+                return Err(CoreError::invalid_arg(format!(
+                    "unexpected inference input '{}', allowed inputs are: {}",
+                    input.name,
+                    names(&model_inputs)
+                )));
+            }
+        }
+        for output in &config.output {
+            if !model_outputs.iter().any(|(n, ..)| n == &output.name) {
+                return Err(CoreError::invalid_arg(format!(
+                    "unexpected inference output '{}', allowed outputs are: {}",
+                    output.name,
+                    names(&model_outputs)
+                )));
+            }
+        }
+        Ok(Box::new(OnnxInstance { session }))
+    }
+}
+
+fn names(sig: &[(String, DataType, Vec<i64>)]) -> String {
+    sig.iter().map(|(n, ..)| n.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+struct OnnxInstance {
+    session: Session,
+}
+
+impl ModelInstance for OnnxInstance {
+    fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+        batch.into_iter().map(|request| self.run(request)).collect()
+    }
+}
+
+impl OnnxInstance {
+    fn run(&mut self, request: ExecRequest) -> CoreResult<Vec<Tensor>> {
+        let mut inputs: Vec<(String, SessionInputValue<'static>)> = Vec::with_capacity(request.inputs.len());
+        for tensor in &request.inputs {
+            inputs.push((tensor.name.clone(), to_ort(tensor)?.into()));
+        }
+        let outputs = self
+            .session
+            .run(inputs)
+            .map_err(|e| CoreError::internal(format!("onnxruntime execution failure: {e}")))?;
+        request
+            .outputs
+            .iter()
+            .map(|name| {
+                let value = outputs
+                    .get(name.as_str())
+                    .ok_or_else(|| CoreError::internal(format!("model did not produce output '{name}'")))?;
+                from_ort(name, value)
+            })
+            .collect()
+    }
+}
+
+fn ort_err(name: &str) -> impl Fn(ort::Error) -> CoreError + '_ {
+    move |e| CoreError::invalid_arg(format!("failed to create ONNX tensor for input '{name}': {e}"))
+}
+
+/// Decodes little-endian element bytes into a typed vector.
+macro_rules! decode {
+    ($data:expr, $ty:ty, $n:literal) => {
+        $data.chunks_exact($n).map(|c| <$ty>::from_le_bytes(c.try_into().unwrap_or([0; $n]))).collect::<Vec<$ty>>()
+    };
+}
+
+fn to_ort(tensor: &Tensor) -> CoreResult<DynValue> {
+    use ort::value::Tensor as T;
+    let shape = tensor.shape.clone();
+    let d = &tensor.data[..];
+    let e = ort_err(&tensor.name);
+    Ok(match tensor.datatype {
+        DataType::Bool => T::from_array((shape, d.iter().map(|&b| b != 0).collect::<Vec<bool>>())).map_err(e)?.into_dyn(),
+        DataType::Uint8 => T::from_array((shape, d.to_vec())).map_err(e)?.into_dyn(),
+        DataType::Int8 => T::from_array((shape, d.iter().map(|&b| b as i8).collect::<Vec<i8>>())).map_err(e)?.into_dyn(),
+        DataType::Uint16 => T::from_array((shape, decode!(d, u16, 2))).map_err(e)?.into_dyn(),
+        DataType::Int16 => T::from_array((shape, decode!(d, i16, 2))).map_err(e)?.into_dyn(),
+        DataType::Uint32 => T::from_array((shape, decode!(d, u32, 4))).map_err(e)?.into_dyn(),
+        DataType::Int32 => T::from_array((shape, decode!(d, i32, 4))).map_err(e)?.into_dyn(),
+        DataType::Uint64 => T::from_array((shape, decode!(d, u64, 8))).map_err(e)?.into_dyn(),
+        DataType::Int64 => T::from_array((shape, decode!(d, i64, 8))).map_err(e)?.into_dyn(),
+        DataType::Fp32 => T::from_array((shape, decode!(d, f32, 4))).map_err(e)?.into_dyn(),
+        DataType::Fp64 => T::from_array((shape, decode!(d, f64, 8))).map_err(e)?.into_dyn(),
+        DataType::Fp16 => T::from_array((shape, decode!(d, u16, 2).into_iter().map(half::f16::from_bits).collect::<Vec<_>>()))
+            .map_err(e)?
+            .into_dyn(),
+        DataType::Bf16 => T::from_array((shape, decode!(d, u16, 2).into_iter().map(half::bf16::from_bits).collect::<Vec<_>>()))
+            .map_err(e)?
+            .into_dyn(),
+        DataType::Bytes => {
+            let strings = bytes_elements(d)
+                .map(|s| {
+                    std::str::from_utf8(s).map(str::to_owned).map_err(|_| {
+                        CoreError::invalid_arg(format!("BYTES input '{}' must be valid UTF-8 for an ONNX string tensor", tensor.name))
+                    })
+                })
+                .collect::<CoreResult<Vec<String>>>()?;
+            T::from_string_array((shape, &strings[..])).map_err(e)?.into_dyn()
+        }
+    })
+}
+
+/// Encodes a typed slice as little-endian bytes.
+macro_rules! encode {
+    ($value:expr, $ty:ty, $name:expr) => {{
+        let (shape, data) = $value
+            .try_extract_tensor::<$ty>()
+            .map_err(|e| CoreError::internal(format!("failed to read output '{}': {e}", $name)))?;
+        let mut out = Vec::with_capacity(std::mem::size_of_val(data));
+        for v in data {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        (shape.to_vec(), out)
+    }};
+}
+
+fn from_ort(name: &str, value: &DynValue) -> CoreResult<Tensor> {
+    let ValueType::Tensor { ty, .. } = value.dtype() else {
+        return Err(CoreError::internal(format!("output '{name}' is not a tensor")));
+    };
+    let datatype = datatype_from_ort(*ty)
+        .ok_or_else(|| CoreError::internal(format!("output '{name}' has unsupported element type {ty:?}")))?;
+    let (shape, data) = match datatype {
+        DataType::Bool => {
+            let (shape, data) = value
+                .try_extract_tensor::<bool>()
+                .map_err(|e| CoreError::internal(format!("failed to read output '{name}': {e}")))?;
+            (shape.to_vec(), data.iter().map(|&b| u8::from(b)).collect())
+        }
+        DataType::Uint8 => encode!(value, u8, name),
+        DataType::Int8 => encode!(value, i8, name),
+        DataType::Uint16 => encode!(value, u16, name),
+        DataType::Int16 => encode!(value, i16, name),
+        DataType::Uint32 => encode!(value, u32, name),
+        DataType::Int32 => encode!(value, i32, name),
+        DataType::Uint64 => encode!(value, u64, name),
+        DataType::Int64 => encode!(value, i64, name),
+        DataType::Fp32 => encode!(value, f32, name),
+        DataType::Fp64 => encode!(value, f64, name),
+        DataType::Fp16 => encode!(value, half::f16, name),
+        DataType::Bf16 => encode!(value, half::bf16, name),
+        DataType::Bytes => {
+            let (shape, strings) = value
+                .try_extract_strings()
+                .map_err(|e| CoreError::internal(format!("failed to read output '{name}': {e}")))?;
+            let mut out = Vec::new();
+            for s in &strings {
+                push_bytes_element(&mut out, s.as_bytes())?;
+            }
+            (shape.to_vec(), out)
+        }
+    };
+    Tensor::new(name, datatype, shape, Bytes::from(data))
+}

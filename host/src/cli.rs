@@ -1,0 +1,191 @@
+//! Command line. `tessera serve` takes Triton's flag names for everything it supports, so the
+//! binary invoked through a symlink named `tritonserver` is a drop-in (no `serve` needed).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::repository::ControlMode;
+
+#[derive(Debug, Parser)]
+#[command(name = "tessera", version, about = "Triton-compatible inference server with sandboxed WebAssembly custom backends")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve one or more Triton model repositories.
+    Serve(Box<ServeArgs>),
+}
+
+/// Triton parses booleans from these words; so do we (`--exit-on-error=false`, `--strict-model-config 0`).
+fn parse_bool(value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "on" | "yes" => Ok(true),
+        "false" | "0" | "off" | "no" => Ok(false),
+        _ => Err(format!("'{value}' is not a boolean (use true or false)")),
+    }
+}
+
+fn parse_byte_size(value: &str) -> Result<usize, String> {
+    value.trim().parse::<usize>().map_err(|_| format!("'{value}' is not a byte count"))
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Path to a model repository; repeat for several.
+    #[arg(long = "model-repository", visible_alias = "model-store", required = true, env = "TESSERA_MODEL_REPOSITORY")]
+    pub model_repository: Vec<PathBuf>,
+
+    /// Address the HTTP server binds.
+    #[arg(long, default_value = "0.0.0.0", env = "TESSERA_HTTP_ADDRESS")]
+    pub http_address: String,
+    #[arg(long, default_value_t = 8000, env = "TESSERA_HTTP_PORT")]
+    pub http_port: u16,
+    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    pub allow_http: bool,
+    /// Largest request body accepted, after decompression (Triton's default: 64 MiB).
+    #[arg(long, default_value = "67108864", value_parser = parse_byte_size)]
+    pub http_max_input_size: usize,
+    /// Accepted for compatibility; the HTTP server sizes its own worker pool.
+    #[arg(long)]
+    pub http_thread_count: Option<usize>,
+
+    /// gRPC front door (not served yet by this version; the flags are accepted).
+    #[arg(long, default_value = "0.0.0.0")]
+    pub grpc_address: String,
+    #[arg(long, default_value_t = 8001)]
+    pub grpc_port: u16,
+    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    pub allow_grpc: bool,
+
+    /// Prometheus metrics endpoint (not served yet by this version; the flags are accepted).
+    #[arg(long, default_value = "0.0.0.0")]
+    pub metrics_address: String,
+    #[arg(long, default_value_t = 8002)]
+    pub metrics_port: u16,
+    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    pub allow_metrics: bool,
+
+    #[arg(long, value_enum, default_value = "none", env = "TESSERA_MODEL_CONTROL_MODE")]
+    pub model_control_mode: ControlMode,
+    /// Model to load at startup in explicit mode; `*` loads all. Repeatable.
+    #[arg(long)]
+    pub load_model: Vec<String>,
+    /// Seconds between repository scans in poll mode.
+    #[arg(long, default_value_t = 15)]
+    pub repository_poll_secs: u64,
+    /// When true, every model needs a complete config.pbtxt (no auto-complete from the model file).
+    #[arg(long, default_value = "false", value_parser = parse_bool)]
+    pub strict_model_config: bool,
+    /// Triton's newer spelling of --strict-model-config=true.
+    #[arg(long)]
+    pub disable_auto_complete_config: bool,
+    /// When true, /v2/health/ready is 200 only if every loaded model is ready.
+    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    pub strict_readiness: bool,
+    /// Exit at startup if any model fails to load (Triton's default: true).
+    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    pub exit_on_error: bool,
+
+    /// Server identifier reported by server metadata (default: "triton" when invoked as
+    /// `tritonserver`, else "tessera").
+    #[arg(long)]
+    pub id: Option<String>,
+
+    /// Verbose logging level; > 0 turns on debug logs.
+    #[arg(long, default_value_t = 0)]
+    pub log_verbose: u32,
+    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    pub log_info: bool,
+    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    pub log_warning: bool,
+    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    pub log_error: bool,
+
+    /// Path of libonnxruntime.so; by default it is looked for next to the binary, in the
+    /// workspace's .venv (scripts/setup.sh) and in system library directories.
+    #[arg(long, env = "TESSERA_ONNXRUNTIME_LIBRARY")]
+    pub onnxruntime_library: Option<PathBuf>,
+
+    /// Accepted for compatibility with Triton command lines; Tessera's backends are built in.
+    #[arg(long)]
+    pub backend_directory: Option<PathBuf>,
+    /// Accepted for compatibility with Triton command lines.
+    #[arg(long)]
+    pub cache_directory: Option<PathBuf>,
+    /// Accepted for compatibility with Triton command lines (`<backend>,<setting>=<value>`).
+    #[arg(long)]
+    pub backend_config: Vec<String>,
+}
+
+impl ServeArgs {
+    pub fn strict_config(&self) -> bool {
+        self.strict_model_config || self.disable_auto_complete_config
+    }
+}
+
+/// Parses the process arguments. When the executable's name is `tritonserver`, the `serve`
+/// subcommand is implied. Returns the CLI and whether we run as `tritonserver`.
+pub fn parse_from_env() -> (Cli, bool) {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let as_triton = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name().map(|n| n.to_string_lossy().into_owned()))
+        .is_some_and(|n| n == "tritonserver");
+    if as_triton {
+        args.insert(1, "serve".into());
+    }
+    (Cli::parse_from(args), as_triton)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let mut full = vec!["tessera", "serve"];
+        full.extend_from_slice(args);
+        Cli::try_parse_from(full).map(|c| match c.command {
+            Command::Serve(s) => *s,
+        })
+    }
+
+    #[test]
+    fn accepts_triton_flag_spellings() {
+        let a = serve(&[
+            "--model-store=/a",
+            "--model-repository",
+            "/b",
+            "--exit-on-error=false",
+            "--strict-model-config",
+            "true",
+            "--model-control-mode=explicit",
+            "--load-model=x",
+            "--load-model",
+            "*",
+            "--http-port=9000",
+            "--log-verbose=1",
+        ])
+        .unwrap();
+        assert_eq!(a.model_repository, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
+        assert!(!a.exit_on_error);
+        assert!(a.strict_config());
+        assert_eq!(a.model_control_mode, ControlMode::Explicit);
+        assert_eq!(a.load_model, vec!["x", "*"]);
+        assert_eq!(a.http_port, 9000);
+        assert_eq!(a.grpc_port, 8001);
+        assert_eq!(a.metrics_port, 8002);
+    }
+
+    #[test]
+    fn rejects_unknown_flags_and_bad_values() {
+        let err = serve(&["--model-repository=/a", "--no-such-flag"]).unwrap_err().to_string();
+        assert!(err.contains("--no-such-flag"), "{err}");
+        assert!(serve(&["--model-repository=/a", "--exit-on-error=maybe"]).is_err());
+        assert!(serve(&["--model-repository=/a", "--model-control-mode=sometimes"]).is_err());
+        assert!(serve(&[]).is_err(), "a model repository is required");
+    }
+}

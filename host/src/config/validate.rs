@@ -1,0 +1,198 @@
+//! Validation and normalisation of a ModelConfig, following Triton's `ValidateModelConfig` and
+//! `NormalizeModelConfig` for the parts Tessera implements.
+
+use std::collections::HashSet;
+
+use super::pb::{self, model_instance_group::Kind, model_version_policy::PolicyChoice};
+use super::{ConfigError, ModelConfig, datatype_from_config};
+
+/// Fills defaults the way Triton does before validation: one CPU instance group when none is
+/// given, count 1 for groups that say 0, group names, KIND_AUTO resolved to KIND_CPU (no GPU
+/// support yet), latest-1 version policy.
+pub fn normalize(config: &mut ModelConfig) {
+    if config.instance_group.is_empty() {
+        config.instance_group.push(pb::ModelInstanceGroup { count: 1, kind: Kind::Cpu as i32, ..Default::default() });
+    }
+    let model_name = config.name.clone();
+    for (index, group) in config.instance_group.iter_mut().enumerate() {
+        if group.name.is_empty() {
+            group.name = format!("{model_name}_{index}");
+        }
+        if group.count == 0 {
+            group.count = 1;
+        }
+        if group.kind == Kind::Auto as i32 {
+            group.kind = Kind::Cpu as i32;
+        }
+    }
+    if config.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()).is_none() {
+        config.version_policy = Some(pb::ModelVersionPolicy {
+            policy_choice: Some(PolicyChoice::Latest(pb::model_version_policy::Latest { num_versions: 1 })),
+        });
+    }
+}
+
+/// Checks a normalised config. `dir_name` is the model's directory in the repository.
+pub fn validate(config: &ModelConfig, dir_name: &str) -> Result<(), ConfigError> {
+    let invalid = |m: String| Err(ConfigError::Invalid(m));
+    if config.name != dir_name {
+        return invalid(format!(
+            "unexpected model name '{}' in config.pbtxt: it must match the model directory name '{dir_name}'",
+            config.name
+        ));
+    }
+    if config.max_batch_size < 0 {
+        return invalid(format!("max_batch_size must be >= 0, got {}", config.max_batch_size));
+    }
+    let batching = config.max_batch_size > 0;
+
+    let mut names = HashSet::new();
+    for input in &config.input {
+        if !names.insert(input.name.as_str()) {
+            return invalid(format!("duplicate input name '{}' in model configuration", input.name));
+        }
+        check_io("input", &input.name, input.data_type, &input.dims, input.reshape.as_ref(), batching)?;
+    }
+    let mut names = HashSet::new();
+    for output in &config.output {
+        if !names.insert(output.name.as_str()) {
+            return invalid(format!("duplicate output name '{}' in model configuration", output.name));
+        }
+        check_io("output", &output.name, output.data_type, &output.dims, output.reshape.as_ref(), batching)?;
+    }
+
+    for group in &config.instance_group {
+        if group.count < 0 {
+            return invalid(format!("instance group '{}' must specify count >= 1, got {}", group.name, group.count));
+        }
+        match Kind::try_from(group.kind) {
+            Ok(Kind::Cpu | Kind::Auto) => {}
+            Ok(Kind::Gpu) => {
+                return invalid(format!(
+                    "instance group '{}' specifies KIND_GPU but no GPU is available to this server",
+                    group.name
+                ));
+            }
+            Ok(Kind::Model) => {}
+            Err(_) => return invalid(format!("instance group '{}' has an unknown kind {}", group.name, group.kind)),
+        }
+    }
+
+    match config.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()) {
+        Some(PolicyChoice::Latest(latest)) if latest.num_versions < 1 => {
+            return invalid(format!("version_policy latest must have num_versions >= 1, got {}", latest.num_versions));
+        }
+        Some(PolicyChoice::Specific(specific)) if specific.versions.is_empty() => {
+            return invalid("version_policy specific must list at least one version".into());
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn check_io(
+    role: &str,
+    name: &str,
+    data_type: i32,
+    dims: &[i64],
+    reshape: Option<&pb::ModelTensorReshape>,
+    batching: bool,
+) -> Result<(), ConfigError> {
+    let invalid = |m: String| Err(ConfigError::Invalid(m));
+    if name.is_empty() {
+        return invalid(format!("model {role} must specify 'name'"));
+    }
+    if datatype_from_config(data_type).is_none() {
+        return invalid(format!("model {role} '{name}' must specify 'data_type'"));
+    }
+    if dims.is_empty() && reshape.is_none() && !batching {
+        return invalid(format!("model {role} '{name}' must specify 'dims'"));
+    }
+    if let Some(bad) = dims.iter().find(|&&d| d == 0 || d < -1) {
+        return invalid(format!(
+            "model {role} '{name}' dimension {bad} is invalid: dims must be >= 1, or -1 for a variable-size dimension"
+        ));
+    }
+    if let Some(reshape) = reshape {
+        if let Some(bad) = reshape.shape.iter().find(|&&d| d == 0 || d < -1) {
+            return invalid(format!("model {role} '{name}' reshape dimension {bad} is invalid"));
+        }
+        // Same number of variable dims, and the same element count over the fixed ones.
+        let variable = |s: &[i64]| s.iter().filter(|&&d| d == -1).count();
+        let fixed = |s: &[i64]| s.iter().filter(|&&d| d > 0).product::<i64>();
+        if variable(dims) != variable(&reshape.shape) || fixed(dims) != fixed(&reshape.shape) {
+            return invalid(format!(
+                "model {role} '{name}' has different size for dims {dims:?} and reshape {:?}",
+                reshape.shape
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::parse_pbtxt;
+
+    fn load(text: &str) -> Result<ModelConfig, ConfigError> {
+        let mut cfg = parse_pbtxt(text, Path::new("config.pbtxt"))?;
+        normalize(&mut cfg);
+        validate(&cfg, "m")?;
+        Ok(cfg)
+    }
+
+    const IO: &str = r#"input [ { name: "i" data_type: TYPE_FP32 dims: [ 16 ] } ] output [ { name: "o" data_type: TYPE_FP32 dims: [ 16 ] } ]"#;
+
+    #[test]
+    fn normalisation_fills_triton_defaults() {
+        let cfg = load(&format!("name: \"m\" {IO}")).unwrap();
+        assert_eq!(cfg.instance_group.len(), 1);
+        assert_eq!(cfg.instance_group[0].count, 1);
+        assert_eq!(cfg.instance_group[0].name, "m_0");
+        assert!(matches!(
+            cfg.version_policy.unwrap().policy_choice,
+            Some(PolicyChoice::Latest(l)) if l.num_versions == 1
+        ));
+    }
+
+    #[test]
+    fn rejects_name_mismatch() {
+        let err = load(&format!("name: \"other\" {IO}")).unwrap_err().to_string();
+        assert!(err.contains("'other'") && err.contains("'m'"), "{err}");
+    }
+
+    #[test]
+    fn rejects_duplicates_bad_types_and_dims() {
+        let dup = r#"name: "m" input [ { name: "i" data_type: TYPE_FP32 dims: [1] }, { name: "i" data_type: TYPE_FP32 dims: [1] } ]"#;
+        assert!(load(dup).unwrap_err().to_string().contains("duplicate input name 'i'"));
+        let no_type = r#"name: "m" input [ { name: "i" dims: [1] } ]"#;
+        assert!(load(no_type).unwrap_err().to_string().contains("'data_type'"));
+        let zero = r#"name: "m" input [ { name: "i" data_type: TYPE_FP32 dims: [0] } ]"#;
+        assert!(load(zero).unwrap_err().to_string().contains("dimension 0"));
+        let no_dims = r#"name: "m" input [ { name: "i" data_type: TYPE_FP32 } ]"#;
+        assert!(load(no_dims).unwrap_err().to_string().contains("'dims'"));
+        let neg_batch = format!("name: \"m\" max_batch_size: -1 {IO}");
+        assert!(load(&neg_batch).unwrap_err().to_string().contains("max_batch_size"));
+    }
+
+    #[test]
+    fn checks_reshape_sizes() {
+        let ok = r#"name: "m" input [ { name: "i" data_type: TYPE_FP32 dims: [4, 4] reshape { shape: [16] } } ]"#;
+        assert!(load(ok).is_ok());
+        let bad = r#"name: "m" input [ { name: "i" data_type: TYPE_FP32 dims: [4, 4] reshape { shape: [15] } } ]"#;
+        assert!(load(bad).unwrap_err().to_string().contains("different size"));
+        let var = r#"name: "m" input [ { name: "i" data_type: TYPE_FP32 dims: [-1, 4] reshape { shape: [4, -1] } } ]"#;
+        assert!(load(var).is_ok());
+    }
+
+    #[test]
+    fn rejects_gpu_groups_and_empty_policies() {
+        let gpu = format!("name: \"m\" {IO} instance_group [ {{ kind: KIND_GPU }} ]");
+        assert!(load(&gpu).unwrap_err().to_string().contains("KIND_GPU"));
+        let latest0 = format!("name: \"m\" {IO} version_policy {{ latest {{ num_versions: 0 }} }}");
+        assert!(load(&latest0).unwrap_err().to_string().contains("num_versions"));
+    }
+}

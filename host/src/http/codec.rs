@@ -1,0 +1,420 @@
+//! KServe v2 JSON tensors and Triton's binary tensor data extension, to and from the core types.
+
+use std::collections::HashSet;
+
+use bytes::{Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{CoreError, CoreResult};
+use crate::infer::{InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput};
+use crate::tensor::{DataType, Tensor, bytes_elements, element_count, push_bytes_element};
+
+#[derive(Deserialize)]
+struct JsonRequest {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    inputs: Vec<JsonInput>,
+    #[serde(default)]
+    outputs: Vec<JsonOutput>,
+}
+
+#[derive(Deserialize)]
+struct JsonInput {
+    name: String,
+    shape: Vec<i64>,
+    datatype: String,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct JsonOutput {
+    name: String,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+}
+
+/// A decoded HTTP infer request plus the HTTP-only choice of which outputs travel as binary.
+pub struct HttpInferRequest {
+    pub request: InferRequest,
+    pub binary_outputs: BinaryOutputs,
+}
+
+pub struct BinaryOutputs {
+    default: bool,
+    overrides: Vec<(String, bool)>,
+}
+
+impl BinaryOutputs {
+    fn is_binary(&self, name: &str) -> bool {
+        self.overrides.iter().find(|(n, _)| n == name).map_or(self.default, |(_, b)| *b)
+    }
+}
+
+fn bad(message: impl Into<String>) -> CoreError {
+    CoreError::invalid_arg(message)
+}
+
+/// Splits `body` at `header_length` (the Inference-Header-Content-Length) into JSON and binary
+/// parts and decodes the request.
+pub fn decode_request(body: Bytes, header_length: Option<usize>, model: &str, version: Option<i64>) -> CoreResult<HttpInferRequest> {
+    let (json, mut binary) = match header_length {
+        Some(n) if n > body.len() => {
+            return Err(bad(format!(
+                "Inference-Header-Content-Length ({n}) is larger than the request body ({} bytes)",
+                body.len()
+            )));
+        }
+        Some(n) => (body.slice(..n), body.slice(n..)),
+        None => (body, Bytes::new()),
+    };
+    let parsed: JsonRequest = serde_json::from_slice(&json).map_err(|e| {
+        if json.is_empty() {
+            bad("failed to parse the request JSON buffer: the request body is empty")
+        } else {
+            bad(format!("failed to parse the request JSON buffer: {e}"))
+        }
+    })?;
+
+    let mut inputs = Vec::with_capacity(parsed.inputs.len());
+    for input in parsed.inputs {
+        let datatype = DataType::from_protocol(&input.datatype).ok_or_else(|| {
+            bad(format!("invalid datatype '{}' for input '{}'", input.datatype, input.name))
+        })?;
+        let binary_size = input.parameters.as_ref().and_then(|p| p.get("binary_data_size"));
+        let data = match (binary_size, input.data) {
+            (Some(size), None) => {
+                let size = size
+                    .as_u64()
+                    .and_then(|s| usize::try_from(s).ok())
+                    .ok_or_else(|| bad(format!("binary_data_size for input '{}' must be a non-negative integer", input.name)))?;
+                if size > binary.len() {
+                    return Err(bad(format!(
+                        "unexpected size for input '{}', expecting {size} bytes of binary data but only {} remain in the request body",
+                        input.name,
+                        binary.len()
+                    )));
+                }
+                binary.split_to(size)
+            }
+            (Some(_), Some(_)) => {
+                return Err(bad(format!("input '{}' has both 'data' and the binary_data_size parameter", input.name)));
+            }
+            (None, Some(data)) => json_to_bytes(&input.name, datatype, &input.shape, &data)?,
+            (None, None) => return Err(bad(format!("input '{}' must have 'data' or binary data", input.name))),
+        };
+        inputs.push(Tensor::new(input.name, datatype, input.shape, data)?);
+    }
+    if !binary.is_empty() {
+        return Err(bad(format!(
+            "the request body has {} bytes of binary data that no input claims (check binary_data_size)",
+            binary.len()
+        )));
+    }
+
+    let request_params = parsed.parameters.unwrap_or_default();
+    let default_binary = request_params.get("binary_data_output").and_then(Value::as_bool).unwrap_or(false);
+    let mut overrides = Vec::new();
+    let mut outputs = Vec::with_capacity(parsed.outputs.len());
+    for output in parsed.outputs {
+        let params = output.parameters.unwrap_or_default();
+        if let Some(b) = params.get("binary_data") {
+            let b = b.as_bool().ok_or_else(|| bad(format!("binary_data for output '{}' must be a boolean", output.name)))?;
+            overrides.push((output.name.clone(), b));
+        }
+        let class_count = match params.get("classification") {
+            None => 0,
+            Some(v) => v
+                .as_u64()
+                .and_then(|c| u32::try_from(c).ok())
+                .ok_or_else(|| bad(format!("classification for output '{}' must be a non-negative integer", output.name)))?,
+        };
+        outputs.push(RequestedOutput { name: output.name, class_count });
+    }
+    Ok(HttpInferRequest {
+        request: InferRequest {
+            model_name: model.to_string(),
+            model_version: version,
+            id: parsed.id,
+            inputs,
+            outputs,
+            parameters: convert_parameters(request_params),
+        },
+        binary_outputs: BinaryOutputs { default: default_binary, overrides },
+    })
+}
+
+fn convert_parameters(params: Map<String, Value>) -> Parameters {
+    params
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let v = match v {
+                Value::Bool(b) => ParamValue::Bool(b),
+                Value::Number(n) => n.as_i64().map(ParamValue::Int).or_else(|| n.as_f64().map(ParamValue::Double))?,
+                Value::String(s) => ParamValue::String(s),
+                _ => return None,
+            };
+            Some((k, v))
+        })
+        .collect()
+}
+
+/// Flattens (possibly nested) JSON `data` in row-major order and encodes it as tensor bytes.
+fn json_to_bytes(name: &str, datatype: DataType, shape: &[i64], data: &Value) -> CoreResult<Bytes> {
+    let mut flat = Vec::new();
+    flatten(data, &mut flat);
+    let expected = element_count(shape)?;
+    if flat.len() != expected {
+        return Err(bad(format!(
+            "unexpected number of elements for input '{name}': shape {shape:?} needs {expected}, 'data' has {}",
+            flat.len()
+        )));
+    }
+    let wrong = |v: &Value| bad(format!("unable to parse 'data' of input '{name}': {v} is not a valid {datatype} value"));
+    let mut out = BytesMut::with_capacity(expected * datatype.element_size().unwrap_or(8));
+    macro_rules! ints {
+        ($ty:ty, $get:ident) => {
+            for v in &flat {
+                let x = v.$get().and_then(|x| <$ty>::try_from(x).ok()).ok_or_else(|| wrong(v))?;
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+        };
+    }
+    match datatype {
+        DataType::Bool => {
+            for v in &flat {
+                out.extend_from_slice(&[u8::from(v.as_bool().ok_or_else(|| wrong(v))?)]);
+            }
+        }
+        DataType::Uint8 => ints!(u8, as_u64),
+        DataType::Uint16 => ints!(u16, as_u64),
+        DataType::Uint32 => ints!(u32, as_u64),
+        DataType::Uint64 => ints!(u64, as_u64),
+        DataType::Int8 => ints!(i8, as_i64),
+        DataType::Int16 => ints!(i16, as_i64),
+        DataType::Int32 => ints!(i32, as_i64),
+        DataType::Int64 => ints!(i64, as_i64),
+        DataType::Fp16 | DataType::Bf16 | DataType::Fp32 | DataType::Fp64 => {
+            for v in &flat {
+                let x = v.as_f64().ok_or_else(|| wrong(v))?;
+                match datatype {
+                    DataType::Fp16 => out.extend_from_slice(&half::f16::from_f64(x).to_le_bytes()),
+                    DataType::Bf16 => out.extend_from_slice(&half::bf16::from_f64(x).to_le_bytes()),
+                    DataType::Fp32 => out.extend_from_slice(&(x as f32).to_le_bytes()),
+                    _ => out.extend_from_slice(&x.to_le_bytes()),
+                }
+            }
+        }
+        DataType::Bytes => {
+            let mut buf = Vec::new();
+            for v in &flat {
+                let s = v.as_str().ok_or_else(|| wrong(v))?;
+                push_bytes_element(&mut buf, s.as_bytes())?;
+            }
+            out.extend_from_slice(&buf);
+        }
+    }
+    Ok(out.freeze())
+}
+
+fn flatten<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
+    match value {
+        Value::Array(items) => items.iter().for_each(|v| flatten(v, out)),
+        other => out.push(other),
+    }
+}
+
+#[derive(Serialize)]
+struct JsonResponse<'a> {
+    model_name: &'a str,
+    model_version: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    outputs: Vec<JsonTensor<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonTensor<'a> {
+    name: &'a str,
+    datatype: &'static str,
+    shape: &'a [i64],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<JsonData>,
+}
+
+/// Typed so that FP32 values print in their shortest f32 form ("0.1", not "0.10000000149011612").
+#[derive(Serialize)]
+#[serde(untagged)]
+enum JsonData {
+    Bool(Vec<bool>),
+    Unsigned(Vec<u64>),
+    Signed(Vec<i64>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    Str(Vec<String>),
+}
+
+fn tensor_to_json(t: &Tensor) -> JsonData {
+    let d = &t.data[..];
+    fn le<const N: usize, T>(d: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+        d.chunks_exact(N).map(|c| f(c.try_into().unwrap_or([0; N]))).collect()
+    }
+    match t.datatype {
+        DataType::Bool => JsonData::Bool(d.iter().map(|&b| b != 0).collect()),
+        DataType::Uint8 => JsonData::Unsigned(d.iter().map(|&b| u64::from(b)).collect()),
+        DataType::Uint16 => JsonData::Unsigned(le::<2, _>(d, |b| u64::from(u16::from_le_bytes(b)))),
+        DataType::Uint32 => JsonData::Unsigned(le::<4, _>(d, |b| u64::from(u32::from_le_bytes(b)))),
+        DataType::Uint64 => JsonData::Unsigned(le::<8, _>(d, u64::from_le_bytes)),
+        DataType::Int8 => JsonData::Signed(d.iter().map(|&b| i64::from(b as i8)).collect()),
+        DataType::Int16 => JsonData::Signed(le::<2, _>(d, |b| i64::from(i16::from_le_bytes(b)))),
+        DataType::Int32 => JsonData::Signed(le::<4, _>(d, |b| i64::from(i32::from_le_bytes(b)))),
+        DataType::Int64 => JsonData::Signed(le::<8, _>(d, i64::from_le_bytes)),
+        DataType::Fp16 => JsonData::F32(le::<2, _>(d, |b| half::f16::from_le_bytes(b).to_f32())),
+        DataType::Bf16 => JsonData::F32(le::<2, _>(d, |b| half::bf16::from_le_bytes(b).to_f32())),
+        DataType::Fp32 => JsonData::F32(le::<4, _>(d, f32::from_le_bytes)),
+        DataType::Fp64 => JsonData::F64(le::<8, _>(d, f64::from_le_bytes)),
+        DataType::Bytes => JsonData::Str(bytes_elements(d).map(|s| String::from_utf8_lossy(s).into_owned()).collect()),
+    }
+}
+
+/// Encodes a response. Returns the body and, when any output is binary, the JSON header length
+/// for the Inference-Header-Content-Length header.
+pub fn encode_response(response: &InferResponse, binary: &BinaryOutputs) -> CoreResult<(Vec<u8>, Option<usize>)> {
+    let mut binary_parts: Vec<&Bytes> = Vec::new();
+    let mut seen = HashSet::new();
+    let outputs = response
+        .outputs
+        .iter()
+        .filter(|t| seen.insert(t.name.as_str()))
+        .map(|t| {
+            if binary.is_binary(&t.name) {
+                binary_parts.push(&t.data);
+                JsonTensor {
+                    name: &t.name,
+                    datatype: t.datatype.as_str(),
+                    shape: &t.shape,
+                    parameters: Some(serde_json::json!({ "binary_data_size": t.data.len() })),
+                    data: None,
+                }
+            } else {
+                JsonTensor { name: &t.name, datatype: t.datatype.as_str(), shape: &t.shape, parameters: None, data: Some(tensor_to_json(t)) }
+            }
+        })
+        .collect();
+    let json = JsonResponse {
+        model_name: &response.model_name,
+        model_version: response.model_version.to_string(),
+        id: response.id.as_deref(),
+        outputs,
+    };
+    let mut body = serde_json::to_vec(&json).map_err(|e| CoreError::internal(format!("failed to encode response: {e}")))?;
+    if binary_parts.is_empty() {
+        return Ok((body, None));
+    }
+    let header_length = body.len();
+    body.reserve(binary_parts.iter().map(|b| b.len()).sum());
+    for part in binary_parts {
+        body.extend_from_slice(part);
+    }
+    Ok((body, Some(header_length)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(body: &str) -> CoreResult<HttpInferRequest> {
+        decode_request(Bytes::from(body.to_string()), None, "m", None)
+    }
+
+    #[test]
+    fn decodes_nested_and_flat_json_for_every_datatype() {
+        let cases = [
+            ("BOOL", "[[true,false]]", vec![1u8, 0]),
+            ("UINT8", "[1,255]", vec![1, 255]),
+            ("INT8", "[-1,2]", vec![255, 2]),
+            ("UINT16", "[1,2]", vec![1, 0, 2, 0]),
+            ("INT16", "[-1,2]", vec![255, 255, 2, 0]),
+            ("FP16", "[1.0,2.0]", [half::f16::from_f32(1.0).to_le_bytes(), half::f16::from_f32(2.0).to_le_bytes()].concat()),
+            ("BF16", "[1.0,2.0]", [half::bf16::from_f32(1.0).to_le_bytes(), half::bf16::from_f32(2.0).to_le_bytes()].concat()),
+        ];
+        for (dt, data, bytes) in cases {
+            let body = format!(r#"{{"inputs":[{{"name":"x","shape":[1,2],"datatype":"{dt}","data":{data}}}]}}"#);
+            let req = decode(&body).unwrap_or_else(|e| panic!("{dt}: {e}"));
+            assert_eq!(&req.request.inputs[0].data[..], &bytes[..], "{dt}");
+        }
+        let body = r#"{"inputs":[{"name":"x","shape":[2],"datatype":"BYTES","data":["ab",""]}]}"#;
+        let req = decode(body).unwrap();
+        assert_eq!(&req.request.inputs[0].data[..], b"\x02\x00\x00\x00ab\x00\x00\x00\x00");
+    }
+
+    #[test]
+    fn rejects_out_of_range_and_wrong_kinds() {
+        for (dt, data) in [("UINT8", "[256]"), ("INT8", "[-129]"), ("INT32", "[1.5]"), ("BOOL", "[1]"), ("FP32", "[\"a\"]"), ("BYTES", "[1]")] {
+            let body = format!(r#"{{"inputs":[{{"name":"x","shape":[1],"datatype":"{dt}","data":{data}}}]}}"#);
+            let err = decode(&body).err().unwrap_or_else(|| panic!("{dt} {data} accepted"));
+            assert!(err.message.contains("input 'x'"), "{}", err.message);
+        }
+        let err = decode(r#"{"inputs":[{"name":"x","shape":[3],"datatype":"INT32","data":[1,2]}]}"#).err().unwrap();
+        assert!(err.message.contains("needs 3"), "{}", err.message);
+        let err = decode(r#"{"inputs":[{"name":"x","shape":[1],"datatype":"FLOAT","data":[1]}]}"#).err().unwrap();
+        assert!(err.message.contains("invalid datatype 'FLOAT'"), "{}", err.message);
+    }
+
+    #[test]
+    fn binary_extension_round_trip() {
+        let json = r#"{"inputs":[{"name":"x","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}],"outputs":[{"name":"y","parameters":{"binary_data":true}},{"name":"z"}]}"#;
+        let mut body = json.as_bytes().to_vec();
+        body.extend_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0]);
+        let req = decode_request(Bytes::from(body.clone()), Some(json.len()), "m", Some(1)).unwrap();
+        assert_eq!(req.request.inputs[0].data.len(), 8);
+        assert!(req.binary_outputs.is_binary("y"));
+        assert!(!req.binary_outputs.is_binary("z"));
+
+        let lying = decode_request(Bytes::from(body.clone()), Some(body.len() + 1), "m", None).err().unwrap();
+        assert!(lying.message.contains("Inference-Header-Content-Length"));
+        let short = decode_request(Bytes::from(body[..body.len() - 1].to_vec()), Some(json.len()), "m", None).err().unwrap();
+        assert!(short.message.contains("binary_data_size") || short.message.contains("expecting 8"), "{}", short.message);
+        let mut extra = body.clone();
+        extra.push(0);
+        let extra = decode_request(Bytes::from(extra), Some(json.len()), "m", None).err().unwrap();
+        assert!(extra.message.contains("no input claims"));
+
+        let response = InferResponse {
+            model_name: "m".into(),
+            model_version: 1,
+            id: Some("r1".into()),
+            outputs: vec![
+                Tensor::new("y", DataType::Int32, vec![1], Bytes::from_static(&[7, 0, 0, 0])).unwrap(),
+                Tensor::new("z", DataType::Fp32, vec![1], Bytes::from(0.1f32.to_le_bytes().to_vec())).unwrap(),
+            ],
+            parameters: Default::default(),
+        };
+        let (out, header) = encode_response(&response, &req.binary_outputs).unwrap();
+        let header = header.unwrap();
+        let head: Value = serde_json::from_slice(&out[..header]).unwrap();
+        assert_eq!(head["id"], "r1");
+        assert_eq!(head["model_version"], "1");
+        assert_eq!(head["outputs"][0]["parameters"]["binary_data_size"], 4);
+        assert_eq!(&out[header..], &[7, 0, 0, 0]);
+        assert!(String::from_utf8_lossy(&out[..header]).contains("[0.1]"));
+    }
+
+    #[test]
+    fn malformed_and_deeply_nested_json_is_an_error_not_a_crash() {
+        assert!(decode("").err().unwrap().message.contains("empty"));
+        assert!(decode("{").err().unwrap().message.contains("failed to parse"));
+        assert!(decode("[]").err().unwrap().message.contains("failed to parse"));
+        let deep = "[".repeat(100_000);
+        assert!(decode(&deep).err().unwrap().message.contains("failed to parse"));
+        let deep_data = format!(r#"{{"inputs":[{{"name":"x","shape":[1],"datatype":"INT32","data":{}1{}}}]}}"#, "[".repeat(5000), "]".repeat(5000));
+        assert!(decode(&deep_data).err().unwrap().message.contains("recursion limit"));
+    }
+}

@@ -1,0 +1,334 @@
+//! The HTTP/REST front door: KServe v2 plus Triton's extensions (model configuration, statistics,
+//! repository, classification, binary tensor data). It only translates the wire format; all
+//! inference goes through [`ModelManager`] and [`LoadedModel::infer`](crate::model::LoadedModel::infer).
+
+pub mod codec;
+
+use std::io::Read;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::error::{CoreError, CoreResult};
+use crate::model::LoadedModel;
+use crate::repository::ModelManager;
+
+/// Extensions reported in server metadata: only what this server implements.
+pub const EXTENSIONS: &[&str] =
+    &["classification", "model_repository", "schedule_policy", "model_configuration", "binary_tensor_data", "parameters", "statistics"];
+
+#[derive(Clone)]
+pub struct HttpState {
+    pub manager: Arc<ModelManager>,
+    /// Reported as the server name: "triton" when invoked as `tritonserver`, else "tessera".
+    pub server_id: String,
+    pub version: &'static str,
+    /// Largest request body accepted, after decompression (Triton's --http-max-input-size).
+    pub max_input_size: usize,
+    pub strict_readiness: bool,
+}
+
+impl IntoResponse for CoreError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+        json_response(status, &json!({ "error": self.message }))
+    }
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response {
+    let mut response = (status, value.to_string()).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn ok_json(value: &Value) -> Response {
+    json_response(StatusCode::OK, value)
+}
+
+/// Liveness/readiness answer: 200 with an empty body, or 400 as Triton does for "not ready".
+fn status_only(ok: bool) -> Response {
+    if ok { StatusCode::OK.into_response() } else { StatusCode::BAD_REQUEST.into_response() }
+}
+
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/v2", get(server_metadata))
+        .route("/v2/health/live", get(|| async { StatusCode::OK }))
+        .route("/v2/health/ready", get(server_ready))
+        .route("/v2/models/stats", get(all_stats))
+        .route("/v2/models/{model}", get(model_metadata))
+        .route("/v2/models/{model}/versions/{version}", get(model_metadata_version))
+        .route("/v2/models/{model}/ready", get(model_ready))
+        .route("/v2/models/{model}/versions/{version}/ready", get(model_ready_version))
+        .route("/v2/models/{model}/config", get(model_config))
+        .route("/v2/models/{model}/versions/{version}/config", get(model_config_version))
+        .route("/v2/models/{model}/stats", get(model_stats))
+        .route("/v2/models/{model}/versions/{version}/stats", get(model_stats_version))
+        .route("/v2/models/{model}/infer", post(infer))
+        .route("/v2/models/{model}/versions/{version}/infer", post(infer_version))
+        .route("/v2/repository/index", post(repository_index))
+        .route("/v2/repository/models/{model}/load", post(repository_load))
+        .route("/v2/repository/models/{model}/unload", post(repository_unload))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(tower_http::compression::CompressionLayer::new().gzip(true).deflate(true))
+        .with_state(state)
+}
+
+async fn not_found(request: Request) -> Response {
+    CoreError::not_found(format!("Not Found: no route for {} {}", request.method(), request.uri().path())).into_response()
+}
+
+async fn method_not_allowed(request: Request) -> Response {
+    let message = format!("Method Not Allowed: {} is not supported on {}", request.method(), request.uri().path());
+    json_response(StatusCode::METHOD_NOT_ALLOWED, &json!({ "error": message }))
+}
+
+fn parse_version(version: &str) -> CoreResult<Option<i64>> {
+    if version.is_empty() {
+        return Ok(None);
+    }
+    version
+        .parse::<i64>()
+        .ok()
+        .filter(|v| *v >= 0)
+        .map(Some)
+        .ok_or_else(|| CoreError::invalid_arg(format!("failed to parse model version '{version}': it must be a non-negative integer")))
+}
+
+async fn server_metadata(State(state): State<HttpState>) -> Response {
+    ok_json(&json!({ "name": state.server_id, "version": state.version, "extensions": EXTENSIONS }))
+}
+
+async fn server_ready(State(state): State<HttpState>) -> Response {
+    status_only(!state.strict_readiness || state.manager.all_ready())
+}
+
+fn model_metadata_json(versions: &[Arc<LoadedModel>]) -> CoreResult<Value> {
+    let Some(newest) = versions.last() else {
+        return Err(CoreError::internal("no versions"));
+    };
+    let batching = newest.max_batch_size() > 0;
+    let io = |specs: &[crate::model::IoSpec]| -> Vec<Value> {
+        specs
+            .iter()
+            .map(|s| {
+                let shape: Vec<i64> = if batching { std::iter::once(-1).chain(s.dims.iter().copied()).collect() } else { s.dims.clone() };
+                json!({ "name": s.name, "datatype": s.datatype.as_str(), "shape": shape })
+            })
+            .collect()
+    };
+    Ok(json!({
+        "name": newest.name,
+        "versions": versions.iter().map(|m| m.version.to_string()).collect::<Vec<_>>(),
+        "platform": newest.platform,
+        "inputs": io(&newest.inputs),
+        "outputs": io(&newest.outputs),
+    }))
+}
+
+fn metadata_response(state: &HttpState, model: &str, version: Option<i64>) -> CoreResult<Response> {
+    let versions = match version {
+        Some(v) => vec![state.manager.get(model, Some(v))?],
+        None => {
+            let versions = state.manager.ready_versions(model)?;
+            if versions.is_empty() {
+                return Err(CoreError::unavailable(format!("Request for unknown model: '{model}' has no available versions")));
+            }
+            versions
+        }
+    };
+    Ok(ok_json(&model_metadata_json(&versions)?))
+}
+
+async fn model_metadata(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
+    metadata_response(&state, &model, None).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn model_metadata_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>) -> Response {
+    parse_version(&version)
+        .and_then(|v| metadata_response(&state, &model, v))
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn model_ready(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
+    status_only(state.manager.get(&model, None).is_ok())
+}
+
+async fn model_ready_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>) -> Response {
+    status_only(parse_version(&version).and_then(|v| state.manager.get(&model, v)).is_ok())
+}
+
+async fn model_config(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
+    state.manager.get(&model, None).map(|m| ok_json(&m.config_json)).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn model_config_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>) -> Response {
+    parse_version(&version)
+        .and_then(|v| state.manager.get(&model, v))
+        .map(|m| ok_json(&m.config_json))
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+fn stats_json(models: &[Arc<LoadedModel>]) -> Value {
+    json!({ "model_stats": models.iter().map(|m| m.stats.to_json(&m.name, m.version)).collect::<Vec<_>>() })
+}
+
+async fn all_stats(State(state): State<HttpState>) -> Response {
+    ok_json(&stats_json(&state.manager.ready_models()))
+}
+
+async fn model_stats(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
+    state.manager.ready_versions(&model).map(|v| ok_json(&stats_json(&v))).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn model_stats_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>) -> Response {
+    parse_version(&version)
+        .and_then(|v| state.manager.get(&model, v))
+        .map(|m| ok_json(&stats_json(&[m])))
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn infer(State(state): State<HttpState>, Path(model): Path<String>, request: Request) -> Response {
+    infer_impl(state, model, None, request).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn infer_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>, request: Request) -> Response {
+    match parse_version(&version) {
+        Ok(v) => infer_impl(state, model, v, request).await.unwrap_or_else(IntoResponse::into_response),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn infer_impl(state: HttpState, model: String, version: Option<i64>, request: Request) -> CoreResult<Response> {
+    let (parts, body) = request.into_parts();
+    let header_length = match parts.headers.get("inference-header-content-length") {
+        None => None,
+        Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()).ok_or_else(|| {
+            CoreError::invalid_arg(format!("Inference-Header-Content-Length header value {v:?} is not a valid byte count"))
+        })?),
+    };
+    let body = read_body(&parts.headers, body, state.max_input_size).await?;
+    // Resolve the model before decoding, so an unknown model is reported as such even when
+    // the body is also wrong.
+    let loaded = state.manager.get(&model, version)?;
+    let decoded = codec::decode_request(body, header_length, &model, version)?;
+    let response = loaded.infer(decoded.request).await?;
+    let (body, header_length) = codec::encode_response(&response, &decoded.binary_outputs)?;
+    let mut http = Response::new(Body::from(body));
+    let headers = http.headers_mut();
+    match header_length {
+        Some(n) => {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            headers.insert("inference-header-content-length", HeaderValue::from(n));
+        }
+        None => {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+    }
+    Ok(http)
+}
+
+/// Reads the whole body, undoing Content-Encoding (gzip / deflate), never holding more than
+/// `limit` bytes of compressed or decompressed data.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> CoreResult<Bytes> {
+    let too_large =
+        || CoreError::invalid_arg(format!("request body exceeds the maximum allowed size of {limit} bytes (--http-max-input-size)"));
+    let raw = axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let source = std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default();
+        if source.contains("length limit") || e.to_string().contains("length limit") {
+            too_large()
+        } else {
+            CoreError::invalid_arg(format!("failed to read the request body: {e}"))
+        }
+    })?;
+    let encoding = headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("").trim().to_ascii_lowercase());
+    let mut decoder: Box<dyn Read> = match encoding.as_deref() {
+        None | Some("" | "identity") => return Ok(raw),
+        Some("gzip") => Box::new(flate2::read::GzDecoder::new(&raw[..])),
+        Some("deflate") => Box::new(flate2::read::ZlibDecoder::new(&raw[..])),
+        Some(other) => return Err(CoreError::unsupported(format!("unsupported Content-Encoding '{other}' (supported: gzip, deflate)"))),
+    };
+    let mut out = Vec::new();
+    decoder
+        .by_ref()
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| CoreError::invalid_arg(format!("failed to decompress the {} request body: {e}", encoding.unwrap_or_default())))?;
+    if out.len() > limit {
+        return Err(too_large());
+    }
+    Ok(Bytes::from(out))
+}
+
+async fn repository_index(State(state): State<HttpState>, body: Bytes) -> Response {
+    let ready_only = if body.is_empty() {
+        false
+    } else {
+        match serde_json::from_slice::<Value>(&body) {
+            Ok(v) => v.get("ready").and_then(Value::as_bool).unwrap_or(false),
+            Err(e) => return CoreError::invalid_arg(format!("failed to parse the request JSON buffer: {e}")).into_response(),
+        }
+    };
+    let entries: Vec<Value> = state
+        .manager
+        .index(ready_only)
+        .into_iter()
+        .map(|e| {
+            let mut v = json!({ "name": e.name });
+            if let Some(version) = e.version {
+                v["version"] = json!(version);
+            }
+            if let Some(state) = e.state {
+                v["state"] = json!(state);
+                v["reason"] = json!(e.reason);
+            }
+            v
+        })
+        .collect();
+    ok_json(&Value::Array(entries))
+}
+
+async fn repository_load(State(state): State<HttpState>, Path(model): Path<String>, body: Bytes) -> Response {
+    let config = if body.is_empty() {
+        None
+    } else {
+        let parsed: Value = match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => return CoreError::invalid_arg(format!("failed to parse the request JSON buffer: {e}")).into_response(),
+        };
+        let parameters = parsed.get("parameters").and_then(Value::as_object);
+        if let Some(files) = parameters.and_then(|p| p.keys().find(|k| k.starts_with("file:"))) {
+            return CoreError::unsupported(format!("load parameter '{files}': file overrides are not supported yet")).into_response();
+        }
+        match parameters.and_then(|p| p.get("config")) {
+            None => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => return CoreError::invalid_arg("load parameter 'config' must be a JSON string").into_response(),
+        }
+    };
+    if state.manager.control_mode() != crate::repository::ControlMode::Explicit {
+        return CoreError::unavailable("explicit model load / unload is not allowed if polling is enabled").into_response();
+    }
+    match state.manager.load(&model, config).await {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn repository_unload(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
+    if state.manager.control_mode() != crate::repository::ControlMode::Explicit {
+        return CoreError::unavailable("explicit model load / unload is not allowed if polling is enabled").into_response();
+    }
+    match state.manager.unload(&model).await {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => e.into_response(),
+    }
+}

@@ -1,0 +1,451 @@
+//! A loaded model version: its config, its instances, request validation against the config,
+//! output post-processing (reshape back, classification) and statistics.
+//!
+//! Scheduling here is Triton's default scheduler: each request runs alone on the next free
+//! instance. The dynamic and sequence batchers (a later issue) replace [`InstancePool::execute`]'s
+//! caller, not the instances.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tokio::sync::Semaphore;
+
+use crate::backend::{Backend, ExecRequest, ModelInstance};
+use crate::config::{ModelConfig, datatype_from_config, pb};
+use crate::error::{CoreError, CoreResult};
+use crate::infer::{InferRequest, InferResponse, RequestedOutput};
+use crate::stats::ModelStats;
+use crate::tensor::{DataType, Tensor, push_bytes_element};
+
+/// An input or output as the config declares it.
+#[derive(Debug, Clone)]
+pub struct IoSpec {
+    pub name: String,
+    pub datatype: DataType,
+    /// Dims without the batch dimension, as written in the config.
+    pub dims: Vec<i64>,
+    /// The shape the model itself uses, when the config reshapes.
+    pub reshape: Option<Vec<i64>>,
+    pub optional: bool,
+}
+
+impl IoSpec {
+    fn from_input(input: &pb::ModelInput) -> CoreResult<Self> {
+        Ok(Self {
+            name: input.name.clone(),
+            datatype: config_datatype(&input.name, input.data_type)?,
+            dims: input.dims.clone(),
+            reshape: input.reshape.as_ref().map(|r| r.shape.clone()),
+            optional: input.optional,
+        })
+    }
+
+    fn from_output(output: &pb::ModelOutput) -> CoreResult<Self> {
+        Ok(Self {
+            name: output.name.clone(),
+            datatype: config_datatype(&output.name, output.data_type)?,
+            dims: output.dims.clone(),
+            reshape: output.reshape.as_ref().map(|r| r.shape.clone()),
+            optional: false,
+        })
+    }
+}
+
+fn config_datatype(name: &str, value: i32) -> CoreResult<DataType> {
+    datatype_from_config(value).ok_or_else(|| CoreError::invalid_arg(format!("tensor '{name}' has no valid data_type")))
+}
+
+pub struct LoadedModel {
+    pub name: String,
+    pub version: i64,
+    pub config: ModelConfig,
+    /// The config as `/config` returns it, computed once at load.
+    pub config_json: serde_json::Value,
+    pub platform: &'static str,
+    pub inputs: Vec<IoSpec>,
+    pub outputs: Vec<IoSpec>,
+    labels: HashMap<String, Arc<Vec<String>>>,
+    pool: InstancePool,
+    pub stats: ModelStats,
+}
+
+impl LoadedModel {
+    /// Creates every instance of every instance group. Blocking (sessions take tens of ms).
+    pub fn load(
+        config: ModelConfig,
+        version: i64,
+        backend: &dyn Backend,
+        model_dir: &Path,
+        model_path: &Path,
+    ) -> CoreResult<Self> {
+        let inputs = config.input.iter().map(IoSpec::from_input).collect::<CoreResult<Vec<_>>>()?;
+        let outputs = config.output.iter().map(IoSpec::from_output).collect::<CoreResult<Vec<_>>>()?;
+        let mut labels = HashMap::new();
+        for output in config.output.iter().filter(|o| !o.label_filename.is_empty()) {
+            let path = model_dir.join(&output.label_filename);
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                CoreError::invalid_arg(format!("failed to read label file {} for output '{}': {e}", path.display(), output.name))
+            })?;
+            labels.insert(output.name.clone(), Arc::new(text.lines().map(str::to_owned).collect()));
+        }
+        let count: usize = config.instance_group.iter().map(|g| usize::try_from(g.count).unwrap_or(0)).sum();
+        let mut instances = Vec::with_capacity(count);
+        for _ in 0..count.max(1) {
+            instances.push(backend.create_instance(&config, model_path)?);
+        }
+        Ok(Self {
+            name: config.name.clone(),
+            version,
+            config_json: crate::config::to_json(&config),
+            platform: backend.platform(),
+            inputs,
+            outputs,
+            labels,
+            pool: InstancePool::new(instances),
+            stats: ModelStats::default(),
+            config,
+        })
+    }
+
+    pub fn max_batch_size(&self) -> i64 {
+        i64::from(self.config.max_batch_size)
+    }
+
+    /// Runs one request end to end, recording statistics.
+    pub async fn infer(&self, request: InferRequest) -> CoreResult<InferResponse> {
+        let start = Instant::now();
+        let result = self.infer_inner(request, start).await;
+        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        self.stats.record_request(result.is_ok(), start.elapsed(), now_ms);
+        result
+    }
+
+    async fn infer_inner(&self, request: InferRequest, start: Instant) -> CoreResult<InferResponse> {
+        let (exec, batch_size, wanted) = self.prepare(&request)?;
+        let queued = Instant::now();
+        let mut results = self.pool.execute(vec![exec], || self.stats.record_queue(queued.elapsed())).await?;
+        let infer_done = Instant::now();
+        let outputs = results.pop().unwrap_or_else(|| Err(CoreError::internal("instance returned no result")))?;
+        let outputs = self.postprocess(outputs, batch_size, &wanted)?;
+        let output_done = Instant::now();
+        self.stats.record_execution(
+            batch_size,
+            queued.saturating_duration_since(start),
+            infer_done.saturating_duration_since(queued),
+            output_done.saturating_duration_since(infer_done),
+        );
+        Ok(InferResponse {
+            model_name: self.name.clone(),
+            model_version: self.version,
+            id: request.id,
+            outputs,
+            parameters: Default::default(),
+        })
+    }
+
+    /// Checks the request against the config (names, datatypes, shapes, batch size) and applies
+    /// input reshapes. Returns the instance-facing request, the batch size (1 for models that
+    /// do not batch) and the outputs the caller asked for.
+    fn prepare(&self, request: &InferRequest) -> CoreResult<(ExecRequest, usize, Vec<RequestedOutput>)> {
+        let model = &self.name;
+        let batching = self.config.max_batch_size > 0;
+        let mut batch_size: Option<i64> = None;
+        let mut inputs = Vec::with_capacity(request.inputs.len());
+        for (i, tensor) in request.inputs.iter().enumerate() {
+            if request.inputs[..i].iter().any(|t| t.name == tensor.name) {
+                return Err(CoreError::invalid_arg(format!("input '{}' specified more than once", tensor.name)));
+            }
+            let spec = self.inputs.iter().find(|s| s.name == tensor.name).ok_or_else(|| {
+                CoreError::invalid_arg(format!(
+                    "unexpected inference input '{}' for model '{model}'. Allowed inputs are: {}",
+                    tensor.name,
+                    self.inputs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+                ))
+            })?;
+            if tensor.datatype != spec.datatype {
+                return Err(CoreError::invalid_arg(format!(
+                    "inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
+                    tensor.name, tensor.datatype, spec.datatype
+                )));
+            }
+            let dims = if batching {
+                let Some((&b, rest)) = tensor.shape.split_first() else {
+                    return Err(CoreError::invalid_arg(format!(
+                        "input '{}' has no batch dimension but model '{model}' supports batching (max_batch_size {})",
+                        tensor.name, self.config.max_batch_size
+                    )));
+                };
+                match batch_size {
+                    None => batch_size = Some(b),
+                    Some(prev) if prev != b => {
+                        return Err(CoreError::invalid_arg(format!(
+                            "input '{}' has batch size {b} but other inputs have batch size {prev}",
+                            tensor.name
+                        )));
+                    }
+                    Some(_) => {}
+                }
+                rest
+            } else {
+                &tensor.shape[..]
+            };
+            if !shape_matches(dims, &spec.dims) {
+                let expected: Vec<i64> = if batching { [-1].iter().chain(&spec.dims).copied().collect() } else { spec.dims.clone() };
+                return Err(CoreError::invalid_arg(format!(
+                    "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}",
+                    tensor.name,
+                    format_shape(&expected),
+                    format_shape(&tensor.shape)
+                )));
+            }
+            let mut model_tensor = tensor.clone();
+            if let Some(reshape) = &spec.reshape {
+                let mut shape: Vec<i64> = if batching { vec![tensor.shape[0]] } else { Vec::new() };
+                shape.extend(fill_variable_dims(reshape, &spec.dims, dims));
+                model_tensor.shape = shape;
+            }
+            inputs.push(model_tensor);
+        }
+        let missing: Vec<&str> = self
+            .inputs
+            .iter()
+            .filter(|s| !s.optional && !request.inputs.iter().any(|t| t.name == s.name))
+            .map(|s| s.name.as_str())
+            .collect();
+        if !missing.is_empty() {
+            return Err(CoreError::invalid_arg(format!(
+                "expected {} inputs but got {} inputs for model '{model}'. Missing required input(s) {}",
+                self.inputs.iter().filter(|s| !s.optional).count(),
+                request.inputs.len(),
+                missing.iter().map(|m| format!("'{m}'")).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let batch_size = batch_size.unwrap_or(1);
+        if batching && (batch_size < 1 || batch_size > self.max_batch_size()) {
+            return Err(CoreError::invalid_arg(format!(
+                "inference request batch-size must be <= {} for '{model}'",
+                self.config.max_batch_size
+            )));
+        }
+
+        let wanted: Vec<RequestedOutput> = if request.outputs.is_empty() {
+            self.outputs.iter().map(|o| RequestedOutput { name: o.name.clone(), class_count: 0 }).collect()
+        } else {
+            for (i, out) in request.outputs.iter().enumerate() {
+                let spec = self.outputs.iter().find(|s| s.name == out.name).ok_or_else(|| {
+                    CoreError::invalid_arg(format!("unexpected inference output '{}' for model '{model}'", out.name))
+                })?;
+                if request.outputs[..i].iter().any(|o| o.name == out.name) {
+                    return Err(CoreError::invalid_arg(format!("output '{}' requested more than once", out.name)));
+                }
+                if out.class_count > 0 && !spec.datatype.is_numeric() {
+                    return Err(CoreError::invalid_arg(format!(
+                        "classification is not supported for output '{}' of type {}",
+                        out.name, spec.datatype
+                    )));
+                }
+            }
+            request.outputs.clone()
+        };
+        let exec = ExecRequest { inputs, outputs: wanted.iter().map(|o| o.name.clone()).collect() };
+        Ok((exec, usize::try_from(batch_size).unwrap_or(1), wanted))
+    }
+
+    /// Checks outputs against the config, undoes output reshapes and applies classification.
+    fn postprocess(&self, outputs: Vec<Tensor>, batch_size: usize, wanted: &[RequestedOutput]) -> CoreResult<Vec<Tensor>> {
+        let batching = self.config.max_batch_size > 0;
+        let mut result = Vec::with_capacity(wanted.len());
+        for (mut tensor, want) in outputs.into_iter().zip(wanted) {
+            let spec = self
+                .outputs
+                .iter()
+                .find(|s| s.name == tensor.name)
+                .ok_or_else(|| CoreError::internal(format!("model produced unexpected output '{}'", tensor.name)))?;
+            if tensor.datatype != spec.datatype {
+                return Err(CoreError::internal(format!(
+                    "output '{}' of model '{}' has datatype {} but the configuration declares {}",
+                    tensor.name, self.name, tensor.datatype, spec.datatype
+                )));
+            }
+            if let Some(reshape) = &spec.reshape {
+                let (prefix, model_dims) =
+                    if batching { tensor.shape.split_at(1.min(tensor.shape.len())) } else { (&[][..], &tensor.shape[..]) };
+                let mut shape = prefix.to_vec();
+                shape.extend(fill_variable_dims(&spec.dims, reshape, model_dims));
+                if crate::tensor::element_count(&shape)? != tensor.element_count() {
+                    return Err(CoreError::internal(format!(
+                        "output '{}' has shape {} which cannot be reshaped to {}",
+                        tensor.name,
+                        format_shape(&tensor.shape),
+                        format_shape(&shape)
+                    )));
+                }
+                tensor.shape = shape;
+            }
+            if want.class_count > 0 {
+                let labels = self.labels.get(&tensor.name).map(|l| l.as_slice());
+                tensor = classify(&tensor, want.class_count as usize, labels, batching.then_some(batch_size))?;
+            }
+            result.push(tensor);
+        }
+        Ok(result)
+    }
+}
+
+/// `actual` matches `expected` when ranks agree and every fixed dim is equal (-1 is a wildcard).
+fn shape_matches(actual: &[i64], expected: &[i64]) -> bool {
+    actual.len() == expected.len() && actual.iter().zip(expected).all(|(&a, &e)| e == -1 || a == e)
+}
+
+/// Produces `target` with its -1 dims replaced, in order, by the values `actual` has at the
+/// positions where `source` has -1.
+fn fill_variable_dims(target: &[i64], source: &[i64], actual: &[i64]) -> Vec<i64> {
+    let mut variable = source.iter().zip(actual).filter(|&(&s, _)| s == -1).map(|(_, &a)| a);
+    target.iter().map(|&d| if d == -1 { variable.next().unwrap_or(-1) } else { d }).collect()
+}
+
+pub fn format_shape(shape: &[i64]) -> String {
+    format!("[{}]", shape.iter().map(i64::to_string).collect::<Vec<_>>().join(","))
+}
+
+/// Triton's classification extension: per batch item, the top `k` values as
+/// "score:index[:label]" BYTES strings, highest first.
+fn classify(tensor: &Tensor, k: usize, labels: Option<&[String]>, batch: Option<usize>) -> CoreResult<Tensor> {
+    let values = numeric_values(tensor)?;
+    let rows = batch.unwrap_or(1).max(1);
+    let per_row = values.len() / rows;
+    let k = k.min(per_row);
+    let mut data = Vec::new();
+    for row in values.chunks(per_row.max(1)).take(rows) {
+        let mut order: Vec<usize> = (0..row.len()).collect();
+        order.sort_by(|&a, &b| row[b].0.total_cmp(&row[a].0).then(a.cmp(&b)));
+        for &index in order.iter().take(k) {
+            let mut text = format!("{}:{index}", row[index].1);
+            if let Some(label) = labels.and_then(|l| l.get(index)) {
+                text.push(':');
+                text.push_str(label);
+            }
+            push_bytes_element(&mut data, text.as_bytes())?;
+        }
+    }
+    let shape = match batch {
+        Some(b) => vec![b as i64, k as i64],
+        None => vec![k as i64],
+    };
+    Tensor::new(tensor.name.clone(), DataType::Bytes, shape, Bytes::from(data))
+}
+
+/// Each element as (ranking key, display text formatted like C++ `std::to_string`).
+fn numeric_values(tensor: &Tensor) -> CoreResult<Vec<(f64, String)>> {
+    fn ints<const N: usize>(d: &[u8], f: impl Fn([u8; N]) -> i128) -> Vec<(f64, String)> {
+        d.chunks_exact(N).map(|c| f(c.try_into().unwrap_or([0; N]))).map(|v| (v as f64, v.to_string())).collect()
+    }
+    fn floats<const N: usize>(d: &[u8], f: impl Fn([u8; N]) -> f64) -> Vec<(f64, String)> {
+        d.chunks_exact(N).map(|c| f(c.try_into().unwrap_or([0; N]))).map(|v| (v, format!("{v:.6}"))).collect()
+    }
+    let d = &tensor.data[..];
+    Ok(match tensor.datatype {
+        DataType::Uint8 => ints::<1>(d, |b| i128::from(b[0])),
+        DataType::Int8 => ints::<1>(d, |b| i128::from(b[0] as i8)),
+        DataType::Uint16 => ints::<2>(d, |b| i128::from(u16::from_le_bytes(b))),
+        DataType::Int16 => ints::<2>(d, |b| i128::from(i16::from_le_bytes(b))),
+        DataType::Uint32 => ints::<4>(d, |b| i128::from(u32::from_le_bytes(b))),
+        DataType::Int32 => ints::<4>(d, |b| i128::from(i32::from_le_bytes(b))),
+        DataType::Uint64 => ints::<8>(d, |b| i128::from(u64::from_le_bytes(b))),
+        DataType::Int64 => ints::<8>(d, |b| i128::from(i64::from_le_bytes(b))),
+        DataType::Fp16 => floats::<2>(d, |b| f64::from(half::f16::from_le_bytes(b))),
+        DataType::Bf16 => floats::<2>(d, |b| f64::from(half::bf16::from_le_bytes(b))),
+        DataType::Fp32 => floats::<4>(d, |b| f64::from(f32::from_le_bytes(b))),
+        DataType::Fp64 => floats::<8>(d, f64::from_le_bytes),
+        DataType::Bool | DataType::Bytes => {
+            return Err(CoreError::invalid_arg(format!(
+                "classification is not supported for output '{}' of type {}",
+                tensor.name, tensor.datatype
+            )));
+        }
+    })
+}
+
+/// Instances of one model version. A semaphore with one permit per idle instance means a
+/// request waits (rather than fails) when all instances are busy, and no instance ever runs two
+/// batches at once.
+struct InstancePool {
+    idle: Mutex<Vec<Box<dyn ModelInstance>>>,
+    available: Semaphore,
+}
+
+impl InstancePool {
+    fn new(instances: Vec<Box<dyn ModelInstance>>) -> Self {
+        let available = Semaphore::new(instances.len());
+        Self { idle: Mutex::new(instances), available }
+    }
+
+    async fn execute(
+        &self,
+        batch: Vec<ExecRequest>,
+        on_dequeue: impl FnOnce(),
+    ) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
+        let permit = self.available.acquire().await.map_err(|_| CoreError::unavailable("model is unloading"))?;
+        on_dequeue();
+        let instance = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let Some(mut instance) = instance else {
+            return Err(CoreError::internal("no idle model instance despite a free slot"));
+        };
+        let joined = tokio::task::spawn_blocking(move || {
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| instance.execute(batch)));
+            (instance, result)
+        })
+        .await;
+        match joined {
+            Ok((instance, Ok(results))) => {
+                if let Ok(mut idle) = self.idle.lock() {
+                    idle.push(instance);
+                }
+                drop(permit);
+                Ok(results)
+            }
+            Ok((_, Err(_))) | Err(_) => {
+                // The instance may be in an inconsistent state: retire it and its slot.
+                permit.forget();
+                tracing::error!("model instance panicked during execution and was retired");
+                Err(CoreError::internal("model instance failed during execution"))
+            }
+        }
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variable_dims_fill_in_order() {
+        assert_eq!(fill_variable_dims(&[16], &[4, 4], &[4, 4]), vec![16]);
+        assert_eq!(fill_variable_dims(&[-1, 4], &[4, -1], &[4, 7]), vec![7, 4]);
+        assert!(shape_matches(&[3, 16], &[-1, 16]));
+        assert!(!shape_matches(&[16], &[-1, 16]));
+        assert!(!shape_matches(&[1, 15], &[1, 16]));
+    }
+
+    #[test]
+    fn classification_formats_like_triton() {
+        let values: Vec<u8> = [0.1f32, 0.7, 0.2, 0.5, 0.0, 0.9].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let t = Tensor::new("o", DataType::Fp32, vec![2, 3], Bytes::from(values)).unwrap();
+        let labels = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+        let out = classify(&t, 2, Some(&labels), Some(2)).unwrap();
+        assert_eq!(out.shape, vec![2, 2]);
+        let strings: Vec<_> = crate::tensor::bytes_elements(&out.data).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
+        assert_eq!(strings, vec!["0.700000:1:b", "0.200000:2:c", "0.900000:2:c", "0.500000:0:a"]);
+        let ints: Vec<u8> = [3i32, 9, 1].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let t = Tensor::new("o", DataType::Int32, vec![3], Bytes::from(ints)).unwrap();
+        let out = classify(&t, 5, None, None).unwrap();
+        assert_eq!(out.shape, vec![3]);
+        let strings: Vec<_> = crate::tensor::bytes_elements(&out.data).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
+        assert_eq!(strings, vec!["9:1", "3:0", "1:2"]);
+    }
+}

@@ -1,0 +1,463 @@
+//! The model manager: owns the model repositories, versions and version policy, load / unload /
+//! poll, and readiness. Front doors only ask it for a ready [`LoadedModel`].
+//!
+//! Loads build a whole new set of versions off to the side and swap it in at the end, so requests
+//! in flight keep the `Arc` of the version they started on and never fail because of a reload.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::UNIX_EPOCH;
+
+use crate::backend::Backends;
+use crate::config::{self, ModelConfig, pb::model_version_policy::PolicyChoice};
+use crate::error::{CoreError, CoreResult};
+use crate::model::LoadedModel;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ControlMode {
+    None,
+    Poll,
+    Explicit,
+}
+
+#[derive(Debug, Clone)]
+pub struct RepositoryOptions {
+    pub repositories: Vec<PathBuf>,
+    pub control_mode: ControlMode,
+    /// When false, missing config.pbtxt or missing I/O are auto-completed from the model file.
+    pub strict_config: bool,
+}
+
+#[derive(Clone)]
+pub enum VersionState {
+    Ready(Arc<LoadedModel>),
+    Unavailable(String),
+}
+
+/// What the repository index reports for one model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub name: String,
+    pub version: Option<String>,
+    pub state: Option<&'static str>,
+    pub reason: String,
+}
+
+#[derive(Clone, Default)]
+struct ModelEntry {
+    versions: BTreeMap<i64, VersionState>,
+    /// Set when the model as a whole failed (bad config, no versions): reported as UNAVAILABLE.
+    error: Option<String>,
+    /// Set after an explicit unload: the model stays in the index as UNAVAILABLE "unloaded".
+    unloaded: bool,
+    fingerprint: u64,
+}
+
+pub struct ModelManager {
+    options: RepositoryOptions,
+    backends: Backends,
+    models: RwLock<BTreeMap<String, ModelEntry>>,
+    /// Serialises load / unload / poll so two reloads of one model never interleave.
+    control: tokio::sync::Mutex<()>,
+}
+
+impl ModelManager {
+    pub fn new(options: RepositoryOptions, backends: Backends) -> Self {
+        Self { options, backends, models: RwLock::default(), control: tokio::sync::Mutex::new(()) }
+    }
+
+    pub fn control_mode(&self) -> ControlMode {
+        self.options.control_mode
+    }
+
+    /// Loads the models the control mode asks for at startup. Returns the failures, so the
+    /// caller can honour `--exit-on-error`.
+    pub async fn load_startup_models(self: &Arc<Self>, explicit: &[String]) -> Vec<(String, String)> {
+        let names: Vec<String> = match self.options.control_mode {
+            ControlMode::Explicit if !explicit.iter().any(|n| n == "*") => explicit.to_vec(),
+            _ => self.scan().into_keys().collect(),
+        };
+        let mut failures = Vec::new();
+        for name in names {
+            if let Err(e) = self.load(&name, None).await {
+                failures.push((name, e.message));
+            }
+        }
+        failures
+    }
+
+    /// Model directories present in the repositories (name -> directory). A name found in two
+    /// repositories maps to the first; `load` reports the conflict.
+    fn scan(&self) -> BTreeMap<String, PathBuf> {
+        let mut found = BTreeMap::new();
+        for repo in &self.options.repositories {
+            let Ok(entries) = std::fs::read_dir(repo) else {
+                tracing::warn!(repository = %repo.display(), "model repository is not readable");
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else { continue };
+                if path.is_dir() && !name.starts_with('.') {
+                    found.entry(name).or_insert(path);
+                }
+            }
+        }
+        found
+    }
+
+    fn locate(&self, name: &str) -> CoreResult<PathBuf> {
+        let dirs: Vec<PathBuf> = self
+            .options
+            .repositories
+            .iter()
+            .map(|r| r.join(name))
+            .filter(|p| p.is_dir())
+            .collect();
+        match dirs.as_slice() {
+            [] => Err(CoreError::invalid_arg(format!("failed to load '{name}', failed to poll from model repository"))),
+            [one] => Ok(one.clone()),
+            _ => Err(CoreError::invalid_arg(format!(
+                "failed to load '{name}': model appears in more than one model repository ({})",
+                dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+            ))),
+        }
+    }
+
+    /// Loads (or reloads) a model with every version its policy selects. `config_override` is
+    /// the load endpoint's JSON `config` parameter, used instead of config.pbtxt.
+    pub async fn load(self: &Arc<Self>, name: &str, config_override: Option<String>) -> CoreResult<()> {
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
+        }
+        let _guard = self.control.lock().await;
+        let dir = self.locate(name)?;
+        let this = Arc::clone(self);
+        let model_name = name.to_string();
+        let entry = tokio::task::spawn_blocking(move || this.build_entry(&model_name, &dir, config_override.as_deref()))
+            .await
+            .map_err(|e| CoreError::internal(format!("model load task failed: {e}")))?;
+        let outcome = entry_outcome(name, &entry);
+        if let Ok(mut models) = self.models.write() {
+            models.insert(name.to_string(), entry);
+        }
+        match &outcome {
+            Ok(()) => tracing::info!(model = name, "model loaded"),
+            Err(e) => tracing::error!(model = name, "failed to load model: {}", e.message),
+        }
+        outcome
+    }
+
+    pub async fn unload(&self, name: &str) -> CoreResult<()> {
+        let _guard = self.control.lock().await;
+        let mut models = self.models.write().map_err(|_| CoreError::internal("model table poisoned"))?;
+        match models.get_mut(name) {
+            Some(entry) => {
+                for state in entry.versions.values_mut() {
+                    *state = VersionState::Unavailable("unloaded".into());
+                }
+                entry.error = None;
+                entry.unloaded = true;
+                tracing::info!(model = name, "model unloaded");
+                Ok(())
+            }
+            None if self.scan().contains_key(name) => Ok(()),
+            None => Err(CoreError::invalid_arg(format!("failed to unload '{name}', no version is available"))),
+        }
+    }
+
+    /// Poll mode: loads new or changed models and removes models whose directory is gone.
+    pub async fn poll(self: &Arc<Self>) {
+        let present = self.scan();
+        let known: BTreeMap<String, u64> = match self.models.read() {
+            Ok(models) => models.iter().map(|(n, e)| (n.clone(), e.fingerprint)).collect(),
+            Err(_) => return,
+        };
+        for (name, fingerprint) in &known {
+            if !present.contains_key(name) {
+                tracing::info!(model = name.as_str(), "model directory removed; unloading");
+                if let Ok(mut models) = self.models.write() {
+                    models.remove(name);
+                }
+            } else if let Some(dir) = present.get(name)
+                && fingerprint_dir(dir) != *fingerprint
+            {
+                tracing::info!(model = name.as_str(), "model changed on disk; reloading");
+                let _ = self.load(name, None).await;
+            }
+        }
+        for name in present.keys().filter(|n| !known.contains_key(*n)) {
+            tracing::info!(model = name.as_str(), "new model found; loading");
+            let _ = self.load(name, None).await;
+        }
+    }
+
+    fn build_entry(&self, name: &str, dir: &Path, config_override: Option<&str>) -> ModelEntry {
+        let fingerprint = fingerprint_dir(dir);
+        let mut entry = ModelEntry { fingerprint, ..Default::default() };
+        let (config, versions) = match self.prepare_config(name, dir, config_override) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                entry.error = Some(e.message);
+                return entry;
+            }
+        };
+        let backend = match self.backends.resolve(&config, None) {
+            Ok(b) => b,
+            Err(e) => {
+                entry.error = Some(e.message);
+                return entry;
+            }
+        };
+        for version in versions {
+            let version_dir = dir.join(version.to_string());
+            let file = model_filename(&config, backend.default_model_filename());
+            let state = LoadedModel::load(config.clone(), version, backend.as_ref(), dir, &version_dir.join(file))
+                .map(|m| VersionState::Ready(Arc::new(m)))
+                .unwrap_or_else(|e| VersionState::Unavailable(e.message));
+            entry.versions.insert(version, state);
+        }
+        entry
+    }
+
+    /// Reads, auto-completes, normalises and validates the config; returns it with the versions
+    /// its policy selects.
+    fn prepare_config(&self, name: &str, dir: &Path, config_override: Option<&str>) -> CoreResult<(ModelConfig, Vec<i64>)> {
+        let config_path = dir.join("config.pbtxt");
+        let mut config = match config_override {
+            Some(json) => config::parse_json(json).map_err(|e| CoreError::invalid_arg(e.to_string()))?,
+            None if config_path.is_file() => {
+                let text = std::fs::read_to_string(&config_path)
+                    .map_err(|e| CoreError::invalid_arg(format!("failed to read {}: {e}", config_path.display())))?;
+                config::parse_pbtxt(&text, &config_path).map_err(|e| CoreError::invalid_arg(e.to_string()))?
+            }
+            None if self.options.strict_config => {
+                return Err(CoreError::invalid_arg(format!(
+                    "model configuration file {} is missing (auto-complete is disabled by --strict-model-config=true)",
+                    config_path.display()
+                )));
+            }
+            None => ModelConfig::default(),
+        };
+        if config.name.is_empty() {
+            config.name = name.to_string();
+        }
+        let available = version_dirs(dir);
+        config::normalize(&mut config);
+        let versions = select_versions(&config, &available);
+        if versions.is_empty() {
+            return Err(CoreError::invalid_arg(format!(
+                "model '{name}' has no version directory that its version policy selects (found: {:?})",
+                available
+            )));
+        }
+        if !self.options.strict_config {
+            let backend = self.backends.resolve(&config, versions.last().map(|v| dir.join(v.to_string())).as_deref())?;
+            if let Some(latest) = versions.last() {
+                let path = dir.join(latest.to_string()).join(model_filename(&config, backend.default_model_filename()));
+                if path.is_file() {
+                    backend.autocomplete(&mut config, &path)?;
+                }
+            }
+        }
+        config::validate(&config, name).map_err(|e| CoreError::invalid_arg(e.to_string()))?;
+        Ok((config, versions))
+    }
+
+    /// The model version to serve a request: the given version, or the newest ready one.
+    pub fn get(&self, name: &str, version: Option<i64>) -> CoreResult<Arc<LoadedModel>> {
+        let models = self.models.read().map_err(|_| CoreError::internal("model table poisoned"))?;
+        let entry = models.get(name).ok_or_else(|| CoreError::unknown_model(name))?;
+        match version {
+            Some(v) => match entry.versions.get(&v) {
+                Some(VersionState::Ready(model)) => Ok(Arc::clone(model)),
+                Some(VersionState::Unavailable(_)) => Err(CoreError::unavailable(format!(
+                    "Request for unknown model: '{name}' version {v} is not at ready state"
+                ))),
+                None => Err(CoreError::not_found(format!("Request for unknown model: '{name}' version {v} is not found"))),
+            },
+            None => entry
+                .versions
+                .values()
+                .rev()
+                .find_map(|s| match s {
+                    VersionState::Ready(m) => Some(Arc::clone(m)),
+                    VersionState::Unavailable(_) => None,
+                })
+                .ok_or_else(|| CoreError::unavailable(format!("Request for unknown model: '{name}' has no available versions"))),
+        }
+    }
+
+    /// Every ready version, oldest first (for `/v2/models/stats`).
+    pub fn ready_models(&self) -> Vec<Arc<LoadedModel>> {
+        let Ok(models) = self.models.read() else { return Vec::new() };
+        models
+            .values()
+            .flat_map(|e| e.versions.values())
+            .filter_map(|s| match s {
+                VersionState::Ready(m) => Some(Arc::clone(m)),
+                VersionState::Unavailable(_) => None,
+            })
+            .collect()
+    }
+
+    /// Ready versions of one model, oldest first; NotFound for an unknown model.
+    pub fn ready_versions(&self, name: &str) -> CoreResult<Vec<Arc<LoadedModel>>> {
+        let models = self.models.read().map_err(|_| CoreError::internal("model table poisoned"))?;
+        let entry = models.get(name).ok_or_else(|| CoreError::unknown_model(name))?;
+        Ok(entry
+            .versions
+            .values()
+            .filter_map(|s| match s {
+                VersionState::Ready(m) => Some(Arc::clone(m)),
+                VersionState::Unavailable(_) => None,
+            })
+            .collect())
+    }
+
+    /// Triton's strict readiness: every model that was loaded (and not unloaded) has all its
+    /// versions ready.
+    pub fn all_ready(&self) -> bool {
+        let Ok(models) = self.models.read() else { return false };
+        models.values().filter(|e| !e.unloaded).all(|e| {
+            e.error.is_none() && !e.versions.is_empty() && e.versions.values().all(|s| matches!(s, VersionState::Ready(_)))
+        })
+    }
+
+    /// The repository index: every model directory, with the state of each known version.
+    pub fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
+        let on_disk: BTreeSet<String> = self.scan().into_keys().collect();
+        let Ok(models) = self.models.read() else { return Vec::new() };
+        let mut names: BTreeSet<&String> = on_disk.iter().collect();
+        names.extend(models.keys());
+        let mut out = Vec::new();
+        for name in names {
+            let Some(entry) = models.get(name) else {
+                if !ready_only {
+                    out.push(IndexEntry { name: name.clone(), version: None, state: None, reason: String::new() });
+                }
+                continue;
+            };
+            if let Some(error) = &entry.error {
+                if !ready_only {
+                    out.push(IndexEntry {
+                        name: name.clone(),
+                        version: None,
+                        state: Some("UNAVAILABLE"),
+                        reason: error.clone(),
+                    });
+                }
+                continue;
+            }
+            for (version, state) in &entry.versions {
+                let (state, reason) = match state {
+                    VersionState::Ready(_) => ("READY", String::new()),
+                    VersionState::Unavailable(reason) => ("UNAVAILABLE", reason.clone()),
+                };
+                if ready_only && state != "READY" {
+                    continue;
+                }
+                out.push(IndexEntry { name: name.clone(), version: Some(version.to_string()), state: Some(state), reason });
+            }
+        }
+        out
+    }
+}
+
+fn entry_outcome(name: &str, entry: &ModelEntry) -> CoreResult<()> {
+    if let Some(error) = &entry.error {
+        return Err(CoreError::invalid_arg(format!("failed to load '{name}': {error}")));
+    }
+    let failures: Vec<String> = entry
+        .versions
+        .iter()
+        .filter_map(|(v, s)| match s {
+            VersionState::Unavailable(reason) => Some(format!("version {v}: {reason}")),
+            VersionState::Ready(_) => None,
+        })
+        .collect();
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(CoreError::invalid_arg(format!("failed to load '{name}': {}", failures.join("; "))))
+    }
+}
+
+fn model_filename<'a>(config: &'a ModelConfig, default: &'a str) -> &'a str {
+    if config.default_model_filename.is_empty() { default } else { &config.default_model_filename }
+}
+
+/// Numeric subdirectories of a model directory, ascending.
+fn version_dirs(dir: &Path) -> Vec<i64> {
+    let mut versions: Vec<i64> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i64>().ok()))
+        .filter(|&v| v >= 0)
+        .collect();
+    versions.sort_unstable();
+    versions
+}
+
+/// Applies the version policy to the versions found on disk.
+fn select_versions(config: &ModelConfig, available: &[i64]) -> Vec<i64> {
+    match config.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()) {
+        Some(PolicyChoice::All(_)) => available.to_vec(),
+        Some(PolicyChoice::Specific(s)) => available.iter().copied().filter(|v| s.versions.contains(v)).collect(),
+        Some(PolicyChoice::Latest(l)) => {
+            let keep = usize::try_from(l.num_versions).unwrap_or(1);
+            available[available.len().saturating_sub(keep)..].to_vec()
+        }
+        None => available.last().copied().into_iter().collect(),
+    }
+}
+
+/// A cheap hash of everything that makes a reload necessary: file names, sizes and mtimes two
+/// levels deep (config.pbtxt, labels, version directories and their files).
+fn fingerprint_dir(dir: &Path) -> u64 {
+    fn walk(dir: &Path, depth: u32, hasher: &mut DefaultHasher) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            entry.file_name().hash(hasher);
+            if let Ok(meta) = entry.metadata() {
+                meta.len().hash(hasher);
+                meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).hash(hasher);
+                if meta.is_dir() && depth > 0 {
+                    walk(&entry.path(), depth - 1, hasher);
+                }
+            }
+        }
+    }
+    let mut hasher = DefaultHasher::new();
+    walk(dir, 1, &mut hasher);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::pb;
+
+    fn with_policy(policy: PolicyChoice) -> ModelConfig {
+        ModelConfig { version_policy: Some(pb::ModelVersionPolicy { policy_choice: Some(policy) }), ..Default::default() }
+    }
+
+    #[test]
+    fn version_policies_select_like_triton() {
+        let available = [1, 2, 3];
+        let latest2 = with_policy(PolicyChoice::Latest(pb::model_version_policy::Latest { num_versions: 2 }));
+        assert_eq!(select_versions(&latest2, &available), vec![2, 3]);
+        let all = with_policy(PolicyChoice::All(pb::model_version_policy::All {}));
+        assert_eq!(select_versions(&all, &available), vec![1, 2, 3]);
+        let specific = with_policy(PolicyChoice::Specific(pb::model_version_policy::Specific { versions: vec![1, 3, 7] }));
+        assert_eq!(select_versions(&specific, &available), vec![1, 3]);
+        assert_eq!(select_versions(&ModelConfig::default(), &available), vec![3]);
+        assert!(select_versions(&latest2, &[]).is_empty());
+    }
+}

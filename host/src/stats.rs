@@ -1,0 +1,137 @@
+//! Per model-version statistics, recorded once at the model boundary and reported by the
+//! statistics extension (`/v2/models/{m}/stats`) in Triton's JSON shape.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Duration2 {
+    count: u64,
+    ns: u64,
+}
+
+impl Duration2 {
+    fn add(&mut self, d: Duration) {
+        self.count += 1;
+        self.ns = self.ns.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    }
+    fn json(self) -> Value {
+        json!({ "count": self.count, "ns": self.ns })
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    last_inference_ms: u64,
+    inference_count: u64,
+    execution_count: u64,
+    success: Duration2,
+    fail: Duration2,
+    queue: Duration2,
+    compute_input: Duration2,
+    compute_infer: Duration2,
+    compute_output: Duration2,
+    /// batch size -> (compute_input, compute_infer, compute_output)
+    batches: BTreeMap<usize, [Duration2; 3]>,
+}
+
+#[derive(Debug, Default)]
+pub struct ModelStats {
+    inner: Mutex<Inner>,
+}
+
+impl ModelStats {
+    fn with(&self, f: impl FnOnce(&mut Inner)) {
+        if let Ok(mut inner) = self.inner.lock() {
+            f(&mut inner);
+        }
+    }
+
+    /// A request finished (successfully or not) after `total` time.
+    pub fn record_request(&self, ok: bool, total: Duration, now_ms: u64) {
+        self.with(|s| {
+            if ok { s.success.add(total) } else { s.fail.add(total) }
+            s.last_inference_ms = now_ms;
+        });
+    }
+
+    pub fn record_queue(&self, waited: Duration) {
+        self.with(|s| s.queue.add(waited));
+    }
+
+    /// A successful execution of `batch_size` inferences.
+    pub fn record_execution(&self, batch_size: usize, input: Duration, infer: Duration, output: Duration) {
+        self.with(|s| {
+            s.inference_count += batch_size as u64;
+            s.execution_count += 1;
+            s.compute_input.add(input);
+            s.compute_infer.add(infer);
+            s.compute_output.add(output);
+            let entry = s.batches.entry(batch_size).or_default();
+            entry[0].add(input);
+            entry[1].add(infer);
+            entry[2].add(output);
+        });
+    }
+
+    pub fn success_count(&self) -> u64 {
+        self.inner.lock().map_or(0, |s| s.success.count)
+    }
+
+    /// One entry of the statistics extension's `model_stats` array.
+    pub fn to_json(&self, name: &str, version: i64) -> Value {
+        let Ok(s) = self.inner.lock() else { return Value::Null };
+        let batch_stats: Vec<Value> = s
+            .batches
+            .iter()
+            .map(|(size, [i, c, o])| {
+                json!({ "batch_size": size, "compute_input": i.json(), "compute_infer": c.json(), "compute_output": o.json() })
+            })
+            .collect();
+        json!({
+            "name": name,
+            "version": version.to_string(),
+            "last_inference": s.last_inference_ms,
+            "inference_count": s.inference_count,
+            "execution_count": s.execution_count,
+            "inference_stats": {
+                "success": s.success.json(),
+                "fail": s.fail.json(),
+                "queue": s.queue.json(),
+                "compute_input": s.compute_input.json(),
+                "compute_infer": s.compute_infer.json(),
+                "compute_output": s.compute_output.json(),
+                "cache_hit": Duration2::default().json(),
+                "cache_miss": Duration2::default().json(),
+            },
+            "response_stats": {},
+            "batch_stats": batch_stats,
+            "memory_usage": [],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_batches_accumulate() {
+        let stats = ModelStats::default();
+        stats.record_execution(2, Duration::from_nanos(10), Duration::from_nanos(20), Duration::from_nanos(30));
+        stats.record_request(true, Duration::from_nanos(100), 42);
+        stats.record_request(false, Duration::from_nanos(5), 43);
+        let j = stats.to_json("m", 3);
+        assert_eq!(j["version"], "3");
+        assert_eq!(j["inference_count"], 2);
+        assert_eq!(j["execution_count"], 1);
+        assert_eq!(j["last_inference"], 43);
+        assert_eq!(j["inference_stats"]["success"]["count"], 1);
+        assert_eq!(j["inference_stats"]["fail"]["count"], 1);
+        assert_eq!(j["batch_stats"][0]["batch_size"], 2);
+        assert_eq!(j["batch_stats"][0]["compute_infer"]["ns"], 20);
+    }
+}

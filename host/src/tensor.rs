@@ -1,0 +1,226 @@
+//! Core tensor type shared by every front door and backend.
+//!
+//! Data is always raw little-endian bytes in row-major order. BYTES tensors use Triton's binary
+//! serialisation (each element a 4-byte little-endian length followed by its bytes), so the same
+//! buffer travels unchanged from the binary HTTP extension to a backend and back.
+
+use bytes::Bytes;
+
+use crate::error::{CoreError, CoreResult};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DataType {
+    Bool,
+    Uint8,
+    Uint16,
+    Uint32,
+    Uint64,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    Fp16,
+    Bf16,
+    Fp32,
+    Fp64,
+    Bytes,
+}
+
+impl DataType {
+    pub const ALL: [DataType; 14] = [
+        DataType::Bool,
+        DataType::Uint8,
+        DataType::Uint16,
+        DataType::Uint32,
+        DataType::Uint64,
+        DataType::Int8,
+        DataType::Int16,
+        DataType::Int32,
+        DataType::Int64,
+        DataType::Fp16,
+        DataType::Bf16,
+        DataType::Fp32,
+        DataType::Fp64,
+        DataType::Bytes,
+    ];
+
+    /// The KServe v2 protocol name ("FP32", "BYTES", ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DataType::Bool => "BOOL",
+            DataType::Uint8 => "UINT8",
+            DataType::Uint16 => "UINT16",
+            DataType::Uint32 => "UINT32",
+            DataType::Uint64 => "UINT64",
+            DataType::Int8 => "INT8",
+            DataType::Int16 => "INT16",
+            DataType::Int32 => "INT32",
+            DataType::Int64 => "INT64",
+            DataType::Fp16 => "FP16",
+            DataType::Bf16 => "BF16",
+            DataType::Fp32 => "FP32",
+            DataType::Fp64 => "FP64",
+            DataType::Bytes => "BYTES",
+        }
+    }
+
+    pub fn from_protocol(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.as_str() == name)
+    }
+
+    /// Bytes per element; `None` for variable-size BYTES.
+    pub fn element_size(self) -> Option<usize> {
+        match self {
+            DataType::Bool | DataType::Uint8 | DataType::Int8 => Some(1),
+            DataType::Uint16 | DataType::Int16 | DataType::Fp16 | DataType::Bf16 => Some(2),
+            DataType::Uint32 | DataType::Int32 | DataType::Fp32 => Some(4),
+            DataType::Uint64 | DataType::Int64 | DataType::Fp64 => Some(8),
+            DataType::Bytes => None,
+        }
+    }
+
+    /// Whether values of this type can be ranked for the classification extension.
+    pub fn is_numeric(self) -> bool {
+        !matches!(self, DataType::Bytes | DataType::Bool)
+    }
+}
+
+impl std::fmt::Display for DataType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Number of elements of a fully specified shape, or an error when it overflows or is negative.
+pub fn element_count(shape: &[i64]) -> CoreResult<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| {
+        let d = usize::try_from(d).map_err(|_| CoreError::invalid_arg(format!("invalid dimension {d} in shape {shape:?}")))?;
+        acc.checked_mul(d).ok_or_else(|| CoreError::invalid_arg(format!("shape {shape:?} has too many elements")))
+    })
+}
+
+/// A named tensor with its data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor {
+    pub name: String,
+    pub datatype: DataType,
+    pub shape: Vec<i64>,
+    pub data: Bytes,
+}
+
+impl Tensor {
+    /// Builds a tensor, checking that the data length fits the shape and datatype.
+    pub fn new(name: impl Into<String>, datatype: DataType, shape: Vec<i64>, data: Bytes) -> CoreResult<Self> {
+        let name = name.into();
+        let count = element_count(&shape)?;
+        match datatype.element_size() {
+            Some(size) => {
+                let expected = count.checked_mul(size).unwrap_or(usize::MAX);
+                if data.len() != expected {
+                    return Err(CoreError::invalid_arg(format!(
+                        "unexpected total byte size {} for input '{name}', expecting {expected}",
+                        data.len()
+                    )));
+                }
+            }
+            None => {
+                let found = bytes_element_count(&data).map_err(|e| {
+                    CoreError::invalid_arg(format!("invalid BYTES data for input '{name}': {e}"))
+                })?;
+                if found != count {
+                    return Err(CoreError::invalid_arg(format!(
+                        "unexpected number of string elements {found} for input '{name}', expecting {count}"
+                    )));
+                }
+            }
+        }
+        Ok(Self { name, datatype, shape, data })
+    }
+
+    pub fn element_count(&self) -> usize {
+        // Shapes are validated on construction; a corrupt shape counts as empty rather than panicking.
+        element_count(&self.shape).unwrap_or(0)
+    }
+}
+
+/// Counts the elements of a length-prefixed BYTES buffer, checking every prefix stays in bounds.
+pub fn bytes_element_count(data: &[u8]) -> Result<usize, String> {
+    let mut rest = data;
+    let mut count = 0;
+    while !rest.is_empty() {
+        let (len, tail) = split_bytes_element(rest)?;
+        rest = &tail[len..];
+        count += 1;
+    }
+    Ok(count)
+}
+
+fn split_bytes_element(data: &[u8]) -> Result<(usize, &[u8]), String> {
+    let Some((prefix, tail)) = data.split_first_chunk::<4>() else {
+        return Err(format!("truncated length prefix ({} trailing bytes)", data.len()));
+    };
+    let len = u32::from_le_bytes(*prefix) as usize;
+    if len > tail.len() {
+        return Err(format!("element of {len} bytes overruns the buffer ({} bytes left)", tail.len()));
+    }
+    Ok((len, tail))
+}
+
+/// Iterates the elements of a length-prefixed BYTES buffer (stops at the first malformed element).
+pub fn bytes_elements(data: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = data;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (len, tail) = split_bytes_element(rest).ok()?;
+        let (item, next) = tail.split_at(len);
+        rest = next;
+        Some(item)
+    })
+}
+
+/// Appends one element in BYTES serialisation.
+pub fn push_bytes_element(out: &mut Vec<u8>, item: &[u8]) -> CoreResult<()> {
+    let len = u32::try_from(item.len()).map_err(|_| CoreError::invalid_arg("BYTES element larger than 4 GiB"))?;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(item);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datatype_names_round_trip() {
+        for d in DataType::ALL {
+            assert_eq!(DataType::from_protocol(d.as_str()), Some(d));
+        }
+        assert_eq!(DataType::from_protocol("FLOAT"), None);
+    }
+
+    #[test]
+    fn tensor_checks_byte_size() {
+        let ok = Tensor::new("x", DataType::Fp32, vec![2, 2], Bytes::from(vec![0u8; 16]));
+        assert!(ok.is_ok());
+        let err = Tensor::new("x", DataType::Fp32, vec![2, 2], Bytes::from(vec![0u8; 15])).unwrap_err();
+        assert!(err.message.contains("expecting 16"), "{}", err.message);
+        let neg = Tensor::new("x", DataType::Fp32, vec![-1, 2], Bytes::new()).unwrap_err();
+        assert!(neg.message.contains("invalid dimension"));
+    }
+
+    #[test]
+    fn bytes_serialisation_round_trips_and_rejects_overruns() {
+        let mut buf = Vec::new();
+        push_bytes_element(&mut buf, b"hello").unwrap();
+        push_bytes_element(&mut buf, b"").unwrap();
+        assert_eq!(bytes_element_count(&buf), Ok(2));
+        assert_eq!(bytes_elements(&buf).collect::<Vec<_>>(), vec![&b"hello"[..], &b""[..]]);
+        let t = Tensor::new("s", DataType::Bytes, vec![2], Bytes::from(buf.clone())).unwrap();
+        assert_eq!(t.element_count(), 2);
+        buf.truncate(6);
+        assert!(bytes_element_count(&buf).is_err());
+        assert!(bytes_element_count(&[1, 0]).is_err());
+    }
+}

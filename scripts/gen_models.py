@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Generate the ONNX model files of Tessera's quickstart model repository, deterministically.
+
+    usage: gen_models.py [MODEL_REPO]      (default: <repo>/model-repos/quickstart)
+
+Writes only the model files; config.pbtxt and labels.txt are hand-written files kept in git:
+
+  add_sub/1/model.onnx     INPUT0, INPUT1  FP32  [batch, 16]  ->  OUTPUT0 = INPUT0 + INPUT1,
+                                                                   OUTPUT1 = INPUT0 - INPUT1
+  simple/1/model.onnx      the same with INT32 (the model tritonclient's examples call "simple")
+  classifier/1/model.onnx  INPUT0 FP32 [batch, 4]  ->  OUTPUT0 FP32 [batch, 5] = INPUT0 @ W + b
+
+The classifier's weights make its output trivial to predict: W is the 4x4 identity padded with a zero
+column and b = [0, 0, 0, 0, 0.5], so OUTPUT0 = [x0, x1, x2, x3, 0.5] exactly (0/1 weights, no rounding).
+With labels.txt = cat, dog, bird, fish, horse:
+  - the top class is argmax(x) ("cat" for x0, ..., "fish" for x3) when max(x) > 0.5, else "horse";
+  - e.g. [4, 3, 2, 1] -> cat 4, dog 3, bird 2, fish 1, horse 0.5 (top-5 in that order);
+         [0, 0, 0, 0] -> horse 0.5; [0, 0, 1, 0] -> bird 1.
+
+Every model is checked with onnx.checker (full_check) and run once with onnxruntime, asserting its
+input/output signature and its outputs, before it is written. A file whose bytes would not change is
+left alone apart from its mtime, which is refreshed so that scripts/setup-python.sh sees it as newer
+than this script. Quiet on success.
+
+ir_version 8 + opset 17 (ONNX 1.12 level): loadable by onnxruntime 1.31.1 and by much older runtimes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+IR_VERSION = 8
+OPSET = 17
+PRODUCER = "tessera/scripts/gen_models.py"
+BATCH = "batch"  # dim_param of the dynamic batch dimension
+
+LABELS = ["cat", "dog", "bird", "fish", "horse"]
+CLASSIFIER_W = np.hstack([np.eye(4, dtype=np.float32), np.zeros((4, 1), dtype=np.float32)])
+CLASSIFIER_B = np.array([0, 0, 0, 0, 0.5], dtype=np.float32)
+
+
+def _model(graph: onnx.GraphProto, doc: str) -> onnx.ModelProto:
+    m = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        producer_name=PRODUCER,
+        producer_version="1",
+        doc_string=doc,
+    )
+    m.ir_version = IR_VERSION
+    m.model_version = 1
+    return m
+
+
+def add_sub(name: str, elem_type: int) -> onnx.ModelProto:
+    def vi(n: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(n, elem_type, [BATCH, 16])
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"], name="add"),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"], name="sub"),
+        ],
+        name,
+        [vi("INPUT0"), vi("INPUT1")],
+        [vi("OUTPUT0"), vi("OUTPUT1")],
+    )
+    return _model(graph, f"{name}: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1")
+
+
+def classifier() -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["INPUT0", "W"], ["logits_no_bias"], name="matmul"),
+            helper.make_node("Add", ["logits_no_bias", "b"], ["OUTPUT0"], name="bias"),
+        ],
+        "classifier",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, [BATCH, 4])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, [BATCH, 5])],
+        initializer=[
+            numpy_helper.from_array(CLASSIFIER_W, "W"),
+            numpy_helper.from_array(CLASSIFIER_B, "b"),
+        ],
+    )
+    return _model(graph, "classifier: OUTPUT0 = [x0, x1, x2, x3, 0.5]; labels cat dog bird fish horse")
+
+
+# ---- validation --------------------------------------------------------------------------------
+
+def _session(data: bytes):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(data, sess_options=so, providers=["CPUExecutionProvider"])
+
+
+def _check_signature(sess, inputs: dict, outputs: dict) -> None:
+    got_in = {i.name: (i.type, list(i.shape)) for i in sess.get_inputs()}
+    got_out = {o.name: (o.type, list(o.shape)) for o in sess.get_outputs()}
+    assert got_in == inputs, f"inputs {got_in} != {inputs}"
+    assert got_out == outputs, f"outputs {got_out} != {outputs}"
+
+
+def validate_add_sub(data: bytes, dtype: type, ort_type: str) -> None:
+    sess = _session(data)
+    sig = {n: (ort_type, [BATCH, 16]) for n in ("INPUT0", "INPUT1")}
+    _check_signature(sess, sig, {n: (ort_type, [BATCH, 16]) for n in ("OUTPUT0", "OUTPUT1")})
+    rng = np.random.default_rng(0)
+    for batch in (1, 3, 8):
+        if dtype is np.int32:
+            a = rng.integers(-1000, 1000, size=(batch, 16), dtype=np.int32)
+            b = rng.integers(-1000, 1000, size=(batch, 16), dtype=np.int32)
+        else:
+            a = rng.standard_normal((batch, 16)).astype(dtype)
+            b = rng.standard_normal((batch, 16)).astype(dtype)
+        out0, out1 = sess.run(["OUTPUT0", "OUTPUT1"], {"INPUT0": a, "INPUT1": b})
+        assert out0.dtype == dtype and out1.dtype == dtype
+        np.testing.assert_array_equal(out0, a + b)
+        np.testing.assert_array_equal(out1, a - b)
+
+
+def validate_classifier(data: bytes) -> None:
+    sess = _session(data)
+    _check_signature(
+        sess,
+        {"INPUT0": ("tensor(float)", [BATCH, 4])},
+        {"OUTPUT0": ("tensor(float)", [BATCH, 5])},
+    )
+    x = np.array(
+        [[4, 3, 2, 1], [0, 0, 0, 0], [0, 0, 1, 0], [0.1, 0.2, 0.3, 0.4], [-1, 7, 2, 0]],
+        dtype=np.float32,
+    )
+    (y,) = sess.run(["OUTPUT0"], {"INPUT0": x})
+    np.testing.assert_array_equal(y, np.hstack([x, np.full((len(x), 1), 0.5, np.float32)]))
+    top = [LABELS[i] for i in y.argmax(axis=1)]
+    assert top == ["cat", "horse", "bird", "horse", "dog"], top
+    assert [LABELS[i] for i in np.argsort(-y[0])] == LABELS  # [4,3,2,1] -> cat dog bird fish horse
+
+
+# ---- output ------------------------------------------------------------------------------------
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_file() and path.read_bytes() == data:
+        os.utime(path)
+        return
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 2 or (len(argv) == 2 and argv[1] in ("-h", "--help")):
+        print(__doc__, file=sys.stderr)
+        return 2
+    default = Path(__file__).resolve().parent.parent / "model-repos" / "quickstart"
+    repo = Path(argv[1]) if len(argv) == 2 else default
+
+    models = [
+        ("add_sub", add_sub("add_sub", TensorProto.FLOAT),
+         lambda d: validate_add_sub(d, np.float32, "tensor(float)")),
+        ("simple", add_sub("simple", TensorProto.INT32),
+         lambda d: validate_add_sub(d, np.int32, "tensor(int32)")),
+        ("classifier", classifier(), validate_classifier),
+    ]
+    for name, model, validate in models:
+        onnx.checker.check_model(model, full_check=True)
+        data = model.SerializeToString(deterministic=True)
+        validate(data)
+        _write_if_changed(repo / name / "1" / "model.onnx", data)
+        if not (repo / name / "config.pbtxt").is_file():
+            print(f"gen_models: warning: {repo / name / 'config.pbtxt'} is missing", file=sys.stderr)
+
+    labels = repo / "classifier" / "labels.txt"
+    if labels.is_file():
+        got = labels.read_text().split()
+        assert got == LABELS, f"{labels} has {got}, the classifier's weights assume {LABELS}"
+    else:
+        print(f"gen_models: warning: {labels} is missing", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

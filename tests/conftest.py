@@ -1,0 +1,99 @@
+"""Fixtures that run the real Tessera binary.
+
+- ``server``: the session-wide server on model-repos/quickstart (models add_sub, simple, classifier),
+  checked after every test for a crash or a panic so that the culprit test is the one reported.
+- ``server_factory``: starts function-scoped servers on custom repositories / flags.
+- ``repo``: an empty model repository directory under tmp_path.
+
+The binary is $TESSERA_BIN or target/debug/tessera; if it is missing the tests fail (never skip).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tessera_testlib import (
+    TesseraServer,
+    quickstart_repo,
+    start_server,
+    tessera_bin,
+    wait_model_ready,
+)
+
+QUICKSTART_MODELS = ("add_sub", "simple", "classifier")
+
+
+@pytest.fixture(scope="session")
+def tessera_binary() -> Path:
+    return tessera_bin()
+
+
+@pytest.fixture(scope="session")
+def _quickstart_server(tmp_path_factory, tessera_binary) -> TesseraServer:
+    srv = start_server(tmp_path_factory.mktemp("quickstart-server"), [quickstart_repo()], name="quickstart")
+    try:
+        for m in QUICKSTART_MODELS:
+            wait_model_ready(srv, m)
+    except BaseException:
+        srv.stop()
+        raise
+    yield srv
+    srv.stop_and_check()
+
+
+@pytest.fixture
+def server(_quickstart_server: TesseraServer) -> TesseraServer:
+    """The shared quickstart server. Before: it must be up. After: still up, no new panic in its log."""
+    srv = _quickstart_server
+    assert srv.is_running(), (
+        f"the shared quickstart server died before this test (code {srv.process.poll()}); see {srv.log_path}"
+    )
+    srv.assert_no_new_panic()  # anything earlier belongs to earlier tests (already reported)
+    yield srv
+    srv.assert_no_new_panic()
+    assert srv.is_running(), (
+        f"the shared quickstart server exited during this test (code {srv.process.poll()}); see {srv.log_path}"
+    )
+
+
+class ServerFactory:
+    """Starts servers for one test; all are stopped and checked (no crash, no panic) at teardown."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.servers: list[tuple[TesseraServer, bool]] = []
+
+    def __call__(self, repos, extra_args=(), *, expect_exit: bool = False, **kw) -> TesseraServer:
+        """Start and wait for liveness; with expect_exit=True, don't wait (the test expects it to exit)."""
+        if isinstance(repos, (str, Path)):
+            repos = [repos]
+        if expect_exit:
+            kw["wait"] = False
+        srv = start_server(self.log_dir, repos, extra_args, name=f"server{len(self.servers)}", **kw)
+        self.servers.append((srv, not expect_exit))
+        return srv
+
+    def close(self) -> None:
+        errors = []
+        for srv, expect_running in self.servers:
+            try:
+                srv.stop_and_check(expect_running=expect_running)
+            except AssertionError as e:
+                errors.append(f"{srv.argv}: {e}")
+        assert not errors, "\n\n".join(errors)
+
+
+@pytest.fixture
+def server_factory(tmp_path, tessera_binary) -> ServerFactory:
+    factory = ServerFactory(tmp_path / "logs")
+    yield factory
+    factory.close()
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    d = tmp_path / "repo"
+    d.mkdir()
+    return d

@@ -1,0 +1,586 @@
+"""Shared helpers for Tessera's integration tests: starting the real server binary, model-repository
+builders, raw-HTTP helpers and the expected (Triton-compatible) error codes.
+
+Everything talks to 127.0.0.1 only. Waiting is always a bounded polling loop with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import pytest
+import requests
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = REPO_ROOT / "model-repos" / "quickstart"
+DEFAULT_BIN = REPO_ROOT / "target" / "debug" / "tessera"
+ORT_LIB_PATH_FILE = REPO_ROOT / ".venv" / "ort-lib-path"
+
+# Deadlines (seconds). Generous: a debug build on a 2-core machine under load.
+STARTUP_DEADLINE = 60.0
+SHUTDOWN_DEADLINE = 20.0
+READY_DEADLINE = 60.0
+POLL_MODE_DEADLINE = 45.0
+
+PANIC_MARKER = "panicked"
+
+
+# ---------------------------------------------------------------------------------------------
+# Binary / environment
+# ---------------------------------------------------------------------------------------------
+
+def tessera_bin() -> Path:
+    """Path of the server binary (TESSERA_BIN or target/debug/tessera); fails the test clearly if absent."""
+    p = Path(os.environ.get("TESSERA_BIN", str(DEFAULT_BIN)))
+    if not p.is_file():
+        pytest.fail(
+            f"Tessera binary not found at {p}. Build it (cargo build) or set TESSERA_BIN to its path.",
+            pytrace=False,
+        )
+    if not os.access(p, os.X_OK):
+        pytest.fail(f"Tessera binary {p} is not executable.", pytrace=False)
+    return p
+
+
+def quickstart_repo() -> Path:
+    """The quickstart repository; fails clearly if its generated ONNX files are missing."""
+    missing = [
+        str(QUICKSTART / m / "1" / "model.onnx")
+        for m in ("add_sub", "simple", "classifier")
+        if not (QUICKSTART / m / "1" / "model.onnx").is_file()
+    ]
+    if missing:
+        pytest.fail(
+            "quickstart model files are missing (run scripts/setup-python.sh, which runs "
+            f"scripts/gen_models.py): {', '.join(missing)}",
+            pytrace=False,
+        )
+    return QUICKSTART
+
+
+def server_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env.setdefault("RUST_BACKTRACE", "1")
+    # The server loads ONNX Runtime dynamically (ort's load-dynamic). scripts/setup-python.sh records the
+    # library shipped in the venv's onnxruntime wheel; hand it over through ort's standard variable
+    # unless the caller already chose one.
+    if "ORT_DYLIB_PATH" not in env and ORT_LIB_PATH_FILE.is_file():
+        lib = ORT_LIB_PATH_FILE.read_text().strip()
+        if lib and Path(lib).is_file():
+            env["ORT_DYLIB_PATH"] = lib
+    if extra:
+        env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1 (bind port 0, read it back, release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports (all sockets held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def assert_no_panic(text: str, what: str = "server") -> None:
+    assert PANIC_MARKER not in text, f"{what} panicked:\n{tail(text)}"
+
+
+def tail(text: str, n: int = 60) -> str:
+    lines = text.splitlines()
+    return "\n".join(lines[-n:])
+
+
+# ---------------------------------------------------------------------------------------------
+# Server process
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class TesseraServer:
+    process: subprocess.Popen
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log_path: Path
+    argv: list[str]
+    # Log offset already checked for panics (per-test attribution on shared servers).
+    checked_offset: int = 0
+    stopped: bool = False
+    returncode: int | None = None
+
+    # tritonclient wants "host:port" without a scheme.
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def port(self) -> int:
+        return self.http_port
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def http(self, path: str) -> str:
+        return self.base_url + path
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def is_running(self) -> bool:
+        return self.process.poll() is None
+
+    def assert_alive(self) -> None:
+        rc = self.process.poll()
+        assert rc is None, f"server exited unexpectedly with code {rc}; log tail:\n{tail(self.log_text())}"
+        r = requests.get(self.http("/v2/health/live"), timeout=10)
+        assert r.status_code == 200, f"/v2/health/live answered {r.status_code}"
+
+    def assert_no_new_panic(self) -> None:
+        text = self.log_text()
+        new = text[self.checked_offset:]
+        self.checked_offset = len(text)
+        assert_no_panic(new)
+
+    def wait_live(self, deadline: float = STARTUP_DEADLINE) -> None:
+        end = time.monotonic() + deadline
+        last_err = None
+        while time.monotonic() < end:
+            rc = self.process.poll()
+            if rc is not None:
+                raise ServerExited(rc, self.log_text())
+            try:
+                r = requests.get(self.http("/v2/health/live"), timeout=2)
+                if r.status_code == 200:
+                    return
+                last_err = f"HTTP {r.status_code}"
+            except requests.RequestException as e:
+                last_err = repr(e)
+            time.sleep(0.05)
+        pytest.fail(
+            f"server did not become live within {deadline}s (last: {last_err}); argv={self.argv}\n"
+            f"log tail:\n{tail(self.log_text())}",
+            pytrace=False,
+        )
+
+    def mark_stopped(self, rc: int) -> None:
+        """The test ended the process itself (e.g. a signal test): teardown only checks for panics."""
+        self.stopped = True
+        self.returncode = rc
+
+    def stop(self) -> int:
+        """SIGTERM, wait (bounded), SIGKILL as a last resort. Returns the exit code."""
+        if self.stopped:
+            return self.returncode  # type: ignore[return-value]
+        self.stopped = True
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=SHUTDOWN_DEADLINE)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+                self.returncode = self.process.returncode
+                raise AssertionError(
+                    f"server did not exit within {SHUTDOWN_DEADLINE}s of SIGTERM (killed)\n"
+                    f"log tail:\n{tail(self.log_text())}"
+                )
+        self.returncode = self.process.returncode
+        return self.returncode
+
+    def stop_and_check(self, expect_running: bool = True) -> None:
+        """Teardown check: it was still running (did not crash), shuts down on SIGTERM, never panicked."""
+        if self.stopped:  # the test stopped it on purpose (and checked how)
+            assert_no_panic(self.log_text())
+            return
+        crashed_rc = self.process.poll()
+        rc = self.stop()
+        text = self.log_text()
+        assert_no_panic(text)
+        if expect_running:
+            assert crashed_rc is None, (
+                f"server had already exited (code {crashed_rc}) before teardown; log tail:\n{tail(text)}"
+            )
+        if expect_running:
+            # A graceful shutdown exits 0; dying of the SIGTERM itself is tolerated. Anything else
+            # (a fatal signal such as SIGSEGV/SIGABRT, or an error exit) means it broke on shutdown.
+            assert rc in (0, -signal.SIGTERM, 128 + signal.SIGTERM), (
+                f"server exited with code {rc} on SIGTERM; log tail:\n{tail(text)}"
+            )
+
+
+class ServerExited(Exception):
+    def __init__(self, rc: int, log: str):
+        super().__init__(f"server exited during startup with code {rc}; log tail:\n{tail(log)}")
+        self.rc = rc
+        self.log = log
+
+
+def build_argv(
+    bin_path: Path,
+    repos: Sequence[Path | str],
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    extra_args: Sequence[str] = (),
+    subcommand: str | None = "serve",
+    triton_style: bool = False,
+    repo_flag: str = "--model-repository",
+) -> list[str]:
+    argv = [str(bin_path)]
+    if subcommand:
+        argv.append(subcommand)
+
+    def opt(name: str, value) -> list[str]:
+        return [f"{name}={value}"] if triton_style else [name, str(value)]
+
+    for r in repos:
+        argv += opt(repo_flag, r)
+    argv += opt("--http-address", "127.0.0.1")
+    argv += opt("--http-port", http_port)
+    argv += opt("--grpc-port", grpc_port)
+    argv += opt("--metrics-port", metrics_port)
+    argv += list(extra_args)
+    return argv
+
+
+def start_server(
+    log_dir: Path,
+    repos: Sequence[Path | str],
+    extra_args: Sequence[str] = (),
+    *,
+    bin_path: Path | None = None,
+    subcommand: str | None = "serve",
+    triton_style: bool = False,
+    repo_flag: str = "--model-repository",
+    wait: bool = True,
+    env: dict | None = None,
+    name: str = "tessera",
+) -> TesseraServer:
+    """Start the real binary on free ports and (by default) wait until /v2/health/live answers 200.
+
+    Retries on a different set of ports when the process dies complaining that an address is in use
+    (another process grabbed a port between our probe and the server's bind)."""
+    bin_path = bin_path or tessera_bin()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for attempt in range(3):
+        http_port, grpc_port, metrics_port = free_ports(3)
+        argv = build_argv(
+            bin_path, repos, http_port, grpc_port, metrics_port, extra_args,
+            subcommand=subcommand, triton_style=triton_style, repo_flag=repo_flag,
+        )
+        log_path = log_dir / f"{name}-{http_port}.log"
+        with open(log_path, "wb") as log:
+            log.write(("$ " + " ".join(argv) + "\n").encode())
+            log.flush()
+            proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=server_env(env), cwd=str(log_dir),
+            )
+        srv = TesseraServer(proc, http_port, grpc_port, metrics_port, log_path, argv)
+        if not wait:
+            return srv
+        try:
+            srv.wait_live()
+            return srv
+        except ServerExited as e:
+            if re.search(r"address (already )?in use|already in use", e.log, re.I) and attempt < 2:
+                continue
+            pytest.fail(f"{e}\nargv={argv}", pytrace=False)
+    raise AssertionError("unreachable")
+
+
+def run_cli(args: Sequence[str], timeout: float = 30, bin_path: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the binary to completion (for --help, bad flags, ...); bounded by timeout."""
+    argv = [str(bin_path or tessera_bin()), *args]
+    try:
+        cp = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout,
+            stdin=subprocess.DEVNULL, env=server_env(),
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{argv} did not exit within {timeout}s (stdout={e.stdout!r}, stderr={e.stderr!r})",
+                    pytrace=False)
+    assert_no_panic(cp.stdout + cp.stderr, what=" ".join(argv))
+    return cp
+
+
+# ---------------------------------------------------------------------------------------------
+# Polling helpers
+# ---------------------------------------------------------------------------------------------
+
+def wait_until(pred: Callable[[], bool], deadline: float, what: str, server: TesseraServer | None = None,
+               interval: float = 0.1) -> None:
+    """Bounded polling: pred() is retried until it is true or the deadline passes. Exceptions raised by
+    pred (a request failing while a model reloads, ...) count as 'not yet'; the last one is reported."""
+    end = time.monotonic() + deadline
+    last_exc = None
+    while time.monotonic() < end:
+        if server is not None and not server.is_running():
+            pytest.fail(f"server exited (code {server.process.poll()}) while waiting until {what}; "
+                        f"log tail:\n{tail(server.log_text())}", pytrace=False)
+        try:
+            if pred():
+                return
+        except AssertionError:
+            raise
+        except Exception as e:  # noqa: BLE001 - transient failures while polling
+            last_exc = e
+        time.sleep(interval)
+    msg = f"timed out after {deadline}s waiting until {what}"
+    if last_exc is not None:
+        msg += f" (last error: {last_exc!r})"
+    if server is not None:
+        msg += f"; log tail:\n{tail(server.log_text())}"
+    pytest.fail(msg, pytrace=False)
+
+
+def model_ready(server: TesseraServer, model: str, version: str | int | None = None) -> bool:
+    path = f"/v2/models/{model}" + (f"/versions/{version}" if version not in (None, "") else "") + "/ready"
+    return requests.get(server.http(path), timeout=10).status_code == 200
+
+
+def wait_model_ready(server: TesseraServer, model: str, version=None, deadline: float = READY_DEADLINE) -> None:
+    v = f" version {version}" if version else ""
+    wait_until(lambda: model_ready(server, model, version), deadline, f"model '{model}'{v} is ready", server)
+
+
+def wait_model_not_ready(server: TesseraServer, model: str, version=None, deadline: float = READY_DEADLINE) -> None:
+    v = f" version {version}" if version else ""
+    wait_until(lambda: not model_ready(server, model, version), deadline,
+               f"model '{model}'{v} is no longer ready", server)
+
+
+def repository_index(server: TesseraServer, body: dict | None = None) -> list[dict]:
+    r = requests.post(server.http("/v2/repository/index"), data=json.dumps(body or {}), timeout=10)
+    assert r.status_code == 200, f"repository index: HTTP {r.status_code}: {r.text}"
+    idx = r.json()
+    assert isinstance(idx, list), f"repository index is not a JSON array: {idx!r}"
+    return idx
+
+
+def index_entries(index: list[dict], model: str) -> list[dict]:
+    return [e for e in index if e.get("name") == model]
+
+
+# ---------------------------------------------------------------------------------------------
+# Model repositories
+# ---------------------------------------------------------------------------------------------
+
+def add_sub_config(name: str, *, dtype: str = "TYPE_FP32", max_batch_size: int = 8,
+                   input_dims: str = "[ 16 ]", input_extra: str = "", output_dims: str = "[ 16 ]",
+                   backend_line: str = 'backend: "onnxruntime"', extra: str = "") -> str:
+    """A complete config.pbtxt for an add_sub-like model (INPUT0/INPUT1 -> OUTPUT0 sum, OUTPUT1 diff)."""
+    def tensor(n: str, dims: str, more: str = "") -> str:
+        return f'  {{\n    name: "{n}"\n    data_type: {dtype}\n    dims: {dims}\n{more}  }}'
+
+    more_in = f"    {input_extra}\n" if input_extra else ""
+    return (
+        f'name: "{name}"\n'
+        f"{backend_line}\n"
+        f"max_batch_size: {max_batch_size}\n"
+        "input [\n"
+        f"{tensor('INPUT0', input_dims, more_in)},\n{tensor('INPUT1', input_dims, more_in)}\n"
+        "]\n"
+        "output [\n"
+        f"{tensor('OUTPUT0', output_dims)},\n{tensor('OUTPUT1', output_dims)}\n"
+        "]\n"
+        f"{extra}\n"
+    )
+
+
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write via a temp file + rename, so a polling server never sees a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    if isinstance(text, str):
+        tmp.write_text(text)
+    else:
+        tmp.write_bytes(text)
+    os.replace(tmp, path)
+
+
+def copy_model(dst_repo: Path, src_name: str, dst_name: str | None = None, *,
+               versions: Iterable[int] = (1,), config: str | None = None,
+               with_config: bool = True) -> Path:
+    """Copy a quickstart model into dst_repo (optionally renamed, with several version dirs and/or a
+    replacement config.pbtxt). Built in a staging dir beside the repo then renamed in, atomically."""
+    src = quickstart_repo() / src_name
+    dst_name = dst_name or src_name
+    dst_repo.mkdir(parents=True, exist_ok=True)
+    staging_root = dst_repo.parent / f".staging-{dst_repo.name}"
+    staging_root.mkdir(exist_ok=True)
+    stage = staging_root / dst_name
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir()
+    for v in versions:
+        shutil.copytree(src / "1", stage / str(v))
+    for extra_file in src.iterdir():
+        if extra_file.is_file() and extra_file.name != "config.pbtxt":
+            shutil.copy2(extra_file, stage / extra_file.name)
+    if with_config:
+        if config is None:
+            text = (src / "config.pbtxt").read_text()
+            if dst_name != src_name:
+                text = re.sub(r'(?m)^name:\s*"[^"]*"', f'name: "{dst_name}"', text)
+            config = text
+        (stage / "config.pbtxt").write_text(config)
+    dst = dst_repo / dst_name
+    os.rename(stage, dst)
+    return dst
+
+
+def add_version_dir(model_dir: Path, version: int, src_name: str = "simple") -> Path:
+    """Atomically add model_dir/<version> holding a copy of a quickstart model file."""
+    staging = model_dir.parent.parent / f".staging-v{version}-{model_dir.name}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    shutil.copytree(quickstart_repo() / src_name / "1", staging)
+    dst = model_dir / str(version)
+    os.rename(staging, dst)
+    return dst
+
+
+def remove_tree_atomic(path: Path) -> None:
+    """Move a directory out of the repository in one rename, then delete it."""
+    graveyard = path.parent.parent / f".removed-{path.name}-{time.monotonic_ns()}"
+    os.rename(path, graveyard)
+    shutil.rmtree(graveyard)
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw HTTP helpers
+# ---------------------------------------------------------------------------------------------
+
+SIMPLE_IN0 = list(range(16))
+SIMPLE_IN1 = [1] * 16
+
+
+def simple_json_request(in0=None, in1=None, batch: int = 1, **top) -> dict:
+    in0 = SIMPLE_IN0 if in0 is None else in0
+    in1 = SIMPLE_IN1 if in1 is None else in1
+    body = {
+        "inputs": [
+            {"name": "INPUT0", "shape": [batch, 16], "datatype": "INT32", "data": in0 * batch},
+            {"name": "INPUT1", "shape": [batch, 16], "datatype": "INT32", "data": in1 * batch},
+        ]
+    }
+    body.update(top)
+    return body
+
+
+def post_infer(server: TesseraServer, model: str, body, *, version=None, headers=None, timeout=30):
+    path = f"/v2/models/{model}" + (f"/versions/{version}" if version is not None else "") + "/infer"
+    if isinstance(body, (dict, list)):
+        data = json.dumps(body).encode()
+        hdrs = {"Content-Type": "application/json"}
+    else:
+        data = body
+        hdrs = {}
+    hdrs.update(headers or {})
+    return requests.post(server.http(path), data=data, headers=hdrs, timeout=timeout)
+
+
+def assert_serves(server: TesseraServer) -> None:
+    """A good request right after a bad one: the server still answers correctly."""
+    server.assert_alive()
+    r = post_infer(server, "simple", simple_json_request())
+    assert r.status_code == 200, f"good request after a bad one failed: HTTP {r.status_code}: {r.text}"
+    outs = {o["name"]: o for o in r.json()["outputs"]}
+    assert outs["OUTPUT0"]["data"] == [a + b for a, b in zip(SIMPLE_IN0, SIMPLE_IN1)]
+    assert outs["OUTPUT1"]["data"] == [a - b for a, b in zip(SIMPLE_IN0, SIMPLE_IN1)]
+
+
+def error_message(resp: requests.Response) -> str:
+    """The 'error' string of a KServe error response; asserts the body has that shape."""
+    try:
+        body = resp.json()
+    except ValueError:
+        raise AssertionError(f"error response is not JSON (HTTP {resp.status_code}): {resp.text[:500]!r}")
+    assert isinstance(body, dict) and isinstance(body.get("error"), str), (
+        f'error response is not {{"error": "..."}}: {body!r}'
+    )
+    msg = body["error"]
+    assert msg.strip(), "error message is empty"
+    return msg
+
+
+def assert_error(resp: requests.Response, status: int | Iterable[int], *needles: str,
+                 any_of: Sequence[str] = ()) -> str:
+    """Status code (exact, or one of a set) + {"error": msg} body where msg contains every needle
+    (case-insensitive) and at least one of any_of (when given)."""
+    allowed = {status} if isinstance(status, int) else set(status)
+    assert resp.status_code in allowed, (
+        f"expected HTTP {sorted(allowed)}, got {resp.status_code}: {resp.text[:1000]!r}"
+    )
+    msg = error_message(resp)
+    low = msg.lower()
+    for n in needles:
+        assert n.lower() in low, f"error message does not mention {n!r}: {msg!r}"
+    if any_of:
+        assert any(n.lower() in low for n in any_of), f"error message mentions none of {list(any_of)}: {msg!r}"
+    return msg
+
+
+# ---------------------------------------------------------------------------------------------
+# Expected status codes (Triton-compatible). Kept in one place so they can be aligned with
+# docs/triton-http-behaviour.md (ground truth recorded from the real Triton).
+# ---------------------------------------------------------------------------------------------
+
+BAD_REQUEST = 400
+NOT_FOUND = 404
+METHOD_NOT_ALLOWED = 405
+
+# Triton maps TRITONSERVER_ERROR_INVALID_ARG -> 400, NOT_FOUND -> 404, UNAVAILABLE -> 503,
+# UNSUPPORTED -> 501, INTERNAL -> 500 in current releases; older ones answered 400 for everything.
+EXPECT = {
+    "malformed_json": {BAD_REQUEST},
+    "empty_body": {BAD_REQUEST},
+    "non_object_json": {BAD_REQUEST},
+    "deeply_nested_json": {BAD_REQUEST},
+    "wrong_dtype": {BAD_REQUEST},
+    "wrong_shape": {BAD_REQUEST},
+    "element_count": {BAD_REQUEST},
+    "missing_input": {BAD_REQUEST},
+    "unknown_input": {BAD_REQUEST},
+    "unknown_model": {BAD_REQUEST, NOT_FOUND},
+    "unknown_version": {BAD_REQUEST, NOT_FOUND},
+    "unknown_output": {BAD_REQUEST},
+    "batch_too_large": {BAD_REQUEST},
+    "body_too_large": {BAD_REQUEST, 413},
+    "header_length_too_large": {BAD_REQUEST},
+    "header_length_not_numeric": {BAD_REQUEST},
+    "binary_size_mismatch": {BAD_REQUEST},
+    "bad_gzip": {BAD_REQUEST},
+    "unknown_url": {BAD_REQUEST, NOT_FOUND},
+    "wrong_method": {METHOD_NOT_ALLOWED},
+    "model_not_ready_infer": {BAD_REQUEST, NOT_FOUND, 503},
+    "load_unknown_model": {BAD_REQUEST, NOT_FOUND},
+    "control_disabled": {BAD_REQUEST, 503},
+}
