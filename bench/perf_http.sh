@@ -67,9 +67,11 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # ---- cleanup: only what this script started ------------------------------------------------------
 TESSERA_PID=
 TRITON_STARTED=0
+PA_PID=
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  if [ -n "$PA_PID" ]; then kill -TERM "$PA_PID" 2>/dev/null || true; wait "$PA_PID" 2>/dev/null || true; fi
   if [ -n "$TESSERA_PID" ] && kill -0 "$TESSERA_PID" 2>/dev/null; then
     kill -TERM "$TESSERA_PID" 2>/dev/null || true
     for _ in $(seq 100); do kill -0 "$TESSERA_PID" 2>/dev/null || break; sleep 0.1; done
@@ -147,10 +149,15 @@ pa_args() {  # port concurrency window_ms
   echo "-m $MODEL -i http -u 127.0.0.1:$1 -b 1 --concurrency-range $2 -p $3 -s 100 -r 5"
 }
 pa() {  # csv_or_empty port concurrency window_ms   (stdout+stderr to the caller)
-  local csv=$1; shift
+  local csv=$1 rc=0; shift
+  # in the background + wait, so that INT/TERM reach the trap at once (cleanup stops it too)
   # shellcheck disable=SC2046
   timeout -k 5 "$PA_TIMEOUT" env LD_LIBRARY_PATH="$PERF_ANALYZER_LD_LIBRARY_PATH" \
-    "$PERF_ANALYZER" $(pa_args "$@") ${csv:+-f "$csv"}
+    "$PERF_ANALYZER" $(pa_args "$@") ${csv:+-f "$csv"} &
+  PA_PID=$!
+  wait "$PA_PID" || rc=$?
+  PA_PID=
+  return "$rc"
 }
 # perf_analyzer's CSV: a header line, then one row per concurrency; find columns by name.
 parse_csv() {  # csv -> "infer_per_s p50_us p99_us"
@@ -228,7 +235,7 @@ def fmt(x, nd=0):
     return "n/a" if x is None else f"{x:,.{nd}f}"
 
 print(f"### perf_analyzer over HTTP: `{os.environ['MODEL']}`, batch 1, "
-      f"median of {os.environ['REPEATS']} runs ({int(os.environ['MEASURE_MS']) // 1000} s windows)\n")
+      f"median of {os.environ['REPEATS']} run(s) ({os.environ['MEASURE_MS']} ms windows)\n")
 print("| server | concurrency | infer/s (median) | infer/s min-max | p50 µs | p99 µs | runs ok |")
 print("|---|---:|---:|---:|---:|---:|---:|")
 for c in concs:
@@ -270,3 +277,6 @@ print(f"  - each measurement (`source /opt/triton-reference/triton/env.sh` first
 EOF
 cat "$OUT_DIR/results.md"
 log "raw results, CSVs and logs: $OUT_DIR"
+if awk -F'\t' 'NR > 1 && $4 == "NA" { bad = 1 } END { exit !bad }' "$RESULTS"; then
+  log "some measurements failed (n/a in the table)"; exit 1
+fi

@@ -17,6 +17,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve one or more Triton model repositories.
+    // Triton lets a later flag override an earlier one (`--http-port 1 --http-port 2`).
+    #[command(args_override_self = true)]
     Serve(Box<ServeArgs>),
 }
 
@@ -44,7 +46,7 @@ pub struct ServeArgs {
     pub http_address: String,
     #[arg(long, default_value_t = 8000, env = "TESSERA_HTTP_PORT")]
     pub http_port: u16,
-    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub allow_http: bool,
     /// Largest request body accepted, after decompression (Triton's default: 64 MiB).
     #[arg(long, default_value = "67108864", value_parser = parse_byte_size)]
@@ -58,7 +60,7 @@ pub struct ServeArgs {
     pub grpc_address: String,
     #[arg(long, default_value_t = 8001)]
     pub grpc_port: u16,
-    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub allow_grpc: bool,
 
     /// Prometheus metrics endpoint (not served yet by this version; the flags are accepted).
@@ -66,7 +68,7 @@ pub struct ServeArgs {
     pub metrics_address: String,
     #[arg(long, default_value_t = 8002)]
     pub metrics_port: u16,
-    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub allow_metrics: bool,
 
     #[arg(long, value_enum, default_value = "none", env = "TESSERA_MODEL_CONTROL_MODE")]
@@ -78,16 +80,16 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 15)]
     pub repository_poll_secs: u64,
     /// When true, every model needs a complete config.pbtxt (no auto-complete from the model file).
-    #[arg(long, default_value = "false", value_parser = parse_bool)]
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub strict_model_config: bool,
     /// Triton's newer spelling of --strict-model-config=true.
     #[arg(long)]
     pub disable_auto_complete_config: bool,
     /// When true, /v2/health/ready is 200 only if every loaded model is ready.
-    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub strict_readiness: bool,
     /// Exit at startup if any model fails to load (Triton's default: true).
-    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub exit_on_error: bool,
 
     /// Server identifier reported by server metadata (default: "triton" when invoked as
@@ -98,11 +100,11 @@ pub struct ServeArgs {
     /// Verbose logging level; > 0 turns on debug logs.
     #[arg(long, default_value_t = 0)]
     pub log_verbose: u32,
-    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub log_info: bool,
-    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub log_warning: bool,
-    #[arg(long, default_value = "true", value_parser = parse_bool)]
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub log_error: bool,
 
     /// Path of libonnxruntime.so; by default it is looked for next to the binary, in the
@@ -168,6 +170,7 @@ mod tests {
             "*",
             "--http-port=9000",
             "--log-verbose=1",
+            "--http-port=9001",
         ])
         .unwrap();
         assert_eq!(a.model_repository, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
@@ -175,7 +178,7 @@ mod tests {
         assert!(a.strict_config());
         assert_eq!(a.model_control_mode, ControlMode::Explicit);
         assert_eq!(a.load_model, vec!["x", "*"]);
-        assert_eq!(a.http_port, 9000);
+        assert_eq!(a.http_port, 9001, "the last occurrence wins, as in Triton");
         assert_eq!(a.grpc_port, 8001);
         assert_eq!(a.metrics_port, 8002);
     }

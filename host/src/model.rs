@@ -125,7 +125,13 @@ impl LoadedModel {
     }
 
     async fn infer_inner(&self, request: InferRequest, start: Instant) -> CoreResult<InferResponse> {
-        let (exec, batch_size, wanted) = self.prepare(&request)?;
+        let (exec, batch_size) = self.prepare(&request).map_err(|e| {
+            // Triton prefixes the core's input-validation errors with the request id.
+            let id = request.id.as_deref().filter(|id| !id.is_empty()).unwrap_or("<id_unknown>");
+            CoreError::new(e.kind, format!("[request id: {id}] {}", e.message))
+        })?;
+        let wanted = self.check_outputs(&request)?;
+        let exec = ExecRequest { outputs: wanted.iter().map(|o| o.name.clone()).collect(), ..exec };
         let queued = Instant::now();
         let mut results = self.pool.execute(vec![exec], || self.stats.record_queue(queued.elapsed())).await?;
         let infer_done = Instant::now();
@@ -147,10 +153,10 @@ impl LoadedModel {
         })
     }
 
-    /// Checks the request against the config (names, datatypes, shapes, batch size) and applies
-    /// input reshapes. Returns the instance-facing request, the batch size (1 for models that
-    /// do not batch) and the outputs the caller asked for.
-    fn prepare(&self, request: &InferRequest) -> CoreResult<(ExecRequest, usize, Vec<RequestedOutput>)> {
+    /// Checks the request's inputs against the config (names, datatypes, shapes, batch size) and
+    /// applies input reshapes. Returns the instance-facing inputs and the batch size (1 for models
+    /// that do not batch).
+    fn prepare(&self, request: &InferRequest) -> CoreResult<(ExecRequest, usize)> {
         let model = &self.name;
         let batching = self.config.max_batch_size > 0;
         let mut batch_size: Option<i64> = None;
@@ -183,7 +189,7 @@ impl LoadedModel {
                     None => batch_size = Some(b),
                     Some(prev) if prev != b => {
                         return Err(CoreError::invalid_arg(format!(
-                            "input '{}' has batch size {b} but other inputs have batch size {prev}",
+                            "input '{}' batch size does not match other inputs for '{model}'",
                             tensor.name
                         )));
                     }
@@ -196,10 +202,11 @@ impl LoadedModel {
             if !shape_matches(dims, &spec.dims) {
                 let expected: Vec<i64> = if batching { [-1].iter().chain(&spec.dims).copied().collect() } else { spec.dims.clone() };
                 return Err(CoreError::invalid_arg(format!(
-                    "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}",
+                    "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}. {}",
                     tensor.name,
                     format_shape(&expected),
-                    format_shape(&tensor.shape)
+                    format_shape(&tensor.shape),
+                    if batching { BATCH_NOTE } else { "" }
                 )));
             }
             let mut model_tensor = tensor.clone();
@@ -217,11 +224,13 @@ impl LoadedModel {
             .map(|s| s.name.as_str())
             .collect();
         if !missing.is_empty() {
+            let quoted = |names: &mut dyn Iterator<Item = &str>| names.map(|n| format!("'{n}'")).collect::<Vec<_>>().join(",");
             return Err(CoreError::invalid_arg(format!(
-                "expected {} inputs but got {} inputs for model '{model}'. Missing required input(s) {}",
+                "expected {} inputs but got {} inputs for model '{model}'. Got input(s) [{}], but missing required input(s) [{}]. Please provide all required input(s).",
                 self.inputs.iter().filter(|s| !s.optional).count(),
                 request.inputs.len(),
-                missing.iter().map(|m| format!("'{m}'")).collect::<Vec<_>>().join(", ")
+                quoted(&mut request.inputs.iter().map(|t| t.name.as_str())),
+                quoted(&mut missing.iter().copied())
             )));
         }
         let batch_size = batch_size.unwrap_or(1);
@@ -232,7 +241,14 @@ impl LoadedModel {
             )));
         }
 
-        let wanted: Vec<RequestedOutput> = if request.outputs.is_empty() {
+        let exec = ExecRequest { inputs, outputs: Vec::new() };
+        Ok((exec, usize::try_from(batch_size).unwrap_or(1)))
+    }
+
+    /// The outputs to return: the requested ones (checked against the config), or all of them.
+    fn check_outputs(&self, request: &InferRequest) -> CoreResult<Vec<RequestedOutput>> {
+        let model = &self.name;
+        Ok(if request.outputs.is_empty() {
             self.outputs.iter().map(|o| RequestedOutput { name: o.name.clone(), class_count: 0 }).collect()
         } else {
             for (i, out) in request.outputs.iter().enumerate() {
@@ -250,9 +266,7 @@ impl LoadedModel {
                 }
             }
             request.outputs.clone()
-        };
-        let exec = ExecRequest { inputs, outputs: wanted.iter().map(|o| o.name.clone()).collect() };
-        Ok((exec, usize::try_from(batch_size).unwrap_or(1), wanted))
+        })
     }
 
     /// Checks outputs against the config, undoes output reshapes and applies classification.
@@ -295,6 +309,8 @@ impl LoadedModel {
         Ok(result)
     }
 }
+
+const BATCH_NOTE: &str = "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size.";
 
 /// `actual` matches `expected` when ranks agree and every fixed dim is equal (-1 is a wildcard).
 fn shape_matches(actual: &[i64], expected: &[i64]) -> bool {

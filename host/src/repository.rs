@@ -117,7 +117,7 @@ impl ModelManager {
             .filter(|p| p.is_dir())
             .collect();
         match dirs.as_slice() {
-            [] => Err(CoreError::invalid_arg(format!("failed to load '{name}', failed to poll from model repository"))),
+            [] => Err(CoreError::internal(format!("failed to load '{name}', failed to poll from model repository"))),
             [one] => Ok(one.clone()),
             _ => Err(CoreError::invalid_arg(format!(
                 "failed to load '{name}': model appears in more than one model repository ({})",
@@ -163,8 +163,8 @@ impl ModelManager {
                 tracing::info!(model = name, "model unloaded");
                 Ok(())
             }
-            None if self.scan().contains_key(name) => Ok(()),
-            None => Err(CoreError::invalid_arg(format!("failed to unload '{name}', no version is available"))),
+            // Triton answers 200 for unloading a model that is not loaded.
+            None => Ok(()),
         }
     }
 
@@ -211,6 +211,14 @@ impl ModelManager {
                 return entry;
             }
         };
+        // Triton's normalisation: /config shows the backend and file it actually uses.
+        let mut config = config;
+        if config.backend.is_empty() {
+            config.backend = backend.name().to_string();
+        }
+        if config.default_model_filename.is_empty() {
+            config.default_model_filename = backend.default_model_filename().to_string();
+        }
         for version in versions {
             let version_dir = dir.join(version.to_string());
             let file = model_filename(&config, backend.default_model_filename());
@@ -286,7 +294,7 @@ impl ModelManager {
                     VersionState::Ready(m) => Some(Arc::clone(m)),
                     VersionState::Unavailable(_) => None,
                 })
-                .ok_or_else(|| CoreError::unavailable(format!("Request for unknown model: '{name}' has no available versions"))),
+                .ok_or_else(|| CoreError::not_found(format!("Request for unknown model: '{name}' has no available versions"))),
         }
     }
 
@@ -368,20 +376,20 @@ impl ModelManager {
 
 fn entry_outcome(name: &str, entry: &ModelEntry) -> CoreResult<()> {
     if let Some(error) = &entry.error {
-        return Err(CoreError::invalid_arg(format!("failed to load '{name}': {error}")));
+        return Err(CoreError::invalid_arg(format!("load failed for model '{name}': {error}")));
     }
     let failures: Vec<String> = entry
         .versions
         .iter()
         .filter_map(|(v, s)| match s {
-            VersionState::Unavailable(reason) => Some(format!("version {v}: {reason}")),
+            VersionState::Unavailable(reason) => Some(format!("version {v} is at UNAVAILABLE state: {reason}")),
             VersionState::Ready(_) => None,
         })
         .collect();
     if failures.is_empty() {
         Ok(())
     } else {
-        Err(CoreError::invalid_arg(format!("failed to load '{name}': {}", failures.join("; "))))
+        Err(CoreError::invalid_arg(format!("load failed for model '{name}': {}", failures.join("; "))))
     }
 }
 

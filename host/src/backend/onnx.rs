@@ -236,26 +236,66 @@ impl Backend for OnnxBackend {
         let session = self.session(config, model_path)?;
         let model_inputs = io_signature(session.inputs())?;
         let model_outputs = io_signature(session.outputs())?;
+        let batching = config.max_batch_size > 0;
         for input in &config.input {
-            if !input.optional && !model_inputs.iter().any(|(n, ..)| n == &input.name) {
-                return Err(CoreError::invalid_arg(format!(
-                    "unexpected inference input '{}', allowed inputs are: {}",
-                    input.name,
-                    names(&model_inputs)
-                )));
+            match model_inputs.iter().find(|(n, ..)| n == &input.name) {
+                Some(model) => check_against_model("input", &input.name, input.data_type, &input.dims, input.reshape.as_ref(), batching, model)?,
+                None if input.optional => {}
+                None => {
+                    return Err(CoreError::invalid_arg(format!(
+                        "unexpected inference input '{}', allowed inputs are: {}",
+                        input.name,
+                        names(&model_inputs)
+                    )));
+                }
             }
         }
         for output in &config.output {
-            if !model_outputs.iter().any(|(n, ..)| n == &output.name) {
-                return Err(CoreError::invalid_arg(format!(
+            let model = model_outputs.iter().find(|(n, ..)| n == &output.name).ok_or_else(|| {
+                CoreError::invalid_arg(format!(
                     "unexpected inference output '{}', allowed outputs are: {}",
                     output.name,
                     names(&model_outputs)
-                )));
-            }
+                ))
+            })?;
+            check_against_model("output", &output.name, output.data_type, &output.dims, output.reshape.as_ref(), batching, model)?;
         }
         Ok(Box::new(OnnxInstance { session }))
     }
+}
+
+/// Checks a configured tensor against the model file, as Triton's ORT backend does at load: same
+/// datatype, and the full shape (batch dim + dims, or the reshape) compatible with the model's.
+fn check_against_model(
+    role: &str,
+    name: &str,
+    data_type: i32,
+    dims: &[i64],
+    reshape: Option<&pb::ModelTensorReshape>,
+    batching: bool,
+    (_, model_type, model_shape): &(String, DataType, Vec<i64>),
+) -> CoreResult<()> {
+    let configured = crate::config::datatype_from_config(data_type);
+    if configured != Some(*model_type) {
+        return Err(CoreError::invalid_arg(format!(
+            "unexpected datatype {} for {role} '{name}', the model provides {}",
+            configured.map_or("TYPE_INVALID".to_string(), |d| d.to_string()),
+            model_type
+        )));
+    }
+    let mut full: Vec<i64> = if batching { vec![-1] } else { Vec::new() };
+    full.extend_from_slice(reshape.map_or(dims, |r| &r.shape[..]));
+    let compatible =
+        full.len() == model_shape.len() && full.iter().zip(model_shape).all(|(&c, &m)| c == -1 || m == -1 || c == m);
+    if !compatible {
+        return Err(CoreError::invalid_arg(format!(
+            "{role} '{name}': the model expects shape {} but the model configuration specifies {}{}",
+            crate::model::format_shape(model_shape),
+            crate::model::format_shape(&full),
+            if batching { " (an initial batch dimension because max_batch_size > 0, followed by dims)" } else { "" }
+        )));
+    }
+    Ok(())
 }
 
 fn names(sig: &[(String, DataType, Vec<i64>)]) -> String {

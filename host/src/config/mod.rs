@@ -282,7 +282,7 @@ dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 
         assert_eq!(cfg.instance_group[0].count, 2);
         assert_eq!(cfg.parameters["x[y]"].string_value, "a [b] #c");
         assert_eq!(cfg.parameters["intra_op_thread_count"].string_value, "1");
-        assert!(cfg.dynamic_batching.is_some());
+        assert!(matches!(cfg.scheduling_choice, Some(pb::model_config::SchedulingChoice::DynamicBatching(_))));
         assert!(matches!(
             cfg.version_policy.and_then(|p| p.policy_choice),
             Some(pb::model_version_policy::PolicyChoice::Latest(l)) if l.num_versions == 2

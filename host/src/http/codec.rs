@@ -56,6 +56,9 @@ impl BinaryOutputs {
     }
 }
 
+const ONE_OF_DATA: &str =
+    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'";
+
 fn bad(message: impl Into<String>) -> CoreError {
     CoreError::invalid_arg(message)
 }
@@ -64,28 +67,28 @@ fn bad(message: impl Into<String>) -> CoreError {
 /// parts and decodes the request.
 pub fn decode_request(body: Bytes, header_length: Option<usize>, model: &str, version: Option<i64>) -> CoreResult<HttpInferRequest> {
     let (json, mut binary) = match header_length {
-        Some(n) if n > body.len() => {
-            return Err(bad(format!(
-                "Inference-Header-Content-Length ({n}) is larger than the request body ({} bytes)",
-                body.len()
-            )));
+        Some(n) if n == 0 || n > body.len() => {
+            return Err(bad(format!("inference header size should be in range (0, {}), got: {n}", body.len())));
         }
         Some(n) => (body.slice(..n), body.slice(n..)),
         None => (body, Bytes::new()),
     };
+    // Triton answers malformed request JSON with 500 (INTERNAL); we keep its codes.
     let parsed: JsonRequest = serde_json::from_slice(&json).map_err(|e| {
+        use serde_json::error::Category;
         if json.is_empty() {
-            bad("failed to parse the request JSON buffer: the request body is empty")
+            CoreError::internal("failed to parse the request JSON buffer: The document is empty.")
+        } else if matches!(e.classify(), Category::Data) {
+            CoreError::internal(format!("Unable to parse the request JSON: {e}"))
         } else {
-            bad(format!("failed to parse the request JSON buffer: {e}"))
+            CoreError::internal(format!("failed to parse the request JSON buffer: {e}"))
         }
     })?;
 
     let mut inputs = Vec::with_capacity(parsed.inputs.len());
     for input in parsed.inputs {
-        let datatype = DataType::from_protocol(&input.datatype).ok_or_else(|| {
-            bad(format!("invalid datatype '{}' for input '{}'", input.datatype, input.name))
-        })?;
+        let datatype = DataType::from_protocol(&input.datatype)
+            .ok_or_else(|| bad(format!("invalid datatype for input {} ('{}')", input.name, input.datatype)))?;
         let binary_size = input.parameters.as_ref().and_then(|p| p.get("binary_data_size"));
         let data = match (binary_size, input.data) {
             (Some(size), None) => {
@@ -95,24 +98,22 @@ pub fn decode_request(body: Bytes, header_length: Option<usize>, model: &str, ve
                     .ok_or_else(|| bad(format!("binary_data_size for input '{}' must be a non-negative integer", input.name)))?;
                 if size > binary.len() {
                     return Err(bad(format!(
-                        "unexpected size for input '{}', expecting {size} bytes of binary data but only {} remain in the request body",
+                        "unexpected size for input '{}', expecting {} additional bytes for model '{model}'",
                         input.name,
-                        binary.len()
+                        size - binary.len()
                     )));
                 }
                 binary.split_to(size)
             }
-            (Some(_), Some(_)) => {
-                return Err(bad(format!("input '{}' has both 'data' and the binary_data_size parameter", input.name)));
-            }
+            (Some(_), Some(_)) => return Err(bad(format!("{ONE_OF_DATA} for input '{}'. But multiple fields are set", input.name))),
             (None, Some(data)) => json_to_bytes(&input.name, datatype, &input.shape, &data)?,
-            (None, None) => return Err(bad(format!("input '{}' must have 'data' or binary data", input.name))),
+            (None, None) => return Err(bad(format!("{ONE_OF_DATA} for input '{}'. But no field is set", input.name))),
         };
         inputs.push(Tensor::new(input.name, datatype, input.shape, data)?);
     }
     if !binary.is_empty() {
         return Err(bad(format!(
-            "the request body has {} bytes of binary data that no input claims (check binary_data_size)",
+            "unexpected additional input data for model '{model}' ({} bytes that no input's binary_data_size claims)",
             binary.len()
         )));
     }
@@ -170,12 +171,12 @@ fn json_to_bytes(name: &str, datatype: DataType, shape: &[i64], data: &Value) ->
     flatten(data, &mut flat);
     let expected = element_count(shape)?;
     if flat.len() != expected {
-        return Err(bad(format!(
-            "unexpected number of elements for input '{name}': shape {shape:?} needs {expected}, 'data' has {}",
+        return Err(CoreError::internal(format!(
+            "Unable to parse 'data': Shape does not match true shape of 'data' field (input '{name}': shape {shape:?} needs {expected} elements, 'data' has {})",
             flat.len()
         )));
     }
-    let wrong = |v: &Value| bad(format!("unable to parse 'data' of input '{name}': {v} is not a valid {datatype} value"));
+    let wrong = |v: &Value| CoreError::internal(format!("Unable to parse 'data': {v} is not a valid {datatype} value for input '{name}'"));
     let mut out = BytesMut::with_capacity(expected * datatype.element_size().unwrap_or(8));
     macro_rules! ints {
         ($ty:ty, $get:ident) => {
@@ -363,9 +364,13 @@ mod tests {
             assert!(err.message.contains("input 'x'"), "{}", err.message);
         }
         let err = decode(r#"{"inputs":[{"name":"x","shape":[3],"datatype":"INT32","data":[1,2]}]}"#).err().unwrap();
-        assert!(err.message.contains("needs 3"), "{}", err.message);
+        assert!(err.message.contains("Shape does not match") && err.message.contains("needs 3"), "{}", err.message);
+        assert_eq!(err.http_status(), 500, "Triton answers data/shape mismatches with 500");
         let err = decode(r#"{"inputs":[{"name":"x","shape":[1],"datatype":"FLOAT","data":[1]}]}"#).err().unwrap();
-        assert!(err.message.contains("invalid datatype 'FLOAT'"), "{}", err.message);
+        assert!(err.message.contains("invalid datatype for input x"), "{}", err.message);
+        assert_eq!(err.http_status(), 400);
+        let err = decode(r#"{"inputs":[{"name":"x","shape":[1],"datatype":"INT32"}]}"#).err().unwrap();
+        assert!(err.message.contains("But no field is set"), "{}", err.message);
     }
 
     #[test]
@@ -379,13 +384,13 @@ mod tests {
         assert!(!req.binary_outputs.is_binary("z"));
 
         let lying = decode_request(Bytes::from(body.clone()), Some(body.len() + 1), "m", None).err().unwrap();
-        assert!(lying.message.contains("Inference-Header-Content-Length"));
+        assert!(lying.message.contains("inference header size should be in range"), "{}", lying.message);
         let short = decode_request(Bytes::from(body[..body.len() - 1].to_vec()), Some(json.len()), "m", None).err().unwrap();
-        assert!(short.message.contains("binary_data_size") || short.message.contains("expecting 8"), "{}", short.message);
+        assert!(short.message.contains("expecting 1 additional bytes for model 'm'"), "{}", short.message);
         let mut extra = body.clone();
         extra.push(0);
         let extra = decode_request(Bytes::from(extra), Some(json.len()), "m", None).err().unwrap();
-        assert!(extra.message.contains("no input claims"));
+        assert!(extra.message.contains("unexpected additional input data for model 'm'"), "{}", extra.message);
 
         let response = InferResponse {
             model_name: "m".into(),
@@ -410,10 +415,13 @@ mod tests {
     #[test]
     fn malformed_and_deeply_nested_json_is_an_error_not_a_crash() {
         assert!(decode("").err().unwrap().message.contains("empty"));
-        assert!(decode("{").err().unwrap().message.contains("failed to parse"));
-        assert!(decode("[]").err().unwrap().message.contains("failed to parse"));
+        let syntax = decode("{").err().unwrap();
+        assert!(syntax.message.contains("failed to parse the request JSON buffer"), "{}", syntax.message);
+        assert_eq!(syntax.http_status(), 500);
+        assert!(decode("[]").err().unwrap().message.contains("Unable to parse"));
+        assert!(decode("{}").err().unwrap().message.contains("inputs"));
         let deep = "[".repeat(100_000);
-        assert!(decode(&deep).err().unwrap().message.contains("failed to parse"));
+        assert!(decode(&deep).err().unwrap().message.contains("Unable to parse"));
         let deep_data = format!(r#"{{"inputs":[{{"name":"x","shape":[1],"datatype":"INT32","data":{}1{}}}]}}"#, "[".repeat(5000), "]".repeat(5000));
         assert!(decode(&deep_data).err().unwrap().message.contains("recursion limit"));
     }

@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use serde_json::{Value, json};
+use tower_http::compression::predicate::{DefaultPredicate, Predicate};
 
 use crate::error::{CoreError, CoreResult};
 use crate::model::LoadedModel;
@@ -52,12 +53,34 @@ fn ok_json(value: &Value) -> Response {
     json_response(StatusCode::OK, value)
 }
 
-/// Liveness/readiness answer: 200 with an empty body, or 400 as Triton does for "not ready".
+/// Server readiness: 200 with an empty body, or 400 with an empty body, as Triton answers.
 fn status_only(ok: bool) -> Response {
     if ok { StatusCode::OK.into_response() } else { StatusCode::BAD_REQUEST.into_response() }
 }
 
+/// Model readiness: 200, or 400 with Triton's "Model version not ready".
+fn model_ready_response(ok: bool) -> Response {
+    if ok {
+        StatusCode::OK.into_response()
+    } else {
+        json_response(StatusCode::BAD_REQUEST, &json!({ "error": "Model version not ready" }))
+    }
+}
+
 pub fn router(state: HttpState) -> Router {
+    // Triton compresses infer responses only (when Accept-Encoding allows).
+    let infer_routes = Router::new()
+        .route("/v2/models/{model}/infer", post(infer))
+        .route("/v2/models/{model}/versions/{version}/infer", post(infer_version))
+        .layer(
+            tower_http::compression::CompressionLayer::new()
+                .gzip(true)
+                .deflate(true)
+                // Errors stay uncompressed: tritonclient's aio client reads error bodies raw.
+                .compress_when(DefaultPredicate::new().and(|status: StatusCode, _: http::Version, _: &HeaderMap, _: &http::Extensions| {
+                    status.is_success()
+                })),
+        );
     Router::new()
         .route("/v2", get(server_metadata))
         .route("/v2/health/live", get(|| async { StatusCode::OK }))
@@ -71,24 +94,21 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/models/{model}/versions/{version}/config", get(model_config_version))
         .route("/v2/models/{model}/stats", get(model_stats))
         .route("/v2/models/{model}/versions/{version}/stats", get(model_stats_version))
-        .route("/v2/models/{model}/infer", post(infer))
-        .route("/v2/models/{model}/versions/{version}/infer", post(infer_version))
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(repository_load))
         .route("/v2/repository/models/{model}/unload", post(repository_unload))
+        .merge(infer_routes)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(tower_http::compression::CompressionLayer::new().gzip(true).deflate(true))
         .with_state(state)
 }
 
-async fn not_found(request: Request) -> Response {
-    CoreError::not_found(format!("Not Found: no route for {} {}", request.method(), request.uri().path())).into_response()
+async fn not_found() -> Response {
+    json_response(StatusCode::NOT_FOUND, &json!({ "error": "Not Found" }))
 }
 
-async fn method_not_allowed(request: Request) -> Response {
-    let message = format!("Method Not Allowed: {} is not supported on {}", request.method(), request.uri().path());
-    json_response(StatusCode::METHOD_NOT_ALLOWED, &json!({ "error": message }))
+async fn method_not_allowed() -> Response {
+    json_response(StatusCode::METHOD_NOT_ALLOWED, &json!({ "error": "Method Not Allowed" }))
 }
 
 fn parse_version(version: &str) -> CoreResult<Option<i64>> {
@@ -159,11 +179,11 @@ async fn model_metadata_version(State(state): State<HttpState>, Path((model, ver
 }
 
 async fn model_ready(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    status_only(state.manager.get(&model, None).is_ok())
+    model_ready_response(state.manager.get(&model, None).is_ok())
 }
 
 async fn model_ready_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>) -> Response {
-    status_only(parse_version(&version).and_then(|v| state.manager.get(&model, v)).is_ok())
+    model_ready_response(parse_version(&version).and_then(|v| state.manager.get(&model, v)).is_ok())
 }
 
 async fn model_config(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
@@ -186,14 +206,17 @@ async fn all_stats(State(state): State<HttpState>) -> Response {
 }
 
 async fn model_stats(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    state.manager.ready_versions(&model).map(|v| ok_json(&stats_json(&v))).unwrap_or_else(IntoResponse::into_response)
+    match state.manager.ready_versions(&model) {
+        Ok(versions) if !versions.is_empty() => ok_json(&stats_json(&versions)),
+        _ => CoreError::invalid_arg(format!("requested model '{model}' is not available")).into_response(),
+    }
 }
 
 async fn model_stats_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>) -> Response {
-    parse_version(&version)
-        .and_then(|v| state.manager.get(&model, v))
-        .map(|m| ok_json(&stats_json(&[m])))
-        .unwrap_or_else(IntoResponse::into_response)
+    match parse_version(&version).and_then(|v| state.manager.get(&model, v)) {
+        Ok(m) => ok_json(&stats_json(&[m])),
+        Err(_) => CoreError::invalid_arg(format!("requested model version is not available for model '{model}'")).into_response(),
+    }
 }
 
 async fn infer(State(state): State<HttpState>, Path(model): Path<String>, request: Request) -> Response {
@@ -254,7 +277,9 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> CoreResult<
         None | Some("" | "identity") => return Ok(raw),
         Some("gzip") => Box::new(flate2::read::GzDecoder::new(&raw[..])),
         Some("deflate") => Box::new(flate2::read::ZlibDecoder::new(&raw[..])),
-        Some(other) => return Err(CoreError::unsupported(format!("unsupported Content-Encoding '{other}' (supported: gzip, deflate)"))),
+        Some(other) => {
+            return Err(CoreError::unsupported(format!("Unsupported compression type '{other}' (supported: gzip, deflate)")));
+        }
     };
     let mut out = Vec::new();
     decoder
@@ -274,7 +299,7 @@ async fn repository_index(State(state): State<HttpState>, body: Bytes) -> Respon
     } else {
         match serde_json::from_slice::<Value>(&body) {
             Ok(v) => v.get("ready").and_then(Value::as_bool).unwrap_or(false),
-            Err(e) => return CoreError::invalid_arg(format!("failed to parse the request JSON buffer: {e}")).into_response(),
+            Err(e) => return CoreError::internal(format!("failed to parse the request JSON buffer: {e}")).into_response(),
         }
     };
     let entries: Vec<Value> = state
@@ -288,6 +313,8 @@ async fn repository_index(State(state): State<HttpState>, body: Bytes) -> Respon
             }
             if let Some(state) = e.state {
                 v["state"] = json!(state);
+            }
+            if !e.reason.is_empty() {
                 v["reason"] = json!(e.reason);
             }
             v
@@ -302,7 +329,7 @@ async fn repository_load(State(state): State<HttpState>, Path(model): Path<Strin
     } else {
         let parsed: Value = match serde_json::from_slice(&body) {
             Ok(v) => v,
-            Err(e) => return CoreError::invalid_arg(format!("failed to parse the request JSON buffer: {e}")).into_response(),
+            Err(e) => return CoreError::internal(format!("failed to parse the request JSON buffer: {e}")).into_response(),
         };
         let parameters = parsed.get("parameters").and_then(Value::as_object);
         if let Some(files) = parameters.and_then(|p| p.keys().find(|k| k.starts_with("file:"))) {

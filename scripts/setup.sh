@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh machine of this kind (Debian 12, rustup toolchain, CPython 3.11):
+#   1. Python venv (.venv) with onnx, onnxruntime (its wheel ships libonnxruntime.so, which the
+#      server loads at run time), tritonclient and pytest; generates the quickstart ONNX models.
+#   2. Builds the server (one shared target/ dir; dev profile with optimised dependencies).
+# Quiet when there is nothing to do. Safe to run repeatedly.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need cargo; then
+  echo "setup: cargo not found; install Rust with rustup (https://rustup.rs)" >&2
+  exit 1
+fi
+if ! need curl; then
+  echo "setup: installing curl (apt)" >&2
+  apt-get update -qq && apt-get install -y -qq curl >/dev/null
+fi
+
+bash scripts/setup-python.sh
+cargo build --quiet --bin tessera
