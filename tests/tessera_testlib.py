@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -24,7 +24,6 @@ import requests
 REPO_ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO_ROOT / "model-repos" / "quickstart"
 DEFAULT_BIN = REPO_ROOT / "target" / "debug" / "tessera"
-ORT_LIB_PATH_FILE = REPO_ROOT / ".venv" / "ort-lib-path"
 
 # Deadlines (seconds). Generous: a debug build on a 2-core machine under load.
 STARTUP_DEADLINE = 60.0
@@ -69,15 +68,10 @@ def quickstart_repo() -> Path:
 
 
 def server_env(extra: dict | None = None) -> dict:
-    env = dict(os.environ)
+    """The environment for the server: ours, minus TESSERA_* settings (the CLI reads e.g.
+    TESSERA_MODEL_CONTROL_MODE from the environment, which would silently change what a test runs)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_") or k == "TESSERA_BIN"}
     env.setdefault("RUST_BACKTRACE", "1")
-    # The server loads ONNX Runtime dynamically (ort's load-dynamic). scripts/setup-python.sh records the
-    # library shipped in the venv's onnxruntime wheel; hand it over through ort's standard variable
-    # unless the caller already chose one.
-    if "ORT_DYLIB_PATH" not in env and ORT_LIB_PATH_FILE.is_file():
-        lib = ORT_LIB_PATH_FILE.read_text().strip()
-        if lib and Path(lib).is_file():
-            env["ORT_DYLIB_PATH"] = lib
     if extra:
         env.update(extra)
     return env
@@ -549,38 +543,54 @@ def assert_error(resp: requests.Response, status: int | Iterable[int], *needles:
 
 
 # ---------------------------------------------------------------------------------------------
-# Expected status codes (Triton-compatible). Kept in one place so they can be aligned with
-# docs/triton-http-behaviour.md (ground truth recorded from the real Triton).
+# Expected status codes: those of the real Triton 2.51, recorded in docs/triton-http-behaviour.md.
+# (Triton maps INVALID_ARG -> 400, NOT_FOUND -> 404, UNAVAILABLE -> 503, UNSUPPORTED -> 501,
+# INTERNAL -> 500; its HTTP front end reports JSON *parsing* problems as INTERNAL, hence the 500s.)
 # ---------------------------------------------------------------------------------------------
 
 BAD_REQUEST = 400
 NOT_FOUND = 404
 METHOD_NOT_ALLOWED = 405
+INTERNAL = 500
+NOT_IMPLEMENTED = 501
+UNAVAILABLE = 503
 
-# Triton maps TRITONSERVER_ERROR_INVALID_ARG -> 400, NOT_FOUND -> 404, UNAVAILABLE -> 503,
-# UNSUPPORTED -> 501, INTERNAL -> 500 in current releases; older ones answered 400 for everything.
 EXPECT = {
-    "malformed_json": {BAD_REQUEST},
-    "empty_body": {BAD_REQUEST},
-    "non_object_json": {BAD_REQUEST},
-    "deeply_nested_json": {BAD_REQUEST},
-    "wrong_dtype": {BAD_REQUEST},
-    "wrong_shape": {BAD_REQUEST},
-    "element_count": {BAD_REQUEST},
-    "missing_input": {BAD_REQUEST},
-    "unknown_input": {BAD_REQUEST},
-    "unknown_model": {BAD_REQUEST, NOT_FOUND},
-    "unknown_version": {BAD_REQUEST, NOT_FOUND},
-    "unknown_output": {BAD_REQUEST},
-    "batch_too_large": {BAD_REQUEST},
-    "body_too_large": {BAD_REQUEST, 413},
-    "header_length_too_large": {BAD_REQUEST},
-    "header_length_not_numeric": {BAD_REQUEST},
-    "binary_size_mismatch": {BAD_REQUEST},
-    "bad_gzip": {BAD_REQUEST},
-    "unknown_url": {BAD_REQUEST, NOT_FOUND},
-    "wrong_method": {METHOD_NOT_ALLOWED},
-    "model_not_ready_infer": {BAD_REQUEST, NOT_FOUND, 503},
-    "load_unknown_model": {BAD_REQUEST, NOT_FOUND},
-    "control_disabled": {BAD_REQUEST, 503},
+    "malformed_json": INTERNAL,            # "failed to parse the request JSON buffer: Invalid value. at 19"
+    "empty_body": BAD_REQUEST,             # treated as a raw-binary request: "Raw request must only have 1 input ..."
+    "non_object_json": INTERNAL,           # "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
+    "inputs_not_array": INTERNAL,          # "Unable to parse 'inputs': attempt to access JSON non-array as array"
+    "deeply_nested_json": INTERNAL,        # top-level nesting: same as non-object JSON
+    "wrong_dtype": BAD_REQUEST,            # "inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'"
+    "invalid_dtype_name": BAD_REQUEST,     # "invalid datatype for input INPUT0"
+    "wrong_shape": BAD_REQUEST,            # "unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]. ..."
+    "batch_mismatch": BAD_REQUEST,         # "input 'INPUT0' batch size does not match other inputs for 'simple'"
+    "element_count": INTERNAL,             # "Unable to parse 'data': Shape does not match true shape of 'data' field"
+    "data_json_type": INTERNAL,            # "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
+    "missing_input": BAD_REQUEST,          # "expected 2 inputs but got 1 inputs for model 'simple'. ... ['INPUT1'] ..."
+    "unknown_input": BAD_REQUEST,          # "expected 2 inputs but got 3 inputs ... Got input(s) ['BOGUS', ...]"
+    "duplicate_input": BAD_REQUEST,        # "input 'INPUT0' already exists in request"
+    "unknown_model": NOT_FOUND,            # "Request for unknown model: 'nosuch' is not found"
+    "unknown_version": NOT_FOUND,          # "Request for unknown model: 'simple' version 9 is not found"
+    "bad_version_path": NOT_FOUND,         # /versions/abc/...: router-level {"error":"Not Found"}
+    "model_not_ready": BAD_REQUEST,        # GET .../ready: {"error":"Model version not ready"}
+    "unknown_output": BAD_REQUEST,         # "unexpected inference output 'NOPE' for model 'simple'"
+    "batch_too_large": BAD_REQUEST,        # "inference request batch-size must be <= 8 for 'simple'"
+    "header_length_out_of_range": BAD_REQUEST,  # "inference header size should be in range (0, 402), got: 1000"
+    "header_length_cuts_json": INTERNAL,   # JSON parse error at the cut
+    "binary_short": BAD_REQUEST,           # "unexpected size for input 'INPUT1', expecting 4 additional bytes for model 'simple'"
+    "binary_long": BAD_REQUEST,            # "unexpected additional input data for model 'simple'"
+    "byte_size_mismatch": BAD_REQUEST,     # "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60"
+    "data_and_binary": BAD_REQUEST,        # "Input must set only one of the following fields: ... But set 'data' 'binary_data_size'"
+    "no_data": BAD_REQUEST,                # "... But no field is set"
+    "bad_compressed_body": BAD_REQUEST,    # Triton: decompression failure leaves an empty body -> raw-request 400
+    "unsupported_encoding": NOT_IMPLEMENTED,  # {"error":"Unsupported compression type"} + Accept-Encoding: gzip, deflate
+    "body_too_large": {BAD_REQUEST, 413},  # not recorded from Triton; Triton's --http-max-input-size default is 64 MiB
+    "unknown_url": NOT_FOUND,              # {"error":"Not Found"}
+    "wrong_method": METHOD_NOT_ALLOWED,    # {"error":"Method Not Allowed"}
+    "load_in_none_mode": UNAVAILABLE,      # "explicit model load / unload is not allowed if polling is enabled"
+    "load_unknown_model": INTERNAL,        # "failed to load 'nosuch', failed to poll from model repository"
+    "load_bad_override": INTERNAL,         # same message for an override that is not valid JSON
+    "stats_unknown_model": BAD_REQUEST,    # "requested model 'nosuch' is not available"
+    "server_not_ready": BAD_REQUEST,       # /v2/health/ready once any model failed to load (strict readiness)
 }

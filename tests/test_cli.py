@@ -13,7 +13,6 @@ import tritonclient.http as httpclient
 
 from tessera_testlib import (
     STARTUP_DEADLINE,
-    add_sub_config,
     assert_no_panic,
     build_argv,
     copy_model,

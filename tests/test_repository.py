@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tessera_testlib import (
+    EXPECT,
     POLL_MODE_DEADLINE,
     add_sub_config,
     add_version_dir,
@@ -92,8 +92,7 @@ def test_repository_index(server):
     index = repository_index(server)
     for m in ("add_sub", "simple", "classifier"):
         entries = state_of(index, m)
-        assert len(entries) == 1, f"{m}: {index}"
-        assert entries[0]["version"] == "1" and entries[0]["state"] == "READY", entries[0]
+        assert entries == [{"name": m, "version": "1", "state": "READY"}], index
     ready_only = repository_index(server, {"ready": True})
     assert {e["name"] for e in ready_only} >= {"add_sub", "simple", "classifier"}
     assert all(e["state"] == "READY" for e in ready_only)
@@ -113,11 +112,11 @@ def test_load_unload_rejected_in_none_mode(server_factory):
     wait_model_ready(srv, "add_sub")
     c = client_for(srv)
     try:
-        with pytest.raises(InferenceServerException) as ei:
-            c.unload_model("add_sub")
-        assert ei.value.message().strip()
-        with pytest.raises(InferenceServerException):
-            c.load_model("add_sub")
+        for call in (c.unload_model, c.load_model):
+            with pytest.raises(InferenceServerException) as ei:
+                call("add_sub")
+            assert ei.value.status() == str(EXPECT["load_in_none_mode"]), ei.value
+            assert "explicit model load / unload is not allowed" in ei.value.message()
         assert c.is_model_ready("add_sub"), "a rejected unload must leave the model loaded"
     finally:
         c.close()
@@ -154,12 +153,12 @@ def test_explicit_mode_loads_only_requested(explicit_server):
     index = repository_index(srv)
     assert {e["name"] for e in index} == {"add_sub", "simple", "classifier"}, index
     (simple,) = state_of(index, "simple")
-    assert simple["state"] == "READY"
+    assert simple == {"name": "simple", "version": "1", "state": "READY"}
     for m in ("add_sub", "classifier"):
-        for e in state_of(index, m):
-            assert e.get("state") in (None, "", "UNAVAILABLE"), e
+        assert state_of(index, m) == [{"name": m}], "a never-loaded model is listed by name only"
+    assert repository_index(srv, {"ready": True}) == [simple]
     r = post_infer(srv, "add_sub", {"inputs": []})
-    assert r.status_code != 200 and "add_sub" in r.json()["error"]
+    assert r.status_code == EXPECT["unknown_model"] and "'add_sub' is not found" in r.json()["error"], r.text
 
 
 def test_explicit_load_and_unload(explicit_server):
@@ -174,11 +173,15 @@ def test_explicit_load_and_unload(explicit_server):
 
         c.unload_model("add_sub")
         wait_model_not_ready(srv, "add_sub")
-        entries = state_of(repository_index(srv), "add_sub")
-        assert entries and all(e.get("state") == "UNAVAILABLE" for e in entries), entries
-        assert any("unload" in e.get("reason", "").lower() for e in entries), entries
-        with pytest.raises(InferenceServerException):
+        # UNLOADING first, then UNAVAILABLE with reason "unloaded"
+        wait_until(lambda: state_of(repository_index(srv), "add_sub")
+                   == [{"name": "add_sub", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}],
+                   30, "the index shows add_sub UNAVAILABLE (unloaded)", srv)
+        with pytest.raises(InferenceServerException) as ei:
             infer_add_sub(srv.url, "add_sub")
+        assert ei.value.status() == "404" and "'add_sub' has no available versions" in ei.value.message()
+        c.unload_model("add_sub")  # unloading again is fine
+        c.unload_model("no_such_model")  # so is unloading an unknown model (Triton: 200)
 
         # loading again works, and (re)loading an already loaded model is fine
         c.load_model("add_sub")
@@ -219,8 +222,10 @@ def test_explicit_load_with_invalid_config_override(explicit_server):
     srv = explicit_server
     c = client_for(srv)
     try:
-        with pytest.raises(InferenceServerException):
+        with pytest.raises(InferenceServerException) as ei:
             c.load_model("add_sub", config="{ this is not json")
+        assert ei.value.status() == str(EXPECT["load_bad_override"]), ei.value
+        assert "add_sub" in ei.value.message()
         assert not c.is_model_ready("add_sub")
         assert c.is_model_ready("simple")
     finally:
@@ -233,8 +238,8 @@ def test_explicit_load_unknown_model(explicit_server):
     try:
         with pytest.raises(InferenceServerException) as ei:
             c.load_model("no_such_model")
-        assert "no_such_model" in ei.value.message()
-        assert ei.value.status() in ("400", "404"), ei.value.status()
+        assert "failed to load 'no_such_model'" in ei.value.message()
+        assert ei.value.status() == str(EXPECT["load_unknown_model"]), ei.value.status()
         assert c.is_model_ready("simple")
     finally:
         c.close()
@@ -250,7 +255,7 @@ def test_explicit_mode_nothing_loaded_by_default(server_factory):
     srv = server_factory(quickstart_repo(), ["--model-control-mode", "explicit"])
     index = repository_index(srv)
     assert {e["name"] for e in index} == {"add_sub", "simple", "classifier"}
-    assert not any(e.get("state") == "READY" for e in index), index
+    assert index == [{"name": m} for m in sorted(m["name"] for m in index)], index
     c = client_for(srv)
     try:
         c.load_model("classifier")
@@ -433,7 +438,8 @@ def test_version_policy(versions_server, model, expected):
         assert result.get_response()["model_version"] == str(v)
     for v in {1, 2, 3} - expected:
         r = post_infer(srv, model, {"inputs": []}, version=v)
-        assert r.status_code != 200, f"version {v} of {model} should not serve"
+        assert r.status_code == EXPECT["unknown_version"], f"version {v} of {model} should not serve: {r.text}"
+        assert f"'{model}' version {v} is not found" in r.json()["error"], r.text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -496,9 +502,11 @@ def test_good_models_unaffected_by_broken_ones(broken_server):
 def test_broken_model_not_ready(broken_server, model):
     srv = broken_server
     assert not model_ready(srv, model)
+    r = requests.get(srv.http(f"/v2/models/{model}/ready"), timeout=10)
+    assert r.status_code == EXPECT["model_not_ready"]
     r = post_infer(srv, model, simple_json_request())
-    assert r.status_code != 200
-    assert model in r.json()["error"], r.text
+    assert r.status_code == EXPECT["unknown_model"], r.text
+    assert f"Request for unknown model: '{model}'" in r.json()["error"], r.text
 
 
 def test_syntax_error_reason_names_file_and_line(broken_server):
@@ -533,7 +541,7 @@ def test_server_not_ready_while_models_broken(broken_server):
     """Triton: /v2/health/ready is false while any model failed to load; live stays true."""
     srv = broken_server
     assert requests.get(srv.http("/v2/health/live"), timeout=10).status_code == 200
-    assert requests.get(srv.http("/v2/health/ready"), timeout=10).status_code != 200
+    assert requests.get(srv.http("/v2/health/ready"), timeout=10).status_code == EXPECT["server_not_ready"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,7 +595,7 @@ def test_reshape_inputs_and_outputs(server_factory, repo):
     out_reshape = out_reshape.replace(
         'data_type: TYPE_FP32\n    dims: [ 4, 4 ]\n',
         'data_type: TYPE_FP32\n    dims: [ 4, 4 ]\n    reshape: { shape: [ 16 ] }\n')
-    assert out_reshape.count("reshape") == 2
+    assert out_reshape.count("reshape:") == 2
     copy_model(repo, "add_sub", "reshaped_out", config=out_reshape)
     srv = server_factory(repo)
     wait_model_ready(srv, "reshaped_in")

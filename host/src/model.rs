@@ -159,11 +159,27 @@ impl LoadedModel {
     fn prepare(&self, request: &InferRequest) -> CoreResult<(ExecRequest, usize)> {
         let model = &self.name;
         let batching = self.config.max_batch_size > 0;
-        let mut batch_size: Option<i64> = None;
+        // Like Triton, agree on the batch size (dim 0 of every input) before checking shapes.
+        let mut batch_size: Option<(i64, &str)> = None;
+        if batching {
+            for tensor in &request.inputs {
+                let b = tensor.shape.first().copied().unwrap_or(0);
+                match batch_size {
+                    None => batch_size = Some((b, &tensor.name)),
+                    Some((prev, first)) if prev != b => {
+                        return Err(CoreError::invalid_arg(format!(
+                            "input '{}' batch size does not match other inputs for '{model}' (input '{first}' has batch size {prev}, '{}' has {b})",
+                            tensor.name, tensor.name
+                        )));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
         let mut inputs = Vec::with_capacity(request.inputs.len());
         for (i, tensor) in request.inputs.iter().enumerate() {
             if request.inputs[..i].iter().any(|t| t.name == tensor.name) {
-                return Err(CoreError::invalid_arg(format!("input '{}' specified more than once", tensor.name)));
+                return Err(CoreError::invalid_arg(format!("input '{}' already exists in request", tensor.name)));
             }
             let spec = self.inputs.iter().find(|s| s.name == tensor.name).ok_or_else(|| {
                 CoreError::invalid_arg(format!(
@@ -179,22 +195,12 @@ impl LoadedModel {
                 )));
             }
             let dims = if batching {
-                let Some((&b, rest)) = tensor.shape.split_first() else {
+                let Some((_, rest)) = tensor.shape.split_first() else {
                     return Err(CoreError::invalid_arg(format!(
                         "input '{}' has no batch dimension but model '{model}' supports batching (max_batch_size {})",
                         tensor.name, self.config.max_batch_size
                     )));
                 };
-                match batch_size {
-                    None => batch_size = Some(b),
-                    Some(prev) if prev != b => {
-                        return Err(CoreError::invalid_arg(format!(
-                            "input '{}' batch size does not match other inputs for '{model}'",
-                            tensor.name
-                        )));
-                    }
-                    Some(_) => {}
-                }
                 rest
             } else {
                 &tensor.shape[..]
@@ -233,7 +239,7 @@ impl LoadedModel {
                 quoted(&mut missing.iter().copied())
             )));
         }
-        let batch_size = batch_size.unwrap_or(1);
+        let batch_size = batch_size.map_or(1, |(b, _)| b);
         if batching && (batch_size < 1 || batch_size > self.max_batch_size()) {
             return Err(CoreError::invalid_arg(format!(
                 "inference request batch-size must be <= {} for '{model}'",

@@ -49,7 +49,7 @@ pub struct IndexEntry {
 struct ModelEntry {
     versions: BTreeMap<i64, VersionState>,
     /// Set when the model as a whole failed (bad config, no versions): reported as UNAVAILABLE.
-    error: Option<String>,
+    error: Option<CoreError>,
     /// Set after an explicit unload: the model stays in the index as UNAVAILABLE "unloaded".
     unloaded: bool,
     fingerprint: u64,
@@ -200,14 +200,14 @@ impl ModelManager {
         let (config, versions) = match self.prepare_config(name, dir, config_override) {
             Ok(prepared) => prepared,
             Err(e) => {
-                entry.error = Some(e.message);
+                entry.error = Some(e);
                 return entry;
             }
         };
         let backend = match self.backends.resolve(&config, None) {
             Ok(b) => b,
             Err(e) => {
-                entry.error = Some(e.message);
+                entry.error = Some(e);
                 return entry;
             }
         };
@@ -235,11 +235,12 @@ impl ModelManager {
     fn prepare_config(&self, name: &str, dir: &Path, config_override: Option<&str>) -> CoreResult<(ModelConfig, Vec<i64>)> {
         let config_path = dir.join("config.pbtxt");
         let mut config = match config_override {
-            Some(json) => config::parse_json(json).map_err(|e| CoreError::invalid_arg(e.to_string()))?,
+            // Unparsable configs are INTERNAL errors in Triton ("failed to poll from model repository").
+            Some(json) => config::parse_json(json).map_err(|e| CoreError::internal(e.to_string()))?,
             None if config_path.is_file() => {
                 let text = std::fs::read_to_string(&config_path)
-                    .map_err(|e| CoreError::invalid_arg(format!("failed to read {}: {e}", config_path.display())))?;
-                config::parse_pbtxt(&text, &config_path).map_err(|e| CoreError::invalid_arg(e.to_string()))?
+                    .map_err(|e| CoreError::internal(format!("failed to read {}: {e}", config_path.display())))?;
+                config::parse_pbtxt(&text, &config_path).map_err(|e| CoreError::internal(e.to_string()))?
             }
             None if self.options.strict_config => {
                 return Err(CoreError::invalid_arg(format!(
@@ -354,7 +355,7 @@ impl ModelManager {
                         name: name.clone(),
                         version: None,
                         state: Some("UNAVAILABLE"),
-                        reason: error.clone(),
+                        reason: error.message.clone(),
                     });
                 }
                 continue;
@@ -376,7 +377,11 @@ impl ModelManager {
 
 fn entry_outcome(name: &str, entry: &ModelEntry) -> CoreResult<()> {
     if let Some(error) = &entry.error {
-        return Err(CoreError::invalid_arg(format!("load failed for model '{name}': {error}")));
+        return Err(if error.kind == crate::error::ErrorKind::Internal {
+            CoreError::internal(format!("failed to load '{name}', failed to poll from model repository: {}", error.message))
+        } else {
+            CoreError::invalid_arg(format!("load failed for model '{name}': {}", error.message))
+        });
     }
     let failures: Vec<String> = entry
         .versions

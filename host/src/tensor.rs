@@ -118,7 +118,7 @@ impl Tensor {
                 let expected = count.checked_mul(size).unwrap_or(usize::MAX);
                 if data.len() != expected {
                     return Err(CoreError::invalid_arg(format!(
-                        "unexpected total byte size {} for input '{name}', expecting {expected}",
+                        "input byte size mismatch for input '{name}'. Expected {expected}, got {}",
                         data.len()
                     )));
                 }
@@ -205,7 +205,7 @@ mod tests {
         let ok = Tensor::new("x", DataType::Fp32, vec![2, 2], Bytes::from(vec![0u8; 16]));
         assert!(ok.is_ok());
         let err = Tensor::new("x", DataType::Fp32, vec![2, 2], Bytes::from(vec![0u8; 15])).unwrap_err();
-        assert!(err.message.contains("expecting 16"), "{}", err.message);
+        assert!(err.message.contains("Expected 16, got 15"), "{}", err.message);
         let neg = Tensor::new("x", DataType::Fp32, vec![-1, 2], Bytes::new()).unwrap_err();
         assert!(neg.message.contains("invalid dimension"));
     }

@@ -65,21 +65,31 @@ fn bad(message: impl Into<String>) -> CoreError {
 
 /// Splits `body` at `header_length` (the Inference-Header-Content-Length) into JSON and binary
 /// parts and decodes the request.
-pub fn decode_request(body: Bytes, header_length: Option<usize>, model: &str, version: Option<i64>) -> CoreResult<HttpInferRequest> {
+pub fn decode_request(body: Bytes, header_length: Option<i64>, model: &str, version: Option<i64>) -> CoreResult<HttpInferRequest> {
     let (json, mut binary) = match header_length {
-        Some(n) if n == 0 || n > body.len() => {
-            return Err(bad(format!("inference header size should be in range (0, {}), got: {n}", body.len())));
-        }
-        Some(n) => (body.slice(..n), body.slice(n..)),
         None => (body, Bytes::new()),
+        Some(0) => {
+            return Err(bad(format!(
+                "Inference-Header-Content-Length is 0 for model '{model}': raw binary requests are not supported"
+            )));
+        }
+        Some(n) => match usize::try_from(n).ok().filter(|&n| n <= body.len()) {
+            Some(n) => (body.slice(..n), body.slice(n..)),
+            None => return Err(bad(format!("inference header size should be in range (0, {}), got: {n}", body.len()))),
+        },
     };
     // Triton answers malformed request JSON with 500 (INTERNAL); we keep its codes.
     let parsed: JsonRequest = serde_json::from_slice(&json).map_err(|e| {
         use serde_json::error::Category;
         if json.is_empty() {
-            CoreError::internal("failed to parse the request JSON buffer: The document is empty.")
+            // Triton would try a raw binary request here; we ask for the JSON the protocol needs.
+            bad(format!(
+                "the request body for model '{model}' is empty: an inference request needs a JSON header (raw binary requests are not supported)"
+            ))
         } else if matches!(e.classify(), Category::Data) {
-            CoreError::internal(format!("Unable to parse the request JSON: {e}"))
+            CoreError::internal(format!(
+                "Unable to parse 'inputs': the request must be a JSON object with an 'inputs' array ({e})"
+            ))
         } else {
             CoreError::internal(format!("failed to parse the request JSON buffer: {e}"))
         }
@@ -169,7 +179,9 @@ fn convert_parameters(params: Map<String, Value>) -> Parameters {
 fn json_to_bytes(name: &str, datatype: DataType, shape: &[i64], data: &Value) -> CoreResult<Bytes> {
     let mut flat = Vec::new();
     flatten(data, &mut flat);
-    let expected = element_count(shape)?;
+    let expected = element_count(shape).map_err(|e| {
+        CoreError::internal(format!("Unable to parse 'data': Shape does not match true shape of 'data' field ({})", e.message))
+    })?;
     if flat.len() != expected {
         return Err(CoreError::internal(format!(
             "Unable to parse 'data': Shape does not match true shape of 'data' field (input '{name}': shape {shape:?} needs {expected} elements, 'data' has {})",
@@ -378,18 +390,18 @@ mod tests {
         let json = r#"{"inputs":[{"name":"x","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}],"outputs":[{"name":"y","parameters":{"binary_data":true}},{"name":"z"}]}"#;
         let mut body = json.as_bytes().to_vec();
         body.extend_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0]);
-        let req = decode_request(Bytes::from(body.clone()), Some(json.len()), "m", Some(1)).unwrap();
+        let req = decode_request(Bytes::from(body.clone()), Some(json.len() as i64), "m", Some(1)).unwrap();
         assert_eq!(req.request.inputs[0].data.len(), 8);
         assert!(req.binary_outputs.is_binary("y"));
         assert!(!req.binary_outputs.is_binary("z"));
 
-        let lying = decode_request(Bytes::from(body.clone()), Some(body.len() + 1), "m", None).err().unwrap();
+        let lying = decode_request(Bytes::from(body.clone()), Some(body.len() as i64 + 1), "m", None).err().unwrap();
         assert!(lying.message.contains("inference header size should be in range"), "{}", lying.message);
-        let short = decode_request(Bytes::from(body[..body.len() - 1].to_vec()), Some(json.len()), "m", None).err().unwrap();
+        let short = decode_request(Bytes::from(body[..body.len() - 1].to_vec()), Some(json.len() as i64), "m", None).err().unwrap();
         assert!(short.message.contains("expecting 1 additional bytes for model 'm'"), "{}", short.message);
         let mut extra = body.clone();
         extra.push(0);
-        let extra = decode_request(Bytes::from(extra), Some(json.len()), "m", None).err().unwrap();
+        let extra = decode_request(Bytes::from(extra), Some(json.len() as i64), "m", None).err().unwrap();
         assert!(extra.message.contains("unexpected additional input data for model 'm'"), "{}", extra.message);
 
         let response = InferResponse {

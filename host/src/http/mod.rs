@@ -120,7 +120,8 @@ fn parse_version(version: &str) -> CoreResult<Option<i64>> {
         .ok()
         .filter(|v| *v >= 0)
         .map(Some)
-        .ok_or_else(|| CoreError::invalid_arg(format!("failed to parse model version '{version}': it must be a non-negative integer")))
+        // Triton's router does not match such paths at all.
+        .ok_or_else(|| CoreError::not_found(format!("Not Found: '{version}' is not a model version")))
 }
 
 async fn server_metadata(State(state): State<HttpState>) -> Response {
@@ -220,22 +221,36 @@ async fn model_stats_version(State(state): State<HttpState>, Path((model, versio
 }
 
 async fn infer(State(state): State<HttpState>, Path(model): Path<String>, request: Request) -> Response {
-    infer_impl(state, model, None, request).await.unwrap_or_else(IntoResponse::into_response)
+    infer_impl(state, model, None, request).await.unwrap_or_else(infer_error_response)
 }
 
 async fn infer_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>, request: Request) -> Response {
     match parse_version(&version) {
-        Ok(v) => infer_impl(state, model, v, request).await.unwrap_or_else(IntoResponse::into_response),
+        Ok(v) => infer_impl(state, model, v, request).await.unwrap_or_else(infer_error_response),
         Err(e) => e.into_response(),
     }
 }
+
+/// Like Triton, an unsupported Content-Encoding also says which encodings are accepted.
+fn infer_error_response(error: CoreError) -> Response {
+    let unsupported_encoding = error.message.starts_with(UNSUPPORTED_COMPRESSION);
+    let mut response = error.into_response();
+    if unsupported_encoding {
+        response.headers_mut().insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip, deflate"));
+    }
+    response
+}
+
+const UNSUPPORTED_COMPRESSION: &str = "Unsupported compression type";
 
 async fn infer_impl(state: HttpState, model: String, version: Option<i64>, request: Request) -> CoreResult<Response> {
     let (parts, body) = request.into_parts();
     let header_length = match parts.headers.get("inference-header-content-length") {
         None => None,
-        Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()).ok_or_else(|| {
-            CoreError::invalid_arg(format!("Inference-Header-Content-Length header value {v:?} is not a valid byte count"))
+        Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<i64>().ok()).ok_or_else(|| {
+            CoreError::invalid_arg(format!(
+                "Inference-Header-Content-Length header value {v:?} is not a valid byte count (model '{model}')"
+            ))
         })?),
     };
     let body = read_body(&parts.headers, body, state.max_input_size).await?;
@@ -278,7 +293,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> CoreResult<
         Some("gzip") => Box::new(flate2::read::GzDecoder::new(&raw[..])),
         Some("deflate") => Box::new(flate2::read::ZlibDecoder::new(&raw[..])),
         Some(other) => {
-            return Err(CoreError::unsupported(format!("Unsupported compression type '{other}' (supported: gzip, deflate)")));
+            return Err(CoreError::unsupported(format!("{UNSUPPORTED_COMPRESSION} '{other}' (supported: gzip, deflate)")));
         }
     };
     let mut out = Vec::new();
