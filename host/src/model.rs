@@ -15,7 +15,7 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 
 use crate::backend::{Backend, ExecRequest, ModelInstance};
-use crate::config::{ModelConfig, datatype_from_config, pb};
+use crate::config::{ModelConfig, TensorConfig, datatype_from_config};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{InferRequest, InferResponse, RequestedOutput};
 use crate::stats::ModelStats;
@@ -34,23 +34,13 @@ pub struct IoSpec {
 }
 
 impl IoSpec {
-    fn from_input(input: &pb::ModelInput) -> CoreResult<Self> {
+    fn from_config(tensor: &impl TensorConfig, optional: bool) -> CoreResult<Self> {
         Ok(Self {
-            name: input.name.clone(),
-            datatype: config_datatype(&input.name, input.data_type)?,
-            dims: input.dims.clone(),
-            reshape: input.reshape.as_ref().map(|r| r.shape.clone()),
-            optional: input.optional,
-        })
-    }
-
-    fn from_output(output: &pb::ModelOutput) -> CoreResult<Self> {
-        Ok(Self {
-            name: output.name.clone(),
-            datatype: config_datatype(&output.name, output.data_type)?,
-            dims: output.dims.clone(),
-            reshape: output.reshape.as_ref().map(|r| r.shape.clone()),
-            optional: false,
+            name: tensor.name().to_string(),
+            datatype: config_datatype(tensor.name(), tensor.data_type())?,
+            dims: tensor.dims().to_vec(),
+            reshape: tensor.reshape().map(|r| r.shape.clone()),
+            optional,
         })
     }
 }
@@ -82,8 +72,8 @@ impl LoadedModel {
         model_dir: &Path,
         model_path: &Path,
     ) -> CoreResult<Self> {
-        let inputs = config.input.iter().map(IoSpec::from_input).collect::<CoreResult<Vec<_>>>()?;
-        let outputs = config.output.iter().map(IoSpec::from_output).collect::<CoreResult<Vec<_>>>()?;
+        let inputs = config.input.iter().map(|i| IoSpec::from_config(i, i.optional)).collect::<CoreResult<Vec<_>>>()?;
+        let outputs = config.output.iter().map(|o| IoSpec::from_config(o, false)).collect::<CoreResult<Vec<_>>>()?;
         let mut labels = HashMap::new();
         for output in config.output.iter().filter(|o| !o.label_filename.is_empty()) {
             let path = model_dir.join(&output.label_filename);

@@ -115,7 +115,7 @@ impl Tensor {
         let count = element_count(&shape)?;
         match datatype.element_size() {
             Some(size) => {
-                let expected = count.checked_mul(size).unwrap_or(usize::MAX);
+                let expected = count.saturating_mul(size);
                 if data.len() != expected {
                     return Err(CoreError::invalid_arg(format!(
                         "input byte size mismatch for input '{name}'. Expected {expected}, got {}",

@@ -66,7 +66,7 @@ impl Backends {
             (backend, "") => Err(CoreError::unsupported(format!(
                 "backend '{backend}' is not supported by this server (supported: onnxruntime)"
             ))),
-            (backend, platform) if backend.is_empty() => Err(CoreError::unsupported(format!(
+            ("", platform) => Err(CoreError::unsupported(format!(
                 "platform '{platform}' is not supported by this server (supported: onnxruntime_onnx)"
             ))),
             (backend, platform) => Err(CoreError::invalid_arg(format!(

@@ -14,7 +14,7 @@ use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, ValueType};
 
 use super::{Backend, ExecRequest, ModelInstance};
-use crate::config::{ModelConfig, datatype_to_config, pb};
+use crate::config::{ModelConfig, TensorConfig, datatype_to_config, pb};
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::{DataType, Tensor, bytes_elements, push_bytes_element};
 
@@ -48,12 +48,15 @@ impl OnnxBackend {
         let threads = thread_param(config, "intra_op_thread_count")?.unwrap_or(1);
         let inter_threads = thread_param(config, "inter_op_thread_count")?.unwrap_or(1);
         let fail = |e: ort::Error| CoreError::internal(format!("failed to load ONNX model {}: {e}", model_path.display()));
+        let options = |e: ort::Error<ort::session::builder::SessionBuilder>| fail(e.into());
         Session::builder(environment)
             .map_err(fail)?
             .with_intra_threads(threads)
-            .and_then(|b| b.with_inter_threads(inter_threads))
-            .and_then(|b| b.with_intra_op_spinning(threads > 1))
-            .map_err(|e| fail(e.into()))?
+            .map_err(options)?
+            .with_inter_threads(inter_threads)
+            .map_err(options)?
+            .with_intra_op_spinning(threads > 1)
+            .map_err(options)?
             .commit_from_file(model_path)
             .map_err(fail)
     }
@@ -184,51 +187,8 @@ impl Backend for OnnxBackend {
             }
         }
         let batching = config.max_batch_size > 0;
-        let strip = |shape: &[i64]| -> Vec<i64> {
-            if batching { shape.get(1..).unwrap_or_default().to_vec() } else { shape.to_vec() }
-        };
-        let configured_inputs = config.input.len();
-        for (name, dt, shape) in &inputs {
-            let dims = strip(shape);
-            match config.input.iter_mut().find(|i| &i.name == name) {
-                Some(input) => {
-                    if input.data_type == 0 {
-                        input.data_type = datatype_to_config(*dt) as i32;
-                    }
-                    if input.dims.is_empty() && input.reshape.is_none() {
-                        input.dims = dims;
-                    }
-                }
-                None if configured_inputs == 0 => config.input.push(pb::ModelInput {
-                    name: name.clone(),
-                    data_type: datatype_to_config(*dt) as i32,
-                    dims,
-                    ..Default::default()
-                }),
-                None => {}
-            }
-        }
-        let configured_outputs = config.output.len();
-        for (name, dt, shape) in &outputs {
-            let dims = strip(shape);
-            match config.output.iter_mut().find(|o| &o.name == name) {
-                Some(output) => {
-                    if output.data_type == 0 {
-                        output.data_type = datatype_to_config(*dt) as i32;
-                    }
-                    if output.dims.is_empty() && output.reshape.is_none() {
-                        output.dims = dims;
-                    }
-                }
-                None if configured_outputs == 0 => config.output.push(pb::ModelOutput {
-                    name: name.clone(),
-                    data_type: datatype_to_config(*dt) as i32,
-                    dims,
-                    ..Default::default()
-                }),
-                None => {}
-            }
-        }
+        complete_tensors(&mut config.input, &inputs, batching);
+        complete_tensors(&mut config.output, &outputs, batching);
         Ok(())
     }
 
@@ -239,7 +199,7 @@ impl Backend for OnnxBackend {
         let batching = config.max_batch_size > 0;
         for input in &config.input {
             match model_inputs.iter().find(|(n, ..)| n == &input.name) {
-                Some(model) => check_against_model("input", &input.name, input.data_type, &input.dims, input.reshape.as_ref(), batching, model)?,
+                Some(model) => check_against_model("input", input, batching, model)?,
                 None if input.optional => {}
                 None => {
                     return Err(CoreError::invalid_arg(format!(
@@ -258,7 +218,7 @@ impl Backend for OnnxBackend {
                     names(&model_outputs)
                 ))
             })?;
-            check_against_model("output", &output.name, output.data_type, &output.dims, output.reshape.as_ref(), batching, model)?;
+            check_against_model("output", output, batching, model)?;
         }
         Ok(Box::new(OnnxInstance { session }))
     }
@@ -268,14 +228,14 @@ impl Backend for OnnxBackend {
 /// datatype, and the full shape (batch dim + dims, or the reshape) compatible with the model's.
 fn check_against_model(
     role: &str,
-    name: &str,
-    data_type: i32,
-    dims: &[i64],
-    reshape: Option<&pb::ModelTensorReshape>,
+    tensor: &impl TensorConfig,
     batching: bool,
     (_, model_type, model_shape): &(String, DataType, Vec<i64>),
 ) -> CoreResult<()> {
-    let configured = crate::config::datatype_from_config(data_type);
+    let name = tensor.name();
+    let dims = tensor.dims();
+    let reshape = tensor.reshape();
+    let configured = crate::config::datatype_from_config(tensor.data_type());
     if configured != Some(*model_type) {
         return Err(CoreError::invalid_arg(format!(
             "unexpected datatype {} for {role} '{name}', the model provides {}",
@@ -296,6 +256,20 @@ fn check_against_model(
         )));
     }
     Ok(())
+}
+
+/// Auto-complete: fills datatype and dims of configured tensors from the model, and adds every
+/// model tensor when the config lists none (the batch dimension is dropped when batching).
+fn complete_tensors<T: TensorConfig>(configured: &mut Vec<T>, model: &[(String, DataType, Vec<i64>)], batching: bool) {
+    let none_configured = configured.is_empty();
+    for (name, dt, shape) in model {
+        let dims = if batching { shape.get(1..).unwrap_or_default().to_vec() } else { shape.clone() };
+        match configured.iter_mut().find(|t| t.name() == name) {
+            Some(tensor) => tensor.complete(datatype_to_config(*dt), dims),
+            None if none_configured => configured.push(T::new(name.clone(), datatype_to_config(*dt), dims)),
+            None => {}
+        }
+    }
 }
 
 fn names(sig: &[(String, DataType, Vec<i64>)]) -> String {

@@ -84,6 +84,49 @@ pub fn to_json(config: &ModelConfig) -> serde_json::Value {
     message.serialize_with_options(serde_json::value::Serializer, &options).unwrap_or(serde_json::Value::Null)
 }
 
+/// What a configured input and output have in common, so checks and auto-complete are written once.
+pub trait TensorConfig {
+    fn new(name: String, data_type: pb::DataType, dims: Vec<i64>) -> Self;
+    fn name(&self) -> &str;
+    fn data_type(&self) -> i32;
+    fn dims(&self) -> &[i64];
+    fn reshape(&self) -> Option<&pb::ModelTensorReshape>;
+    /// Fills a missing datatype and missing dims (auto-complete).
+    fn complete(&mut self, data_type: pb::DataType, dims: Vec<i64>);
+}
+
+macro_rules! tensor_config {
+    ($ty:ty) => {
+        impl TensorConfig for $ty {
+            fn new(name: String, data_type: pb::DataType, dims: Vec<i64>) -> Self {
+                Self { name, data_type: data_type as i32, dims, ..Default::default() }
+            }
+            fn name(&self) -> &str {
+                &self.name
+            }
+            fn data_type(&self) -> i32 {
+                self.data_type
+            }
+            fn dims(&self) -> &[i64] {
+                &self.dims
+            }
+            fn reshape(&self) -> Option<&pb::ModelTensorReshape> {
+                self.reshape.as_ref()
+            }
+            fn complete(&mut self, data_type: pb::DataType, dims: Vec<i64>) {
+                if self.data_type == pb::DataType::TypeInvalid as i32 {
+                    self.data_type = data_type as i32;
+                }
+                if self.dims.is_empty() && self.reshape.is_none() {
+                    self.dims = dims;
+                }
+            }
+        }
+    };
+}
+tensor_config!(pb::ModelInput);
+tensor_config!(pb::ModelOutput);
+
 /// Maps Triton's config enum (`TYPE_FP32`) to the protocol datatype (`FP32`).
 pub fn datatype_from_config(value: i32) -> Option<DataType> {
     use pb::DataType as C;

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use super::pb::{self, model_instance_group::Kind, model_version_policy::PolicyChoice};
-use super::{ConfigError, ModelConfig, datatype_from_config};
+use super::{ConfigError, ModelConfig, TensorConfig, datatype_from_config};
 
 /// Fills defaults the way Triton does before validation: one CPU instance group when none is
 /// given, count 1 for groups that say 0, group names, KIND_AUTO resolved to KIND_CPU (no GPU
@@ -51,14 +51,14 @@ pub fn validate(config: &ModelConfig, dir_name: &str) -> Result<(), ConfigError>
         if !names.insert(input.name.as_str()) {
             return invalid(format!("duplicate input name '{}' in model configuration", input.name));
         }
-        check_io("input", &input.name, input.data_type, &input.dims, input.reshape.as_ref(), batching)?;
+        check_io("input", input, batching)?;
     }
     let mut names = HashSet::new();
     for output in &config.output {
         if !names.insert(output.name.as_str()) {
             return invalid(format!("duplicate output name '{}' in model configuration", output.name));
         }
-        check_io("output", &output.name, output.data_type, &output.dims, output.reshape.as_ref(), batching)?;
+        check_io("output", output, batching)?;
     }
 
     for group in &config.instance_group {
@@ -90,14 +90,8 @@ pub fn validate(config: &ModelConfig, dir_name: &str) -> Result<(), ConfigError>
     Ok(())
 }
 
-fn check_io(
-    role: &str,
-    name: &str,
-    data_type: i32,
-    dims: &[i64],
-    reshape: Option<&pb::ModelTensorReshape>,
-    batching: bool,
-) -> Result<(), ConfigError> {
+fn check_io(role: &str, tensor: &impl TensorConfig, batching: bool) -> Result<(), ConfigError> {
+    let (name, data_type, dims, reshape) = (tensor.name(), tensor.data_type(), tensor.dims(), tensor.reshape());
     let invalid = |m: String| Err(ConfigError::Invalid(m));
     if name.is_empty() {
         return invalid(format!("model {role} must specify 'name'"));
