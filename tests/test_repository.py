@@ -568,7 +568,9 @@ def test_autocomplete_config_from_onnx(server_factory, repo, flags):
     assert ins["INPUT0"]["shape"][-1] == 16
     assert cfg["name"] == "auto"
     assert cfg.get("backend") == "onnxruntime" or cfg.get("platform") == "onnxruntime_onnx"
-    # Whether or not the batch dimension became max_batch_size > 0, inference must work.
+    # As Triton: every dim 0 of the model is dynamic, so batching is on with the default max batch 4.
+    assert cfg["max_batch_size"] == 4, cfg
+    assert ins["INPUT0"]["shape"] == [-1, 16]
     shape = [1 if d == -1 else d for d in ins["INPUT0"]["shape"]]
     result, a, b = infer_add_sub(srv.url, "auto", shape=shape)
     check_sum_diff(result, a, b)
@@ -619,3 +621,22 @@ def test_reshape_inputs_and_outputs(server_factory, repo):
     with pytest.raises(InferenceServerException) as ei:
         infer_add_sub(srv.url, "reshaped_in", shape=[1, 16])
     assert "INPUT" in ei.value.message()
+
+
+def test_unimplemented_config_fields_are_accepted_and_logged_once(server_factory, repo):
+    extra = (
+        "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 100 }\n"
+        "model_warmup [ { name: \"w\" batch_size: 1 inputs { key: \"INPUT0\" value: "
+        "{ data_type: TYPE_FP32 dims: [ 16 ] zero_data: true } } } ]\n"
+    )
+    for name in ("fancy_a", "fancy_b"):
+        copy_model(repo, "add_sub", name, config=add_sub_config(name, extra=extra))
+    srv = server_factory(repo)
+    wait_model_ready(srv, "fancy_a")
+    wait_model_ready(srv, "fancy_b")
+    result, a, b = infer_add_sub(srv.url, "fancy_b")
+    check_sum_diff(result, a, b)
+    log = srv.log_text()
+    for field in ("dynamic_batching", "model_warmup"):
+        lines = [l for l in log.splitlines() if "ignored" in l and field in l]
+        assert len(lines) == 1, f"{field} should be logged as ignored exactly once:\n{log}"

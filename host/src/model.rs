@@ -435,6 +435,58 @@ impl InstancePool {
 mod tests {
     use super::*;
 
+    /// An instance that stays inside execute until `target` executions overlap (or `patience` passes),
+    /// counting how many run at once.
+    struct GatedInstance {
+        running: Arc<std::sync::atomic::AtomicUsize>,
+        peak: Arc<std::sync::atomic::AtomicUsize>,
+        target: usize,
+        patience: std::time::Duration,
+    }
+
+    impl ModelInstance for GatedInstance {
+        fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.running.fetch_add(1, SeqCst) + 1;
+            self.peak.fetch_max(now, SeqCst);
+            let deadline = Instant::now() + self.patience;
+            while self.peak.load(SeqCst) < self.target && Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            self.running.fetch_sub(1, SeqCst);
+            batch.into_iter().map(|_| Ok(Vec::new())).collect()
+        }
+    }
+
+    async fn peak_concurrency(instances: usize, requests: usize, target: usize, patience_ms: u64) -> usize {
+        let patience = std::time::Duration::from_millis(patience_ms);
+        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let peak = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let pool = Arc::new(InstancePool::new(
+            (0..instances)
+                .map(|_| Box::new(GatedInstance { running: running.clone(), peak: peak.clone(), target, patience }) as Box<dyn ModelInstance>)
+                .collect(),
+        ));
+        let tasks: Vec<_> = (0..requests)
+            .map(|_| {
+                let pool = pool.clone();
+                tokio::spawn(async move { pool.execute(vec![ExecRequest { inputs: vec![], outputs: vec![] }], || {}).await })
+            })
+            .collect();
+        for task in tasks {
+            assert!(task.await.unwrap().is_ok());
+        }
+        peak.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn instances_run_concurrently_but_never_twice_at_once() {
+        // Two instances, two requests that wait for each other: they overlap.
+        assert_eq!(peak_concurrency(2, 2, 2, 5000).await, 2);
+        // One instance, three requests that would wait for an overlap: it never comes.
+        assert_eq!(peak_concurrency(1, 3, 2, 200).await, 1);
+    }
+
     #[test]
     fn variable_dims_fill_in_order() {
         assert_eq!(fill_variable_dims(&[16], &[4, 4], &[4, 4]), vec![16]);
