@@ -20,6 +20,25 @@ pub enum Command {
     // Triton lets a later flag override an earlier one (`--http-port 1 --http-port 2`).
     #[command(args_override_self = true)]
     Serve(Box<ServeArgs>),
+    /// Work with WebAssembly guests (models written as components).
+    #[command(subcommand)]
+    Guest(GuestCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GuestCommand {
+    /// Build a guest into a model.wasm component: a Rust crate directory, a Triton-style
+    /// model.py, or a core .wasm module.
+    Build {
+        /// The guest's source.
+        path: PathBuf,
+        /// Output file (default: model.wasm next to the source).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Checkout holding wit/ and guest-sdk/ (default: the one this binary was built from).
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
 }
 
 /// Triton parses booleans from these words; so do we (`--exit-on-error=false`, `--strict-model-config 0`).
@@ -112,6 +131,14 @@ pub struct ServeArgs {
     #[arg(long, env = "TESSERA_ONNXRUNTIME_LIBRARY")]
     pub onnxruntime_library: Option<PathBuf>,
 
+    /// Directory for compiled WebAssembly components (default: ~/.cache/tessera/wasm); a restart
+    /// with a warm cache skips compilation.
+    #[arg(long, env = "TESSERA_WASM_CACHE_DIR")]
+    pub wasm_cache_dir: Option<PathBuf>,
+    /// Most WebAssembly model instances alive at once (sizes the pooling allocator).
+    #[arg(long, default_value_t = 200)]
+    pub wasm_max_instances: u32,
+
     /// Accepted for compatibility with Triton command lines; Tessera's backends are built in.
     #[arg(long)]
     pub backend_directory: Option<PathBuf>,
@@ -152,6 +179,7 @@ mod tests {
         full.extend_from_slice(args);
         Cli::try_parse_from(full).map(|c| match c.command {
             Command::Serve(s) => *s,
+            Command::Guest(_) => unreachable!("parsed a serve command line"),
         })
     }
 

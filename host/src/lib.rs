@@ -8,6 +8,7 @@ pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod guest;
 pub mod http;
 pub mod infer;
 pub mod model;

@@ -9,17 +9,20 @@ use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tokio::sync::Semaphore;
 
-use crate::backend::{Backend, ExecRequest, ModelInstance};
+use crate::backend::{Backend, ExecRequest, InstanceContext, ModelInstance};
 use crate::config::{ModelConfig, TensorConfig, datatype_from_config};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{InferRequest, InferResponse, RequestedOutput};
 use crate::stats::ModelStats;
 use crate::tensor::{DataType, Tensor, push_bytes_element};
+
+/// Responses of one request, in order; the stream ends after the final one.
+pub type ResponseStream = tokio::sync::mpsc::UnboundedReceiver<CoreResult<InferResponse>>;
 
 /// An input or output as the config declares it.
 #[derive(Debug, Clone)]
@@ -82,10 +85,23 @@ impl LoadedModel {
             })?;
             labels.insert(output.name.clone(), Arc::new(text.lines().map(str::to_owned).collect()));
         }
-        let count: usize = config.instance_group.iter().map(|g| usize::try_from(g.count).unwrap_or(0)).sum();
-        let mut instances = Vec::with_capacity(count);
-        for _ in 0..count.max(1) {
-            instances.push(backend.create_instance(&config, model_path)?);
+        let version_dir = model_path.parent().unwrap_or(model_dir);
+        let mut instances = Vec::new();
+        for group in &config.instance_group {
+            for index in 0..group.count.max(0) {
+                let ctx = InstanceContext {
+                    config: &config,
+                    model_dir,
+                    version_dir,
+                    model_path,
+                    version,
+                    instance_name: format!("{}_{index}", group.name),
+                };
+                instances.push(backend.create_instance(&ctx)?);
+            }
+        }
+        if instances.is_empty() {
+            return Err(CoreError::invalid_arg(format!("model '{}' has no instances (instance_group count is 0)", config.name)));
         }
         Ok(Self {
             name: config.name.clone(),
@@ -105,6 +121,67 @@ impl LoadedModel {
         i64::from(self.config.max_batch_size)
     }
 
+    /// Decoupled models (`model_transaction_policy { decoupled: true }`) answer 0..n times per
+    /// request, so they are reached through [`LoadedModel::infer_stream`] only.
+    pub fn is_decoupled(&self) -> bool {
+        self.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
+    }
+
+    /// Runs one request and streams its responses: one for a regular model, 0..n for a decoupled
+    /// one. The stream ends after the final response.
+    pub async fn infer_stream(self: &Arc<Self>, request: InferRequest) -> CoreResult<ResponseStream> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        if !self.is_decoupled() {
+            let _ = tx.send(self.infer(request).await);
+            return Ok(rx);
+        }
+        let start = Instant::now();
+        let (exec, batch_size) = self.prepare(&request).map_err(|e| self.with_request_id(&request, e))?;
+        let wanted = self.check_outputs(&request)?;
+        let (raw_tx, mut raw_rx) = tokio::sync::mpsc::unbounded_channel();
+        let exec = ExecRequest { outputs: wanted.iter().map(|o| o.name.clone()).collect(), responder: Some(raw_tx), ..exec };
+        let model = Arc::clone(self);
+        let id = request.id.clone();
+        // Post-process each raw response while the instance may still be producing more.
+        let forward = tokio::spawn(async move {
+            let mut ok = true;
+            while let Some(item) = raw_rx.recv().await {
+                let response = item.and_then(|outputs| model.postprocess(outputs, batch_size, &wanted)).map(|outputs| InferResponse {
+                    model_name: model.name.clone(),
+                    model_version: model.version,
+                    id: id.clone(),
+                    outputs,
+                    parameters: Default::default(),
+                });
+                ok &= response.is_ok();
+                if tx.send(response).is_err() {
+                    break;
+                }
+            }
+            ok
+        });
+        let queued = Instant::now();
+        let mut results = self.pool.execute(vec![exec], || self.stats.record_queue(queued.elapsed())).await?;
+        let infer_done = Instant::now();
+        // A decoupled instance answers through the responder; a returned error still counts.
+        let instance_error = results.pop().and_then(Result::err);
+        let model = Arc::clone(self);
+        tokio::spawn(async move {
+            let streamed_ok = forward.await.unwrap_or(false);
+            let ok = streamed_ok && instance_error.is_none();
+            model.stats.record_execution(batch_size, queued.saturating_duration_since(start), infer_done - queued, Duration::ZERO);
+            let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+            model.stats.record_request(ok, start.elapsed(), now_ms);
+        });
+        Ok(rx)
+    }
+
+    fn with_request_id(&self, request: &InferRequest, e: CoreError) -> CoreError {
+        // Triton prefixes the core's input-validation errors with the request id.
+        let id = request.id.as_deref().filter(|id| !id.is_empty()).unwrap_or("<id_unknown>");
+        CoreError::new(e.kind, format!("[request id: {id}] {}", e.message))
+    }
+
     /// Runs one request end to end, recording statistics.
     pub async fn infer(&self, request: InferRequest) -> CoreResult<InferResponse> {
         let start = Instant::now();
@@ -115,11 +192,13 @@ impl LoadedModel {
     }
 
     async fn infer_inner(&self, request: InferRequest, start: Instant) -> CoreResult<InferResponse> {
-        let (exec, batch_size) = self.prepare(&request).map_err(|e| {
-            // Triton prefixes the core's input-validation errors with the request id.
-            let id = request.id.as_deref().filter(|id| !id.is_empty()).unwrap_or("<id_unknown>");
-            CoreError::new(e.kind, format!("[request id: {id}] {}", e.message))
-        })?;
+        if self.is_decoupled() {
+            return Err(CoreError::unsupported(format!(
+                "model '{}' is decoupled (it may send any number of responses): use a streaming endpoint",
+                self.name
+            )));
+        }
+        let (exec, batch_size) = self.prepare(&request).map_err(|e| self.with_request_id(&request, e))?;
         let wanted = self.check_outputs(&request)?;
         let exec = ExecRequest { outputs: wanted.iter().map(|o| o.name.clone()).collect(), ..exec };
         let queued = Instant::now();
@@ -237,7 +316,12 @@ impl LoadedModel {
             )));
         }
 
-        let exec = ExecRequest { inputs, outputs: Vec::new() };
+        let exec = ExecRequest {
+            id: request.id.clone(),
+            inputs,
+            parameters: request.parameters.clone(),
+            ..Default::default()
+        };
         Ok((exec, usize::try_from(batch_size).unwrap_or(1)))
     }
 
@@ -470,7 +554,7 @@ mod tests {
         let tasks: Vec<_> = (0..requests)
             .map(|_| {
                 let pool = pool.clone();
-                tokio::spawn(async move { pool.execute(vec![ExecRequest { inputs: vec![], outputs: vec![] }], || {}).await })
+                tokio::spawn(async move { pool.execute(vec![ExecRequest::default()], || {}).await })
             })
             .collect();
         for task in tasks {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
 
+use crate::backend::wasm::{WasmBackend, WasmOptions};
 use crate::backend::{Backends, onnx::OnnxBackend};
 use crate::cli::ServeArgs;
 use crate::http::{HttpState, router};
@@ -61,14 +62,20 @@ async fn serve(args: ServeArgs, as_triton: bool) -> ExitCode {
     }
 
     let onnx = OnnxBackend::new(args.onnxruntime_library.as_deref());
+    let mut wasm_options = WasmOptions { max_instances: args.wasm_max_instances, ..WasmOptions::default() };
+    if let Some(dir) = &args.wasm_cache_dir {
+        wasm_options.cache_dir = Some(dir.clone());
+    }
+    let backends = Backends::new(onnx, WasmBackend::new(wasm_options));
     let manager = Arc::new(ModelManager::new(
         RepositoryOptions {
             repositories: args.model_repository.clone(),
             control_mode: args.model_control_mode,
             strict_config: args.strict_config(),
         },
-        Backends::new(onnx),
+        backends.clone(),
     ));
+    backends.wasm.connect(&manager);
     let failures = manager.load_startup_models(&args.load_model).await;
     for (model, reason) in &failures {
         tracing::error!(model = model.as_str(), "{reason}");

@@ -13,7 +13,7 @@ use ort::environment::Environment;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, ValueType};
 
-use super::{Backend, ExecRequest, ModelInstance};
+use super::{Backend, ExecRequest, InstanceContext, ModelInstance};
 use crate::config::{ModelConfig, TensorConfig, datatype_to_config, pb};
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::{DataType, Tensor, bytes_elements, push_bytes_element};
@@ -192,8 +192,9 @@ impl Backend for OnnxBackend {
         Ok(())
     }
 
-    fn create_instance(&self, config: &ModelConfig, model_path: &Path) -> CoreResult<Box<dyn ModelInstance>> {
-        let session = self.session(config, model_path)?;
+    fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
+        let config = ctx.config;
+        let session = self.session(config, ctx.model_path)?;
         let model_inputs = io_signature(session.inputs())?;
         let model_outputs = io_signature(session.outputs())?;
         let batching = config.max_batch_size > 0;
