@@ -9,6 +9,8 @@ Writes only the model files; config.pbtxt and labels.txt are hand-written files 
                                                                    OUTPUT1 = INPUT0 - INPUT1
   simple/1/model.onnx      the same with INT32 (the model tritonclient's examples call "simple")
   classifier/1/model.onnx  INPUT0 FP32 [batch, 4]  ->  OUTPUT0 FP32 [batch, 5] = INPUT0 @ W + b
+  text_scorer/1/model.onnx INPUT_IDS, ATTENTION_MASK INT64 [batch, 16]  ->  TOKEN_COUNT FP32 [batch, 1]
+                           = sum(mask), ID_SUM INT64 [batch, 1] = sum(ids * mask)  (fed by the tokenizer guest)
 
 The classifier's weights make its output trivial to predict: W is the 4x4 identity padded with a zero
 column and b = [0, 0, 0, 0, 0.5], so OUTPUT0 = [x0, x1, x2, x3, 0.5] exactly (0/1 weights, no rounding).
@@ -92,6 +94,30 @@ def classifier() -> onnx.ModelProto:
     return _model(graph, "classifier: OUTPUT0 = [x0, x1, x2, x3, 0.5]; labels cat dog bird fish horse")
 
 
+def text_scorer() -> onnx.ModelProto:
+    """The ONNX model the tokenizer guest feeds: per row, TOKEN_COUNT = sum(mask) as FP32 and
+    ID_SUM = sum(ids * mask) as INT64 (easy to check against the tokenizer's output)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["ATTENTION_MASK"], ["mask_f"], to=TensorProto.FLOAT, name="cast"),
+            helper.make_node("ReduceSum", ["mask_f", "axes"], ["TOKEN_COUNT"], keepdims=1, name="count"),
+            helper.make_node("Mul", ["INPUT_IDS", "ATTENTION_MASK"], ["masked"], name="mask"),
+            helper.make_node("ReduceSum", ["masked", "axes"], ["ID_SUM"], keepdims=1, name="sum"),
+        ],
+        "text_scorer",
+        [
+            helper.make_tensor_value_info("INPUT_IDS", TensorProto.INT64, [BATCH, 16]),
+            helper.make_tensor_value_info("ATTENTION_MASK", TensorProto.INT64, [BATCH, 16]),
+        ],
+        [
+            helper.make_tensor_value_info("TOKEN_COUNT", TensorProto.FLOAT, [BATCH, 1]),
+            helper.make_tensor_value_info("ID_SUM", TensorProto.INT64, [BATCH, 1]),
+        ],
+        initializer=[numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")],
+    )
+    return _model(graph, "text_scorer: TOKEN_COUNT = sum(mask), ID_SUM = sum(ids * mask)")
+
+
 # ---- validation --------------------------------------------------------------------------------
 
 def _session(data: bytes):
@@ -147,6 +173,22 @@ def validate_classifier(data: bytes) -> None:
     assert [LABELS[i] for i in np.argsort(-y[0])] == LABELS  # [4,3,2,1] -> cat dog bird fish horse
 
 
+def validate_text_scorer(data: bytes) -> None:
+    sess = _session(data)
+    _check_signature(
+        sess,
+        {"INPUT_IDS": ("tensor(int64)", [BATCH, 16]), "ATTENTION_MASK": ("tensor(int64)", [BATCH, 16])},
+        {"TOKEN_COUNT": ("tensor(float)", [BATCH, 1]), "ID_SUM": ("tensor(int64)", [BATCH, 1])},
+    )
+    ids = np.arange(32, dtype=np.int64).reshape(2, 16)
+    mask = np.zeros((2, 16), dtype=np.int64)
+    mask[0, :3] = 1
+    mask[1, :16] = 1
+    count, total = sess.run(["TOKEN_COUNT", "ID_SUM"], {"INPUT_IDS": ids, "ATTENTION_MASK": mask})
+    np.testing.assert_array_equal(count, [[3.0], [16.0]])
+    np.testing.assert_array_equal(total, [[0 + 1 + 2], [sum(range(16, 32))]])
+
+
 # ---- output ------------------------------------------------------------------------------------
 
 def _write_if_changed(path: Path, data: bytes) -> None:
@@ -178,6 +220,7 @@ def main(argv: list[str]) -> int:
         ("simple", add_sub("simple", TensorProto.INT32),
          lambda d: validate_add_sub(d, np.int32, "tensor(int32)")),
         ("classifier", classifier(), validate_classifier),
+        ("text_scorer", text_scorer(), validate_text_scorer),
     ]
     for name, model, validate in models:
         onnx.checker.check_model(model, full_check=True)

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Idempotent setup for a fresh machine of this kind (Debian 12, rustup toolchain, CPython 3.11):
 #   1. Python venv (.venv) with onnx, onnxruntime (its wheel ships libonnxruntime.so, which the
-#      server loads at run time), tritonclient and pytest; generates the quickstart ONNX models.
-#   2. Builds the server (one shared target/ dir; dev profile with optimised dependencies).
+#      server loads at run time), tritonclient, componentize-py and pytest; generates the
+#      quickstart ONNX models.
+#   2. The Rust guest toolchain (Debian's rustc-web with std sources, wasm-ld; apt).
+#   3. Builds the server (one shared target/ dir; dev profile with optimised dependencies).
+#   4. Builds the example WebAssembly guests into the quickstart repository.
 # Quiet when there is nothing to do. Safe to run repeatedly.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,4 +22,6 @@ if ! need curl; then
 fi
 
 bash scripts/setup-python.sh
+bash scripts/setup-guest-toolchain.sh
 cargo build --quiet --bin tessera
+bash scripts/build-guests.sh

@@ -51,17 +51,22 @@ def tessera_bin() -> Path:
     return p
 
 
+def quickstart_models() -> set[str]:
+    """Every model directory of the quickstart repository (ONNX and WebAssembly)."""
+    return {p.name for p in QUICKSTART.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file()}
+
+
 def quickstart_repo() -> Path:
     """The quickstart repository; fails clearly if its generated ONNX files are missing."""
     missing = [
-        str(QUICKSTART / m / "1" / "model.onnx")
-        for m in ("add_sub", "simple", "classifier")
-        if not (QUICKSTART / m / "1" / "model.onnx").is_file()
+        str(next(iter((QUICKSTART / m / "1").glob("model.*")), QUICKSTART / m / "1" / "model.*"))
+        for m in sorted(quickstart_models())
+        if not any((QUICKSTART / m / "1").glob("model.*"))
     ]
     if missing:
         pytest.fail(
-            "quickstart model files are missing (run scripts/setup-python.sh, which runs "
-            f"scripts/gen_models.py): {', '.join(missing)}",
+            "quickstart model files are missing (run scripts/setup.sh, which generates the ONNX "
+            f"models and builds the WebAssembly guests): {', '.join(missing)}",
             pytrace=False,
         )
     return QUICKSTART

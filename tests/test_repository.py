@@ -15,6 +15,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tessera_testlib import (
+    quickstart_models,
     EXPECT,
     POLL_MODE_DEADLINE,
     add_sub_config,
@@ -104,7 +105,7 @@ def test_repository_index_via_client(server):
         index = c.get_model_repository_index()
     finally:
         c.close()
-    assert {e["name"] for e in index} == {"add_sub", "simple", "classifier"}
+    assert {e["name"] for e in index} == quickstart_models()
 
 
 def test_load_unload_rejected_in_none_mode(server_factory):
@@ -151,7 +152,7 @@ def test_explicit_mode_loads_only_requested(explicit_server):
     assert not model_ready(srv, "add_sub")
     assert not model_ready(srv, "classifier")
     index = repository_index(srv)
-    assert {e["name"] for e in index} == {"add_sub", "simple", "classifier"}, index
+    assert {e["name"] for e in index} == quickstart_models(), index
     (simple,) = state_of(index, "simple")
     assert simple == {"name": "simple", "version": "1", "state": "READY"}
     for m in ("add_sub", "classifier"):
@@ -254,7 +255,7 @@ def test_explicit_load_model_star(server_factory):
 def test_explicit_mode_nothing_loaded_by_default(server_factory):
     srv = server_factory(quickstart_repo(), ["--model-control-mode", "explicit"])
     index = repository_index(srv)
-    assert {e["name"] for e in index} == {"add_sub", "simple", "classifier"}
+    assert {e["name"] for e in index} == quickstart_models()
     assert index == [{"name": m} for m in sorted(m["name"] for m in index)], index
     c = client_for(srv)
     try:

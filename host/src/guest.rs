@@ -40,7 +40,7 @@ fn build_inner(options: &BuildOptions) -> Result<PathBuf, String> {
     let path = &options.path;
     let default_out = |dir: &Path| dir.join("model.wasm");
     if path.is_dir() && path.join("Cargo.toml").is_file() {
-        let core = build_rust(path)?;
+        let core = build_rust(&root, path)?;
         let out = options.output.clone().unwrap_or_else(|| default_out(path));
         encode_file(&core, &out)?;
         return Ok(out);
@@ -81,8 +81,9 @@ fn encode_file(core: &Path, out: &Path) -> Result<(), String> {
     std::fs::write(out, component).map_err(|e| format!("failed to write {}: {e}", out.display()))
 }
 
-/// Builds a Rust guest crate to a core wasm module and returns its path.
-fn build_rust(dir: &Path) -> Result<PathBuf, String> {
+/// Builds a Rust guest crate to a core wasm module and returns its path. Every guest shares
+/// `<root>/target/wasm-guests`, so the from-source std is built once.
+fn build_rust(root: &Path, dir: &Path) -> Result<PathBuf, String> {
     let linker = "/usr/lib/llvm-22/bin/wasm-ld";
     if !Path::new("/usr/bin/cargo").exists() || !Path::new(linker).exists() {
         return Err("the Rust guest toolchain is missing: run scripts/setup-guest-toolchain.sh".into());
@@ -93,6 +94,8 @@ fn build_rust(dir: &Path) -> Result<PathBuf, String> {
         .env("PATH", path)
         .env("RUSTC_BOOTSTRAP", "1")
         .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", linker)
+        .env("CARGO_TARGET_DIR", root.join("target/wasm-guests"))
+        .env("CARGO_PROFILE_RELEASE_PANIC", "abort")
         .env_remove("RUSTUP_TOOLCHAIN")
         .env_remove("RUSTC")
         .env_remove("CARGO")

@@ -193,8 +193,8 @@ impl LoadedModel {
 
     async fn infer_inner(&self, request: InferRequest, start: Instant) -> CoreResult<InferResponse> {
         if self.is_decoupled() {
-            return Err(CoreError::unsupported(format!(
-                "model '{}' is decoupled (it may send any number of responses): use a streaming endpoint",
+            return Err(CoreError::invalid_arg(format!(
+                "model '{}' is decoupled (it may send any number of responses) and this endpoint doesn't support models with decoupled transaction policy: use generate_stream over HTTP, or infer-stream from a guest",
                 self.name
             )));
         }
@@ -352,13 +352,33 @@ impl LoadedModel {
     /// Checks outputs against the config, undoes output reshapes and applies classification.
     fn postprocess(&self, outputs: Vec<Tensor>, batch_size: usize, wanted: &[RequestedOutput]) -> CoreResult<Vec<Tensor>> {
         let batching = self.config.max_batch_size > 0;
+        let mut outputs = outputs;
         let mut result = Vec::with_capacity(wanted.len());
-        for (mut tensor, want) in outputs.into_iter().zip(wanted) {
+        for want in wanted {
+            let position = outputs.iter().position(|t| t.name == want.name).ok_or_else(|| {
+                CoreError::internal(format!("model '{}' did not produce requested output '{}'", self.name, want.name))
+            })?;
+            let mut tensor = outputs.swap_remove(position);
             let spec = self
                 .outputs
                 .iter()
                 .find(|s| s.name == tensor.name)
                 .ok_or_else(|| CoreError::internal(format!("model produced unexpected output '{}'", tensor.name)))?;
+            let model_dims = spec.reshape.as_ref().unwrap_or(&spec.dims);
+            let (batch_ok, dims) = match tensor.shape.split_first() {
+                Some((&b, rest)) if batching => (b == batch_size as i64, rest),
+                _ => (!batching, &tensor.shape[..]),
+            };
+            if !batch_ok || !shape_matches(dims, model_dims) {
+                return Err(CoreError::internal(format!(
+                    "model '{}' produced output '{}' with shape {}, which does not match its configuration {}{}",
+                    self.name,
+                    tensor.name,
+                    format_shape(&tensor.shape),
+                    format_shape(model_dims),
+                    if batching { format!(" with batch size {batch_size}") } else { String::new() }
+                )));
+            }
             if tensor.datatype != spec.datatype {
                 return Err(CoreError::internal(format!(
                     "output '{}' of model '{}' has datatype {} but the configuration declares {}",

@@ -853,8 +853,12 @@ fn send_on(sender: &mut HostSender, item: CoreResult<Vec<Tensor>>, final_: bool)
             "no more responses can be sent for this request (the final response was sent, or the model is not decoupled)",
         )));
     };
-    // A gone receiver means the caller stopped listening; that is not the guest's error.
-    let _ = tx.send(item);
+    // An empty final response only carries the final flag (as Triton's repeat sends it).
+    let flag_only = final_ && matches!(&item, Ok(outputs) if outputs.is_empty());
+    if !flag_only {
+        // A gone receiver means the caller stopped listening; that is not the guest's error.
+        let _ = tx.send(item);
+    }
     if final_ {
         sender.0 = None;
     }

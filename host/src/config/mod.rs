@@ -182,6 +182,7 @@ const IMPLEMENTED_FIELDS: &[&str] = &[
     "instance_group",
     "default_model_filename",
     "parameters",
+    "model_transaction_policy",
 ];
 
 fn log_ignored_fields(message: &DynamicMessage) {

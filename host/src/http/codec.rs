@@ -176,7 +176,7 @@ fn convert_parameters(params: Map<String, Value>) -> Parameters {
 }
 
 /// Flattens (possibly nested) JSON `data` in row-major order and encodes it as tensor bytes.
-fn json_to_bytes(name: &str, datatype: DataType, shape: &[i64], data: &Value) -> CoreResult<Bytes> {
+pub(crate) fn json_to_bytes(name: &str, datatype: DataType, shape: &[i64], data: &Value) -> CoreResult<Bytes> {
     let mut flat = Vec::new();
     flatten(data, &mut flat);
     let expected = element_count(shape).map_err(|e| {
@@ -265,7 +265,7 @@ struct JsonTensor<'a> {
 /// Typed so that FP32 values print in their shortest f32 form ("0.1", not "0.10000000149011612").
 #[derive(Serialize)]
 #[serde(untagged)]
-enum JsonData {
+pub(crate) enum JsonData {
     Bool(Vec<bool>),
     Unsigned(Vec<u64>),
     Signed(Vec<i64>),
@@ -274,7 +274,7 @@ enum JsonData {
     Str(Vec<String>),
 }
 
-fn tensor_to_json(t: &Tensor) -> JsonData {
+pub(crate) fn tensor_to_json(t: &Tensor) -> JsonData {
     let d = &t.data[..];
     fn le<const N: usize, T>(d: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
         d.chunks_exact(N).map(|c| f(c.try_into().unwrap_or([0; N]))).collect()

@@ -3,6 +3,7 @@
 //! inference goes through [`ModelManager`] and [`LoadedModel::infer`](crate::model::LoadedModel::infer).
 
 pub mod codec;
+mod generate;
 
 use std::io::Read;
 use std::sync::Arc;
@@ -94,6 +95,10 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/models/{model}/versions/{version}/config", get(model_config_version))
         .route("/v2/models/{model}/stats", get(model_stats))
         .route("/v2/models/{model}/versions/{version}/stats", get(model_stats_version))
+        .route("/v2/models/{model}/generate", post(generate))
+        .route("/v2/models/{model}/versions/{version}/generate", post(generate_version))
+        .route("/v2/models/{model}/generate_stream", post(generate_stream))
+        .route("/v2/models/{model}/versions/{version}/generate_stream", post(generate_stream_version))
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(repository_load))
         .route("/v2/repository/models/{model}/unload", post(repository_unload))
@@ -306,6 +311,36 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> CoreResult<
         return Err(too_large());
     }
     Ok(Bytes::from(out))
+}
+
+async fn generate_impl(state: HttpState, model: String, version: Option<i64>, request: Request, streaming: bool) -> CoreResult<Response> {
+    let (parts, body) = request.into_parts();
+    let body = read_body(&parts.headers, body, state.max_input_size).await?;
+    let loaded = state.manager.get(&model, version)?;
+    let request = generate::decode(&loaded, &body)?;
+    if streaming { generate::stream(loaded, request).await } else { generate::single(loaded, request).await }
+}
+
+async fn generate(State(state): State<HttpState>, Path(model): Path<String>, request: Request) -> Response {
+    generate_impl(state, model, None, request, false).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn generate_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>, request: Request) -> Response {
+    match parse_version(&version) {
+        Ok(v) => generate_impl(state, model, v, request, false).await.unwrap_or_else(IntoResponse::into_response),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn generate_stream(State(state): State<HttpState>, Path(model): Path<String>, request: Request) -> Response {
+    generate_impl(state, model, None, request, true).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn generate_stream_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>, request: Request) -> Response {
+    match parse_version(&version) {
+        Ok(v) => generate_impl(state, model, v, request, true).await.unwrap_or_else(IntoResponse::into_response),
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn repository_index(State(state): State<HttpState>, body: Bytes) -> Response {

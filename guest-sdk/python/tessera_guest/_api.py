@@ -1,0 +1,386 @@
+"""InferenceRequest / InferenceResponse / response sender / Logger, as in triton_python_backend_utils."""
+
+import json
+import sys
+
+from . import _host
+from ._errors import TritonError, TritonModelException
+from ._tensor import Tensor
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+
+
+class _Model:
+    """What the glue learned at initialize(): the served model's name and version."""
+    name = ""
+    version = ""
+
+
+def _as_triton_error(err):
+    if err is None or isinstance(err, TritonError):
+        return err
+    if isinstance(err, TritonModelException):
+        return TritonError(err.message(), err.code())
+    if isinstance(err, BaseException):
+        return TritonError("%s: %s" % (type(err).__name__, err))
+    return TritonError(str(err))
+
+
+def _error_from_wit(wit_err):
+    return TritonError(wit_err.message, _host.error_code(wit_err))
+
+
+class InferenceResponse:
+    """InferenceResponse(output_tensors=[...], error=None, parameters=None)."""
+
+    __slots__ = ("_outputs", "_error", "_parameters")
+
+    def __init__(self, output_tensors=None, error=None, parameters=None):
+        self._outputs = list(output_tensors) if output_tensors else []
+        for t in self._outputs:
+            if not isinstance(t, Tensor):
+                raise TypeError("InferenceResponse output_tensors must be pb_utils.Tensor objects, "
+                                "got %s" % type(t).__name__)
+        self._error = _as_triton_error(error)
+        if isinstance(parameters, str):
+            parameters = json.loads(parameters)
+        self._parameters = dict(parameters) if parameters else {}
+
+    def output_tensors(self):
+        return list(self._outputs)
+
+    def has_error(self):
+        return self._error is not None
+
+    def error(self):
+        return self._error
+
+    def parameters(self):
+        """The response parameters as a JSON object string (Triton's format)."""
+        return json.dumps(self._parameters)
+
+
+class InferenceResponseSender:
+    """A request's response sender (decoupled models): send(response=None, flags=0).
+
+    Every response must be sent before execute() returns (a Wasm guest has no threads).
+    """
+
+    __slots__ = ("_request", "_sender", "_closed")
+
+    def __init__(self, host_request):
+        self._request = host_request
+        self._sender = None
+        self._closed = False
+
+    def send(self, response=None, flags=0):
+        if self._closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if response is None and not final:
+            raise TritonModelException("send() needs a response or the FINAL flag")
+        if self._sender is None:
+            self._sender = self._request.sender()
+        try:
+            if response is None:
+                self._sender.send([], True)
+            elif response.has_error():
+                e = response.error()
+                self._sender.send_error(_host.wit_error(e.code(), e.message()), final)
+            else:
+                self._sender.send([t._lower_owned() for t in response._outputs], final)
+        except _host.Err as e:
+            raise TritonModelException(e.value.message, _host.error_code(e.value)) from None
+        if final:
+            self._closed = True
+
+    def is_cancelled(self):
+        return False
+
+
+# Triton's name for the class
+ResponseSender = InferenceResponseSender
+
+
+class _ResponseIterator:
+    """What exec(decoupled=True) / stream_exec() return: the responses of a decoupled model."""
+
+    def __init__(self, stream=None, error=None):
+        self._stream = stream
+        self._error = error
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._error is not None:
+            err, self._error = self._error, None
+            return InferenceResponse(error=err)
+        if self._stream is None:
+            raise StopIteration
+        item = self._stream.next()
+        if item is None:
+            self.cancel()
+            raise StopIteration
+        if isinstance(item, _host.Err):
+            return InferenceResponse(error=_error_from_wit(item.value))
+        return InferenceResponse(output_tensors=[Tensor._from_handle(h) for h in item.value])
+
+    def cancel(self):
+        """Stops listening: drops the host stream (the host may cancel the callee)."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                stream.__exit__(None, None, None)
+            except Exception:
+                pass
+
+
+class InferenceRequest:
+    """A request: either one handed to execute(), or a BLS request built by the model.
+
+    BLS: InferenceRequest(model_name="m", requested_output_names=["OUT"], inputs=[tensors],
+    model_version=-1, parameters={...}).exec() -> InferenceResponse (errors in .error());
+    .exec(decoupled=True) or .stream_exec() -> iterator of InferenceResponse.
+    """
+
+    def __init__(self, model_name=None, requested_output_names=None, inputs=None,
+                 model_version=-1, flags=0, correlation_id=0, parameters=None, timeout=0,
+                 request_id="", preferred_memory=None, trace=None):
+        self._host_request = None
+        self._model_name = model_name
+        self._model_version = int(model_version) if model_version is not None else -1
+        self._inputs = list(inputs) if inputs else []
+        for t in self._inputs:
+            if not isinstance(t, Tensor):
+                raise TypeError("InferenceRequest inputs must be pb_utils.Tensor objects, got %s"
+                                % type(t).__name__)
+        self._requested = list(requested_output_names) if requested_output_names else []
+        self._flags = int(flags)
+        self._correlation_id = correlation_id
+        if isinstance(parameters, str):
+            parameters = json.loads(parameters) if parameters else {}
+        self._parameters = dict(parameters) if parameters else {}
+        self._timeout = timeout
+        self._request_id = request_id
+        self._by_name = None
+        self._sender = None
+
+    @classmethod
+    def _from_host(cls, host_request):
+        r = cls.__new__(cls)
+        r._host_request = host_request
+        r._model_name = _Model.name
+        r._model_version = _Model.version
+        r._inputs = None
+        r._requested = None
+        r._flags = 0
+        r._correlation_id = 0
+        r._parameters = None
+        r._timeout = 0
+        r._request_id = None
+        r._by_name = None
+        r._sender = None
+        return r
+
+    # -- accessors (Triton's names) ------------------------------------------------------------
+    def inputs(self):
+        if self._inputs is None:
+            self._inputs = [Tensor._from_handle(h) for h in self._host_request.inputs()]
+        return list(self._inputs)
+
+    def _input(self, name):
+        """The named input or None; one host call, cached (get_input_tensor_by_name uses it)."""
+        if self._by_name is None:
+            self._by_name = {}
+        elif name in self._by_name:
+            return self._by_name[name]
+        if self._host_request is None or self._inputs is not None:
+            t = next((t for t in self.inputs() if t.name() == name), None)
+        else:
+            h = self._host_request.input(name)
+            t = None if h is None else Tensor._from_handle(h, name)
+        self._by_name[name] = t
+        return t
+
+    def requested_output_names(self):
+        if self._requested is None:
+            self._requested = list(self._host_request.requested_outputs())
+        return list(self._requested)
+
+    def request_id(self):
+        if self._request_id is None:
+            self._request_id = self._host_request.id()
+        return self._request_id
+
+    def correlation_id(self):
+        return self._correlation_id
+
+    def flags(self):
+        return self._flags
+
+    def model_name(self):
+        return self._model_name
+
+    def model_version(self):
+        return self._model_version
+
+    def timeout(self):
+        return self._timeout
+
+    def _parameter_dict(self):
+        if self._parameters is None:
+            self._parameters = _host.parameters_from_wit(self._host_request.parameters())
+        return self._parameters
+
+    def parameters(self):
+        """The request parameters as a JSON object string (Triton's format)."""
+        return json.dumps(self._parameter_dict())
+
+    def get_response_sender(self):
+        if self._host_request is None:
+            raise TritonModelException("a BLS request has no response sender")
+        if self._sender is None:
+            self._sender = InferenceResponseSender(self._host_request)
+        return self._sender
+
+    def is_cancelled(self):
+        return False
+
+    def set_release_flags(self, flags):
+        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            raise TritonModelException("request rescheduling is not supported by Tessera guests")
+
+    # -- BLS -----------------------------------------------------------------------------------
+    def _bls_args(self):
+        _host.require()
+        if not self._model_name:
+            raise TritonModelException("InferenceRequest needs a model_name")
+        version = None if self._model_version is None or self._model_version < 0 \
+            else int(self._model_version)
+        inputs = [t._lower_borrowed() for t in self.inputs()]
+        params = _host.parameters_to_wit(self._parameter_dict())
+        return (self._model_name, version, inputs, self.requested_output_names(), params)
+
+    def exec(self, decoupled=False):
+        """Runs the request on a served model in-process. Returns an InferenceResponse whose
+        has_error()/error() report a failure (as Triton's BLS does); with decoupled=True, an
+        iterator of InferenceResponse (see stream_exec)."""
+        if decoupled:
+            return self.stream_exec()
+        try:
+            outputs = _host.wit_host.infer(*self._bls_args())
+        except _host.Err as e:
+            return InferenceResponse(error=_error_from_wit(e.value))
+        except TritonModelException as e:
+            return InferenceResponse(error=TritonError(e.message(), e.code()))
+        return InferenceResponse(output_tensors=[Tensor._from_handle(h) for h in outputs])
+
+    def stream_exec(self):
+        """BLS to a decoupled model: an iterator over every response it sends, in order (an
+        error comes as a response whose has_error() is true)."""
+        try:
+            stream = _host.wit_host.infer_stream(*self._bls_args())
+        except _host.Err as e:
+            return _ResponseIterator(error=_error_from_wit(e.value))
+        except TritonModelException as e:
+            return _ResponseIterator(error=TritonError(e.message(), e.code()))
+        return _ResponseIterator(stream)
+
+    async def async_exec(self, decoupled=False):
+        """Awaitable exec(); runs synchronously (a guest has one thread)."""
+        return self.exec(decoupled=decoupled)
+
+
+class LogLevel:
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
+_WIT_LEVEL_NAMES = {LogLevel.INFO: "INFO", LogLevel.WARNING: "WARN", LogLevel.ERROR: "ERROR",
+                    LogLevel.VERBOSE: "VERBOSE"}
+
+
+def _log(message, level):
+    message = str(message)
+    if _host.AVAILABLE:
+        try:
+            _host.wit_host.log(_host.wit_host.LogLevel[_WIT_LEVEL_NAMES.get(level, "INFO")],
+                               message)
+            return
+        except Exception:
+            pass  # no host yet (build-time pre-initialization): fall through
+    stream = getattr(sys, "__stderr__", None) or sys.stderr
+    try:
+        stream.write("[%s] %s\n" % (_WIT_LEVEL_NAMES.get(level, "INFO"), message))
+    except Exception:
+        pass
+
+
+class Logger:
+    """pb_utils.Logger: the host's log, tagged by Tessera with the model."""
+
+    @staticmethod
+    def log(message, level=LogLevel.INFO):
+        _log(message, level)
+
+    @staticmethod
+    def log_info(message):
+        _log(message, LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message):
+        _log(message, LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message):
+        _log(message, LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message):
+        _log(message, LogLevel.VERBOSE)
+
+
+# -- module-level helpers of triton_python_backend_utils -------------------------------------
+
+def get_input_tensor_by_name(inference_request, name):
+    """The request's input Tensor called `name`, or None."""
+    getter = getattr(inference_request, "_input", None)
+    if getter is not None:
+        return getter(name)
+    for t in inference_request.inputs():
+        if t.name() == name:
+            return t
+    return None
+
+
+def get_output_tensor_by_name(inference_response, name):
+    """The response's output Tensor called `name`, or None."""
+    for t in inference_response.output_tensors():
+        if t.name() == name:
+            return t
+    return None
+
+
+def get_input_config_by_name(model_config, name):
+    for props in model_config.get("input", []):
+        if props.get("name") == name:
+            return props
+    return None
+
+
+def get_output_config_by_name(model_config, name):
+    for props in model_config.get("output", []):
+        if props.get("name") == name:
+            return props
+    return None
+
+
+def using_decoupled_model_transaction_policy(model_config):
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))

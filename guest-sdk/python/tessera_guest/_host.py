@@ -1,0 +1,94 @@
+"""The only module that touches the bindings componentize-py generates for wit/model.wit.
+
+Inside a component `wit_world` exists; under plain CPython (unit tests, editors) it does not, and
+everything that needs the host raises HostUnavailable while local tensors keep working.
+"""
+
+import json
+
+try:
+    from wit_world.imports import host as wit_host
+    from wit_world.imports import types as wit_types
+    from componentize_py_types import Err, Ok
+    AVAILABLE = True
+except ImportError:  # plain CPython
+    wit_host = None
+    wit_types = None
+    AVAILABLE = False
+
+    class Ok:  # minimal stand-ins with the same shape as componentize_py_types
+        def __init__(self, value):
+            self.value = value
+
+    class Err(Exception):
+        def __init__(self, value):
+            super().__init__(value)
+            self.value = value
+
+
+class HostUnavailable(RuntimeError):
+    pass
+
+
+def require():
+    if not AVAILABLE:
+        raise HostUnavailable(
+            "the Tessera host is only reachable inside a component built by componentize-py "
+            "(scripts/build-python-guest.sh)")
+
+
+_DT_CACHE = {}
+
+
+def wit_datatype(name):
+    """The WIT DataType enum value of a KServe datatype name."""
+    dt = _DT_CACHE.get(name)
+    if dt is None:
+        require()
+        dt = _DT_CACHE[name] = wit_types.DataType[name]
+    return dt
+
+
+_CODE_NAMES = ("UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED",
+               "ALREADY_EXISTS", "CANCELLED")
+
+
+def wit_error(code, message):
+    """A WIT `error` record from a TritonError code (0..7) and a message."""
+    require()
+    if not 0 <= code < len(_CODE_NAMES):
+        code = 0
+    return wit_types.Error(wit_types.ErrorCode[_CODE_NAMES[code]], str(message))
+
+
+def error_code(wit_err):
+    """The TritonError code (0..7) of a WIT `error` record."""
+    return int(wit_err.code.value)
+
+
+def parameters_to_wit(params):
+    """A list of WIT `parameter` records from a dict (or a JSON object string)."""
+    if not params:
+        return []
+    require()
+    if isinstance(params, str):
+        params = json.loads(params)
+    out = []
+    for key, value in params.items():
+        if isinstance(value, bool):
+            v = wit_types.ParamValue_Bool(value)
+        elif isinstance(value, int):
+            v = wit_types.ParamValue_Int(value)
+        elif isinstance(value, float):
+            v = wit_types.ParamValue_Double(value)
+        elif isinstance(value, str):
+            v = wit_types.ParamValue_String(value)
+        else:
+            raise TypeError("parameter %r: expected bool, int, float or str, got %s"
+                            % (key, type(value).__name__))
+        out.append(wit_types.Parameter(str(key), v))
+    return out
+
+
+def parameters_from_wit(params):
+    return {p.key: p.value.value for p in params}

@@ -1,0 +1,294 @@
+"""pb_utils.Tensor without numpy.
+
+A Tensor is either *local* (data the guest made: a flat list and/or raw bytes in guest memory) or
+a *host* tensor (a handle to bytes that live in the Tessera host: request inputs, BLS outputs).
+Host tensors stay handles until `as_list()` / `to_bytes()` asks for the data; handing one to an
+InferenceResponse, a response sender or a BLS request moves no bytes.
+"""
+
+import array
+
+from . import _dtypes
+from . import _host
+from ._errors import TritonModelException
+
+
+def _host_call(fn, *args):
+    """Calls a host function, turning a WIT `error` into TritonModelException."""
+    try:
+        return fn(*args)
+    except _host.Err as e:
+        err = e.value
+        raise TritonModelException(getattr(err, "message", str(err)),
+                                   _host.error_code(err) if hasattr(err, "code") else 1) from None
+
+
+class Tensor:
+    """A named tensor, as in triton_python_backend_utils.
+
+    Tensor(name, data, datatype=None, shape=None) where data is
+      - a list / tuple, flat or nested (nesting gives the shape, like numpy);
+      - an array.array (its typecode gives the datatype: 'f' FP32, 'd' FP64, 'i' INT32, 'q' INT64 ...);
+      - bytes / bytearray / memoryview: the raw little-endian buffer (datatype defaults to UINT8;
+        with datatype BYTES a bytes value is one element instead, see Tensor.from_bytes for raw
+        serialized BYTES);
+      - another Tensor: the same data under `name` (no copy; a host tensor stays a handle);
+      - a scalar (bool / int / float / bytes / str): a rank-0 tensor, like numpy.
+    datatype: "FP32", "TYPE_FP32", "float32", a TRITONSERVER_DataType code, or what
+    triton_string_to_numpy() returns. When omitted it is inferred like numpy (Python float ->
+    FP64, int -> INT64, bool -> BOOL, bytes/str -> BYTES); for a model output whose datatype was
+    inferred, the glue converts to the datatype the model config declares for that output.
+    """
+
+    __slots__ = ("_name", "_dtype", "_shape", "_raw", "_handle", "_handle_name",
+                 "_explicit_dtype", "_explicit_shape")
+
+    def __init__(self, name, data, datatype=None, shape=None, dtype=None):
+        if datatype is None:
+            datatype = dtype
+        self._name = str(name)
+        self._handle = None
+        self._handle_name = None
+        self._raw = None
+        self._explicit_dtype = datatype is not None
+        self._explicit_shape = shape is not None
+        dt = _dtypes.normalize(datatype)
+
+        if isinstance(data, Tensor):
+            src = data
+            if dt is not None and dt != src.datatype():
+                self._dtype = dt
+                self._raw = _dtypes.encode(dt, src.as_list())
+            else:
+                self._dtype = src._dtype
+                self._raw = src._raw
+                self._handle = src._handle
+                self._handle_name = src._handle_name if src._handle is not None else None
+                if src._handle is not None and self._handle_name is None:
+                    self._handle_name = src.name()
+                self._explicit_dtype = self._explicit_dtype or src._explicit_dtype
+            self._explicit_shape = self._explicit_shape or src._explicit_shape
+            if shape is None:
+                self._shape = None if src._shape is None else list(src._shape)
+                if self._shape is None and self._handle is None:
+                    self._shape = src.shape()
+                return
+            self._shape = [int(d) for d in shape]
+            if self._handle is not None and self._shape != src.shape():
+                # a host tensor has its own shape: another shape means new bytes
+                self._dtype = src.datatype()
+                self._raw = src.to_bytes()
+                self._handle = None
+                self._handle_name = None
+            self._check_count()
+            return
+
+        if isinstance(data, (bytes, bytearray, memoryview)) and dt != "BYTES":
+            self._dtype = dt or "UINT8"
+            self._raw = bytes(data)
+            size = _dtypes.ITEMSIZE[self._dtype]
+            if len(self._raw) % size:
+                raise ValueError("%d bytes is not a whole number of %s elements"
+                                 % (len(self._raw), self._dtype))
+            self._shape = [len(self._raw) // size] if shape is None else [int(d) for d in shape]
+            self._check_count()
+            return
+
+        if isinstance(data, array.array):
+            src_dt = _dtypes.from_array_code(data.typecode)
+            self._dtype = dt or src_dt
+            if self._dtype == src_dt and _dtypes._LITTLE:
+                self._raw = data.tobytes()
+            else:
+                self._raw = _dtypes.encode(self._dtype, data.tolist())
+            self._shape = [len(data)] if shape is None else [int(d) for d in shape]
+            self._check_count()
+            return
+
+        if data is None:
+            raise TypeError("Tensor %r: data is None" % self._name)
+        flat, inferred_shape = _dtypes.flatten(data)
+        self._dtype = dt or _dtypes.infer(flat)
+        self._shape = inferred_shape if shape is None else [int(d) for d in shape]
+        if _dtypes.element_count(self._shape) != len(flat):
+            raise ValueError("Tensor %r: %d elements do not fit shape %s"
+                             % (self._name, len(flat), self._shape))
+        # encoded now, like numpy converts on construction: bad values fail here, and
+        # as_list() gives back exactly what the bytes hold
+        self._raw = _dtypes.encode(self._dtype, flat)
+
+    # -- constructors --------------------------------------------------------------------------
+    @classmethod
+    def from_list(cls, name, values, datatype="FP32", shape=None):
+        """A tensor of `datatype` from a flat or nested list; shape defaults to the nesting."""
+        return cls(name, values, datatype=datatype, shape=shape)
+
+    @classmethod
+    def from_bytes(cls, name, raw, datatype, shape):
+        """A tensor over raw bytes in the wire layout (for BYTES: serialized <u32 len><bytes>...)."""
+        t = cls.__new__(cls)
+        t._name = str(name)
+        t._dtype = _dtypes.normalize(datatype)
+        t._shape = [int(d) for d in shape]
+        t._raw = bytes(raw)
+        t._handle = None
+        t._handle_name = None
+        t._explicit_dtype = True
+        t._explicit_shape = True
+        t._check_count()
+        return t
+
+    @classmethod
+    def _from_handle(cls, handle, name=None):
+        t = cls.__new__(cls)
+        t._name = name
+        t._handle = handle
+        t._handle_name = name
+        t._dtype = None
+        t._shape = None
+        t._raw = None
+        t._explicit_dtype = True
+        t._explicit_shape = True
+        return t
+
+    @staticmethod
+    def from_dlpack(name, capsule):
+        raise NotImplementedError("DLPack is not available inside a Wasm guest")
+
+    # -- triton_python_backend_utils API -------------------------------------------------------
+    def name(self):
+        if self._name is None:
+            self._name = self._handle_name = self._handle.name()
+        return self._name
+
+    def datatype(self):
+        """The KServe datatype name, e.g. "FP32"."""
+        if self._dtype is None:
+            self._dtype = self._handle.datatype().name
+        return self._dtype
+
+    def triton_dtype(self):
+        """The TRITONSERVER_DataType code, as Triton's Tensor.triton_dtype() (FP32 -> 11)."""
+        return _dtypes.TRITON_CODES[self.datatype()]
+
+    def shape(self):
+        if self._shape is None:
+            self._shape = list(self._handle.shape())
+        return list(self._shape)
+
+    def byte_size(self):
+        if self._raw is not None:
+            return len(self._raw)
+        if self._handle is not None:
+            return int(self._handle.byte_size())
+        return len(self.to_bytes())
+
+    def element_count(self):
+        return _dtypes.element_count(self.shape())
+
+    def as_list(self):
+        """The elements as a flat Python list (BYTES elements are bytes objects)."""
+        return _dtypes.decode(self.datatype(), self.to_bytes())
+
+    def tolist(self):
+        """The elements as nested lists of the tensor's shape (numpy's tolist())."""
+        return _dtypes.unflatten(self.as_list(), self.shape())
+
+    def as_array(self):
+        """An array.array of the elements, for the datatypes array supports (not BOOL, FP16,
+        BF16, BYTES): cheaper than as_list() for large numeric tensors."""
+        dt = self.datatype()
+        arr = _dtypes.to_array(dt, self.to_bytes())
+        if arr is None:
+            raise TypeError("as_array(): %s has no array.array typecode; use as_list()" % dt)
+        return arr
+
+    def to_bytes(self):
+        """The raw bytes in the wire layout (copied from the host on first use)."""
+        if self._raw is None:
+            self._raw = bytes(self._handle.data())
+        return self._raw
+
+    def as_numpy(self):
+        raise NotImplementedError(
+            "numpy is not available inside a Wasm guest: use Tensor.as_list() (flat list), "
+            ".tolist() (nested), .as_array() (array.array) or .to_bytes(), and .shape()")
+
+    def to_dlpack(self):
+        raise NotImplementedError("DLPack is not available inside a Wasm guest")
+
+    def is_cpu(self):
+        return True
+
+    def with_name(self, name):
+        """The same data under another name; a host tensor stays a handle (no copy)."""
+        return Tensor(name, self)
+
+    def reshape(self, shape):
+        """The same elements with another shape (copies a host tensor's bytes)."""
+        return Tensor(self.name(), self, shape=shape)
+
+    def __len__(self):
+        s = self.shape()
+        return s[0] if s else 1
+
+    def __repr__(self):
+        where = "host" if self._handle is not None else "local"
+        return "Tensor(name=%r, datatype=%s, shape=%s, %s)" % (
+            self.name(), self.datatype(), self.shape(), where)
+
+    # -- glue internals ------------------------------------------------------------------------
+    def _check_count(self):
+        dt = self._dtype
+        shape = self._shape
+        if any(d < 0 for d in shape):
+            raise ValueError("Tensor %r: negative dimension in shape %s" % (self._name, shape))
+        n = _dtypes.element_count(shape)
+        if self._raw is not None and dt != "BYTES":
+            have = len(self._raw) // _dtypes.ITEMSIZE[dt]
+        else:
+            return
+        if have != n:
+            raise ValueError("Tensor %r: %d elements do not fit shape %s" % (self._name, have, shape))
+
+    def _conform(self, datatype, dims):
+        """For an output the model config declares: convert an inferred datatype to `datatype`
+        and give a flat list's inferred shape the config's `dims` (-1 may match one dim)."""
+        if self._handle is not None:
+            return
+        if datatype and not self._explicit_dtype and datatype != self._dtype:
+            self._raw = _dtypes.encode(datatype, self.as_list())
+            self._dtype = datatype
+            self._explicit_dtype = True
+        if dims is not None and not self._explicit_shape and len(self._shape) <= 1:
+            n = _dtypes.element_count(self._shape)
+            wild = [i for i, d in enumerate(dims) if d < 0]
+            known = _dtypes.element_count([d for d in dims if d >= 0])
+            if not wild and known == n:
+                self._shape = list(dims)
+            elif len(wild) == 1 and known > 0 and n % known == 0:
+                shape = list(dims)
+                shape[wild[0]] = n // known
+                self._shape = shape
+
+    def _create_handle(self):
+        _host.require()
+        return _host_call(_host.wit_types.Tensor.create, self._name,
+                          _host.wit_datatype(self.datatype()), self.shape(), self.to_bytes())
+
+    def _lower_owned(self):
+        """An owned host handle to give away (response, response sender): a new handle to the
+        same host bytes for a host tensor, a freshly created one for a local tensor."""
+        if self._handle is not None:
+            return self._handle.with_name(self.name())
+        return self._create_handle()
+
+    def _lower_borrowed(self):
+        """A host handle that stays this tensor's (BLS inputs are borrowed)."""
+        if self._handle is None:
+            self._handle = self._create_handle()
+            self._handle_name = self._name
+        elif self._handle_name != self.name():
+            self._handle = self._handle.with_name(self._name)
+            self._handle_name = self._name
+        return self._handle

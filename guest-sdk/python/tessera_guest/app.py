@@ -1,0 +1,201 @@
+"""The componentize-py app module: implements the exports of world `tessera:model/model` on top of
+the user's `model.py` (class TritonPythonModel, as for Triton's python backend).
+
+componentize-py looks for a class named `WitWorld` in the app module and calls its methods
+`initialize(args)`, `execute(requests)` and `finalize()`. This module is imported at *build* time
+(componentize-py pre-initializes the interpreter and snapshots it), so the user's module-level
+code runs once at build time, not per instance; the host is not reachable then.
+"""
+
+import json
+import sys
+import traceback
+
+from . import _api, _dtypes, _host
+from ._errors import TritonError, TritonModelException
+
+import model as _user_model  # noqa: E402  the user's model.py (the build puts it on the path)
+
+try:
+    from wit_world import WitWorld as _WitWorldProtocol
+except ImportError:  # plain CPython
+    _WitWorldProtocol = object
+
+
+class _HostLogStream:
+    """sys.stdout / sys.stderr replacement: complete lines go to the host log."""
+
+    def __init__(self, level):
+        self._level = level
+        self._buf = ""
+
+    def write(self, s):
+        s = str(s)
+        self._buf += s
+        if "\n" in self._buf:
+            lines = self._buf.split("\n")
+            self._buf = lines.pop()
+            for line in lines:
+                _api._log(line, self._level)
+        return len(s)
+
+    def flush(self):
+        if self._buf:
+            line, self._buf = self._buf, ""
+            _api._log(line, self._level)
+
+    def isatty(self):
+        return False
+
+    def writable(self):
+        return True
+
+
+def _error_of(exc, prefix=""):
+    """(code, message) of an exception raised by user code."""
+    if isinstance(exc, (TritonError, TritonModelException)):
+        return exc.code(), prefix + exc.message()
+    return TritonError.INTERNAL, "%s%s: %s" % (prefix, type(exc).__name__, exc)
+
+
+def _log_exception(where):
+    _api._log("%s failed:\n%s" % (where, traceback.format_exc().rstrip()), _api.LogLevel.ERROR)
+
+
+def _output_config(config):
+    """{output name: (datatype, dims including the batch dimension)} from the model config."""
+    out = {}
+    try:
+        batched = int(config.get("max_batch_size", 0) or 0) > 0
+        for o in config.get("output", []) or []:
+            dt = o.get("data_type")
+            try:
+                dt = _dtypes.normalize(dt) if dt and dt != "TYPE_INVALID" else None
+            except (TypeError, ValueError):
+                dt = None
+            dims = o.get("dims")
+            if dims is not None:
+                dims = [int(d) for d in dims]
+                if batched:
+                    dims = [-1] + dims
+            out[o.get("name")] = (dt, dims)
+    except Exception:  # a config we do not understand only disables conversions
+        return {}
+    return out
+
+
+class _State:
+    """Per-instance state. componentize-py makes a new WitWorld object for every export call, so
+    nothing may live on `self`."""
+    model = None
+    outputs = {}
+
+
+class WitWorld(_WitWorldProtocol):
+    def initialize(self, args):
+        sys.stdout = _HostLogStream(_api.LogLevel.INFO)
+        sys.stderr = _HostLogStream(_api.LogLevel.WARNING)
+        _api._Model.name = args.model_name
+        _api._Model.version = args.model_version
+        try:
+            config = json.loads(args.model_config) if args.model_config else {}
+        except ValueError:
+            config = {}
+        _State.outputs = _output_config(config)
+        triton_args = {
+            "model_config": args.model_config,
+            "model_instance_kind": args.model_instance_kind,
+            "model_instance_name": args.model_instance_name,
+            "model_instance_device_id": args.model_instance_device_id,
+            "model_repository": args.model_repository,
+            "model_version": args.model_version,
+            "model_name": args.model_name,
+        }
+        try:
+            cls = getattr(_user_model, "TritonPythonModel", None)
+            if cls is None:
+                raise TritonError("model.py defines no class TritonPythonModel", TritonError.NOT_FOUND)
+            _State.model = cls()
+            init = getattr(_State.model, "initialize", None)
+            if init is not None:
+                init(triton_args)
+        except BaseException as e:  # noqa: BLE001  anything, so that the guest never traps here
+            _State.model = None
+            _log_exception("initialize")
+            code, message = _error_of(e)
+            raise _host.Err(_host.wit_error(code, message))
+
+    def execute(self, requests):
+        n = len(requests)
+        reqs = [_api.InferenceRequest._from_host(r) for r in requests]
+        try:
+            if _State.model is None:
+                raise TritonError("execute() before a successful initialize()", TritonError.UNAVAILABLE)
+            responses = _State.model.execute(reqs)
+            if hasattr(responses, "__await__"):  # async def execute
+                responses = _run_coroutine(responses)
+        except BaseException as e:  # noqa: BLE001
+            _log_exception("execute")
+            code, message = _error_of(e)
+            return [_host.Err(_host.wit_error(code, message)) for _ in range(n)]
+        if responses is None:  # decoupled: everything went through the response senders
+            return []
+        responses = list(responses)
+        if len(responses) != n:
+            message = ("execute() returned %d responses for %d requests" % (len(responses), n))
+            _api._log(message, _api.LogLevel.ERROR)
+            return [_host.Err(_host.wit_error(TritonError.INTERNAL, message)) for _ in range(n)]
+        return [self._lower_response(r) for r in responses]
+
+    def _lower_response(self, resp):
+        if not isinstance(resp, _api.InferenceResponse):
+            if isinstance(resp, BaseException):
+                code, message = _error_of(resp)
+                return _host.Err(_host.wit_error(code, message))
+            return _host.Err(_host.wit_error(
+                TritonError.INTERNAL,
+                "execute() must return pb_utils.InferenceResponse objects, got %s"
+                % type(resp).__name__))
+        if resp.has_error():
+            e = resp.error()
+            return _host.Err(_host.wit_error(e.code(), e.message()))
+        try:
+            handles = []
+            for t in resp._outputs:
+                cfg = _State.outputs.get(t.name())
+                if cfg is not None:
+                    t._conform(cfg[0], cfg[1])
+                handles.append(t._lower_owned())
+            return _host.Ok(handles)
+        except BaseException as e:  # noqa: BLE001
+            _log_exception("building the response")
+            code, message = _error_of(e)
+            return _host.Err(_host.wit_error(code, message))
+
+    def finalize(self):
+        fin = getattr(_State.model, "finalize", None)
+        if fin is None:
+            return
+        try:
+            fin()
+        except BaseException:  # noqa: BLE001
+            _log_exception("finalize")
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+
+
+def _run_coroutine(coro):
+    """Runs `async def execute` to completion without an event loop: a guest has one thread and
+    asyncio cannot run in it, but the SDK's awaitables (InferenceRequest.async_exec) finish at
+    once, so an execute that only awaits those never suspends."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise TritonModelException(
+        "async execute() awaited something that suspends; inside a Wasm guest only "
+        "`await request.async_exec()` is supported (no asyncio event loop, no threads)")

@@ -1,0 +1,301 @@
+"""A tiny stand-in for the Tessera host, on the `wasmtime` PyPI package, to run guest components
+of world tessera:model/model without the server: it implements every import of wit/model.wit
+(tensors, requests, response senders, log, BLS infer / infer-stream to Python callables) and gives
+WASI with no grants (no files, no network, no environment; stdout/stderr discarded).
+
+    host = MockHost("model.wasm", bls={"other": lambda inputs, outputs, params: [...]})
+    host.initialize({"name": "m", "output": [...]})
+    results = host.execute([Req(inputs=[T("INPUT0", "FP32", [4], b"...")])])
+
+Test tool only: it counts host calls and tensor copies so tests can check that handles move no
+bytes.
+"""
+
+import struct
+from dataclasses import dataclass, field
+
+import wasmtime
+from wasmtime import component as cm
+
+TENSOR, REQUEST, SENDER, STREAM = 1, 2, 3, 4
+_DT = ["bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "fp16",
+       "bf16", "fp32", "fp64", "bytes"]
+_ITEM = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
+         "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8}
+_CODES = ["unknown", "internal", "not-found", "invalid-arg", "unavailable", "unsupported",
+          "already-exists", "cancelled"]
+
+
+@dataclass
+class T:
+    name: str
+    datatype: str  # KServe name, e.g. "FP32"
+    shape: list
+    data: bytes
+
+    def values(self):
+        if self.datatype == "BYTES":
+            out, off = [], 0
+            while off < len(self.data):
+                (n,) = struct.unpack_from("<I", self.data, off)
+                out.append(self.data[off + 4:off + 4 + n])
+                off += 4 + n
+            return out
+        fmt = {"FP32": "f", "FP64": "d", "INT32": "i", "INT64": "q", "UINT8": "B", "INT8": "b",
+               "BOOL": "?", "INT16": "h", "UINT16": "H", "UINT32": "I", "UINT64": "Q",
+               "FP16": "e"}[self.datatype]
+        return list(struct.unpack("<%d%s" % (len(self.data) // _ITEM[self.datatype], fmt), self.data))
+
+
+def f32(name, values, shape=None):
+    return T(name, "FP32", list(shape or [len(values)]), struct.pack("<%df" % len(values), *values))
+
+
+@dataclass
+class Req:
+    inputs: list
+    outputs: list = field(default_factory=list)
+    params: dict = field(default_factory=dict)
+    id: str = ""
+    sent: list = field(default_factory=list)  # ("ok", [T]) / ("err", code, msg), final flag
+
+
+class GuestError(Exception):
+    def __init__(self, code, message):
+        super().__init__("%s: %s" % (code, message))
+        self.code = code
+        self.message = message
+
+
+def _rec(**fields):
+    r = cm.Record()
+    for k, v in fields.items():
+        setattr(r, k, v)
+    return r
+
+
+_COMPONENTS = {}
+
+
+class MockHost:
+    def __init__(self, wasm_path, bls=None, bls_stream=None, engine=None):
+        self.engine = engine or wasmtime.Engine()
+        key = (id(self.engine), str(wasm_path))
+        if key not in _COMPONENTS:  # compiling a Python guest takes seconds: once per engine
+            _COMPONENTS[key] = cm.Component.from_file(self.engine, wasm_path)
+        self.component = _COMPONENTS[key]
+        self.bls = bls or {}
+        self.bls_stream = bls_stream or {}
+        self.logs = []
+        self.calls = {}
+        self.bytes_to_guest = 0
+        self.bytes_from_guest = 0
+        self.bls_calls = []
+        self._objs = {}
+        self._next = 1
+        linker = cm.Linker(self.engine)
+        linker.add_wasip2()
+        with linker.root() as root:
+            with root.add_instance("tessera:model/types@0.1.0") as types:
+                self._define_types(types)
+            with root.add_instance("tessera:model/host@0.1.0") as host:
+                self._define_host(host)
+        self.linker = linker
+        self.store = wasmtime.Store(self.engine)
+        self.store.set_wasi(wasmtime.WasiConfig())
+        self.instance = linker.instantiate(self.store, self.component)
+        self._f = {n: self.instance.get_func(self.store, n)
+                   for n in ("initialize", "execute", "finalize")}
+
+    # -- object table ------------------------------------------------------------------------
+    def _put(self, obj):
+        rep = self._next
+        self._next += 1
+        self._objs[rep] = obj
+        return rep
+
+    def _own(self, obj, ty):
+        return cm.ResourceHost.own(self._put(obj), ty)
+
+    def _get(self, res):
+        if isinstance(res, cm.ResourceAny):
+            res = res.to_host(self.store)
+        return self._objs[res.rep]
+
+    def _take(self, res):
+        if isinstance(res, cm.ResourceAny):
+            res = res.to_host(self.store)
+        return self._objs.pop(res.rep)
+
+    def live_objects(self):
+        return dict(self._objs)
+
+    def _count(self, name):
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def _wrap(self, name, fn):
+        def f(store, *args):
+            self._count(name)
+            return fn(*args)
+        return f
+
+    def _drop(self, store, rep):
+        self._count("drop")
+        self._objs.pop(rep, None)
+
+    # -- tessera:model/types ------------------------------------------------------------------
+    def _define_types(self, li):
+        for name, ty in (("tensor", TENSOR), ("request", REQUEST), ("response-sender", SENDER)):
+            li.add_resource(name, cm.ResourceType.host(ty), self._drop)
+
+        def create(name, dt, shape, data):
+            dtn = dt.upper()
+            if dtn != "BYTES":
+                n = 1
+                for d in shape:
+                    n *= d
+                if n * _ITEM[dtn] != len(data):
+                    return _rec(code="invalid-arg", message="%d bytes do not fit %s %s" % (len(data), dtn, shape))
+            self.bytes_from_guest += len(data)
+            return self._own(T(name, dtn, list(shape), bytes(data)), TENSOR)
+
+        def data(h):
+            t = self._get(h)
+            self.bytes_to_guest += len(t.data)
+            return t.data
+
+        def with_name(h, name):
+            t = self._get(h)
+            return self._own(T(name, t.datatype, t.shape, t.data), TENSOR)
+
+        w = self._wrap
+        li.add_func("[static]tensor.create", w("tensor.create", create))
+        li.add_func("[method]tensor.name", w("tensor.name", lambda h: self._get(h).name))
+        li.add_func("[method]tensor.datatype", w("tensor.datatype", lambda h: self._get(h).datatype.lower()))
+        li.add_func("[method]tensor.shape", w("tensor.shape", lambda h: list(self._get(h).shape)))
+        li.add_func("[method]tensor.byte-size", w("tensor.byte-size", lambda h: len(self._get(h).data)))
+        li.add_func("[method]tensor.data", w("tensor.data", data))
+        li.add_func("[method]tensor.with-name", w("tensor.with-name", with_name))
+
+        def req_input(h, name):
+            r = self._get(h)
+            t = next((t for t in r.inputs if t.name == name), None)
+            return None if t is None else self._own(t, TENSOR)
+
+        def params(h):
+            out = []
+            for k, v in self._get(h).params.items():
+                out.append(_rec(key=k, value=v))
+            return out
+
+        li.add_func("[method]request.id", w("request.id", lambda h: self._get(h).id))
+        li.add_func("[method]request.input", w("request.input", req_input))
+        li.add_func("[method]request.inputs", w("request.inputs",
+                                                lambda h: [self._own(t, TENSOR) for t in self._get(h).inputs]))
+        li.add_func("[method]request.requested-outputs", w("request.requested-outputs",
+                                                            lambda h: list(self._get(h).outputs)))
+        li.add_func("[method]request.parameters", w("request.parameters", params))
+        li.add_func("[method]request.sender", w("request.sender", lambda h: self._own(["open", self._get(h)], SENDER)))
+
+        def send(h, outputs, final):
+            s = self._get(h)
+            tensors = [self._take(o) for o in outputs]
+            if s[0] != "open":
+                return _rec(code="unavailable", message="final response already sent")
+            s[1].sent.append((("ok", tensors), final))
+            if final:
+                s[0] = "closed"
+            return None
+
+        def send_error(h, err, final):
+            s = self._get(h)
+            if s[0] != "open":
+                return _rec(code="unavailable", message="final response already sent")
+            s[1].sent.append((("err", err.code, err.message), final))
+            if final:
+                s[0] = "closed"
+            return None
+
+        li.add_func("[method]response-sender.send", w("response-sender.send", send))
+        li.add_func("[method]response-sender.send-error", w("response-sender.send-error", send_error))
+
+    # -- tessera:model/host -------------------------------------------------------------------
+    def _define_host(self, li):
+        li.add_resource("response-stream", cm.ResourceType.host(STREAM), self._drop)
+
+        def log(level, message):
+            self.logs.append((level, message))
+
+        def call(table, model, version, inputs, outputs, params):
+            ins = [self._get(i) for i in inputs]
+            self.bls_calls.append((model, version, [t.name for t in ins], list(outputs),
+                                   {p.key: p.value for p in params}))
+            fn = table.get(model)
+            if fn is None:
+                raise KeyError(model)
+            return fn(ins, list(outputs), {p.key: p.value for p in params})
+
+        def infer(model, version, inputs, outputs, params):
+            try:
+                result = call(self.bls, model, version, inputs, outputs, params)
+            except KeyError:
+                return _rec(code="not-found", message="no model '%s'" % model)
+            except GuestError as e:
+                return _rec(code=e.code, message=e.message)
+            return [self._own(t, TENSOR) for t in result]
+
+        def infer_stream(model, version, inputs, outputs, params):
+            try:
+                result = call(self.bls_stream, model, version, inputs, outputs, params)
+            except KeyError:
+                return _rec(code="not-found", message="no model '%s'" % model)
+            return self._own(iter(list(result)), STREAM)
+
+        def nxt(h):
+            it = self._get(h)
+            item = next(it, None)
+            if item is None:
+                return None
+            if isinstance(item, GuestError):
+                return _rec(code=item.code, message=item.message)
+            return [self._own(t, TENSOR) for t in item]
+
+        w = self._wrap
+        li.add_func("log", w("log", log))
+        li.add_func("infer", w("infer", infer))
+        li.add_func("infer-stream", w("infer-stream", infer_stream))
+        li.add_func("[method]response-stream.next", w("response-stream.next", nxt))
+
+    # -- exports -------------------------------------------------------------------------------
+    def _call(self, name, *args):
+        f = self._f[name]
+        out = f(self.store, *args)
+        f.post_return(self.store)
+        return out
+
+    def initialize(self, config, name="m", version="1", json_text=None):
+        import json
+        args = _rec(**{
+            "model-config": json_text if json_text is not None else json.dumps(config),
+            "model-name": name, "model-version": version, "model-repository": "/models/" + name,
+            "model-instance-kind": "CPU", "model-instance-name": name + "_0",
+            "model-instance-device-id": "0",
+        })
+        err = self._call("initialize", args)
+        if err is not None:
+            raise GuestError(err.code, err.message)
+
+    def execute(self, requests):
+        """One result per request: a list of T, or a GuestError."""
+        handles = [self._own(r, REQUEST) for r in requests]
+        results = self._call("execute", handles)
+        out = []
+        for r in results:
+            if isinstance(r, list):
+                out.append([self._take(h) for h in r])
+            else:
+                out.append(GuestError(r.code, r.message))
+        return out
+
+    def finalize(self):
+        self._call("finalize")

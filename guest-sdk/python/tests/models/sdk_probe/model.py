@@ -1,0 +1,125 @@
+# A guest that exercises the SDK for tests/test_guest_sdk.py: the request parameter "op" picks
+# what execute() does with that request.
+import json
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.args = args
+        self.config = json.loads(args["model_config"])
+        if self.config.get("parameters", {}).get("fail_init"):
+            raise pb_utils.TritonModelException("initialize was told to fail")
+        pb_utils.Logger.log_info("initialized %s v%s" % (args["model_name"], args["model_version"]))
+
+    def execute(self, requests):
+        ops = [json.loads(r.parameters()).get("op", "echo") for r in requests]
+        if "raise" in ops:
+            raise ValueError("execute was told to raise")
+        if "wrong_count" in ops:
+            return []
+        if "decoupled" in ops:
+            for r in requests:
+                self.decoupled(r)
+            return None
+        return [getattr(self, op)(r) for op, r in zip(ops, requests)]
+
+    # every op returns one InferenceResponse
+    def echo(self, request):
+        # outputs every input under OUT_<name>, as handles (no bytes through the guest)
+        return pb_utils.InferenceResponse(
+            [pb_utils.Tensor("OUT_" + t.name(), t) for t in request.inputs()])
+
+    def roundtrip(self, request):
+        # decodes and re-encodes every input with its own datatype and shape
+        return pb_utils.InferenceResponse([
+            pb_utils.Tensor("OUT_" + t.name(), t.as_list(), t.datatype(), shape=t.shape())
+            for t in request.inputs()])
+
+    def nested(self, request):
+        t = request.inputs()[0]
+        return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", t.tolist(), t.datatype())])
+
+    def upper(self, request):
+        t = pb_utils.get_input_tensor_by_name(request, "TEXT")
+        words = [w.upper() for w in t.as_list()]
+        return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", words, shape=t.shape())])
+
+    def inferred(self, request):
+        # floats without a datatype or shape: the glue applies the config's OUTPUT0 (FP32, dims)
+        n = pb_utils.get_input_tensor_by_name(request, "INPUT0").element_count()
+        return pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", [0.5] * n)])
+
+    def error(self, request):
+        return pb_utils.InferenceResponse(
+            error=pb_utils.TritonError("bad input", pb_utils.TritonError.INVALID_ARG))
+
+    def meta(self, request):
+        info = {
+            "id": request.request_id(),
+            "requested": request.requested_output_names(),
+            "params": json.loads(request.parameters()),
+            "model": request.model_name(),
+            "args": sorted(self.args),
+        }
+        return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", [json.dumps(info)], "BYTES")])
+
+    def log(self, request):
+        pb_utils.Logger.log_verbose("v")
+        pb_utils.Logger.log_warn("w")
+        pb_utils.Logger.log_error("e")
+        pb_utils.Logger.log("i", pb_utils.LogLevel.INFO)
+        print("printed", "line")
+        return pb_utils.InferenceResponse([])
+
+    def bls(self, request):
+        in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+        bls_request = pb_utils.InferenceRequest(
+            model_name="inner",
+            requested_output_names=["Y"],
+            inputs=[pb_utils.Tensor("X", in0), pb_utils.Tensor.from_list("K", [2.0])],
+            parameters={"mode": "fast", "n": 3, "flag": True, "ratio": 0.5},
+        )
+        response = bls_request.exec()
+        if response.has_error():
+            raise pb_utils.TritonModelException(response.error().message())
+        y = pb_utils.get_output_tensor_by_name(response, "Y")
+        return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", y)])
+
+    def bls_missing(self, request):
+        response = pb_utils.InferenceRequest(model_name="nope", inputs=[]).exec()
+        return pb_utils.InferenceResponse(error=response.error())
+
+    def bls_stream(self, request):
+        in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+        total = []
+        errors = []
+        for response in pb_utils.InferenceRequest(
+                model_name="repeat", inputs=[in0], requested_output_names=["Y"]).stream_exec():
+            if response.has_error():
+                errors.append(response.error().message())
+            else:
+                total.extend(response.output_tensors()[0].as_list())
+        return pb_utils.InferenceResponse([
+            pb_utils.Tensor("OUT", total, "FP32"),
+            pb_utils.Tensor("ERRORS", errors or [""], "BYTES"),
+        ])
+
+    def decoupled(self, request):
+        sender = request.get_response_sender()
+        in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+        for i in range(3):
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", in0)]))
+        sender.send(pb_utils.InferenceResponse(
+            error=pb_utils.TritonError("partial", pb_utils.TritonError.UNAVAILABLE)))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        try:
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except pb_utils.TritonModelException:
+            pass
+        else:
+            raise AssertionError("sending after the final response must fail")
+
+    def finalize(self):
+        pb_utils.Logger.log_info("finalized")

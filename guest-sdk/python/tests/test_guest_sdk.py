@@ -1,0 +1,262 @@
+"""Tests of the Python guest SDK: components built by scripts/build-python-guest.sh, run on
+mock_host.MockHost (the `wasmtime` PyPI package standing in for the Tessera host).
+
+    .venv/bin/python -m pytest guest-sdk/python/tests
+
+Needs componentize-py and wasmtime (both pinned in tests/requirements.txt). Each build takes
+5-20 s; the components are built once per session.
+"""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+sys.path.insert(0, str(HERE))
+
+wasmtime = pytest.importorskip("wasmtime")
+from mock_host import GuestError, MockHost, Req, T, f32  # noqa: E402
+
+
+def _componentize_py():
+    exe = os.environ.get("COMPONENTIZE_PY")
+    if exe:
+        return exe
+    cand = Path(sys.executable).parent / "componentize-py"
+    if cand.exists():
+        return str(cand)
+    pytest.skip("componentize-py is not installed (tests/requirements.txt pins it)")
+
+
+def build(src, out):
+    env = dict(os.environ, COMPONENTIZE_PY=_componentize_py())
+    subprocess.run(["bash", str(ROOT / "scripts" / "build-python-guest.sh"), str(src), str(out)],
+                   check=True, env=env)
+    return out
+
+
+@pytest.fixture(scope="session")
+def engine():
+    return wasmtime.Engine()
+
+
+@pytest.fixture(scope="session")
+def probe_wasm(tmp_path_factory):
+    return build(HERE / "models" / "sdk_probe", tmp_path_factory.mktemp("probe") / "model.wasm")
+
+
+@pytest.fixture(scope="session")
+def add_sub_wasm(tmp_path_factory):
+    return build(ROOT / "example-guests" / "add_sub_python",
+                 tmp_path_factory.mktemp("add_sub") / "model.wasm")
+
+
+ADD_SUB_CONFIG = {
+    "name": "add_sub", "backend": "wasm", "max_batch_size": 8,
+    "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [16]},
+              {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [16]}],
+    "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [16]},
+               {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [16]}],
+}
+
+PROBE_CONFIG = {
+    "name": "probe", "max_batch_size": 0,
+    "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [2, -1]}],
+}
+
+
+def inner(inputs, outputs, params):
+    """The BLS callee: Y = X * K."""
+    x = next(t for t in inputs if t.name == "X").values()
+    k = next(t for t in inputs if t.name == "K").values()[0]
+    return [f32("Y", [v * k for v in x])]
+
+
+def repeat(inputs, outputs, params):
+    x = inputs[0].values()
+    return [[f32("Y", x)], [f32("Y", [v + 1 for v in x])], GuestError("internal", "midway")]
+
+
+@pytest.fixture
+def probe(probe_wasm, engine):
+    host = MockHost(probe_wasm, bls={"inner": inner}, bls_stream={"repeat": repeat}, engine=engine)
+    host.initialize(PROBE_CONFIG, name="probe")
+    return host
+
+
+def req(op, *inputs, **kw):
+    return Req(list(inputs), params={"op": op}, **kw)
+
+
+def bytes_tensor(name, items, shape=None):
+    data = b"".join(struct.pack("<I", len(b)) + b for b in items)
+    return T(name, "BYTES", list(shape or [len(items)]), data)
+
+
+def test_add_sub_example(add_sub_wasm, engine):
+    host = MockHost(add_sub_wasm, engine=engine)
+    host.initialize(ADD_SUB_CONFIG, name="add_sub")
+    a = [float(i) for i in range(16)]
+    b = [0.5] * 16
+    batch = [Req([f32("INPUT0", a, [1, 16]), f32("INPUT1", b, [1, 16])]) for _ in range(3)]
+    results = host.execute(batch)
+    assert len(results) == 3
+    for outs in results:
+        by = {t.name: t for t in outs}
+        assert by["OUTPUT0"].datatype == "FP32" and by["OUTPUT0"].shape == [1, 16]
+        assert by["OUTPUT0"].values() == [x + 0.5 for x in a]
+        assert by["OUTPUT1"].values() == [x - 0.5 for x in a]
+    host.finalize()
+    assert ("info", "Cleaning up...") in host.logs  # print() goes to the host log
+    assert host.live_objects() == {}, "every handle was dropped or returned"
+
+
+def test_passthrough_moves_no_bytes(probe):
+    x = f32("X", [1.0, 2.0, 3.0])
+    (outs,) = probe.execute([req("echo", x)])
+    assert [(t.name, t.values()) for t in outs] == [("OUT_X", [1.0, 2.0, 3.0])]
+    assert probe.bytes_to_guest == 0 and probe.bytes_from_guest == 0
+    assert probe.calls.get("tensor.data", 0) == 0
+
+
+@pytest.mark.parametrize("dt,values", [
+    ("BOOL", [True, False, True]),
+    ("UINT8", [0, 255, 7]), ("INT8", [-128, 127, 0]),
+    ("UINT16", [0, 65535]), ("INT16", [-32768, 32767]),
+    ("UINT32", [0, 2**32 - 1]), ("INT32", [-2**31, 2**31 - 1]),
+    ("UINT64", [0, 2**64 - 1]), ("INT64", [-2**63, 2**63 - 1]),
+    ("FP16", [1.5, -2.0, 65504.0]), ("FP32", [1.25, -3.5]), ("FP64", [1e300, -2.5]),
+])
+def test_roundtrip_every_datatype(probe, dt, values):
+    fmt = {"BOOL": "?", "UINT8": "B", "INT8": "b", "UINT16": "H", "INT16": "h", "UINT32": "I",
+           "INT32": "i", "UINT64": "Q", "INT64": "q", "FP16": "e", "FP32": "f", "FP64": "d"}[dt]
+    t = T("V", dt, [1, len(values)], struct.pack("<%d%s" % (len(values), fmt), *values))
+    (outs,) = probe.execute([req("roundtrip", t)])
+    assert outs[0].datatype == dt and outs[0].shape == [1, len(values)]
+    assert outs[0].data == t.data
+
+
+def test_roundtrip_bf16_and_bytes(probe):
+    bf = T("B", "BF16", [3], struct.pack("<3H", 0x3FC0, 0xC000, 0x0000))  # 1.5, -2.0, 0.0
+    by = bytes_tensor("S", [b"", b"hello", bytes(range(256))], [3])
+    (outs,) = probe.execute([req("roundtrip", bf, by)])
+    assert {t.name: t.data for t in outs} == {"OUT_B": bf.data, "OUT_S": by.data}
+
+
+def test_nested_tolist(probe):
+    t = T("V", "INT32", [2, 3], struct.pack("<6i", *range(6)))
+    (outs,) = probe.execute([req("nested", t)])
+    assert outs[0].shape == [2, 3] and outs[0].values() == list(range(6))
+
+
+def test_bytes_elements(probe):
+    (outs,) = probe.execute([req("upper", bytes_tensor("TEXT", [b"abc", b"x y"], [1, 2]))])
+    assert outs[0].datatype == "BYTES" and outs[0].shape == [1, 2]
+    assert outs[0].values() == [b"ABC", b"X Y"]
+
+
+def test_inferred_output_follows_config(probe):
+    (outs,) = probe.execute([req("inferred", f32("INPUT0", [0.0] * 6))])
+    assert outs[0].datatype == "FP32"  # inferred FP64 converted to the config's FP32
+    assert outs[0].shape == [2, 3]  # config dims [2, -1]
+
+
+def test_errors(probe):
+    results = probe.execute([req("echo", f32("X", [1.0])), req("error")])
+    assert isinstance(results[0], list)
+    assert isinstance(results[1], GuestError)
+    assert (results[1].code, results[1].message) == ("invalid-arg", "bad input")
+
+    results = probe.execute([req("echo"), req("raise")])
+    assert all(isinstance(r, GuestError) and r.code == "internal" for r in results)
+    assert "ValueError: execute was told to raise" in results[0].message
+    assert any("Traceback" in m for lvl, m in probe.logs if lvl == "error")
+
+    results = probe.execute([req("wrong_count"), req("echo")])
+    assert all("returned 0 responses for 2 requests" in r.message for r in results)
+    # the instance still works
+    (outs,) = probe.execute([req("echo", f32("X", [1.0]))])
+    assert outs[0].name == "OUT_X"
+
+
+def test_request_metadata(probe):
+    r = Req([], outputs=["A", "B"], params={"op": "meta", "n": 5, "f": True, "d": 0.5}, id="r-1")
+    (outs,) = probe.execute([r])
+    info = json.loads(outs[0].values()[0])
+    assert info["id"] == "r-1" and info["requested"] == ["A", "B"] and info["model"] == "probe"
+    assert info["params"] == {"op": "meta", "n": 5, "f": True, "d": 0.5}
+    assert info["args"] == sorted(["model_config", "model_instance_kind", "model_instance_name",
+                                   "model_instance_device_id", "model_repository",
+                                   "model_version", "model_name"])
+
+
+def test_logging(probe):
+    probe.logs.clear()
+    probe.execute([req("log")])
+    assert probe.logs == [("verbose", "v"), ("warn", "w"), ("error", "e"), ("info", "i"),
+                          ("info", "printed line")]
+
+
+def test_bls(probe):
+    x = f32("INPUT0", [1.0, 2.0])
+    (outs,) = probe.execute([req("bls", x)])
+    assert outs[0].name == "OUT" and outs[0].values() == [2.0, 4.0]
+    model, version, names, outputs, params = probe.bls_calls[-1]
+    assert (model, version, names, outputs) == ("inner", None, ["X", "K"], ["Y"])
+    assert params == {"mode": "fast", "n": 3, "flag": True, "ratio": 0.5}
+    # the request's input went to the callee and the callee's output came back as handles
+    assert probe.bytes_to_guest == 0
+
+
+def test_bls_error(probe):
+    (r,) = probe.execute([req("bls_missing")])
+    assert isinstance(r, GuestError) and r.code == "not-found" and "nope" in r.message
+
+
+def test_bls_stream(probe):
+    (outs,) = probe.execute([req("bls_stream", f32("INPUT0", [1.0, 2.0]))])
+    by = {t.name: t for t in outs}
+    assert by["OUT"].values() == [1.0, 2.0, 2.0, 3.0]
+    assert by["ERRORS"].values() == [b"midway"]
+
+
+def test_decoupled(probe):
+    r = req("decoupled", f32("INPUT0", [7.0]))
+    assert probe.execute([r]) == []
+    oks = [s for s in r.sent if s[0][0] == "ok"]
+    assert len(oks) == 4  # 3 responses and the closing one
+    assert all(s[0][1][0].values() == [7.0] for s in oks[:3]) and oks[3][0][1] == []
+    assert r.sent[3] == (("err", "unavailable", "partial"), False)
+    assert [final for _, final in r.sent] == [False, False, False, False, True]
+    assert probe.bytes_to_guest == 0
+
+
+def test_initialize_failure(probe_wasm, engine):
+    host = MockHost(probe_wasm, engine=engine)
+    with pytest.raises(GuestError) as e:
+        host.initialize(dict(PROBE_CONFIG, parameters={"fail_init": 1}))
+    assert e.value.code == "internal" and "initialize was told to fail" in e.value.message
+    (r,) = host.execute([req("echo")])
+    assert isinstance(r, GuestError) and r.code == "unavailable"
+
+
+def test_no_handle_leaks(probe):
+    for op in ("echo", "roundtrip", "bls", "bls_stream", "upper"):
+        inputs = [bytes_tensor("TEXT", [b"a"])] if op == "upper" else [f32("INPUT0", [1.0])]
+        probe.execute([req(op, *inputs)])
+    assert probe.live_objects() == {}
+
+
+def test_async_execute(tmp_path_factory, engine):
+    wasm = build(HERE / "models" / "async_bls", tmp_path_factory.mktemp("async") / "model.wasm")
+    host = MockHost(wasm, bls={"inner": inner}, engine=engine)
+    host.initialize({"name": "async_bls"})  # a model without initialize() is fine too
+    (outs,) = host.execute([Req([f32("INPUT0", [1.0, 2.0])])])
+    assert outs[0].name == "OUT" and outs[0].values() == [3.0, 6.0]
+    host.finalize()  # and without finalize()

@@ -1,0 +1,144 @@
+"""SDK tests that need no component: codecs and local tensors under plain CPython."""
+
+import array
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import triton_python_backend_utils as pb_utils  # noqa: E402
+from tessera_guest import _dtypes  # noqa: E402
+
+
+@pytest.mark.parametrize("spelling,name", [
+    ("FP32", "FP32"), ("TYPE_FP32", "FP32"), ("float32", "FP32"), (11, "FP32"),
+    ("TYPE_STRING", "BYTES"), ("object", "BYTES"), (bytes, "BYTES"), (float, "FP64"),
+    (int, "INT64"), (bool, "BOOL"), ("bfloat16", "BF16"), (14, "BF16"), ("uint64", "UINT64"),
+])
+def test_normalize(spelling, name):
+    assert _dtypes.normalize(spelling) == name
+
+
+def test_normalize_rejects():
+    with pytest.raises(ValueError):
+        _dtypes.normalize("FP8")
+
+
+def test_triton_helpers():
+    assert pb_utils.triton_string_to_numpy("TYPE_FP32") == "FP32"
+    assert pb_utils.numpy_to_triton_type("float32") == 11
+    assert pb_utils.triton_to_numpy_type(13) == "BYTES"
+    raw = pb_utils.serialize_byte_tensor([b"ab", "c"])
+    assert raw == b"\x02\x00\x00\x00ab\x01\x00\x00\x00c"
+    assert pb_utils.deserialize_bytes_tensor(raw) == [b"ab", b"c"]
+    cfg = {"input": [{"name": "A"}], "output": [{"name": "B"}],
+           "model_transaction_policy": {"decoupled": True}}
+    assert pb_utils.get_input_config_by_name(cfg, "A") == {"name": "A"}
+    assert pb_utils.get_output_config_by_name(cfg, "B") == {"name": "B"}
+    assert pb_utils.get_output_config_by_name(cfg, "C") is None
+    assert pb_utils.using_decoupled_model_transaction_policy(cfg)
+    assert pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL == 1
+
+
+def test_tensor_from_nested_list_infers_like_numpy():
+    t = pb_utils.Tensor("X", [[1.0, 2.0], [3.0, 4.0]])
+    assert (t.name(), t.datatype(), t.shape(), t.triton_dtype()) == ("X", "FP64", [2, 2], 12)
+    assert t.as_list() == [1.0, 2.0, 3.0, 4.0]
+    assert t.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert t.to_bytes() == struct.pack("<4d", 1, 2, 3, 4)
+    assert pb_utils.Tensor("I", [1, 2]).datatype() == "INT64"
+    assert pb_utils.Tensor("B", [True]).datatype() == "BOOL"
+    assert pb_utils.Tensor("S", ["a", b"b"]).datatype() == "BYTES"
+
+
+def test_tensor_from_list_and_array():
+    t = pb_utils.Tensor.from_list("X", [1, 2, 3, 4], shape=[2, 2])
+    assert t.datatype() == "FP32" and t.to_bytes() == struct.pack("<4f", 1, 2, 3, 4)
+    a = pb_utils.Tensor("A", array.array("i", [1, -2]))
+    assert a.datatype() == "INT32" and a.as_list() == [1, -2]
+    assert a.as_array().typecode == "i"
+    q = pb_utils.Tensor("Q", array.array("q", [5]), "FP32")
+    assert q.datatype() == "FP32" and q.as_list() == [5.0]
+
+
+def test_tensor_from_raw_bytes():
+    raw = struct.pack("<3f", 1, 2, 3)
+    t = pb_utils.Tensor("R", raw, "FP32")
+    assert t.shape() == [3] and t.as_list() == [1.0, 2.0, 3.0]
+    assert pb_utils.Tensor("U", b"\x01\x02").datatype() == "UINT8"
+    one = pb_utils.Tensor("S", b"hello", "BYTES")  # a BYTES element, not a buffer
+    assert one.as_list() == [b"hello"] and one.shape() == []
+    ser = pb_utils.Tensor.from_bytes("S", b"\x01\x00\x00\x00x", "BYTES", [1])
+    assert ser.as_list() == [b"x"]
+    with pytest.raises(ValueError):
+        pb_utils.Tensor("R", b"\x00" * 5, "FP32")
+
+
+def test_tensor_conversions_like_astype():
+    assert pb_utils.Tensor("X", [1.7, -1.2], "INT32").as_list() == [1, -1]
+    assert pb_utils.Tensor("X", [1, 0, 2], "BOOL").as_list() == [True, False, True]
+    with pytest.raises(OverflowError):
+        pb_utils.Tensor("X", [256], "UINT8").to_bytes()
+
+
+@pytest.mark.parametrize("dt,values", [
+    ("FP16", [1.5, -0.25]), ("BF16", [1.5, -2.0, 0.0]), ("UINT64", [2**64 - 1]),
+    ("INT8", [-128, 127]), ("BYTES", [b"", b"\x00\xff"]),
+])
+def test_codec_roundtrip(dt, values):
+    assert _dtypes.decode(dt, _dtypes.encode(dt, values)) == values
+
+
+def test_bf16_rounding():
+    # 1 + 2^-8 is halfway between two bf16 values: round to even (1.0)
+    assert _dtypes.encode("BF16", [1.00390625]) == struct.pack("<H", 0x3F80)
+    assert _dtypes.decode("BF16", _dtypes.encode("BF16", [float("nan")]))[0] != 0.0
+
+
+def test_shape_checks():
+    with pytest.raises(ValueError):
+        pb_utils.Tensor("X", [[1, 2], [3]])
+    with pytest.raises(ValueError):
+        pb_utils.Tensor("X", [1, 2, 3], shape=[2, 2])
+    with pytest.raises(ValueError):
+        _dtypes.decode_bytes(b"\x05\x00\x00\x00ab")
+
+
+def test_rename_shares_data():
+    t = pb_utils.Tensor("A", [1.0, 2.0], "FP32")
+    r = pb_utils.Tensor("B", t)
+    assert (r.name(), r.datatype(), r.shape(), r.as_list()) == ("B", "FP32", [2], [1.0, 2.0])
+    assert t.with_name("C").name() == "C" and t.name() == "A"
+    assert t.reshape([1, 2]).shape() == [1, 2]
+
+
+def test_conform_to_config():
+    t = pb_utils.Tensor("O", [0.5] * 6)
+    t._conform("FP32", [-1, 3])
+    assert (t.datatype(), t.shape()) == ("FP32", [2, 3])
+    explicit = pb_utils.Tensor("O", [0.5] * 6, "FP64", shape=[6])
+    explicit._conform("FP32", [-1, 3])
+    assert (explicit.datatype(), explicit.shape()) == ("FP64", [6])
+
+
+def test_responses_and_errors():
+    err = pb_utils.TritonError("boom", pb_utils.TritonError.NOT_FOUND)
+    assert (err.message(), err.code()) == ("boom", 2)
+    r = pb_utils.InferenceResponse(error=err)
+    assert r.has_error() and r.error() is err and r.output_tensors() == []
+    r = pb_utils.InferenceResponse(error="plain text")
+    assert r.error().code() == pb_utils.TritonError.INTERNAL
+    t = pb_utils.Tensor("X", [1.0])
+    r = pb_utils.InferenceResponse([t])
+    assert pb_utils.get_output_tensor_by_name(r, "X") is t
+    assert pb_utils.get_output_tensor_by_name(r, "Y") is None
+    with pytest.raises(TypeError):
+        pb_utils.InferenceResponse([[1.0]])
+
+
+def test_as_numpy_explains():
+    with pytest.raises(NotImplementedError, match="as_list"):
+        pb_utils.Tensor("X", [1.0]).as_numpy()

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds every example guest (example-guests/) into a model.wasm component with `tessera guest
+# build`: the quickstart ones into model-repos/quickstart/<model>/1/, the sandbox-test guest
+# `faulty` into target/guests/faulty/. Idempotent: an output newer than its guest's sources, the
+# SDK and wit/ is left alone. Needs the guest toolchain (scripts/setup-guest-toolchain.sh) and
+# the server binary (TESSERA_BIN, default target/debug/tessera).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+BIN=${TESSERA_BIN:-$ROOT/target/debug/tessera}
+Q=model-repos/quickstart
+
+build() {  # SRC SDK OUT
+  local src=$1 sdk=$2 out=$3
+  if [ -s "$out" ] && [ -z "$(find "$src" "$sdk" wit -type f -newer "$out" -not -path '*/target*' -not -name '*.pyc' 2>/dev/null | head -1)" ]; then
+    return 0
+  fi
+  echo "build-guests: $src -> $out" >&2
+  mkdir -p "$(dirname "$out")"
+  "$BIN" guest build "$src" -o "$out" --root "$ROOT" 2>&1 | grep -v '^wrote ' >&2 || true
+  [ -s "$out" ] || { echo "build-guests: failed to build $src" >&2; exit 1; }
+  touch "$out"
+}
+
+for guest in add_sub_rust tokenizer bls_router repeat; do
+  build "example-guests/$guest" guest-sdk/rust "$Q/$guest/1/model.wasm"
+done
+build example-guests/faulty guest-sdk/rust target/guests/faulty/model.wasm
+build example-guests/add_sub_python/model.py guest-sdk/python "$Q/add_sub_python/1/model.wasm"

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds a Triton-style Python model (model.py with class TritonPythonModel) into a Tessera
+# WebAssembly component (world tessera:model/model in wit/model.wit) with componentize-py.
+#
+#   usage: scripts/build-python-guest.sh [--stub-wasi] MODEL_DIR_OR_FILE OUT.wasm
+#
+#   MODEL_DIR_OR_FILE  a directory holding model.py (e.g. a Triton version directory
+#                      `my_model/1`), or the .py file itself (any name). The file's directory is on
+#                      the guest's module path, so model.py may import sibling .py modules; only
+#                      modules that are imported end up in the component (data files do not: read
+#                      them through the `filesystem = read-only` model parameter instead).
+#   OUT.wasm           the component to write (e.g. my_model/1/model.wasm).
+#   TESSERA_PYTHON_PATH=dir1:dir2  more directories of pure-Python modules for the guest.
+#   --stub-wasi        replace every WASI import with a trapping stub (the component then imports
+#                      only tessera:model). Clocks, `random` seeding, os.urandom and stdin/stdout
+#                      files trap, and `random` replays the seed baked in at build time; print()
+#                      still works (the SDK sends stdout/stderr to the host log).
+#
+# The guest imports `triton_python_backend_utils` from guest-sdk/python (no numpy inside Wasm: see
+# example-guests/README-python.md). Module-level code of model.py runs once, at build time
+# (componentize-py pre-initializes the interpreter and snapshots it).
+#
+# componentize-py comes from $COMPONENTIZE_PY, else <repo>/.venv/bin/componentize-py (installed by
+# scripts/setup-python.sh from tests/requirements.txt), else PATH. About 8-20 s and ~400 MB RAM per
+# build; the output is ~18 MB.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SDK=$ROOT/guest-sdk/python
+WIT=$ROOT/wit
+
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
+
+stub=()
+args=()
+for a in "$@"; do
+  case "$a" in
+    --stub-wasi) stub=(--stub-wasi) ;;
+    -h|--help) usage; exit 0 ;;
+    -*) echo "build-python-guest: unknown option $a" >&2; usage >&2; exit 2 ;;
+    *) args+=("$a") ;;
+  esac
+done
+[ "${#args[@]}" -eq 2 ] || { usage >&2; exit 2; }
+src=${args[0]}
+out=${args[1]}
+
+if [ -d "$src" ]; then
+  file=$src/model.py
+  [ -f "$file" ] || { echo "build-python-guest: $src has no model.py" >&2; exit 1; }
+elif [ -f "$src" ]; then
+  file=$src
+else
+  echo "build-python-guest: $src: no such file or directory" >&2; exit 1
+fi
+file=$(realpath "$file")
+model_dir=$(dirname "$file")
+
+CPY=${COMPONENTIZE_PY:-}
+if [ -z "$CPY" ]; then
+  if [ -x "$ROOT/.venv/bin/componentize-py" ]; then
+    CPY=$ROOT/.venv/bin/componentize-py
+  elif command -v componentize-py >/dev/null 2>&1; then
+    CPY=$(command -v componentize-py)
+  else
+    echo "build-python-guest: componentize-py not found; run scripts/setup-python.sh (or pip install componentize-py==0.25.1) or set COMPONENTIZE_PY" >&2
+    exit 1
+  fi
+fi
+case "$CPY" in */*) CPY=$(realpath "$CPY") ;; esac
+
+# The glue imports the user's module as `model`. A file with another name is staged as model.py;
+# the model's own directory still comes first on the path for its sibling modules.
+stage=$(mktemp -d "${TMPDIR:-/tmp}/tessera-pyguest.XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+paths=()
+if [ "$(basename "$file")" != model.py ]; then
+  cp "$file" "$stage/model.py"
+  paths+=(-p "$stage")
+fi
+paths+=(-p "$model_dir" -p "$SDK")
+# Extra pure-Python dependencies: TESSERA_PYTHON_PATH=dir1:dir2 (e.g. a `pip install --target` dir).
+IFS=: read -r -a extra <<< "${TESSERA_PYTHON_PATH:-}"
+for d in "${extra[@]}"; do [ -n "$d" ] && paths+=(-p "$(realpath "$d")"); done
+
+mkdir -p "$(dirname "$out")"
+tmp_out=$stage/out.wasm
+# Keep componentize-py from adding a virtualenv's or the system's site-packages (CPython builds of
+# native packages cannot run in Wasm): point VIRTUAL_ENV at an empty directory.
+mkdir -p "$stage/empty-venv/lib/site-packages"
+(cd "$stage" && VIRTUAL_ENV="$stage/empty-venv" "$CPY" -q -d "$WIT" -w model componentize \
+  "${stub[@]}" "${paths[@]}" -o "$tmp_out" tessera_guest.app)
+mv "$tmp_out" "$out"
+echo "build-python-guest: wrote $out ($(stat -c %s "$out") bytes)" >&2
