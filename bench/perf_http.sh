@@ -20,6 +20,8 @@
 #   ORT_DYLIB_PATH=       onnxruntime library for Tessera; default: the one in .venv, from
 #                         scripts/setup-python.sh (which also generates the model files)
 #   MODEL=add_sub  CONCURRENCY="1 16"  REPEATS=3  MEASURE_MS=3000  WARMUP=1
+#   TESSERA_MODEL=$MODEL  the quickstart model Tessera serves (add_sub = ONNX, add_sub_rust /
+#                         add_sub_python = WebAssembly guests)
 #   PA_TIMEOUT=60         seconds per perf_analyzer run (one retry after a failure or timeout)
 #   READY_TIMEOUT=60      seconds for each server to become ready
 #   TRITON_REF_DIR=<repo>/../shared/reference/triton   (falls back to /work/shared/reference/triton)
@@ -36,6 +38,9 @@ ONLY=${ONLY:-}
 TESSERA_BIN=${TESSERA_BIN:-target/debug/tessera}
 TESSERA_ARGS=${TESSERA_ARGS:-}
 MODEL=${MODEL:-add_sub}
+# The model Tessera serves for the comparison (e.g. add_sub_rust, add_sub_python); Triton always
+# serves MODEL from its python-backend repository.
+TESSERA_MODEL=${TESSERA_MODEL:-$MODEL}
 CONCURRENCY=${CONCURRENCY:-1 16}
 REPEATS=${REPEATS:-3}
 MEASURE_MS=${MEASURE_MS:-3000}
@@ -146,7 +151,9 @@ fi
 
 # ---- 4. measurements -----------------------------------------------------------------------------
 pa_args() {  # port concurrency window_ms
-  echo "-m $MODEL -i http -u 127.0.0.1:$1 -b 1 --concurrency-range $2 -p $3 -s 100 -r 5"
+  local model=$MODEL
+  [ "$1" = "$TESSERA_HTTP" ] && model=$TESSERA_MODEL
+  echo "-m $model -i http -u 127.0.0.1:$1 -b 1 --concurrency-range $2 -p $3 -s 100 -r 5"
 }
 pa() {  # csv_or_empty port concurrency window_ms   (stdout+stderr to the caller)
   local csv=$1 rc=0; shift
@@ -211,7 +218,7 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- 5. report -----------------------------------------------------------------------------------
 CPU_MODEL=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
-export RESULTS MODEL REPEATS MEASURE_MS PA_VERSION TESSERA_CMD TRITON_CMD CPU_MODEL LOAD_START LOAD_END
+export RESULTS MODEL TESSERA_MODEL REPEATS MEASURE_MS PA_VERSION TESSERA_CMD TRITON_CMD CPU_MODEL LOAD_START LOAD_END
 export NPROC=$(nproc) KERNEL=$(uname -r) DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 export GIT_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "no commit")
 export TESSERA_READY_S=${TESSERA_READY_S:-} TRITON_READY_S=${TRITON_READY_S:-}
@@ -220,7 +227,7 @@ export PA_EXAMPLE="LD_LIBRARY_PATH=\$PERF_ANALYZER_LD_LIBRARY_PATH \$PERF_ANALYZ
 import csv, os, statistics as st
 
 rows = list(csv.DictReader(open(os.environ["RESULTS"]), delimiter="\t"))
-names = {"tessera": "Tessera", "triton": "Triton 2.51.0 (python backend)"}
+names = {"tessera": f"Tessera ({os.environ['TESSERA_MODEL']})", "triton": "Triton 2.51.0 (python backend)"}
 servers = [s for s in ("tessera", "triton") if any(r["server"] == s for r in rows)]
 concs = sorted({int(r["concurrency"]) for r in rows})
 

@@ -717,7 +717,7 @@ impl GuestState {
         let shared = Arc::clone(&self.shared);
         if !shared.allowed_models.allows(&model) {
             return Ok(Err(wit_error(CoreError::new(
-                ErrorKind::Unavailable,
+                ErrorKind::InvalidArg,
                 format!(
                     "model '{}' is not allowed to call model '{model}' (add it to the 'allowed_models' parameter)",
                     shared.model_name
