@@ -12,8 +12,8 @@
 #   OUT.wasm           the component to write (e.g. my_model/1/model.wasm).
 #   TESSERA_PYTHON_PATH=dir1:dir2  more directories of pure-Python modules for the guest.
 #   --stub-wasi        replace every WASI import with a trapping stub (the component then imports
-#                      only tessera:model). Clocks, `random` seeding, os.urandom and stdin/stdout
-#                      files trap, and `random` replays the seed baked in at build time; print()
+#                      only tessera:model). Clocks (time.time, datetime.now) and os.urandom
+#                      trap, and `random` replays the seed baked in at build time; print()
 #                      still works (the SDK sends stdout/stderr to the host log).
 #
 # The guest imports `triton_python_backend_utils` from guest-sdk/python (no numpy inside Wasm: see
@@ -21,7 +21,7 @@
 # (componentize-py pre-initializes the interpreter and snapshots it).
 #
 # componentize-py comes from $COMPONENTIZE_PY, else <repo>/.venv/bin/componentize-py (installed by
-# scripts/setup-python.sh from tests/requirements.txt), else PATH. About 8-20 s and ~400 MB RAM per
+# scripts/setup-python.sh from tests/requirements.txt), else PATH. About 5-20 s and ~400 MB RAM per
 # build; the output is ~18 MB.
 set -euo pipefail
 
@@ -29,7 +29,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SDK=$ROOT/guest-sdk/python
 WIT=$ROOT/wit
 
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
 stub=()
 args=()

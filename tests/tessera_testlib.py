@@ -32,6 +32,10 @@ READY_DEADLINE = 60.0
 POLL_MODE_DEADLINE = 45.0
 
 PANIC_MARKER = "panicked"
+# A panicking WebAssembly guest is the sandbox doing its job, not a server panic: the server logs it
+# as "guest panicked at FILE:LINE: MESSAGE" (the guest SDK's panic hook). Anything else saying
+# "panicked" (Rust's "thread '...' panicked at", "model instance panicked ...") is the server's.
+HOST_PANIC = re.compile(r"(?<!guest )" + PANIC_MARKER)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,7 +108,8 @@ def free_ports(n: int) -> list[int]:
 
 
 def assert_no_panic(text: str, what: str = "server") -> None:
-    assert PANIC_MARKER not in text, f"{what} panicked:\n{tail(text)}"
+    m = HOST_PANIC.search(text)
+    assert m is None, f"{what} panicked:\n{tail(text[:m.end() + 4000] if m else text)}"
 
 
 def tail(text: str, n: int = 60) -> str:
@@ -599,3 +604,72 @@ EXPECT = {
     "stats_unknown_model": BAD_REQUEST,    # "requested model 'nosuch' is not available"
     "server_not_ready": BAD_REQUEST,       # /v2/health/ready once any model failed to load (strict readiness)
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# WebAssembly guests
+# ---------------------------------------------------------------------------------------------
+
+FAULTY_GUEST = REPO_ROOT / "target" / "guests" / "faulty" / "model.wasm"
+FAULTY_CONFIG = REPO_ROOT / "example-guests" / "faulty" / "config.pbtxt"
+# componentize-py takes ~8-20 s per Python guest (two at once on two cores: allow for both).
+GUEST_BUILD_DEADLINE = 240.0
+
+
+class GuestBuild:
+    """`tessera guest build SRC -o OUT` running in the background (start it early, wait when needed)."""
+
+    def __init__(self, src: Path, out: Path, log_dir: Path):
+        self.src, self.out = src, out
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"guest-build-{out.stem}.log"
+        argv = [str(tessera_bin()), "guest", "build", str(src), "-o", str(out), "--root", str(REPO_ROOT)]
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=server_env())
+        self.argv = argv
+
+    def wait(self, deadline: float = GUEST_BUILD_DEADLINE) -> Path:
+        """The built component; fails the test with the build's output if the build failed."""
+        try:
+            rc = self.process.wait(timeout=deadline)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            pytest.fail(f"{' '.join(self.argv)} did not finish within {deadline}s:\n"
+                        f"{tail(self.log_path.read_text(errors='replace'))}", pytrace=False)
+        text = self.log_path.read_text(errors="replace")
+        if rc != 0 or not self.out.is_file() or self.out.stat().st_size == 0:
+            pytest.fail(f"{' '.join(self.argv)} failed (exit code {rc}):\n{tail(text)}", pytrace=False)
+        assert_no_panic(text, what="tessera guest build")
+        return self.out
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def copy_faulty(dst_repo: Path, name: str = "faulty", extra_config: str = "") -> Path:
+    """The sandbox-test guest `faulty` (target/guests/faulty, built by scripts/build-guests.sh) as
+    model `name`, with extra config lines appended (e.g. more `parameters`)."""
+    if not FAULTY_GUEST.is_file():
+        pytest.fail(f"{FAULTY_GUEST} is missing: run scripts/build-guests.sh (scripts/setup.sh runs it)",
+                    pytrace=False)
+    config = FAULTY_CONFIG.read_text()
+    if name != "faulty":
+        config = re.sub(r'(?m)^name:\s*"[^"]*"', f'name: "{name}"', config)
+    d = dst_repo / name
+    (d / "1").mkdir(parents=True)
+    shutil.copy2(FAULTY_GUEST, d / "1" / "model.wasm")
+    (d / "config.pbtxt").write_text(config + extra_config)
+    return d
+
+
+def sse_events(resp: requests.Response) -> list[dict]:
+    """The JSON payloads of a server-sent-events response (`data: {...}` lines), in order."""
+    events = []
+    for line in resp.iter_lines(decode_unicode=True):
+        if line and line.startswith("data:"):
+            events.append(json.loads(line[len("data:"):].strip()))
+    return events

@@ -141,7 +141,16 @@ impl ModelManager {
             .map_err(|e| CoreError::internal(format!("model load task failed: {e}")))?;
         let outcome = entry_outcome(name, &entry);
         if let Ok(mut models) = self.models.write() {
-            models.insert(name.to_string(), entry);
+            match models.get_mut(name) {
+                // As Triton: a failed reload leaves the versions already serving in place. The new
+                // fingerprint is kept so polling does not retry the same broken files forever.
+                Some(current) if outcome.is_err() && current.versions.values().any(|s| matches!(s, VersionState::Ready(_))) => {
+                    current.fingerprint = entry.fingerprint;
+                }
+                _ => {
+                    models.insert(name.to_string(), entry);
+                }
+            }
         }
         match &outcome {
             Ok(()) => tracing::info!(model = name, "model loaded"),

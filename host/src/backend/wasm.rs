@@ -588,7 +588,8 @@ fn trap_error(model: &str, call: &str, error: &wasmtime::Error, sandbox: &Sandbo
         _ if format!("{error:#}").contains("grow") => {
             format!("exceeded its memory limit of {} bytes (max_memory_bytes): {error}", sandbox.max_memory)
         }
-        _ => format!("trapped: {error}"),
+        Some(trap) => format!("trapped: {trap}\n{error}"),
+        None => format!("trapped: {error:#}"),
     };
     let mut message = format!("WebAssembly model '{model}' {call} {detail}");
     if let Some(last) = log.last() {

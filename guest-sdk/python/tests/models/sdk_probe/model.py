@@ -51,6 +51,11 @@ class TritonPythonModel:
         n = pb_utils.get_input_tensor_by_name(request, "INPUT0").element_count()
         return pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", [0.5] * n)])
 
+    def big(self, request):
+        # a fresh output of `n` bytes (guest -> host through tensor.create's list<u8>)
+        n = json.loads(request.parameters())["n"]
+        return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", bytes(n), "UINT8")])
+
     def error(self, request):
         return pb_utils.InferenceResponse(
             error=pb_utils.TritonError("bad input", pb_utils.TritonError.INVALID_ARG))
