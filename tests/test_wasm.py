@@ -443,6 +443,8 @@ def probe(op, arg):
             return "OK:%r %r" % (time.time(), time.monotonic())
         if op == "marker":
             return "OK:" + MARKER
+        if op == "big":
+            return "OK:" + "x" * int(arg)
         return "ERR:unknown op " + op
     except Exception as e:
         return "ERR:%s: %s" % (type(e).__name__, e)
@@ -530,6 +532,7 @@ SANDBOX_MODELS = {
     "no_grants": "",
     "fs_read_only": 'parameters { key: "filesystem" value: { string_value: "read-only" } }',
     "clocks": 'parameters { key: "clocks" value: { string_value: "true" } }',
+    "small_memory": 'parameters { key: "max_memory_bytes" value: { string_value: "67108864" } }',
 }
 
 
@@ -722,3 +725,14 @@ def test_failed_reload_keeps_the_old_guest_serving(server_factory, tmp_path, was
         c.close()
     assert model_ready(srv, "faulty"), "the failed reload made the working faulty model unavailable"
     assert_faulty_ok(srv)
+
+
+def test_python_guest_survives_large_outputs_beyond_its_memory_limit(sandbox_server):
+    # componentize-py never frees the guest copy of bytes sent to the host: 150 responses of 1 MiB
+    # from a 64 MiB guest would trap after ~40 calls unless the host recycles the instance when its
+    # memory nears the limit (between calls, so no request fails).
+    with requests.Session() as s:
+        for i in range(150):
+            answer = probe(sandbox_server, "small_memory", "big", str(1 << 20), session=s)
+            assert answer.startswith("OK:") and len(answer) == 3 + (1 << 20), f"call {i}: {answer[:200]}"
+    assert "recycling a guest instance near its memory limit" in sandbox_server.log_text()

@@ -25,7 +25,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::{Backend, ExecRequest, InstanceContext, ModelInstance, Responder};
@@ -411,11 +411,36 @@ struct GuestShared {
     runtime: Option<tokio::runtime::Handle>,
 }
 
+/// Caps linear memory (a grow past the cap traps) and remembers the high-water mark, so an
+/// instance that leaks (componentize-py leaks every `list<u8>` a guest passes to the host) is
+/// recycled between calls before it hits the cap.
+struct GuestLimiter {
+    max_memory: usize,
+    peak: usize,
+}
+
+impl ResourceLimiter for GuestLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.max_memory {
+            return Err(wasmtime::Error::msg(format!(
+                "linear memory would grow to {desired} bytes, beyond the model's limit of {} bytes",
+                self.max_memory
+            )));
+        }
+        self.peak = self.peak.max(desired);
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
 /// The data of one guest's store.
 pub struct GuestState {
     table: ResourceTable,
     wasi: WasiCtx,
-    limits: StoreLimits,
+    limits: GuestLimiter,
     shared: Arc<GuestShared>,
     /// Log lines the guest wrote during the current call (kept to explain traps).
     last_log: Vec<String>,
@@ -449,7 +474,7 @@ impl WasmInstance {
         let state = GuestState {
             table: ResourceTable::new(),
             wasi: self.sandbox.wasi()?,
-            limits: StoreLimitsBuilder::new().memory_size(self.sandbox.max_memory).trap_on_grow_failure(true).build(),
+            limits: GuestLimiter { max_memory: self.sandbox.max_memory, peak: 0 },
             shared: Arc::clone(&self.shared),
             last_log: Vec::new(),
         };
@@ -520,6 +545,27 @@ impl WasmInstance {
                 }
                 return Err(error);
             }
+        };
+        let high_water = live.store.data().limits.peak > self.sandbox.max_memory / 4 * 3;
+        let results = self.collect(results, count);
+        if high_water {
+            tracing::info!(model = self.shared.model_name.as_str(), "recycling a guest instance near its memory limit");
+            self.live = None;
+            if let Err(e) = self.start() {
+                tracing::warn!(model = self.shared.model_name.as_str(), "could not restart the instance yet: {}", e.message);
+            }
+        }
+        results
+    }
+
+    /// Turns `execute`'s return value into per-request results, taking tensors out of the table.
+    fn collect(
+        &mut self,
+        results: Vec<Result<Vec<Resource<HostTensor>>, wit::Error>>,
+        count: usize,
+    ) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
+        let Some(live) = self.live.as_mut() else {
+            return Err(CoreError::internal("instance is not running"));
         };
         let table = &mut live.store.data_mut().table;
         if self.decoupled {
@@ -697,6 +743,9 @@ fn table_error(e: wasmtime::component::ResourceTableError) -> wasmtime::Error {
     wasmtime::Error::msg(format!("resource table: {e}"))
 }
 
+/// A checked BLS call, ready to run: the request, its target and the runtime to block on.
+type BlsCall = (InferRequest, Arc<crate::model::LoadedModel>, tokio::runtime::Handle);
+
 impl GuestState {
     fn tensor(&self, handle: &Resource<HostTensor>) -> wasmtime::Result<&Tensor> {
         self.table.get(handle).map(|t| &t.0).map_err(table_error)
@@ -714,7 +763,7 @@ impl GuestState {
         inputs: Vec<Resource<HostTensor>>,
         outputs: Vec<String>,
         parameters: Vec<wit::Parameter>,
-    ) -> wasmtime::Result<Result<(InferRequest, Arc<crate::model::LoadedModel>, tokio::runtime::Handle), wit::Error>> {
+    ) -> wasmtime::Result<Result<BlsCall, wit::Error>> {
         let shared = Arc::clone(&self.shared);
         if !shared.allowed_models.allows(&model) {
             return Ok(Err(wit_error(CoreError::new(
