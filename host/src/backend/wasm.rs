@@ -109,8 +109,9 @@ pub struct WasmBackend {
 
 impl WasmBackend {
     pub fn new(options: WasmOptions) -> Self {
-        match Self::build_engine(&options) {
+        let (engine, linker, engine_error) = match Self::build_engine(&options) {
             Ok((engine, linker)) => {
+                // Epoch interruption needs a clock: one thread ticks the engine until it is dropped.
                 let ticker = engine.weak();
                 std::thread::Builder::new()
                     .name("tessera-wasm-epoch".into())
@@ -122,30 +123,23 @@ impl WasmBackend {
                         }
                     })
                     .ok();
-                Self {
-                    engine,
-                    linker,
-                    options,
-                    components: Mutex::default(),
-                    manager: OnceLock::new(),
-                    runtime: tokio::runtime::Handle::try_current().ok(),
-                    engine_error: None,
-                }
+                (engine, linker, None)
             }
             Err(e) => {
                 tracing::error!("failed to create the WebAssembly engine: {e}");
                 let engine = Engine::default();
                 let linker = Linker::new(&engine);
-                Self {
-                    engine,
-                    linker,
-                    options,
-                    components: Mutex::default(),
-                    manager: OnceLock::new(),
-                    runtime: None,
-                    engine_error: Some(e.to_string()),
-                }
+                (engine, linker, Some(e.to_string()))
             }
+        };
+        Self {
+            engine,
+            linker,
+            options,
+            components: Mutex::default(),
+            manager: OnceLock::new(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+            engine_error,
         }
     }
 
