@@ -736,3 +736,20 @@ def test_python_guest_survives_large_outputs_beyond_its_memory_limit(sandbox_ser
             answer = probe(sandbox_server, "small_memory", "big", str(1 << 20), session=s)
             assert answer.startswith("OK:") and len(answer) == 3 + (1 << 20), f"call {i}: {answer[:200]}"
     assert "recycling a guest instance near its memory limit" in sandbox_server.log_text()
+
+
+def test_decoupled_guest_failure_ends_the_stream_with_the_error(server_factory, tmp_path, wasm_cache):
+    # A decoupled model's trap (or a malformed execute result) must reach the streaming caller as an
+    # error event, not as a silently empty stream; and the next stream works.
+    repo = tmp_path / "repo"
+    copy_faulty(repo, "faulty_stream", "model_transaction_policy { decoupled: true }\n")
+    srv = server_factory(repo, ["--wasm-cache-dir", str(wasm_cache)])
+    wait_model_ready(srv, "faulty_stream")
+    r, events = generate_stream(srv, "faulty_stream", {"MODE": ["panic"], "INPUT0": [1.0]})
+    assert r.status_code == 200
+    assert len(events) == 1 and "error" in events[0], events
+    assert "trapped" in events[0]["error"], events
+    # `ok` returns a result list from execute, which a decoupled model must not do.
+    r, events = generate_stream(srv, "faulty_stream", {"MODE": ["ok"], "INPUT0": [1.0]})
+    assert len(events) == 1 and "response senders" in events[0].get("error", ""), events
+    assert model_ready(srv, "faulty_stream")

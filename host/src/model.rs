@@ -139,6 +139,8 @@ impl LoadedModel {
         let (exec, batch_size) = self.prepare(&request).map_err(|e| self.with_request_id(&request, e))?;
         let wanted = self.check_outputs(&request)?;
         let (raw_tx, mut raw_rx) = tokio::sync::mpsc::unbounded_channel();
+        // Kept until execute returns, so an instance failure still reaches the caller's stream.
+        let error_tx = raw_tx.clone();
         let exec = ExecRequest { outputs: wanted.iter().map(|o| o.name.clone()).collect(), responder: Some(raw_tx), ..exec };
         let model = Arc::clone(self);
         let id = request.id.clone();
@@ -161,10 +163,18 @@ impl LoadedModel {
             ok
         });
         let queued = Instant::now();
-        let mut results = self.pool.execute(vec![exec], || self.stats.record_queue(queued.elapsed())).await?;
+        let executed = self.pool.execute(vec![exec], || self.stats.record_queue(queued.elapsed())).await;
         let infer_done = Instant::now();
-        // A decoupled instance answers through the responder; a returned error still counts.
-        let instance_error = results.pop().and_then(Result::err);
+        // A decoupled instance answers through the responder; a failed execute (a trap, say) ends
+        // the stream with that error.
+        let instance_error = match executed {
+            Ok(mut results) => results.pop().and_then(Result::err),
+            Err(e) => Some(e),
+        };
+        if let Some(e) = &instance_error {
+            let _ = error_tx.send(Err(e.clone()));
+        }
+        drop(error_tx);
         let model = Arc::clone(self);
         tokio::spawn(async move {
             let streamed_ok = forward.await.unwrap_or(false);
