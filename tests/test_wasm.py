@@ -753,3 +753,14 @@ def test_decoupled_guest_failure_ends_the_stream_with_the_error(server_factory, 
     r, events = generate_stream(srv, "faulty_stream", {"MODE": ["ok"], "INPUT0": [1.0]})
     assert len(events) == 1 and "response senders" in events[0].get("error", ""), events
     assert model_ready(srv, "faulty_stream")
+
+
+def test_client_that_gives_up_mid_execution_does_not_cost_the_model_its_instance(fault_server):
+    # faulty has one instance; a caller that disconnects while it runs (here: while it loops until
+    # its 500 ms limit) must not leave the model without an instance.
+    with pytest.raises(requests.exceptions.Timeout):
+        faulty_infer(fault_server, "loop", timeout=0.2)
+    for _ in range(3):
+        r = faulty_infer(fault_server, "ok", timeout=30)
+        assert r.status_code == 200, r.text
+    assert model_ready(fault_server, "faulty")

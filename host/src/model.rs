@@ -162,8 +162,11 @@ impl LoadedModel {
             }
             ok
         });
+        let model = Arc::clone(self);
+        // Execute on its own task, so responses stream to the caller while the instance runs.
+        tokio::spawn(async move {
         let queued = Instant::now();
-        let executed = self.pool.execute(vec![exec], || self.stats.record_queue(queued.elapsed())).await;
+        let executed = model.pool.execute(vec![exec], || model.stats.record_queue(queued.elapsed())).await;
         let infer_done = Instant::now();
         // A decoupled instance answers through the responder; a failed execute (a trap, say) ends
         // the stream with that error.
@@ -175,13 +178,11 @@ impl LoadedModel {
             let _ = error_tx.send(Err(e.clone()));
         }
         drop(error_tx);
-        let model = Arc::clone(self);
-        tokio::spawn(async move {
-            let streamed_ok = forward.await.unwrap_or(false);
-            let ok = streamed_ok && instance_error.is_none();
-            model.stats.record_execution(batch_size, queued.saturating_duration_since(start), infer_done - queued, Duration::ZERO);
-            let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-            model.stats.record_request(ok, start.elapsed(), now_ms);
+        let streamed_ok = forward.await.unwrap_or(false);
+        let ok = streamed_ok && instance_error.is_none();
+        model.stats.record_execution(batch_size, queued.saturating_duration_since(start), infer_done - queued, Duration::ZERO);
+        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        model.stats.record_request(ok, start.elapsed(), now_ms);
         });
         Ok(rx)
     }
@@ -500,14 +501,14 @@ fn numeric_values(tensor: &Tensor) -> CoreResult<Vec<(f64, String)>> {
 /// request waits (rather than fails) when all instances are busy, and no instance ever runs two
 /// batches at once.
 struct InstancePool {
-    idle: Mutex<Vec<Box<dyn ModelInstance>>>,
-    available: Semaphore,
+    idle: Arc<Mutex<Vec<Box<dyn ModelInstance>>>>,
+    available: Arc<Semaphore>,
 }
 
 impl InstancePool {
     fn new(instances: Vec<Box<dyn ModelInstance>>) -> Self {
-        let available = Semaphore::new(instances.len());
-        Self { idle: Mutex::new(instances), available }
+        let available = Arc::new(Semaphore::new(instances.len()));
+        Self { idle: Arc::new(Mutex::new(instances)), available }
     }
 
     async fn execute(
@@ -515,35 +516,43 @@ impl InstancePool {
         batch: Vec<ExecRequest>,
         on_dequeue: impl FnOnce(),
     ) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
-        let permit = self.available.acquire().await.map_err(|_| CoreError::unavailable("model is unloading"))?;
+        let permit = Arc::clone(&self.available)
+            .acquire_owned()
+            .await
+            .map_err(|_| CoreError::unavailable("model is unloading"))?;
         on_dequeue();
         let instance = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let Some(mut instance) = instance else {
             return Err(CoreError::internal("no idle model instance despite a free slot"));
         };
+        let idle = Arc::clone(&self.idle);
+        // The blocking task itself returns the instance and its slot, so a caller that goes away
+        // mid-execution (client disconnect, BLS timeout) cannot lose the instance.
         let joined = tokio::task::spawn_blocking(move || {
             let result = std::panic::catch_unwind(AssertUnwindSafe(|| instance.execute(batch)));
-            (instance, result)
+            match result {
+                Ok(results) => {
+                    if let Ok(mut idle) = idle.lock() {
+                        idle.push(instance);
+                    }
+                    drop(permit);
+                    Some(results)
+                }
+                Err(_) => {
+                    // The instance may be in an inconsistent state: retire it and its slot.
+                    permit.forget();
+                    tracing::error!("model instance panicked during execution and was retired");
+                    None
+                }
+            }
         })
         .await;
         match joined {
-            Ok((instance, Ok(results))) => {
-                if let Ok(mut idle) = self.idle.lock() {
-                    idle.push(instance);
-                }
-                drop(permit);
-                Ok(results)
-            }
-            Ok((_, Err(_))) | Err(_) => {
-                // The instance may be in an inconsistent state: retire it and its slot.
-                permit.forget();
-                tracing::error!("model instance panicked during execution and was retired");
-                Err(CoreError::internal("model instance failed during execution"))
-            }
+            Ok(Some(results)) => Ok(results),
+            Ok(None) | Err(_) => Err(CoreError::internal("model instance failed during execution")),
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -64,11 +64,15 @@ pub struct HostRequest {
     inputs: Vec<Tensor>,
     outputs: Vec<String>,
     parameters: Parameters,
-    responder: Option<Responder>,
+    responder: SharedResponder,
 }
 
-/// A decoupled request's response sender. `None` once the final response was sent.
-pub struct HostSender(Option<Responder>);
+/// One request's responder, shared by the request and every sender made from it, so the host can
+/// close it when `execute` returns whatever handles the guest still holds. `None` once closed.
+type SharedResponder = Arc<Mutex<Option<Responder>>>;
+
+/// A decoupled request's response sender.
+pub struct HostSender(SharedResponder);
 
 /// Responses of a BLS `infer-stream` call.
 pub struct HostResponseStream(crate::model::ResponseStream);
@@ -438,6 +442,8 @@ pub struct GuestState {
     shared: Arc<GuestShared>,
     /// Log lines the guest wrote during the current call (kept to explain traps).
     last_log: Vec<String>,
+    /// Responders of the current `execute` call, closed when it returns.
+    call_responders: Vec<SharedResponder>,
 }
 
 impl WasiView for GuestState {
@@ -471,6 +477,7 @@ impl WasmInstance {
             limits: GuestLimiter { max_memory: self.sandbox.max_memory, peak: 0 },
             shared: Arc::clone(&self.shared),
             last_log: Vec::new(),
+            call_responders: Vec::new(),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
@@ -510,6 +517,8 @@ impl WasmInstance {
         let count = batch.len();
         let mut handles = Vec::with_capacity(count);
         for request in batch {
+            let responder: SharedResponder = Arc::new(Mutex::new(request.responder));
+            live.store.data_mut().call_responders.push(Arc::clone(&responder));
             let resource = live
                 .store
                 .data_mut()
@@ -519,7 +528,7 @@ impl WasmInstance {
                     inputs: request.inputs,
                     outputs: request.outputs,
                     parameters: request.parameters,
-                    responder: request.responder,
+                    responder,
                 })
                 .map_err(|e| CoreError::internal(format!("resource table: {e}")))?;
             handles.push(resource);
@@ -527,6 +536,13 @@ impl WasmInstance {
         live.store.data_mut().last_log.clear();
         live.store.set_epoch_deadline(ticks);
         let called = live.model.call_execute(&mut live.store, &handles);
+        // The contract: when execute returns, every request's stream is final, whatever
+        // request or sender handles the guest kept.
+        for responder in live.store.data_mut().call_responders.drain(..) {
+            if let Ok(mut r) = responder.lock() {
+                r.take();
+            }
+        }
         let results = match called {
             Ok(results) => results,
             Err(trap) => {
@@ -862,7 +878,7 @@ impl wit::HostRequest for GuestState {
     }
 
     fn sender(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<Resource<HostSender>> {
-        let responder = self.table.get(&handle).map_err(table_error)?.responder.clone();
+        let responder = Arc::clone(&self.table.get(&handle).map_err(table_error)?.responder);
         self.table.push(HostSender(responder)).map_err(table_error)
     }
 
@@ -892,7 +908,10 @@ impl wit::HostResponseSender for GuestState {
 }
 
 fn send_on(sender: &mut HostSender, item: CoreResult<Vec<Tensor>>, final_: bool) -> Result<(), wit::Error> {
-    let Some(tx) = sender.0.as_ref() else {
+    let Ok(mut slot) = sender.0.lock() else {
+        return Err(wit_error(CoreError::internal("response sender state is poisoned")));
+    };
+    let Some(tx) = slot.as_ref() else {
         return Err(wit_error(CoreError::unavailable(
             "no more responses can be sent for this request (the final response was sent, or the model is not decoupled)",
         )));
@@ -904,7 +923,7 @@ fn send_on(sender: &mut HostSender, item: CoreResult<Vec<Tensor>>, final_: bool)
         let _ = tx.send(item);
     }
     if final_ {
-        sender.0 = None;
+        *slot = None;
     }
     Ok(())
 }
@@ -962,7 +981,14 @@ impl wit_host::Host for GuestState {
             Ok(prepared) => prepared,
             Err(e) => return Ok(Err(e)),
         };
-        match runtime.block_on(target.infer_stream(request)) {
+        let timeout = self.shared.bls_timeout;
+        let name = request.model_name.clone();
+        let started = runtime.block_on(async move {
+            tokio::time::timeout(timeout, target.infer_stream(request))
+                .await
+                .unwrap_or_else(|_| Err(CoreError::unavailable(format!("BLS call to model '{name}' timed out after {} ms", timeout.as_millis()))))
+        });
+        match started {
             Ok(stream) => Ok(Ok(self.table.push(HostResponseStream(stream)).map_err(table_error)?)),
             Err(e) => Ok(Err(wit_error(e))),
         }

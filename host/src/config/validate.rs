@@ -113,8 +113,12 @@ fn check_io(role: &str, tensor: &impl TensorConfig, batching: bool) -> Result<()
         }
         // Same number of variable dims, and the same element count over the fixed ones.
         let variable = |s: &[i64]| s.iter().filter(|&&d| d == -1).count();
-        let fixed = |s: &[i64]| s.iter().filter(|&&d| d > 0).product::<i64>();
-        if variable(dims) != variable(&reshape.shape) || fixed(dims) != fixed(&reshape.shape) {
+        let fixed = |s: &[i64]| s.iter().filter(|&&d| d > 0).try_fold(1i64, |acc, &d| acc.checked_mul(d));
+        let (dims_size, reshape_size) = (fixed(dims), fixed(&reshape.shape));
+        if dims_size.is_none() || reshape_size.is_none() {
+            return invalid(format!("model {role} '{name}' has dims or reshape too large to represent"));
+        }
+        if variable(dims) != variable(&reshape.shape) || dims_size != reshape_size {
             return invalid(format!(
                 "model {role} '{name}' has different size for dims {dims:?} and reshape {:?}",
                 reshape.shape

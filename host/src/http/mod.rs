@@ -166,7 +166,7 @@ fn metadata_response(state: &HttpState, model: &str, version: Option<i64>) -> Co
         None => {
             let versions = state.manager.ready_versions(model)?;
             if versions.is_empty() {
-                return Err(CoreError::unavailable(format!("Request for unknown model: '{model}' has no available versions")));
+                return Err(CoreError::not_found(format!("Request for unknown model: '{model}' has no available versions")));
             }
             versions
         }
