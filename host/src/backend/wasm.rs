@@ -753,9 +753,6 @@ fn table_error(e: wasmtime::component::ResourceTableError) -> wasmtime::Error {
     wasmtime::Error::msg(format!("resource table: {e}"))
 }
 
-/// A checked BLS call, ready to run: the request, its target and the runtime to block on.
-type BlsCall = (InferRequest, Arc<crate::model::LoadedModel>, tokio::runtime::Handle);
-
 impl GuestState {
     fn tensor(&self, handle: &Resource<HostTensor>) -> wasmtime::Result<&Tensor> {
         self.table.get(handle).map(|t| &t.0).map_err(table_error)
@@ -766,14 +763,19 @@ impl GuestState {
     }
 
     /// BLS: runs `model` through the manager, blocking this (blocking-pool) thread.
-    fn bls(
+    /// `call` (infer or infer_stream on the target) runs bounded by the caller's time limit.
+    fn bls<T, Fut>(
         &mut self,
         model: String,
         version: Option<i64>,
         inputs: Vec<Resource<HostTensor>>,
         outputs: Vec<String>,
         parameters: Vec<wit::Parameter>,
-    ) -> wasmtime::Result<Result<BlsCall, wit::Error>> {
+        call: impl FnOnce(Arc<crate::model::LoadedModel>, InferRequest) -> Fut,
+    ) -> wasmtime::Result<Result<T, wit::Error>>
+    where
+        Fut: std::future::Future<Output = CoreResult<T>>,
+    {
         let shared = Arc::clone(&self.shared);
         if !shared.allowed_models.allows(&model) {
             return Ok(Err(wit_error(CoreError::new(
@@ -796,14 +798,20 @@ impl GuestState {
             Err(e) => return Ok(Err(wit_error(e))),
         };
         let request = InferRequest {
-            model_name: model,
+            model_name: model.clone(),
             model_version: version,
             id: None,
             inputs: tensors,
             outputs: outputs.into_iter().map(|name| RequestedOutput { name, class_count: 0 }).collect(),
             parameters: params_from_wit(parameters),
         };
-        Ok(Ok((request, target, runtime)))
+        let timeout = shared.bls_timeout;
+        let result = runtime.block_on(async move {
+            tokio::time::timeout(timeout, call(target, request)).await.unwrap_or_else(|_| {
+                Err(CoreError::unavailable(format!("BLS call to model '{model}' timed out after {} ms", timeout.as_millis())))
+            })
+        });
+        Ok(result.map_err(wit_error))
     }
 }
 
@@ -952,20 +960,12 @@ impl wit_host::Host for GuestState {
         outputs: Vec<String>,
         parameters: Vec<wit::Parameter>,
     ) -> wasmtime::Result<Result<Vec<Resource<HostTensor>>, wit::Error>> {
-        let (request, target, runtime) = match self.bls(model, version, inputs, outputs, parameters)? {
-            Ok(prepared) => prepared,
-            Err(e) => return Ok(Err(e)),
-        };
-        let timeout = self.shared.bls_timeout;
-        let name = request.model_name.clone();
-        let result = runtime.block_on(async move {
-            tokio::time::timeout(timeout, target.infer(request))
-                .await
-                .unwrap_or_else(|_| Err(CoreError::unavailable(format!("BLS call to model '{name}' timed out after {} ms", timeout.as_millis()))))
-        });
-        match result {
+        let called = self.bls(model, version, inputs, outputs, parameters, |target, request| async move {
+            target.infer(request).await
+        })?;
+        match called {
             Ok(response) => Ok(Ok(response.outputs.into_iter().map(|t| self.new_tensor(t)).collect::<wasmtime::Result<_>>()?)),
-            Err(e) => Ok(Err(wit_error(e))),
+            Err(e) => Ok(Err(e)),
         }
     }
 
@@ -977,20 +977,12 @@ impl wit_host::Host for GuestState {
         outputs: Vec<String>,
         parameters: Vec<wit::Parameter>,
     ) -> wasmtime::Result<Result<Resource<HostResponseStream>, wit::Error>> {
-        let (request, target, runtime) = match self.bls(model, version, inputs, outputs, parameters)? {
-            Ok(prepared) => prepared,
-            Err(e) => return Ok(Err(e)),
-        };
-        let timeout = self.shared.bls_timeout;
-        let name = request.model_name.clone();
-        let started = runtime.block_on(async move {
-            tokio::time::timeout(timeout, target.infer_stream(request))
-                .await
-                .unwrap_or_else(|_| Err(CoreError::unavailable(format!("BLS call to model '{name}' timed out after {} ms", timeout.as_millis()))))
-        });
+        let started = self.bls(model, version, inputs, outputs, parameters, |target, request| async move {
+            target.infer_stream(request).await
+        })?;
         match started {
             Ok(stream) => Ok(Ok(self.table.push(HostResponseStream(stream)).map_err(table_error)?)),
-            Err(e) => Ok(Err(wit_error(e))),
+            Err(e) => Ok(Err(e)),
         }
     }
 }
