@@ -74,13 +74,48 @@ pub struct ServeArgs {
     #[arg(long)]
     pub http_thread_count: Option<usize>,
 
-    /// gRPC front door (not served yet by this version; the flags are accepted).
-    #[arg(long, default_value = "0.0.0.0")]
+    /// Address the gRPC server binds.
+    #[arg(long, default_value = "0.0.0.0", env = "TESSERA_GRPC_ADDRESS")]
     pub grpc_address: String,
-    #[arg(long, default_value_t = 8001)]
+    #[arg(long, default_value_t = 8001, env = "TESSERA_GRPC_PORT")]
     pub grpc_port: u16,
     #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub allow_grpc: bool,
+    /// Largest gRPC message received or sent, in bytes (Triton's fixed limit: INT32_MAX).
+    #[arg(long, default_value = "2147483647", value_parser = parse_byte_size)]
+    pub grpc_max_message_size: usize,
+    /// gzip for infer responses to clients that accept it: none, low, medium or high (Tessera
+    /// uses one gzip level for all but none).
+    #[arg(long, default_value = "none", value_parser = ["none", "low", "medium", "high"])]
+    pub grpc_infer_response_compression_level: String,
+    /// Milliseconds between HTTP/2 keepalive pings.
+    #[arg(long, default_value_t = 7_200_000)]
+    pub grpc_keepalive_time: u64,
+    /// Milliseconds to wait for a keepalive ping's acknowledgement before closing the connection.
+    #[arg(long, default_value_t = 20_000)]
+    pub grpc_keepalive_timeout: u64,
+    /// Accepted for compatibility with Triton command lines (tonic answers pings without calls).
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub grpc_keepalive_permit_without_calls: bool,
+    /// Accepted for compatibility with Triton command lines.
+    #[arg(long)]
+    pub grpc_http2_max_pings_without_data: Option<u64>,
+    /// Accepted for compatibility with Triton command lines.
+    #[arg(long)]
+    pub grpc_http2_min_recv_ping_interval_without_data: Option<u64>,
+    /// Accepted for compatibility with Triton command lines.
+    #[arg(long)]
+    pub grpc_http2_max_ping_strikes: Option<u64>,
+    /// Accepted for compatibility with Triton command lines (responses are not pooled).
+    #[arg(long)]
+    pub grpc_infer_allocation_pool_size: Option<u64>,
+    /// TLS is not supported: true is refused at startup rather than serving plaintext.
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub grpc_use_ssl: bool,
+    /// Restricted protocols are not supported: giving one is refused at startup rather than
+    /// serving the protocol unprotected.
+    #[arg(long)]
+    pub grpc_restricted_protocol: Vec<String>,
 
     /// Prometheus metrics endpoint (not served yet by this version; the flags are accepted).
     #[arg(long, default_value = "0.0.0.0")]

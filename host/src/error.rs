@@ -1,5 +1,5 @@
 //! The one error type that crosses the core: every front door maps it to its wire status exactly once
-//! (HTTP here; gRPC later), so a given failure gets the same code whichever door it came through.
+//! (HTTP status and gRPC code), so a given failure gets the same code whichever door it came through.
 
 use std::fmt;
 
@@ -64,6 +64,29 @@ impl CoreError {
             ErrorKind::AlreadyExists => 409,
             ErrorKind::Unknown | ErrorKind::InvalidArg | ErrorKind::Cancelled => 400,
         }
+    }
+}
+
+impl CoreError {
+    /// gRPC status code as Triton's gRPC server maps `TRITONSERVER_Error_Code`
+    /// (grpc_utils.cc `CodeToStatus`).
+    pub fn grpc_code(&self) -> tonic::Code {
+        match self.kind {
+            ErrorKind::Unknown => tonic::Code::Unknown,
+            ErrorKind::Internal => tonic::Code::Internal,
+            ErrorKind::NotFound => tonic::Code::NotFound,
+            ErrorKind::InvalidArg => tonic::Code::InvalidArgument,
+            ErrorKind::Unavailable => tonic::Code::Unavailable,
+            ErrorKind::Unsupported => tonic::Code::Unimplemented,
+            ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
+            ErrorKind::Cancelled => tonic::Code::Cancelled,
+        }
+    }
+}
+
+impl From<CoreError> for tonic::Status {
+    fn from(e: CoreError) -> Self {
+        tonic::Status::new(e.grpc_code(), e.message)
     }
 }
 

@@ -15,11 +15,28 @@ pub enum ParamValue {
 
 pub type Parameters = BTreeMap<String, ParamValue>;
 
-/// An output the caller asked for, with the classification extension's `class_count` (0 = raw tensor).
+/// A byte range of a registered shared-memory region (the `shared_memory_region`,
+/// `shared_memory_offset` and `shared_memory_byte_size` tensor parameters).
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShmTarget {
+    pub region: String,
+    pub offset: u64,
+    pub byte_size: u64,
+}
+
+/// An output the caller asked for, with the classification extension's `class_count` (0 = raw
+/// tensor) and, optionally, the shared-memory range its bytes are to be written into.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RequestedOutput {
     pub name: String,
     pub class_count: u32,
+    pub shared_memory: Option<ShmTarget>,
+}
+
+impl RequestedOutput {
+    pub fn named(name: impl Into<String>) -> Self {
+        Self { name: name.into(), ..Self::default() }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -41,4 +58,9 @@ pub struct InferResponse {
     pub id: Option<String>,
     pub outputs: Vec<Tensor>,
     pub parameters: Parameters,
+    /// Outputs whose bytes were written to shared memory (their `data` here is empty), by name.
+    pub shared_memory: BTreeMap<String, ShmTarget>,
+    /// Whether this is the request's last response (always true for non-decoupled models; a
+    /// decoupled model may also end a request with a final flag and no response).
+    pub is_final: bool,
 }

@@ -147,13 +147,15 @@ impl LoadedModel {
         // Post-process each raw response while the instance may still be producing more.
         let forward = tokio::spawn(async move {
             let mut ok = true;
-            while let Some(item) = raw_rx.recv().await {
+            while let Some(super::backend::RawResponse { outputs: item, is_final }) = raw_rx.recv().await {
                 let response = item.and_then(|outputs| model.postprocess(outputs, batch_size, &wanted)).map(|outputs| InferResponse {
                     model_name: model.name.clone(),
                     model_version: model.version,
                     id: id.clone(),
                     outputs,
                     parameters: Default::default(),
+                    shared_memory: Default::default(),
+                    is_final,
                 });
                 ok &= response.is_ok();
                 if tx.send(response).is_err() {
@@ -175,7 +177,7 @@ impl LoadedModel {
             Err(e) => Some(e),
         };
         if let Some(e) = &instance_error {
-            let _ = error_tx.send(Err(e.clone()));
+            let _ = error_tx.send(crate::backend::RawResponse { outputs: Err(e.clone()), is_final: true });
         }
         drop(error_tx);
         let streamed_ok = forward.await.unwrap_or(false);
@@ -230,6 +232,8 @@ impl LoadedModel {
             id: request.id,
             outputs,
             parameters: Default::default(),
+            shared_memory: Default::default(),
+            is_final: true,
         })
     }
 
@@ -340,7 +344,7 @@ impl LoadedModel {
     fn check_outputs(&self, request: &InferRequest) -> CoreResult<Vec<RequestedOutput>> {
         let model = &self.name;
         Ok(if request.outputs.is_empty() {
-            self.outputs.iter().map(|o| RequestedOutput { name: o.name.clone(), class_count: 0 }).collect()
+            self.outputs.iter().map(|o| RequestedOutput::named(o.name.clone())).collect()
         } else {
             for (i, out) in request.outputs.iter().enumerate() {
                 let spec = self.outputs.iter().find(|s| s.name == out.name).ok_or_else(|| {

@@ -1,5 +1,6 @@
 //! Wires the pieces together for `tessera serve`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -10,28 +11,87 @@ use tracing_subscriber::EnvFilter;
 use crate::backend::wasm::{WasmBackend, WasmOptions};
 use crate::backend::{Backends, onnx::OnnxBackend};
 use crate::cli::ServeArgs;
+use crate::frontend::{Frontend, LogApplier, SettingValue};
+use crate::grpc::GrpcOptions;
 use crate::http::{HttpState, router};
 use crate::repository::{ControlMode, ModelManager, RepositoryOptions};
 
-fn init_logging(args: &ServeArgs) {
-    let level = if args.log_verbose > 0 {
+fn level_for(verbose: u32, info: bool, warning: bool, error: bool) -> &'static str {
+    if verbose > 0 {
         "debug"
-    } else if args.log_info {
+    } else if info {
         "info"
-    } else if args.log_warning {
+    } else if warning {
         "warn"
-    } else if args.log_error {
+    } else if error {
         "error"
     } else {
         "off"
+    }
+}
+
+type FilterHandle = tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>;
+
+/// Installs the logger. The filter sits behind a reload handle so the logging extension
+/// (`/v2/logging`, gRPC LogSettings) can change levels at run time. RUST_LOG, when set, wins.
+fn init_logging(args: &ServeArgs) -> Option<FilterHandle> {
+    use tracing_subscriber::prelude::*;
+    let level = level_for(args.log_verbose, args.log_info, args.log_warning, args.log_error);
+    let (filter, from_env) = match EnvFilter::try_from_default_env() {
+        Ok(f) => (f, true),
+        Err(_) => (EnvFilter::new(format!("{level},ort=warn")), false),
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("{level},ort=warn")));
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
+    let installed = tracing_subscriber::registry().with(filter).with(fmt).try_init().is_ok();
+    (installed && !from_env).then_some(handle)
+}
+
+fn log_settings(args: &ServeArgs) -> BTreeMap<String, SettingValue> {
+    BTreeMap::from([
+        ("log_info".to_string(), SettingValue::Bool(args.log_info)),
+        ("log_warning".to_string(), SettingValue::Bool(args.log_warning)),
+        ("log_error".to_string(), SettingValue::Bool(args.log_error)),
+        ("log_verbose_level".to_string(), SettingValue::Uint(args.log_verbose)),
+    ])
+}
+
+fn log_applier(handle: Option<FilterHandle>) -> LogApplier {
+    Box::new(move |settings| {
+        let flag = |key: &str| matches!(settings.get(key), Some(SettingValue::Bool(true)));
+        let verbose = match settings.get("log_verbose_level") {
+            Some(SettingValue::Uint(v)) => *v,
+            _ => 0,
+        };
+        let level = level_for(verbose, flag("log_info"), flag("log_warning"), flag("log_error"));
+        if let Some(handle) = &handle {
+            let _ = handle.reload(EnvFilter::new(format!("{level},ort=warn")));
+        }
+    })
+}
+
+async fn bind(what: &str, host: &str, port: u16) -> Option<tokio::net::TcpListener> {
+    let address = format!("{host}:{port}");
+    let listener = match address.parse::<SocketAddr>() {
+        Ok(addr) => tokio::net::TcpListener::bind(addr).await,
+        Err(_) => tokio::net::TcpListener::bind(address.as_str()).await,
+    };
+    match listener {
+        Ok(l) => {
+            let at = l.local_addr().map_or(address, |a| a.to_string());
+            tracing::info!("Started {what} at {at}");
+            Some(l)
+        }
+        Err(e) => {
+            tracing::error!("failed to bind the {what} to {address}: {e}");
+            None
+        }
+    }
 }
 
 pub fn run(args: ServeArgs, as_triton: bool) -> ExitCode {
-    init_logging(&args);
+    let log_handle = init_logging(&args);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -39,10 +99,10 @@ pub fn run(args: ServeArgs, as_triton: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(serve(args, as_triton))
+    runtime.block_on(serve(args, as_triton, log_handle))
 }
 
-async fn serve(args: ServeArgs, as_triton: bool) -> ExitCode {
+async fn serve(args: ServeArgs, as_triton: bool, log_handle: Option<FilterHandle>) -> ExitCode {
     for repo in &args.model_repository {
         if !repo.is_dir() {
             tracing::error!(repository = %repo.display(), "model repository is not a directory");
@@ -54,8 +114,13 @@ async fn serve(args: ServeArgs, as_triton: bool) -> ExitCode {
     if args.backend_directory.is_some() || args.cache_directory.is_some() || !args.backend_config.is_empty() {
         tracing::info!("--backend-directory, --cache-directory and --backend-config are accepted for compatibility and ignored");
     }
-    if args.allow_grpc {
-        tracing::warn!(port = args.grpc_port, "the gRPC front door is not implemented in this version; only HTTP is served");
+    if args.grpc_use_ssl {
+        tracing::error!("--grpc-use-ssl=true: TLS is not supported by this version (terminate TLS in a proxy)");
+        return ExitCode::FAILURE;
+    }
+    if !args.grpc_restricted_protocol.is_empty() {
+        tracing::error!("--grpc-restricted-protocol is not supported by this version; refusing to serve those protocols unprotected");
+        return ExitCode::FAILURE;
     }
     if args.allow_metrics {
         tracing::warn!(port = args.metrics_port, "the metrics endpoint is not implemented in this version");
@@ -98,45 +163,61 @@ async fn serve(args: ServeArgs, as_triton: bool) -> ExitCode {
         });
     }
 
-    if !args.allow_http {
-        tracing::error!("--allow-http=false leaves no front door in this version");
+    if !args.allow_http && !args.allow_grpc {
+        tracing::error!("--allow-http=false and --allow-grpc=false leave no front door");
         return ExitCode::FAILURE;
     }
-    let address = format!("{}:{}", args.http_address, args.http_port);
-    let listener = match address.parse::<SocketAddr>() {
-        Ok(addr) => tokio::net::TcpListener::bind(addr).await,
-        Err(_) => tokio::net::TcpListener::bind(address.as_str()).await,
-    };
-    let listener = match listener {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!("failed to bind the HTTP service to {address}: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let server_id = args.id.clone().unwrap_or_else(|| if as_triton { "triton" } else { "tessera" }.to_string());
-    let state = HttpState {
-        manager,
-        server_id,
-        version: env!("CARGO_PKG_VERSION"),
-        max_input_size: args.http_max_input_size,
-        strict_readiness: args.strict_readiness,
+    let frontend = Arc::new(
+        Frontend::new(manager, server_id, args.strict_readiness).with_log_settings(log_settings(&args), log_applier(log_handle)),
+    );
+
+    // Both doors stop together on SIGINT/SIGTERM.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
     };
-    match listener.local_addr() {
-        Ok(addr) => tracing::info!("Started HTTPService at {addr}"),
-        Err(_) => tracing::info!("Started HTTPService at {address}"),
+
+    let mut servers = tokio::task::JoinSet::new();
+    if args.allow_http {
+        let Some(listener) = bind("HTTPService", &args.http_address, args.http_port).await else {
+            return ExitCode::FAILURE;
+        };
+        let state = HttpState { frontend: Arc::clone(&frontend), max_input_size: args.http_max_input_size };
+        let shutdown = stopped(stop_rx.clone());
+        servers.spawn(async move {
+            axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await.map_err(|e| format!("HTTP server failed: {e}"))
+        });
     }
-    let served = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal()).await;
-    match served {
-        Ok(()) => {
-            tracing::info!("server stopped");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            tracing::error!("HTTP server failed: {e}");
-            ExitCode::FAILURE
+    if args.allow_grpc {
+        let Some(listener) = bind("GRPCInferenceService", &args.grpc_address, args.grpc_port).await else {
+            return ExitCode::FAILURE;
+        };
+        let options = GrpcOptions {
+            max_message_size: args.grpc_max_message_size,
+            keepalive_time: Duration::from_millis(args.grpc_keepalive_time.max(1)),
+            keepalive_timeout: Duration::from_millis(args.grpc_keepalive_timeout.max(1)),
+            compress_responses: args.grpc_infer_response_compression_level != "none",
+        };
+        let shutdown = stopped(stop_rx.clone());
+        let frontend = Arc::clone(&frontend);
+        servers.spawn(async move {
+            crate::grpc::serve(frontend, listener, options, shutdown).await.map_err(|e| format!("gRPC server failed: {e}"))
+        });
+    }
+    let mut code = ExitCode::SUCCESS;
+    while let Some(result) = servers.join_next().await {
+        if let Err(e) = result.map_err(|e| e.to_string()).and_then(|r| r) {
+            tracing::error!("{e}");
+            code = ExitCode::FAILURE;
         }
     }
+    tracing::info!("server stopped");
+    code
 }
 
 async fn shutdown_signal() {

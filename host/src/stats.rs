@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-#[derive(Debug, Default, Clone, Copy)]
-struct Duration2 {
-    count: u64,
-    ns: u64,
+/// A count of events and their summed duration (Triton's `StatisticDuration`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Duration2 {
+    pub count: u64,
+    pub ns: u64,
 }
 
 impl Duration2 {
@@ -23,20 +24,23 @@ impl Duration2 {
     }
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    last_inference_ms: u64,
-    inference_count: u64,
-    execution_count: u64,
-    success: Duration2,
-    fail: Duration2,
-    queue: Duration2,
-    compute_input: Duration2,
-    compute_infer: Duration2,
-    compute_output: Duration2,
+/// A copy of a model version's statistics, for the front doors to encode.
+#[derive(Debug, Default, Clone)]
+pub struct Inner {
+    pub last_inference_ms: u64,
+    pub inference_count: u64,
+    pub execution_count: u64,
+    pub success: Duration2,
+    pub fail: Duration2,
+    pub queue: Duration2,
+    pub compute_input: Duration2,
+    pub compute_infer: Duration2,
+    pub compute_output: Duration2,
     /// batch size -> (compute_input, compute_infer, compute_output)
-    batches: BTreeMap<usize, [Duration2; 3]>,
+    pub batches: BTreeMap<usize, [Duration2; 3]>,
 }
+
+pub type StatsSnapshot = Inner;
 
 #[derive(Debug, Default)]
 pub struct ModelStats {
@@ -75,6 +79,10 @@ impl ModelStats {
             entry[1].add(infer);
             entry[2].add(output);
         });
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        self.inner.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     pub fn success_count(&self) -> u64 {

@@ -12,9 +12,16 @@ use crate::error::{CoreError, CoreResult};
 use crate::infer::Parameters;
 use crate::tensor::Tensor;
 
-/// Where a decoupled model's responses for one request go: each item is one response; dropping
-/// the sender is the final flag.
-pub type Responder = tokio::sync::mpsc::UnboundedSender<CoreResult<Vec<Tensor>>>;
+/// One response of a decoupled model: its outputs (or error) and whether it is the final one.
+#[derive(Debug)]
+pub struct RawResponse {
+    pub outputs: CoreResult<Vec<Tensor>>,
+    pub is_final: bool,
+}
+
+/// Where a decoupled model's responses for one request go. Dropping the sender also ends the
+/// request: a final flag without a response.
+pub type Responder = tokio::sync::mpsc::UnboundedSender<RawResponse>;
 
 /// One request as an instance sees it: inputs already checked against the config and reshaped to
 /// what the model expects, plus the names of the outputs the caller needs.

@@ -802,7 +802,7 @@ impl GuestState {
             model_version: version,
             id: None,
             inputs: tensors,
-            outputs: outputs.into_iter().map(|name| RequestedOutput { name, class_count: 0 }).collect(),
+            outputs: outputs.into_iter().map(|name| RequestedOutput::named(name)).collect(),
             parameters: params_from_wit(parameters),
         };
         let timeout = shared.bls_timeout;
@@ -928,7 +928,7 @@ fn send_on(sender: &mut HostSender, item: CoreResult<Vec<Tensor>>, final_: bool)
     let flag_only = final_ && matches!(&item, Ok(outputs) if outputs.is_empty());
     if !flag_only {
         // A gone receiver means the caller stopped listening; that is not the guest's error.
-        let _ = tx.send(item);
+        let _ = tx.send(super::RawResponse { outputs: item, is_final: final_ });
     }
     if final_ {
         *slot = None;

@@ -15,10 +15,7 @@ use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, Serialize
 pub use validate::{normalize, validate};
 
 /// Types generated from Triton's model_config.proto (package `inference`).
-#[allow(clippy::all, missing_docs)]
-pub mod pb {
-    include!(concat!(env!("OUT_DIR"), "/inference.rs"));
-}
+pub use crate::proto::inference as pb;
 
 pub use pb::ModelConfig;
 

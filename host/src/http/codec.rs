@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{CoreError, CoreResult};
-use crate::infer::{InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput};
+use crate::frontend::Frontend;
+use crate::infer::{InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, ShmTarget};
 use crate::tensor::{DataType, Tensor, bytes_elements, element_count, push_bytes_element};
 
 #[derive(Deserialize)]
@@ -65,7 +66,13 @@ fn bad(message: impl Into<String>) -> CoreError {
 
 /// Splits `body` at `header_length` (the Inference-Header-Content-Length) into JSON and binary
 /// parts and decodes the request.
-pub fn decode_request(body: Bytes, header_length: Option<i64>, model: &str, version: Option<i64>) -> CoreResult<HttpInferRequest> {
+pub fn decode_request(
+    frontend: &Frontend,
+    body: Bytes,
+    header_length: Option<i64>,
+    model: &str,
+    version: Option<i64>,
+) -> CoreResult<HttpInferRequest> {
     let (json, mut binary) = match header_length {
         None => (body, Bytes::new()),
         Some(0) => {
@@ -99,6 +106,13 @@ pub fn decode_request(body: Bytes, header_length: Option<i64>, model: &str, vers
     for input in parsed.inputs {
         let datatype = DataType::from_protocol(&input.datatype)
             .ok_or_else(|| bad(format!("invalid datatype for input {} ('{}')", input.name, input.datatype)))?;
+        if let Some(target) = shm_target(input.parameters.as_ref(), &input.name)? {
+            if input.data.is_some() || input.parameters.as_ref().is_some_and(|p| p.contains_key("binary_data_size")) {
+                return Err(bad(format!("{ONE_OF_DATA} for input '{}'. But multiple fields are set", input.name)));
+            }
+            inputs.push(frontend.input_from_shm(input.name, datatype, input.shape, &target)?);
+            continue;
+        }
         let binary_size = input.parameters.as_ref().and_then(|p| p.get("binary_data_size"));
         let data = match (binary_size, input.data) {
             (Some(size), None) => {
@@ -145,7 +159,11 @@ pub fn decode_request(body: Bytes, header_length: Option<i64>, model: &str, vers
                 .and_then(|c| u32::try_from(c).ok())
                 .ok_or_else(|| bad(format!("classification for output '{}' must be a non-negative integer", output.name)))?,
         };
-        outputs.push(RequestedOutput { name: output.name, class_count });
+        let shared_memory = shm_target(Some(&params), &output.name)?;
+        if shared_memory.is_some() && params.contains_key("binary_data") {
+            return Err(bad("Output can't set both 'shared_memory_region' and 'binary_data'"));
+        }
+        outputs.push(RequestedOutput { name: output.name, class_count, shared_memory });
     }
     Ok(HttpInferRequest {
         request: InferRequest {
@@ -158,6 +176,33 @@ pub fn decode_request(body: Bytes, header_length: Option<i64>, model: &str, vers
         },
         binary_outputs: BinaryOutputs { default: default_binary, overrides },
     })
+}
+
+/// The `shared_memory_region` / `_offset` / `_byte_size` parameters of a tensor, if present.
+fn shm_target(params: Option<&Map<String, Value>>, tensor: &str) -> CoreResult<Option<ShmTarget>> {
+    let Some(params) = params else { return Ok(None) };
+    let uint = |key: &str| -> CoreResult<Option<u64>> {
+        match params.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| bad(format!("'{key}' for tensor '{tensor}' must be a non-negative integer"))),
+        }
+    };
+    let region = match params.get("shared_memory_region") {
+        None => {
+            if params.contains_key("shared_memory_offset") {
+                return Err(bad(format!(
+                    "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+                )));
+            }
+            return Ok(None);
+        }
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(bad(format!("'shared_memory_region' for tensor '{tensor}' must be a string"))),
+    };
+    let byte_size = uint("shared_memory_byte_size")?.ok_or_else(|| {
+        bad(format!("'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '{tensor}'"))
+    })?;
+    Ok(Some(ShmTarget { region, offset: uint("shared_memory_offset")?.unwrap_or(0), byte_size }))
 }
 
 fn convert_parameters(params: Map<String, Value>) -> Parameters {
@@ -307,7 +352,10 @@ pub fn encode_response(response: &InferResponse, binary: &BinaryOutputs) -> Core
         .iter()
         .filter(|t| seen.insert(t.name.as_str()))
         .map(|t| {
-            if binary.is_binary(&t.name) {
+            if response.shared_memory.contains_key(&t.name) {
+                // As in Triton: the bytes are in the region; the entry names the tensor only.
+                JsonTensor { name: &t.name, datatype: t.datatype.as_str(), shape: &t.shape, parameters: None, data: None }
+            } else if binary.is_binary(&t.name) {
                 binary_parts.push(&t.data);
                 JsonTensor {
                     name: &t.name,
@@ -344,7 +392,7 @@ mod tests {
     use super::*;
 
     fn decode(body: &str) -> CoreResult<HttpInferRequest> {
-        decode_request(Bytes::from(body.to_string()), None, "m", None)
+        decode_request(&Frontend::for_tests(), Bytes::from(body.to_string()), None, "m", None)
     }
 
     #[test]
@@ -390,18 +438,18 @@ mod tests {
         let json = r#"{"inputs":[{"name":"x","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}],"outputs":[{"name":"y","parameters":{"binary_data":true}},{"name":"z"}]}"#;
         let mut body = json.as_bytes().to_vec();
         body.extend_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0]);
-        let req = decode_request(Bytes::from(body.clone()), Some(json.len() as i64), "m", Some(1)).unwrap();
+        let req = decode_request(&Frontend::for_tests(), Bytes::from(body.clone()), Some(json.len() as i64), "m", Some(1)).unwrap();
         assert_eq!(req.request.inputs[0].data.len(), 8);
         assert!(req.binary_outputs.is_binary("y"));
         assert!(!req.binary_outputs.is_binary("z"));
 
-        let lying = decode_request(Bytes::from(body.clone()), Some(body.len() as i64 + 1), "m", None).err().unwrap();
+        let lying = decode_request(&Frontend::for_tests(), Bytes::from(body.clone()), Some(body.len() as i64 + 1), "m", None).err().unwrap();
         assert!(lying.message.contains("inference header size should be in range"), "{}", lying.message);
-        let short = decode_request(Bytes::from(body[..body.len() - 1].to_vec()), Some(json.len() as i64), "m", None).err().unwrap();
+        let short = decode_request(&Frontend::for_tests(), Bytes::from(body[..body.len() - 1].to_vec()), Some(json.len() as i64), "m", None).err().unwrap();
         assert!(short.message.contains("expecting 1 additional bytes for model 'm'"), "{}", short.message);
         let mut extra = body.clone();
         extra.push(0);
-        let extra = decode_request(Bytes::from(extra), Some(json.len() as i64), "m", None).err().unwrap();
+        let extra = decode_request(&Frontend::for_tests(), Bytes::from(extra), Some(json.len() as i64), "m", None).err().unwrap();
         assert!(extra.message.contains("unexpected additional input data for model 'm'"), "{}", extra.message);
 
         let response = InferResponse {
@@ -413,6 +461,8 @@ mod tests {
                 Tensor::new("z", DataType::Fp32, vec![1], Bytes::from(0.1f32.to_le_bytes().to_vec())).unwrap(),
             ],
             parameters: Default::default(),
+            shared_memory: Default::default(),
+            is_final: true,
         };
         let (out, header) = encode_response(&response, &req.binary_outputs).unwrap();
         let header = header.unwrap();

@@ -19,22 +19,14 @@ use serde_json::{Value, json};
 use tower_http::compression::predicate::{DefaultPredicate, Predicate};
 
 use crate::error::{CoreError, CoreResult};
+use crate::frontend::{EXTENSIONS, Frontend, SettingValue};
 use crate::model::LoadedModel;
-use crate::repository::ModelManager;
-
-/// Extensions reported in server metadata: only what this server implements.
-pub const EXTENSIONS: &[&str] =
-    &["classification", "model_repository", "schedule_policy", "model_configuration", "binary_tensor_data", "parameters", "statistics"];
 
 #[derive(Clone)]
 pub struct HttpState {
-    pub manager: Arc<ModelManager>,
-    /// Reported as the server name: "triton" when invoked as `tritonserver`, else "tessera".
-    pub server_id: String,
-    pub version: &'static str,
+    pub frontend: Arc<Frontend>,
     /// Largest request body accepted, after decompression (Triton's --http-max-input-size).
     pub max_input_size: usize,
-    pub strict_readiness: bool,
 }
 
 impl IntoResponse for CoreError {
@@ -102,6 +94,19 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(repository_load))
         .route("/v2/repository/models/{model}/unload", post(repository_unload))
+        .route("/v2/systemsharedmemory/status", get(shm_status_all))
+        .route("/v2/systemsharedmemory/region/{region}/status", get(shm_status))
+        .route("/v2/systemsharedmemory/region/{region}/register", post(shm_register))
+        .route("/v2/systemsharedmemory/unregister", post(shm_unregister_all))
+        .route("/v2/systemsharedmemory/region/{region}/unregister", post(shm_unregister))
+        .route("/v2/cudasharedmemory/status", get(|| async { ok_json(&json!([])) }))
+        .route("/v2/cudasharedmemory/region/{region}/status", get(cuda_shm_status))
+        .route("/v2/cudasharedmemory/region/{region}/register", post(cuda_shm_register))
+        .route("/v2/cudasharedmemory/unregister", post(|| async { StatusCode::OK }))
+        .route("/v2/cudasharedmemory/region/{region}/unregister", post(|| async { StatusCode::OK }))
+        .route("/v2/trace/setting", get(trace_get).post(trace_update))
+        .route("/v2/models/{model}/trace/setting", get(model_trace_get).post(model_trace_update))
+        .route("/v2/logging", get(log_get).post(log_update))
         .merge(infer_routes)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -130,48 +135,25 @@ fn parse_version(version: &str) -> CoreResult<Option<i64>> {
 }
 
 async fn server_metadata(State(state): State<HttpState>) -> Response {
-    ok_json(&json!({ "name": state.server_id, "version": state.version, "extensions": EXTENSIONS }))
+    ok_json(&json!({ "name": state.frontend.server_id, "version": state.frontend.version, "extensions": EXTENSIONS }))
 }
 
 async fn server_ready(State(state): State<HttpState>) -> Response {
-    status_only(!state.strict_readiness || state.manager.all_ready())
-}
-
-fn model_metadata_json(versions: &[Arc<LoadedModel>]) -> CoreResult<Value> {
-    let Some(newest) = versions.last() else {
-        return Err(CoreError::internal("no versions"));
-    };
-    let batching = newest.max_batch_size() > 0;
-    let io = |specs: &[crate::model::IoSpec]| -> Vec<Value> {
-        specs
-            .iter()
-            .map(|s| {
-                let shape: Vec<i64> = if batching { std::iter::once(-1).chain(s.dims.iter().copied()).collect() } else { s.dims.clone() };
-                json!({ "name": s.name, "datatype": s.datatype.as_str(), "shape": shape })
-            })
-            .collect()
-    };
-    Ok(json!({
-        "name": newest.name,
-        "versions": versions.iter().map(|m| m.version.to_string()).collect::<Vec<_>>(),
-        "platform": newest.platform,
-        "inputs": io(&newest.inputs),
-        "outputs": io(&newest.outputs),
-    }))
+    status_only(state.frontend.server_ready())
 }
 
 fn metadata_response(state: &HttpState, model: &str, version: Option<i64>) -> CoreResult<Response> {
-    let versions = match version {
-        Some(v) => vec![state.manager.get(model, Some(v))?],
-        None => {
-            let versions = state.manager.ready_versions(model)?;
-            if versions.is_empty() {
-                return Err(CoreError::not_found(format!("Request for unknown model: '{model}' has no available versions")));
-            }
-            versions
-        }
+    let m = state.frontend.metadata(model, version)?;
+    let io = |ts: &[crate::frontend::TensorMetadata]| -> Vec<Value> {
+        ts.iter().map(|t| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape })).collect()
     };
-    Ok(ok_json(&model_metadata_json(&versions)?))
+    Ok(ok_json(&json!({
+        "name": m.name,
+        "versions": m.versions,
+        "platform": m.platform,
+        "inputs": io(&m.inputs),
+        "outputs": io(&m.outputs),
+    })))
 }
 
 async fn model_metadata(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
@@ -185,20 +167,20 @@ async fn model_metadata_version(State(state): State<HttpState>, Path((model, ver
 }
 
 async fn model_ready(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    model_ready_response(state.manager.get(&model, None).is_ok())
+    model_ready_response(state.frontend.model_ready(&model, None))
 }
 
 async fn model_ready_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>) -> Response {
-    model_ready_response(parse_version(&version).and_then(|v| state.manager.get(&model, v)).is_ok())
+    model_ready_response(parse_version(&version).is_ok_and(|v| state.frontend.model_ready(&model, v)))
 }
 
 async fn model_config(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    state.manager.get(&model, None).map(|m| ok_json(&m.config_json)).unwrap_or_else(IntoResponse::into_response)
+    state.frontend.manager.get(&model, None).map(|m| ok_json(&m.config_json)).unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn model_config_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>) -> Response {
     parse_version(&version)
-        .and_then(|v| state.manager.get(&model, v))
+        .and_then(|v| state.frontend.manager.get(&model, v))
         .map(|m| ok_json(&m.config_json))
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -208,21 +190,19 @@ fn stats_json(models: &[Arc<LoadedModel>]) -> Value {
 }
 
 async fn all_stats(State(state): State<HttpState>) -> Response {
-    ok_json(&stats_json(&state.manager.ready_models()))
+    state.frontend.stats_models(None, None).map(|m| ok_json(&stats_json(&m))).unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn model_stats(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    match state.manager.ready_versions(&model) {
-        Ok(versions) if !versions.is_empty() => ok_json(&stats_json(&versions)),
-        _ => CoreError::invalid_arg(format!("requested model '{model}' is not available")).into_response(),
-    }
+    state.frontend.stats_models(Some(&model), None).map(|m| ok_json(&stats_json(&m))).unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn model_stats_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>) -> Response {
-    match parse_version(&version).and_then(|v| state.manager.get(&model, v)) {
-        Ok(m) => ok_json(&stats_json(&[m])),
-        Err(_) => CoreError::invalid_arg(format!("requested model version is not available for model '{model}'")).into_response(),
-    }
+    let models = match parse_version(&version) {
+        Ok(v) => state.frontend.stats_models(Some(&model), v),
+        Err(_) => Err(CoreError::invalid_arg(format!("requested model version is not available for model '{model}'"))),
+    };
+    models.map(|m| ok_json(&stats_json(&m))).unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn infer(State(state): State<HttpState>, Path(model): Path<String>, request: Request) -> Response {
@@ -261,9 +241,9 @@ async fn infer_impl(state: HttpState, model: String, version: Option<i64>, reque
     let body = read_body(&parts.headers, body, state.max_input_size).await?;
     // Resolve the model before decoding, so an unknown model is reported as such even when
     // the body is also wrong.
-    let loaded = state.manager.get(&model, version)?;
-    let decoded = codec::decode_request(body, header_length, &model, version)?;
-    let response = loaded.infer(decoded.request).await?;
+    let loaded = state.frontend.manager.get(&model, version)?;
+    let decoded = codec::decode_request(&state.frontend, body, header_length, &model, version)?;
+    let response = state.frontend.infer_on(&loaded, decoded.request).await?;
     let (body, header_length) = codec::encode_response(&response, &decoded.binary_outputs)?;
     let mut http = Response::new(Body::from(body));
     let headers = http.headers_mut();
@@ -316,7 +296,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> CoreResult<
 async fn generate_impl(state: HttpState, model: String, version: Option<i64>, request: Request, streaming: bool) -> CoreResult<Response> {
     let (parts, body) = request.into_parts();
     let body = read_body(&parts.headers, body, state.max_input_size).await?;
-    let loaded = state.manager.get(&model, version)?;
+    let loaded = state.frontend.manager.get(&model, version)?;
     let request = generate::decode(&loaded, &body)?;
     if streaming { generate::stream(loaded, request).await } else { generate::single(loaded, request).await }
 }
@@ -353,6 +333,7 @@ async fn repository_index(State(state): State<HttpState>, body: Bytes) -> Respon
         }
     };
     let entries: Vec<Value> = state
+        .frontend
         .manager
         .index(ready_only)
         .into_iter()
@@ -374,38 +355,184 @@ async fn repository_index(State(state): State<HttpState>, body: Bytes) -> Respon
 }
 
 async fn repository_load(State(state): State<HttpState>, Path(model): Path<String>, body: Bytes) -> Response {
-    let config = if body.is_empty() {
-        None
-    } else {
+    let mut config = None;
+    let mut file_override = None;
+    if !body.is_empty() {
         let parsed: Value = match serde_json::from_slice(&body) {
             Ok(v) => v,
             Err(e) => return CoreError::internal(format!("failed to parse the request JSON buffer: {e}")).into_response(),
         };
         let parameters = parsed.get("parameters").and_then(Value::as_object);
-        if let Some(files) = parameters.and_then(|p| p.keys().find(|k| k.starts_with("file:"))) {
-            return CoreError::unsupported(format!("load parameter '{files}': file overrides are not supported yet")).into_response();
-        }
-        match parameters.and_then(|p| p.get("config")) {
+        file_override = parameters.and_then(|p| p.keys().find(|k| k.starts_with("file:")).cloned());
+        config = match parameters.and_then(|p| p.get("config")) {
             None => None,
             Some(Value::String(s)) => Some(s.clone()),
             Some(_) => return CoreError::invalid_arg("load parameter 'config' must be a JSON string").into_response(),
-        }
-    };
-    if state.manager.control_mode() != crate::repository::ControlMode::Explicit {
-        return CoreError::unavailable("explicit model load / unload is not allowed if polling is enabled").into_response();
+        };
     }
-    match state.manager.load(&model, config).await {
+    match state.frontend.load(&model, config, file_override.as_deref()).await {
         Ok(()) => StatusCode::OK.into_response(),
         Err(e) => e.into_response(),
     }
 }
 
 async fn repository_unload(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    if state.manager.control_mode() != crate::repository::ControlMode::Explicit {
-        return CoreError::unavailable("explicit model load / unload is not allowed if polling is enabled").into_response();
-    }
-    match state.manager.unload(&model).await {
+    match state.frontend.unload(&model).await {
         Ok(()) => StatusCode::OK.into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+fn parse_json_body(body: &[u8]) -> CoreResult<Value> {
+    if body.is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(body).map_err(|e| CoreError::invalid_arg(format!("failed to parse the request JSON buffer: {e}")))
+}
+
+fn shm_status_json(regions: Vec<crate::shm::RegionStatus>) -> Response {
+    ok_json(&Value::Array(
+        regions
+            .into_iter()
+            .map(|r| json!({ "name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size }))
+            .collect(),
+    ))
+}
+
+async fn shm_status_all(State(state): State<HttpState>) -> Response {
+    state.frontend.shm.status(None).map(shm_status_json).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn shm_status(State(state): State<HttpState>, Path(region): Path<String>) -> Response {
+    state.frontend.shm.status(Some(&region)).map(shm_status_json).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn shm_register(State(state): State<HttpState>, Path(region): Path<String>, body: Bytes) -> Response {
+    let register = || -> CoreResult<()> {
+        let body = parse_json_body(&body)?;
+        let key = body
+            .get("key")
+            .and_then(Value::as_str)
+            .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'key' field"))?;
+        let byte_size = body
+            .get("byte_size")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'byte_size' field"))?;
+        let offset = match body.get("offset") {
+            None => 0,
+            Some(v) => v.as_u64().ok_or_else(|| CoreError::invalid_arg("'offset' must be a non-negative integer"))?,
+        };
+        state.frontend.shm.register(&region, key, offset, byte_size)
+    };
+    match register() {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn shm_unregister_all(State(state): State<HttpState>) -> Response {
+    match state.frontend.shm.unregister(None) {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn shm_unregister(State(state): State<HttpState>, Path(region): Path<String>) -> Response {
+    match state.frontend.shm.unregister(Some(&region)) {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn cuda_shm_status(Path(region): Path<String>) -> Response {
+    match crate::shm::cuda::status(Some(&region)) {
+        Ok(()) => ok_json(&json!([])),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn cuda_shm_register(Path(region): Path<String>) -> Response {
+    crate::shm::cuda::register(&region).map(|()| StatusCode::OK.into_response()).unwrap_or_else(IntoResponse::into_response)
+}
+
+fn settings_json(settings: std::collections::BTreeMap<String, SettingValue>) -> Response {
+    let object: serde_json::Map<String, Value> = settings
+        .into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                SettingValue::Bool(b) => json!(b),
+                SettingValue::Uint(u) => json!(u),
+                SettingValue::Str(s) => json!(s),
+                SettingValue::List(l) => json!(l),
+            };
+            (k, v)
+        })
+        .collect();
+    ok_json(&Value::Object(object))
+}
+
+fn trace_update_impl(state: &HttpState, model: Option<&str>, body: &[u8]) -> CoreResult<Response> {
+    let Value::Object(body) = parse_json_body(body)? else {
+        return Err(CoreError::invalid_arg("trace settings must be a JSON object"));
+    };
+    let mut updates = std::collections::BTreeMap::new();
+    for (key, value) in body {
+        let value = match value {
+            Value::Null => None,
+            Value::String(s) => Some(vec![s]),
+            Value::Array(items) => Some(
+                items
+                    .into_iter()
+                    .map(|i| i.as_str().map(str::to_owned).ok_or_else(|| CoreError::invalid_arg(format!("expect a string for '{key}'"))))
+                    .collect::<CoreResult<Vec<_>>>()?,
+            ),
+            Value::Number(n) => Some(vec![n.to_string()]),
+            _ => return Err(CoreError::invalid_arg(format!("expect a string for '{key}'"))),
+        };
+        updates.insert(key, value);
+    }
+    state.frontend.update_trace_settings(model, updates).map(settings_json)
+}
+
+async fn trace_get(State(state): State<HttpState>) -> Response {
+    state.frontend.trace_settings(None).map(settings_json).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn trace_update(State(state): State<HttpState>, body: Bytes) -> Response {
+    trace_update_impl(&state, None, &body).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn model_trace_get(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
+    state.frontend.trace_settings(Some(&model)).map(settings_json).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn model_trace_update(State(state): State<HttpState>, Path(model): Path<String>, body: Bytes) -> Response {
+    trace_update_impl(&state, Some(&model), &body).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn log_get(State(state): State<HttpState>) -> Response {
+    state.frontend.log_settings().map(settings_json).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn log_update(State(state): State<HttpState>, body: Bytes) -> Response {
+    let update = || -> CoreResult<Response> {
+        let Value::Object(body) = parse_json_body(&body)? else {
+            return Err(CoreError::invalid_arg("log settings must be a JSON object"));
+        };
+        let mut updates = std::collections::BTreeMap::new();
+        for (key, value) in body {
+            let value = match value {
+                Value::Bool(b) => SettingValue::Bool(b),
+                Value::Number(n) => match n.as_u64().and_then(|u| u32::try_from(u).ok()) {
+                    Some(u) => SettingValue::Uint(u),
+                    None => return Err(CoreError::invalid_arg(format!("expect int32 for '{key}'"))),
+                },
+                Value::String(s) => SettingValue::Str(s),
+                other => return Err(CoreError::invalid_arg(format!("unexpected value {other} for '{key}'"))),
+            };
+            updates.insert(key, value);
+        }
+        state.frontend.update_log_settings(updates).map(settings_json)
+    };
+    update().unwrap_or_else(IntoResponse::into_response)
 }

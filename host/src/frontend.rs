@@ -1,0 +1,450 @@
+//! What both front doors (HTTP in [`crate::http`], gRPC in [`crate::grpc`]) share: readiness,
+//! metadata, statistics, repository control and the inference entry point with the shared-memory
+//! extension. Each door only translates its wire format to these calls and maps [`CoreError`] to
+//! its status once; no inference logic lives in a door.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{CoreError, CoreResult};
+use crate::infer::{InferRequest, InferResponse, ShmTarget};
+use crate::model::{LoadedModel, ResponseStream};
+use crate::repository::{ControlMode, ModelManager};
+use crate::shm::{Region, SharedMemoryManager};
+use crate::tensor::{DataType, Tensor};
+
+/// Extensions reported in server metadata: only what this server implements.
+pub const EXTENSIONS: &[&str] = &[
+    "classification",
+    "model_repository",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+];
+
+/// A tensor as model metadata describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorMetadata {
+    pub name: String,
+    pub datatype: &'static str,
+    /// With a leading -1 for the batch dimension of batching models.
+    pub shape: Vec<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelMetadata {
+    pub name: String,
+    pub versions: Vec<String>,
+    pub platform: String,
+    pub inputs: Vec<TensorMetadata>,
+    pub outputs: Vec<TensorMetadata>,
+}
+
+/// A value of a trace or log setting, as the trace/logging extensions carry them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SettingValue {
+    Bool(bool),
+    Uint(u32),
+    Str(String),
+    List(Vec<String>),
+}
+
+/// Called with the new log settings after an update, so the server can apply them.
+pub type LogApplier = Box<dyn Fn(&BTreeMap<String, SettingValue>) + Send + Sync>;
+
+pub struct Frontend {
+    pub manager: Arc<ModelManager>,
+    pub shm: SharedMemoryManager,
+    /// Reported as the server name: "triton" when invoked as `tritonserver`, else "tessera".
+    pub server_id: String,
+    pub version: &'static str,
+    pub strict_readiness: bool,
+    trace: Mutex<BTreeMap<String, SettingValue>>,
+    log: Mutex<BTreeMap<String, SettingValue>>,
+    log_applier: Option<LogApplier>,
+}
+
+/// Shared-memory outputs of one request, resolved before it runs so a bad region fails the
+/// request before any work is done.
+pub struct ShmOutputs(Vec<(String, Arc<Region>, ShmTarget)>);
+
+impl Frontend {
+    pub fn new(manager: Arc<ModelManager>, server_id: String, strict_readiness: bool) -> Self {
+        let trace = BTreeMap::from([
+            ("trace_file".to_string(), SettingValue::Str(String::new())),
+            ("trace_level".to_string(), SettingValue::List(vec!["OFF".to_string()])),
+            ("trace_rate".to_string(), SettingValue::Str("1000".to_string())),
+            ("trace_count".to_string(), SettingValue::Str("-1".to_string())),
+            ("log_frequency".to_string(), SettingValue::Str("0".to_string())),
+            ("trace_mode".to_string(), SettingValue::Str("triton".to_string())),
+        ]);
+        let log = BTreeMap::from([
+            ("log_file".to_string(), SettingValue::Str(String::new())),
+            ("log_info".to_string(), SettingValue::Bool(true)),
+            ("log_warning".to_string(), SettingValue::Bool(true)),
+            ("log_error".to_string(), SettingValue::Bool(true)),
+            ("log_verbose_level".to_string(), SettingValue::Uint(0)),
+            ("log_format".to_string(), SettingValue::Str("default".to_string())),
+        ]);
+        Self {
+            manager,
+            shm: SharedMemoryManager::new(),
+            server_id,
+            version: env!("CARGO_PKG_VERSION"),
+            strict_readiness,
+            trace: Mutex::new(trace),
+            log: Mutex::new(log),
+            log_applier: None,
+        }
+    }
+
+    /// Sets the initial log settings (from the command line) and what applies later updates.
+    pub fn with_log_settings(mut self, initial: BTreeMap<String, SettingValue>, applier: LogApplier) -> Self {
+        if let Ok(mut log) = self.log.lock() {
+            log.extend(initial);
+        }
+        self.log_applier = Some(applier);
+        self
+    }
+
+    /// A frontend over an empty repository, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Self {
+        let manager = Arc::new(ModelManager::new(
+            crate::repository::RepositoryOptions { repositories: vec![], control_mode: ControlMode::None, strict_config: false },
+            crate::backend::Backends::new(
+                crate::backend::onnx::OnnxBackend::new(None),
+                crate::backend::wasm::WasmBackend::new(Default::default()),
+            ),
+        ));
+        Self::new(manager, "tessera".into(), true)
+    }
+
+    pub fn server_ready(&self) -> bool {
+        !self.strict_readiness || self.manager.all_ready()
+    }
+
+    pub fn model_ready(&self, name: &str, version: Option<i64>) -> bool {
+        self.manager.get(name, version).is_ok()
+    }
+
+    /// Model metadata for one version, or for every ready version when `version` is `None`.
+    pub fn metadata(&self, name: &str, version: Option<i64>) -> CoreResult<ModelMetadata> {
+        let versions = match version {
+            Some(v) => vec![self.manager.get(name, Some(v))?],
+            None => {
+                let versions = self.manager.ready_versions(name)?;
+                if versions.is_empty() {
+                    return Err(CoreError::not_found(format!("Request for unknown model: '{name}' has no available versions")));
+                }
+                versions
+            }
+        };
+        let Some(newest) = versions.last() else {
+            return Err(CoreError::internal("no versions"));
+        };
+        let batching = newest.max_batch_size() > 0;
+        let io = |specs: &[crate::model::IoSpec]| -> Vec<TensorMetadata> {
+            specs
+                .iter()
+                .map(|s| TensorMetadata {
+                    name: s.name.clone(),
+                    datatype: s.datatype.as_str(),
+                    shape: if batching { std::iter::once(-1).chain(s.dims.iter().copied()).collect() } else { s.dims.clone() },
+                })
+                .collect()
+        };
+        Ok(ModelMetadata {
+            name: newest.name.clone(),
+            versions: versions.iter().map(|m| m.version.to_string()).collect(),
+            platform: newest.platform.to_string(),
+            inputs: io(&newest.inputs),
+            outputs: io(&newest.outputs),
+        })
+    }
+
+    /// The versions whose statistics are asked for: all ready models (no name), all ready
+    /// versions of one model, or one version.
+    pub fn stats_models(&self, name: Option<&str>, version: Option<i64>) -> CoreResult<Vec<Arc<LoadedModel>>> {
+        match (name, version) {
+            (None, _) => Ok(self.manager.ready_models()),
+            (Some(name), None) => match self.manager.ready_versions(name) {
+                Ok(versions) if !versions.is_empty() => Ok(versions),
+                _ => Err(CoreError::invalid_arg(format!("requested model '{name}' is not available"))),
+            },
+            (Some(name), Some(v)) => self
+                .manager
+                .get(name, Some(v))
+                .map(|m| vec![m])
+                .map_err(|_| CoreError::invalid_arg(format!("requested model version is not available for model '{name}'"))),
+        }
+    }
+
+    fn explicit_only(&self) -> CoreResult<()> {
+        if self.manager.control_mode() == ControlMode::Explicit {
+            Ok(())
+        } else {
+            Err(CoreError::unavailable("explicit model load / unload is not allowed if polling is enabled"))
+        }
+    }
+
+    /// Loads (or reloads) a model; `config` is a JSON ModelConfig overriding config.pbtxt.
+    /// `file_override` names a `file:` parameter, which this server does not support yet.
+    pub async fn load(&self, name: &str, config: Option<String>, file_override: Option<&str>) -> CoreResult<()> {
+        if let Some(file) = file_override {
+            return Err(CoreError::unsupported(format!("load parameter '{file}': file overrides are not supported yet")));
+        }
+        self.explicit_only()?;
+        self.manager.load(name, config).await
+    }
+
+    pub async fn unload(&self, name: &str) -> CoreResult<()> {
+        self.explicit_only()?;
+        self.manager.unload(name).await
+    }
+
+    /// Builds an input tensor whose bytes live in shared memory.
+    pub fn input_from_shm(&self, name: String, datatype: DataType, shape: Vec<i64>, target: &ShmTarget) -> CoreResult<Tensor> {
+        let data = self.shm.read_input(&name, target)?;
+        Tensor::new(name, datatype, shape, data)
+    }
+
+    /// Resolves the regions of the outputs that go to shared memory, checking that no two of
+    /// them overlap (they would overwrite each other).
+    pub fn shm_outputs(&self, request: &InferRequest) -> CoreResult<ShmOutputs> {
+        let mut resolved: Vec<(String, Arc<Region>, ShmTarget)> = Vec::new();
+        for output in &request.outputs {
+            let Some(target) = &output.shared_memory else { continue };
+            let region = self.shm.get(&target.region)?;
+            if target.offset >= region.byte_size {
+                return Err(CoreError::invalid_arg(format!(
+                    "Invalid offset for shared memory region: '{}' (output '{}')",
+                    target.region, output.name
+                )));
+            }
+            if target.offset.checked_add(target.byte_size).is_none_or(|end| end > region.byte_size) {
+                return Err(CoreError::invalid_arg(format!(
+                    "Invalid offset + byte size for shared memory region: '{}' (output '{}')",
+                    target.region, output.name
+                )));
+            }
+            if let Some((other, _, _)) = resolved.iter().find(|(_, r, t)| {
+                r.key == region.key
+                    && t.byte_size > 0
+                    && target.byte_size > 0
+                    && region.offset + target.offset < r.offset + t.offset + t.byte_size
+                    && r.offset + t.offset < region.offset + target.offset + target.byte_size
+            }) {
+                return Err(CoreError::invalid_arg(format!(
+                    "shared memory ranges of outputs '{other}' and '{}' overlap; each output needs its own bytes",
+                    output.name
+                )));
+            }
+            resolved.push((output.name.clone(), region, target.clone()));
+        }
+        Ok(ShmOutputs(resolved))
+    }
+
+    /// Moves the bytes of shared-memory outputs into their regions; their tensors keep name,
+    /// datatype and shape but no data, and the response records where the bytes went.
+    pub fn write_shm_outputs(outputs: &ShmOutputs, response: &mut InferResponse) -> CoreResult<()> {
+        for (name, region, target) in &outputs.0 {
+            let Some(tensor) = response.outputs.iter_mut().find(|t| &t.name == name) else { continue };
+            if tensor.data.len() as u64 > target.byte_size {
+                return Err(CoreError::internal(format!(
+                    "shared memory size specified with the request for output '{name}' ({} bytes) should be at least {} bytes to hold the results",
+                    target.byte_size,
+                    tensor.data.len()
+                )));
+            }
+            region.write(target.offset, &tensor.data, name)?;
+            let written = tensor.data.len() as u64;
+            tensor.data = bytes::Bytes::new();
+            response.shared_memory.insert(name.clone(), ShmTarget { byte_size: written, ..target.clone() });
+        }
+        Ok(())
+    }
+
+    /// Runs one request on a (non-decoupled) model, with shared-memory outputs written.
+    pub async fn infer(&self, request: InferRequest) -> CoreResult<InferResponse> {
+        let model = self.manager.get(&request.model_name, request.model_version)?;
+        self.infer_on(&model, request).await
+    }
+
+    pub async fn infer_on(&self, model: &LoadedModel, request: InferRequest) -> CoreResult<InferResponse> {
+        let shm_outputs = self.shm_outputs(&request)?;
+        let mut response = model.infer(request).await?;
+        Self::write_shm_outputs(&shm_outputs, &mut response)?;
+        Ok(response)
+    }
+
+    /// Runs one request and streams its responses (0..n for a decoupled model), each with its
+    /// shared-memory outputs written.
+    pub async fn infer_stream(&self, model: &Arc<LoadedModel>, request: InferRequest) -> CoreResult<ResponseStream> {
+        let shm_outputs = self.shm_outputs(&request)?;
+        let mut inner = model.infer_stream(request).await?;
+        if shm_outputs.0.is_empty() {
+            return Ok(inner);
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(item) = inner.recv().await {
+                let item = item.and_then(|mut r| Self::write_shm_outputs(&shm_outputs, &mut r).map(|()| r));
+                if tx.send(item).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    pub fn trace_settings(&self, model: Option<&str>) -> CoreResult<BTreeMap<String, SettingValue>> {
+        self.check_trace_model(model)?;
+        self.trace.lock().map(|t| t.clone()).map_err(|_| CoreError::internal("trace settings poisoned"))
+    }
+
+    fn check_trace_model(&self, model: Option<&str>) -> CoreResult<()> {
+        match model.filter(|m| !m.is_empty()) {
+            Some(name) if self.manager.ready_versions(name).is_err() => {
+                Err(CoreError::not_found(format!("Request for unknown model : {name}")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Updates trace settings (Triton's trace extension). This server records no traces and has
+    /// no trace file, so turning tracing on fails as it does on a Triton started without
+    /// `--trace-file`; the other settings are validated and kept. Unknown keys are ignored, as in
+    /// Triton. A `None` value restores the default.
+    pub fn update_trace_settings(
+        &self,
+        model: Option<&str>,
+        updates: BTreeMap<String, Option<Vec<String>>>,
+    ) -> CoreResult<BTreeMap<String, SettingValue>> {
+        self.check_trace_model(model)?;
+        let mut trace = self.trace.lock().map_err(|_| CoreError::internal("trace settings poisoned"))?;
+        let mut next = trace.clone();
+        for (key, values) in updates {
+            let value = values.unwrap_or_else(|| match key.as_str() {
+                "trace_level" => vec!["OFF".to_string()],
+                "trace_rate" => vec!["1000".to_string()],
+                "trace_count" => vec!["-1".to_string()],
+                "log_frequency" => vec!["0".to_string()],
+                "trace_mode" => vec!["triton".to_string()],
+                _ => vec![String::new()],
+            });
+            match key.as_str() {
+                "trace_file" => {
+                    return Err(CoreError::unsupported("trace file location can not be updated through network protocol"));
+                }
+                "trace_level" => {
+                    if value.iter().any(|l| l == "OFF") && value.len() > 1 {
+                        return Err(CoreError::invalid_arg("Expect only one trace level 'OFF' is specified"));
+                    }
+                    if value.iter().any(|l| l == "TIMESTAMPS" || l == "TENSORS") {
+                        return Err(CoreError::invalid_arg(
+                            "Attempting to set invalid trace setting :trace file name is not given (this server does not record request traces)",
+                        ));
+                    }
+                    next.insert(key, SettingValue::List(value));
+                }
+                "trace_rate" | "log_frequency" | "trace_count" => {
+                    let text = value.first().cloned().unwrap_or_default();
+                    let parsed = text.parse::<i64>().ok();
+                    match (key.as_str(), parsed) {
+                        ("trace_count", Some(n)) if n < -1 => {
+                            return Err(CoreError::invalid_arg(format!(
+                                "Unable to parse 'trace_count'. Expecting value >= -1, got: {text}"
+                            )));
+                        }
+                        ("trace_count", Some(_)) => {}
+                        (_, Some(n)) if n >= 0 => {}
+                        _ => return Err(CoreError::invalid_arg(format!("Unable to parse '{key}', got: {text}"))),
+                    }
+                    next.insert(key, SettingValue::Str(text));
+                }
+                "trace_mode" => {
+                    next.insert(key, SettingValue::Str(value.first().cloned().unwrap_or_default()));
+                }
+                _ => {}
+            }
+        }
+        *trace = next.clone();
+        Ok(next)
+    }
+
+    pub fn log_settings(&self) -> CoreResult<BTreeMap<String, SettingValue>> {
+        self.log.lock().map(|l| l.clone()).map_err(|_| CoreError::internal("log settings poisoned"))
+    }
+
+    /// Updates log settings (Triton's logging extension) and applies them to the running
+    /// server's logger. Unknown keys are ignored.
+    pub fn update_log_settings(&self, updates: BTreeMap<String, SettingValue>) -> CoreResult<BTreeMap<String, SettingValue>> {
+        let mut log = self.log.lock().map_err(|_| CoreError::internal("log settings poisoned"))?;
+        let mut next = log.clone();
+        for (key, value) in updates {
+            match (key.as_str(), &value) {
+                ("log_file", _) => {
+                    return Err(CoreError::unsupported("log file location can not be updated through network protocol"));
+                }
+                ("log_info" | "log_warning" | "log_error", SettingValue::Bool(_)) => {}
+                ("log_info" | "log_warning" | "log_error", _) => {
+                    return Err(CoreError::invalid_arg(format!("expect boolean for '{key}'")));
+                }
+                ("log_verbose_level", SettingValue::Uint(_)) => {}
+                ("log_verbose_level", _) => return Err(CoreError::invalid_arg(format!("expect int32 for '{key}'"))),
+                ("log_format", SettingValue::Str(f)) if f == "default" || f == "ISO8601" => {}
+                ("log_format", other) => {
+                    let got = match other {
+                        SettingValue::Str(s) => s.clone(),
+                        other => format!("{other:?}"),
+                    };
+                    return Err(CoreError::invalid_arg(format!("invalid argument for log_format, got: {got}")));
+                }
+                _ => continue,
+            }
+            next.insert(key, value);
+        }
+        if let Some(apply) = &self.log_applier {
+            apply(&next);
+        }
+        *log = next.clone();
+        Ok(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::infer::RequestedOutput;
+
+    #[test]
+    fn overlapping_shm_outputs_are_rejected() {
+        let key = format!("/tessera-frontend-{}", std::process::id());
+        let path = std::path::Path::new("/dev/shm").join(&key[1..]);
+        std::fs::write(&path, vec![0u8; 64]).unwrap();
+        let f = Frontend::for_tests();
+        f.shm.register("a", &key, 0, 32).unwrap();
+        f.shm.register("b", &key, 16, 32).unwrap();
+        let out = |name: &str, region: &str, offset, byte_size| RequestedOutput {
+            name: name.into(),
+            class_count: 0,
+            shared_memory: Some(ShmTarget { region: region.into(), offset, byte_size }),
+        };
+        // Region b starts 16 bytes into the same object as a: a[8..24) and b[0..16) share bytes 16..24.
+        let mut request = InferRequest { outputs: vec![out("x", "a", 8, 16), out("y", "b", 0, 16)], ..Default::default() };
+        let err = f.shm_outputs(&request).err().unwrap();
+        assert!(err.message.contains("overlap"), "{}", err.message);
+        request.outputs[0] = out("x", "a", 0, 16);
+        assert!(f.shm_outputs(&request).is_ok(), "adjacent ranges do not overlap");
+        request.outputs[1] = out("y", "b", 20, 16);
+        assert!(f.shm_outputs(&request).err().unwrap().message.contains("Invalid offset + byte size"));
+        let _ = std::fs::remove_file(path);
+    }
+}

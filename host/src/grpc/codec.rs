@@ -1,0 +1,338 @@
+//! `ModelInferRequest` / `ModelInferResponse` to and from the core types.
+//!
+//! Inputs come as typed `contents`, as `raw_input_contents` (one entry per input that is not in
+//! shared memory, in input order) or from a shared-memory region. Outputs always go back as
+//! `raw_output_contents`, as Triton sends them; an output written to shared memory gets an empty
+//! entry so positions still line up with `outputs` for the client.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::error::{CoreError, CoreResult};
+use crate::frontend::Frontend;
+use crate::infer::{InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, ShmTarget};
+use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+use crate::proto::inference::model_infer_response::InferOutputTensor;
+use crate::proto::inference::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse, infer_parameter::ParameterChoice};
+use crate::tensor::{DataType, Tensor, element_count, push_bytes_element};
+
+fn bad(message: impl Into<String>) -> CoreError {
+    CoreError::invalid_arg(message)
+}
+
+/// An empty version string means "the server's choice" (newest ready), as in Triton.
+pub fn parse_version(version: &str) -> CoreResult<Option<i64>> {
+    if version.is_empty() {
+        return Ok(None);
+    }
+    version
+        .parse::<i64>()
+        .ok()
+        .filter(|v| *v >= 0)
+        .map(Some)
+        .ok_or_else(|| bad(format!("failed to parse model version '{version}': a version is a non-negative integer")))
+}
+
+pub fn param_from_proto(p: &InferParameter) -> Option<ParamValue> {
+    Some(match p.parameter_choice.as_ref()? {
+        ParameterChoice::BoolParam(b) => ParamValue::Bool(*b),
+        ParameterChoice::Int64Param(i) => ParamValue::Int(*i),
+        ParameterChoice::StringParam(s) => ParamValue::String(s.clone()),
+        ParameterChoice::DoubleParam(d) => ParamValue::Double(*d),
+        ParameterChoice::Uint64Param(u) => match i64::try_from(*u) {
+            Ok(i) => ParamValue::Int(i),
+            Err(_) => ParamValue::Double(*u as f64),
+        },
+    })
+}
+
+pub fn param_to_proto(v: &ParamValue) -> InferParameter {
+    let choice = match v {
+        ParamValue::Bool(b) => ParameterChoice::BoolParam(*b),
+        ParamValue::Int(i) => ParameterChoice::Int64Param(*i),
+        ParamValue::Double(d) => ParameterChoice::DoubleParam(*d),
+        ParamValue::String(s) => ParameterChoice::StringParam(s.clone()),
+    };
+    InferParameter { parameter_choice: Some(choice) }
+}
+
+fn uint_param(params: &BTreeMap<String, InferParameter>, key: &str, tensor: &str) -> CoreResult<Option<u64>> {
+    match params.get(key).and_then(|p| p.parameter_choice.as_ref()) {
+        None => Ok(None),
+        Some(ParameterChoice::Int64Param(i)) => {
+            u64::try_from(*i).map(Some).map_err(|_| bad(format!("'{key}' for tensor '{tensor}' must not be negative")))
+        }
+        Some(ParameterChoice::Uint64Param(u)) => Ok(Some(*u)),
+        Some(_) => Err(bad(format!("'{key}' for tensor '{tensor}' must be an integer"))),
+    }
+}
+
+/// The `shared_memory_region` / `_offset` / `_byte_size` parameters of a tensor, if present.
+fn shm_target(params: &BTreeMap<String, InferParameter>, tensor: &str) -> CoreResult<Option<ShmTarget>> {
+    let region = match params.get("shared_memory_region").and_then(|p| p.parameter_choice.as_ref()) {
+        None => {
+            if params.contains_key("shared_memory_offset") {
+                return Err(bad(format!(
+                    "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+                )));
+            }
+            return Ok(None);
+        }
+        Some(ParameterChoice::StringParam(s)) => s.clone(),
+        Some(_) => return Err(bad(format!("'shared_memory_region' for tensor '{tensor}' must be a string"))),
+    };
+    let byte_size = uint_param(params, "shared_memory_byte_size", tensor)?.ok_or_else(|| {
+        bad(format!("'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '{tensor}'"))
+    })?;
+    let offset = uint_param(params, "shared_memory_offset", tensor)?.unwrap_or(0);
+    Ok(Some(ShmTarget { region, offset, byte_size }))
+}
+
+/// Typed `contents` to the core's little-endian bytes.
+fn contents_to_bytes(input: &InferInputTensor, datatype: DataType, contents: &InferTensorContents) -> CoreResult<Bytes> {
+    let name = &input.name;
+    let expected = element_count(&input.shape)?;
+    let mut out = Vec::with_capacity(expected * datatype.element_size().unwrap_or(8));
+    let count_mismatch = |got: usize| {
+        bad(format!(
+            "unexpected number of elements in 'contents' for input '{name}': shape {:?} needs {expected}, got {got}",
+            input.shape
+        ))
+    };
+    macro_rules! narrow {
+        ($field:ident, $ty:ty) => {{
+            if contents.$field.len() != expected {
+                return Err(count_mismatch(contents.$field.len()));
+            }
+            for &v in &contents.$field {
+                let x = <$ty>::try_from(v).map_err(|_| bad(format!("value {v} does not fit {datatype} for input '{name}'")))?;
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+        }};
+    }
+    match datatype {
+        DataType::Bool => {
+            if contents.bool_contents.len() != expected {
+                return Err(count_mismatch(contents.bool_contents.len()));
+            }
+            out.extend(contents.bool_contents.iter().map(|&b| u8::from(b)));
+        }
+        DataType::Int8 => narrow!(int_contents, i8),
+        DataType::Int16 => narrow!(int_contents, i16),
+        DataType::Int32 => narrow!(int_contents, i32),
+        DataType::Int64 => narrow!(int64_contents, i64),
+        DataType::Uint8 => narrow!(uint_contents, u8),
+        DataType::Uint16 => narrow!(uint_contents, u16),
+        DataType::Uint32 => narrow!(uint_contents, u32),
+        DataType::Uint64 => narrow!(uint64_contents, u64),
+        DataType::Fp32 => narrow!(fp32_contents, f32),
+        DataType::Fp64 => narrow!(fp64_contents, f64),
+        DataType::Bytes => {
+            if contents.bytes_contents.len() != expected {
+                return Err(count_mismatch(contents.bytes_contents.len()));
+            }
+            for item in &contents.bytes_contents {
+                push_bytes_element(&mut out, item)?;
+            }
+        }
+        DataType::Fp16 | DataType::Bf16 => {
+            return Err(bad(format!(
+                "input '{name}' has datatype {datatype}, which has no typed 'contents' field: send it in raw_input_contents"
+            )));
+        }
+    }
+    Ok(Bytes::from(out))
+}
+
+/// Decodes a gRPC infer request, reading shared-memory inputs through `frontend`.
+pub fn decode_request(frontend: &Frontend, request: ModelInferRequest) -> CoreResult<InferRequest> {
+    let model = request.model_name;
+    let version = parse_version(&request.model_version)?;
+    let raw = request.raw_input_contents;
+    let mut raw_iter = raw.iter();
+    let mut raw_used = 0usize;
+    let mut inputs = Vec::with_capacity(request.inputs.len());
+    for input in request.inputs {
+        let datatype = DataType::from_protocol(&input.datatype)
+            .ok_or_else(|| bad(format!("invalid datatype for input {} ('{}')", input.name, input.datatype)))?;
+        if let Some(target) = shm_target(&input.parameters, &input.name)? {
+            if input.contents.is_some() {
+                return Err(bad(format!(
+                    "unexpected 'content' provided when using shared memory for input tensor '{}' for model '{model}'",
+                    input.name
+                )));
+            }
+            inputs.push(frontend.input_from_shm(input.name, datatype, input.shape, &target)?);
+            continue;
+        }
+        let data = match &input.contents {
+            Some(contents) => {
+                if !raw.is_empty() {
+                    return Err(bad(format!(
+                        "contents field must not be specified when using raw_input_contents for '{}' for model '{model}'",
+                        input.name
+                    )));
+                }
+                contents_to_bytes(&input, datatype, contents)?
+            }
+            None => match raw_iter.next() {
+                Some(bytes) => {
+                    raw_used += 1;
+                    bytes.clone()
+                }
+                None => {
+                    return Err(bad(format!("unable to find data for input tensor '{}' for model '{model}' in request.", input.name)));
+                }
+            },
+        };
+        inputs.push(Tensor::new(input.name, datatype, input.shape, data)?);
+    }
+    if raw_used != raw.len() {
+        return Err(bad(format!(
+            "expected {raw_used} raw_input_contents entries (one per input sent raw) but got {} for model '{model}'",
+            raw.len()
+        )));
+    }
+    let outputs = request.outputs.into_iter().map(decode_output).collect::<CoreResult<Vec<_>>>()?;
+    let parameters: Parameters =
+        request.parameters.iter().filter_map(|(k, v)| param_from_proto(v).map(|v| (k.clone(), v))).collect();
+    Ok(InferRequest {
+        model_name: model,
+        model_version: version,
+        id: Some(request.id).filter(|id| !id.is_empty()),
+        inputs,
+        outputs,
+        parameters,
+    })
+}
+
+fn decode_output(output: InferRequestedOutputTensor) -> CoreResult<RequestedOutput> {
+    let class_count = match uint_param(&output.parameters, "classification", &output.name)? {
+        None => 0,
+        Some(c) => u32::try_from(c).map_err(|_| bad(format!("classification count for output '{}' is too large", output.name)))?,
+    };
+    let shared_memory = shm_target(&output.parameters, &output.name)?;
+    Ok(RequestedOutput { name: output.name, class_count, shared_memory })
+}
+
+/// Encodes a response: every output's bytes in `raw_output_contents`; an output written to shared
+/// memory has an empty raw entry (as in Triton, its region is not echoed back).
+pub fn encode_response(response: InferResponse) -> ModelInferResponse {
+    let mut outputs = Vec::with_capacity(response.outputs.len());
+    let mut raw = Vec::with_capacity(response.outputs.len());
+    for tensor in response.outputs {
+        // A shared-memory output's data is already empty: its raw entry is the placeholder.
+        outputs.push(InferOutputTensor {
+            name: tensor.name,
+            datatype: tensor.datatype.as_str().to_string(),
+            shape: tensor.shape,
+            parameters: BTreeMap::new(),
+            contents: None,
+        });
+        raw.push(tensor.data);
+    }
+    ModelInferResponse {
+        model_name: response.model_name,
+        model_version: response.model_version.to_string(),
+        id: response.id.unwrap_or_default(),
+        parameters: response.parameters.iter().map(|(k, v)| (k.clone(), param_to_proto(v))).collect(),
+        outputs,
+        raw_output_contents: raw,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::inference::model_infer_request::InferInputTensor;
+
+    fn frontend() -> Frontend {
+        Frontend::for_tests()
+    }
+
+    fn input(name: &str, datatype: &str, shape: Vec<i64>, contents: Option<InferTensorContents>) -> InferInputTensor {
+        InferInputTensor { name: name.into(), datatype: datatype.into(), shape, parameters: BTreeMap::new(), contents }
+    }
+
+    #[test]
+    fn typed_and_raw_contents_decode() {
+        let f = frontend();
+        let typed = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![
+                input("a", "INT16", vec![2], Some(InferTensorContents { int_contents: vec![-1, 2], ..Default::default() })),
+                input("s", "BYTES", vec![1], Some(InferTensorContents { bytes_contents: vec![b"hi".to_vec()], ..Default::default() })),
+            ],
+            ..Default::default()
+        };
+        let r = decode_request(&f, typed).unwrap();
+        assert_eq!(&r.inputs[0].data[..], &[0xff, 0xff, 2, 0]);
+        assert_eq!(&r.inputs[1].data[..], b"\x02\x00\x00\x00hi");
+        assert_eq!(r.model_version, None);
+
+        let overflow = ModelInferRequest {
+            inputs: vec![input("a", "INT8", vec![1], Some(InferTensorContents { int_contents: vec![300], ..Default::default() }))],
+            ..Default::default()
+        };
+        assert!(decode_request(&f, overflow).unwrap_err().message.contains("does not fit INT8"));
+
+        let both = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![input("a", "INT32", vec![1], Some(InferTensorContents { int_contents: vec![1], ..Default::default() }))],
+            raw_input_contents: vec![Bytes::from_static(&[1, 0, 0, 0])],
+            ..Default::default()
+        };
+        assert!(decode_request(&f, both).unwrap_err().message.contains("contents field must not be specified"));
+
+        let extra_raw = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![input("a", "INT32", vec![1], None)],
+            raw_input_contents: vec![Bytes::from_static(&[1, 0, 0, 0]), Bytes::from_static(&[1, 0, 0, 0])],
+            ..Default::default()
+        };
+        assert!(decode_request(&f, extra_raw).unwrap_err().message.contains("expected 1 raw_input_contents entries"));
+
+        let short_raw = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![input("a", "INT32", vec![2], None)],
+            raw_input_contents: vec![Bytes::from_static(&[1, 0, 0, 0])],
+            ..Default::default()
+        };
+        assert!(decode_request(&f, short_raw).unwrap_err().message.contains("Expected 8, got 4"));
+
+        let fp16 = ModelInferRequest {
+            inputs: vec![input("h", "FP16", vec![1], Some(InferTensorContents::default()))],
+            ..Default::default()
+        };
+        assert!(decode_request(&f, fp16).unwrap_err().message.contains("raw_input_contents"));
+        let version = ModelInferRequest { model_version: "x".into(), ..Default::default() };
+        assert!(decode_request(&f, version).is_err());
+    }
+
+    #[test]
+    fn shm_outputs_keep_raw_positions() {
+        let mut shared_memory = BTreeMap::new();
+        shared_memory.insert("a".to_string(), ShmTarget { region: "r".into(), offset: 8, byte_size: 4 });
+        let response = InferResponse {
+            model_name: "m".into(),
+            model_version: 1,
+            outputs: vec![
+                Tensor::new("a", DataType::Int32, vec![1], Bytes::new()).unwrap_or_else(|_| Tensor {
+                    name: "a".into(),
+                    datatype: DataType::Int32,
+                    shape: vec![1],
+                    data: Bytes::new(),
+                }),
+                Tensor::new("b", DataType::Int32, vec![1], Bytes::from_static(&[5, 0, 0, 0])).unwrap(),
+            ],
+            shared_memory,
+            ..Default::default()
+        };
+        let encoded = encode_response(response);
+        assert_eq!(encoded.raw_output_contents.len(), 2);
+        assert!(encoded.raw_output_contents[0].is_empty());
+        assert_eq!(&encoded.raw_output_contents[1][..], &[5, 0, 0, 0]);
+        assert_eq!(encoded.model_version, "1");
+    }
+}

@@ -1,0 +1,557 @@
+//! The gRPC front door: `inference.GRPCInferenceService` (KServe v2 plus Triton's extensions) and
+//! `grpc.health.v1.Health`, served by tonic. Like the HTTP door it only translates messages; every
+//! call lands in [`Frontend`], and errors map to gRPC codes once ([`CoreError::grpc_code`]).
+//!
+//! Behaviour follows Triton 2.51 as observed (docs/triton-grpc-behaviour.md): errors on
+//! `ModelStreamInfer` travel in-stream as `error_message` and the stream stays open; every stream
+//! response carries the `triton_final_response` parameter; a decoupled model's final flag without a
+//! response is sent as an empty response only when the request sets
+//! `triton_enable_empty_final_response`.
+
+pub mod codec;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::codec::CompressionEncoding;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::error::{CoreError, CoreResult};
+use crate::frontend::{EXTENSIONS, Frontend, SettingValue};
+use crate::infer::InferResponse;
+use crate::proto::health::health_check_response::ServingStatus;
+use crate::proto::health::health_server::{Health, HealthServer};
+use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
+use crate::proto::inference as pb;
+use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use crate::proto::inference::infer_parameter::ParameterChoice;
+use crate::stats::Duration2;
+use codec::parse_version;
+
+/// Triton's gRPC message size limit (`MAX_GRPC_MESSAGE_SIZE`, INT32_MAX).
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = i32::MAX as usize;
+
+/// Responses buffered per stream before a slow reader pushes back on the models.
+const STREAM_BUFFER: usize = 256;
+
+/// The one request parameter starting with `triton_` that clients may set.
+const EMPTY_FINAL_RESPONSE: &str = "triton_enable_empty_final_response";
+const FINAL_RESPONSE: &str = "triton_final_response";
+
+#[derive(Debug, Clone)]
+pub struct GrpcOptions {
+    /// Largest message accepted or sent, in bytes.
+    pub max_message_size: usize,
+    /// HTTP/2 keepalive ping interval and how long to wait for its acknowledgement.
+    pub keepalive_time: Duration,
+    pub keepalive_timeout: Duration,
+    /// gzip infer responses for clients that accept it (`--grpc-infer-response-compression-level`
+    /// other than `none`).
+    pub compress_responses: bool,
+}
+
+impl Default for GrpcOptions {
+    fn default() -> Self {
+        Self {
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            keepalive_time: Duration::from_millis(7_200_000),
+            keepalive_timeout: Duration::from_millis(20_000),
+            compress_responses: false,
+        }
+    }
+}
+
+/// Serves both services on `listener` until `shutdown` completes.
+pub async fn serve(
+    frontend: Arc<Frontend>,
+    listener: tokio::net::TcpListener,
+    options: GrpcOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let mut inference = GrpcInferenceServiceServer::new(InferenceService { frontend: Arc::clone(&frontend) })
+        .max_decoding_message_size(options.max_message_size)
+        .max_encoding_message_size(options.max_message_size)
+        .accept_compressed(CompressionEncoding::Gzip);
+    if options.compress_responses {
+        inference = inference.send_compressed(CompressionEncoding::Gzip);
+    }
+    let health = HealthServer::new(HealthService { frontend }).accept_compressed(CompressionEncoding::Gzip);
+    // Small requests are latency-bound: no Nagle delay on accepted connections.
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
+        if let Ok(stream) = &conn {
+            let _ = stream.set_nodelay(true);
+        }
+        conn
+    });
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(options.keepalive_time))
+        .http2_keepalive_timeout(Some(options.keepalive_timeout))
+        .add_service(inference)
+        .add_service(health)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}
+
+pub struct InferenceService {
+    frontend: Arc<Frontend>,
+}
+
+type GrpcResult<T> = Result<Response<T>, Status>;
+
+fn ok<T>(message: T) -> GrpcResult<T> {
+    Ok(Response::new(message))
+}
+
+fn bool_param(v: bool) -> pb::InferParameter {
+    pb::InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(v)) }
+}
+
+fn duration(d: Duration2) -> Option<pb::StatisticDuration> {
+    Some(pb::StatisticDuration { count: d.count, ns: d.ns })
+}
+
+fn model_statistics(model: &crate::model::LoadedModel) -> pb::ModelStatistics {
+    let s = model.stats.snapshot();
+    pb::ModelStatistics {
+        name: model.name.clone(),
+        version: model.version.to_string(),
+        last_inference: s.last_inference_ms,
+        inference_count: s.inference_count,
+        execution_count: s.execution_count,
+        inference_stats: Some(pb::InferStatistics {
+            success: duration(s.success),
+            fail: duration(s.fail),
+            queue: duration(s.queue),
+            compute_input: duration(s.compute_input),
+            compute_infer: duration(s.compute_infer),
+            compute_output: duration(s.compute_output),
+            cache_hit: duration(Duration2::default()),
+            cache_miss: duration(Duration2::default()),
+        }),
+        batch_stats: s
+            .batches
+            .iter()
+            .map(|(size, [i, c, o])| pb::InferBatchStatistics {
+                batch_size: *size as u64,
+                compute_input: duration(*i),
+                compute_infer: duration(*c),
+                compute_output: duration(*o),
+            })
+            .collect(),
+        memory_usage: Vec::new(),
+        response_stats: BTreeMap::new(),
+    }
+}
+
+/// Checks request parameters reserved for the server; returns whether an empty final response
+/// was asked for.
+fn reserved_parameters(request: &pb::ModelInferRequest) -> CoreResult<bool> {
+    let mut empty_final = false;
+    for (key, value) in &request.parameters {
+        if key == EMPTY_FINAL_RESPONSE {
+            empty_final = matches!(value.parameter_choice, Some(ParameterChoice::BoolParam(true)));
+        } else if key.starts_with("triton_") {
+            return Err(CoreError::invalid_arg(format!(
+                "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: {EMPTY_FINAL_RESPONSE}"
+            )));
+        }
+    }
+    Ok(empty_final)
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for InferenceService {
+    async fn server_live(&self, _: Request<pb::ServerLiveRequest>) -> GrpcResult<pb::ServerLiveResponse> {
+        ok(pb::ServerLiveResponse { live: true })
+    }
+
+    async fn server_ready(&self, _: Request<pb::ServerReadyRequest>) -> GrpcResult<pb::ServerReadyResponse> {
+        ok(pb::ServerReadyResponse { ready: self.frontend.server_ready() })
+    }
+
+    async fn model_ready(&self, request: Request<pb::ModelReadyRequest>) -> GrpcResult<pb::ModelReadyResponse> {
+        let request = request.into_inner();
+        let version = parse_version(&request.version)?;
+        ok(pb::ModelReadyResponse { ready: self.frontend.model_ready(&request.name, version) })
+    }
+
+    async fn server_metadata(&self, _: Request<pb::ServerMetadataRequest>) -> GrpcResult<pb::ServerMetadataResponse> {
+        ok(pb::ServerMetadataResponse {
+            name: self.frontend.server_id.clone(),
+            version: self.frontend.version.to_string(),
+            extensions: EXTENSIONS.iter().map(ToString::to_string).collect(),
+        })
+    }
+
+    async fn model_metadata(&self, request: Request<pb::ModelMetadataRequest>) -> GrpcResult<pb::ModelMetadataResponse> {
+        let request = request.into_inner();
+        let metadata = self.frontend.metadata(&request.name, parse_version(&request.version)?)?;
+        let tensors = |ts: Vec<crate::frontend::TensorMetadata>| {
+            ts.into_iter()
+                .map(|t| pb::model_metadata_response::TensorMetadata { name: t.name, datatype: t.datatype.to_string(), shape: t.shape })
+                .collect()
+        };
+        ok(pb::ModelMetadataResponse {
+            name: metadata.name,
+            versions: metadata.versions,
+            platform: metadata.platform,
+            inputs: tensors(metadata.inputs),
+            outputs: tensors(metadata.outputs),
+        })
+    }
+
+    async fn model_infer(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
+        let request = request.into_inner();
+        reserved_parameters(&request)?;
+        let model = self.frontend.manager.get(&request.model_name, parse_version(&request.model_version)?)?;
+        if model.is_decoupled() {
+            return Err(CoreError::unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy").into());
+        }
+        let request = codec::decode_request(&self.frontend, request)?;
+        let response = self.frontend.infer_on(&model, request).await?;
+        ok(codec::encode_response(response))
+    }
+
+    type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
+
+    async fn model_stream_infer(
+        &self,
+        request: Request<Streaming<pb::ModelInferRequest>>,
+    ) -> GrpcResult<Self::ModelStreamInferStream> {
+        let mut incoming = request.into_inner();
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let frontend = Arc::clone(&self.frontend);
+        tokio::spawn(async move {
+            loop {
+                match incoming.message().await {
+                    // Requests on one stream run concurrently, as in Triton; each request's own
+                    // responses stay in order.
+                    Ok(Some(request)) => {
+                        tokio::spawn(stream_request(Arc::clone(&frontend), request, tx.clone()));
+                    }
+                    Ok(None) => break,
+                    // A message that does not decode ends the stream with its status.
+                    Err(status) => {
+                        let _ = tx.send(Err(status)).await;
+                        break;
+                    }
+                }
+            }
+        });
+        ok(Box::pin(ReceiverStream::new(rx)))
+    }
+
+    async fn model_config(&self, request: Request<pb::ModelConfigRequest>) -> GrpcResult<pb::ModelConfigResponse> {
+        let request = request.into_inner();
+        let model = self.frontend.manager.get(&request.name, parse_version(&request.version)?)?;
+        ok(pb::ModelConfigResponse { config: Some(model.config.clone()) })
+    }
+
+    async fn model_statistics(&self, request: Request<pb::ModelStatisticsRequest>) -> GrpcResult<pb::ModelStatisticsResponse> {
+        let request = request.into_inner();
+        let name = Some(request.name.as_str()).filter(|n| !n.is_empty());
+        let version = parse_version(&request.version)?;
+        let models = self.frontend.stats_models(name, version)?;
+        ok(pb::ModelStatisticsResponse { model_stats: models.iter().map(|m| model_statistics(m)).collect() })
+    }
+
+    async fn repository_index(&self, request: Request<pb::RepositoryIndexRequest>) -> GrpcResult<pb::RepositoryIndexResponse> {
+        let request = request.into_inner();
+        if !request.repository_name.is_empty() {
+            return Err(CoreError::unsupported("'repository_name' specification is not supported").into());
+        }
+        let models = self
+            .frontend
+            .manager
+            .index(request.ready)
+            .into_iter()
+            .map(|e| pb::repository_index_response::ModelIndex {
+                name: e.name,
+                version: e.version.unwrap_or_default(),
+                state: e.state.unwrap_or_default().to_string(),
+                reason: e.reason,
+            })
+            .collect();
+        ok(pb::RepositoryIndexResponse { models })
+    }
+
+    async fn repository_model_load(
+        &self,
+        request: Request<pb::RepositoryModelLoadRequest>,
+    ) -> GrpcResult<pb::RepositoryModelLoadResponse> {
+        use pb::model_repository_parameter::ParameterChoice as P;
+        let request = request.into_inner();
+        if !request.repository_name.is_empty() {
+            return Err(CoreError::unsupported("'repository_name' specification is not supported").into());
+        }
+        let mut config = None;
+        let mut file_override = None;
+        for (key, value) in &request.parameters {
+            match (key.as_str(), &value.parameter_choice) {
+                ("config", Some(P::StringParam(json))) => config = Some(json.clone()),
+                ("config", _) => {
+                    return Err(CoreError::invalid_arg("invalid value type for load parameter 'config', expected string_param.").into());
+                }
+                (file, Some(P::BytesParam(_))) if file.starts_with("file:") => file_override = Some(file.to_string()),
+                (file, _) if file.starts_with("file:") => {
+                    return Err(CoreError::invalid_arg(format!(
+                        "invalid value type for load parameter '{file}', expected bytes_param."
+                    ))
+                    .into());
+                }
+                (other, _) => return Err(CoreError::invalid_arg(format!("unrecognized load parameter '{other}'.")).into()),
+            }
+        }
+        self.frontend.load(&request.model_name, config, file_override.as_deref()).await?;
+        ok(pb::RepositoryModelLoadResponse {})
+    }
+
+    async fn repository_model_unload(
+        &self,
+        request: Request<pb::RepositoryModelUnloadRequest>,
+    ) -> GrpcResult<pb::RepositoryModelUnloadResponse> {
+        let request = request.into_inner();
+        if !request.repository_name.is_empty() {
+            return Err(CoreError::unsupported("'repository_name' specification is not supported").into());
+        }
+        self.frontend.unload(&request.model_name).await?;
+        ok(pb::RepositoryModelUnloadResponse {})
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        request: Request<pb::SystemSharedMemoryStatusRequest>,
+    ) -> GrpcResult<pb::SystemSharedMemoryStatusResponse> {
+        let name = request.into_inner().name;
+        let regions = self.frontend.shm.status(Some(name.as_str()).filter(|n| !n.is_empty()))?;
+        ok(pb::SystemSharedMemoryStatusResponse {
+            regions: regions
+                .into_iter()
+                .map(|r| {
+                    let status = pb::system_shared_memory_status_response::RegionStatus {
+                        name: r.name.clone(),
+                        key: r.key,
+                        offset: r.offset,
+                        byte_size: r.byte_size,
+                    };
+                    (r.name, status)
+                })
+                .collect(),
+        })
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        request: Request<pb::SystemSharedMemoryRegisterRequest>,
+    ) -> GrpcResult<pb::SystemSharedMemoryRegisterResponse> {
+        let r = request.into_inner();
+        self.frontend.shm.register(&r.name, &r.key, r.offset, r.byte_size)?;
+        ok(pb::SystemSharedMemoryRegisterResponse {})
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        request: Request<pb::SystemSharedMemoryUnregisterRequest>,
+    ) -> GrpcResult<pb::SystemSharedMemoryUnregisterResponse> {
+        let name = request.into_inner().name;
+        self.frontend.shm.unregister(Some(name.as_str()).filter(|n| !n.is_empty()))?;
+        ok(pb::SystemSharedMemoryUnregisterResponse {})
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        request: Request<pb::CudaSharedMemoryStatusRequest>,
+    ) -> GrpcResult<pb::CudaSharedMemoryStatusResponse> {
+        let name = request.into_inner().name;
+        crate::shm::cuda::status(Some(name.as_str()).filter(|n| !n.is_empty()))?;
+        ok(pb::CudaSharedMemoryStatusResponse { regions: BTreeMap::new() })
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        request: Request<pb::CudaSharedMemoryRegisterRequest>,
+    ) -> GrpcResult<pb::CudaSharedMemoryRegisterResponse> {
+        crate::shm::cuda::register(&request.into_inner().name)?;
+        ok(pb::CudaSharedMemoryRegisterResponse {})
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<pb::CudaSharedMemoryUnregisterRequest>,
+    ) -> GrpcResult<pb::CudaSharedMemoryUnregisterResponse> {
+        // No CUDA region can exist, so unregistering one (or all) has nothing to do.
+        ok(pb::CudaSharedMemoryUnregisterResponse {})
+    }
+
+    async fn trace_setting(&self, request: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
+        let request = request.into_inner();
+        let model = Some(request.model_name.as_str()).filter(|m| !m.is_empty());
+        let settings = if request.settings.is_empty() {
+            self.frontend.trace_settings(model)?
+        } else {
+            let updates = request
+                .settings
+                .into_iter()
+                .map(|(k, v)| (k, if v.value.is_empty() { None } else { Some(v.value) }))
+                .collect();
+            self.frontend.update_trace_settings(model, updates)?
+        };
+        let settings = settings
+            .into_iter()
+            .map(|(k, v)| {
+                let value = match v {
+                    SettingValue::List(l) => l,
+                    SettingValue::Str(s) => vec![s],
+                    SettingValue::Bool(b) => vec![b.to_string()],
+                    SettingValue::Uint(u) => vec![u.to_string()],
+                };
+                (k, pb::trace_setting_response::SettingValue { value })
+            })
+            .collect();
+        ok(pb::TraceSettingResponse { settings })
+    }
+
+    async fn log_settings(&self, request: Request<pb::LogSettingsRequest>) -> GrpcResult<pb::LogSettingsResponse> {
+        use pb::log_settings_request::setting_value::ParameterChoice as In;
+        use pb::log_settings_response::setting_value::ParameterChoice as Out;
+        let request = request.into_inner();
+        let settings = if request.settings.is_empty() {
+            self.frontend.log_settings()?
+        } else {
+            let updates = request
+                .settings
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    let value = match v.parameter_choice? {
+                        In::BoolParam(b) => SettingValue::Bool(b),
+                        In::Uint32Param(u) => SettingValue::Uint(u),
+                        In::StringParam(s) => SettingValue::Str(s),
+                    };
+                    Some((k, value))
+                })
+                .collect();
+            self.frontend.update_log_settings(updates)?
+        };
+        let settings = settings
+            .into_iter()
+            .map(|(k, v)| {
+                let choice = match v {
+                    SettingValue::Bool(b) => Out::BoolParam(b),
+                    SettingValue::Uint(u) => Out::Uint32Param(u),
+                    SettingValue::Str(s) => Out::StringParam(s),
+                    SettingValue::List(l) => Out::StringParam(l.join(",")),
+                };
+                (k, pb::log_settings_response::SettingValue { parameter_choice: Some(choice) })
+            })
+            .collect();
+        ok(pb::LogSettingsResponse { settings })
+    }
+}
+
+type StreamSender = mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>;
+
+/// An in-stream error: the request's id, model name and version, and the final flag.
+fn stream_error(request: &pb::ModelInferResponse, error: &CoreError, is_final: bool) -> pb::ModelStreamInferResponse {
+    let mut echo = request.clone();
+    echo.parameters.insert(FINAL_RESPONSE.to_string(), bool_param(is_final));
+    pb::ModelStreamInferResponse { error_message: error.message.clone(), infer_response: Some(echo) }
+}
+
+fn stream_response(response: InferResponse, is_final: bool) -> pb::ModelStreamInferResponse {
+    let mut encoded = codec::encode_response(response);
+    encoded.parameters.insert(FINAL_RESPONSE.to_string(), bool_param(is_final));
+    pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(encoded) }
+}
+
+/// Runs one request of a `ModelStreamInfer` stream and sends its responses (or its error).
+async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelInferRequest, tx: StreamSender) {
+    let echo = pb::ModelInferResponse {
+        model_name: request.model_name.clone(),
+        model_version: request.model_version.clone(),
+        id: request.id.clone(),
+        ..Default::default()
+    };
+    let fail = |e: CoreError| stream_error(&echo, &e, true);
+    let prepared = (|| {
+        let empty_final = reserved_parameters(&request)?;
+        let model = frontend.manager.get(&request.model_name, parse_version(&request.model_version)?)?;
+        let decoded = codec::decode_request(&frontend, request)?;
+        Ok::<_, CoreError>((empty_final, model, decoded))
+    })();
+    let (empty_final, model, decoded) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = tx.send(Ok(fail(e))).await;
+            return;
+        }
+    };
+    if !model.is_decoupled() {
+        let message = match frontend.infer_on(&model, decoded).await {
+            Ok(response) => stream_response(response, true),
+            Err(e) => fail(e),
+        };
+        let _ = tx.send(Ok(message)).await;
+        return;
+    }
+    let mut responses = match frontend.infer_stream(&model, decoded).await {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = tx.send(Ok(fail(e))).await;
+            return;
+        }
+    };
+    let mut final_sent = false;
+    // An error's final flag is only known once the next item (or the end) arrives.
+    let mut pending_error: Option<CoreError> = None;
+    while let Some(item) = responses.recv().await {
+        if let Some(e) = pending_error.take() {
+            if tx.send(Ok(stream_error(&echo, &e, false))).await.is_err() {
+                return;
+            }
+        }
+        match item {
+            Ok(response) => {
+                final_sent = response.is_final;
+                if tx.send(Ok(stream_response(response, final_sent))).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => pending_error = Some(e),
+        }
+    }
+    if let Some(e) = pending_error {
+        let _ = tx.send(Ok(stream_error(&echo, &e, true))).await;
+        return;
+    }
+    if !final_sent && empty_final {
+        let mut empty = echo.clone();
+        empty.parameters.insert(FINAL_RESPONSE.to_string(), bool_param(true));
+        let _ = tx.send(Ok(pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(empty) })).await;
+    }
+}
+
+/// `grpc.health.v1.Health`, as Triton answers it: `Check` reports readiness whatever service is
+/// named; `Watch` is not implemented.
+pub struct HealthService {
+    frontend: Arc<Frontend>,
+}
+
+#[tonic::async_trait]
+impl Health for HealthService {
+    async fn check(&self, _: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
+        let status = if self.frontend.server_ready() { ServingStatus::Serving } else { ServingStatus::NotServing };
+        ok(HealthCheckResponse { status: status as i32 })
+    }
+
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
+
+    async fn watch(&self, _: Request<HealthCheckRequest>) -> GrpcResult<Self::WatchStream> {
+        Err(Status::unimplemented("Watch is not implemented; use Check"))
+    }
+}

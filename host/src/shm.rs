@@ -1,0 +1,264 @@
+//! Triton's system shared memory extension: clients register named POSIX shared-memory regions
+//! (`shm_open` keys such as `/input_data`), then point request inputs and outputs at byte ranges
+//! of them instead of sending tensor bytes over the socket.
+//!
+//! A region is opened once at registration and kept as an open file descriptor on
+//! `/dev/shm/<key>`; tensor bytes are moved with `pread`/`pwrite` on it. That keeps this module free
+//! of `unsafe` (no `mmap` aliasing a buffer other processes write to) and makes unregistering a
+//! region that a request is still using safe: the request holds its own `Arc<Region>`, so the
+//! descriptor stays valid until that request is done, and the client's later `shm_unlink` only
+//! removes the name.
+//!
+//! CUDA shared memory is answered here too: status lists nothing and unregister succeeds (as on a
+//! Triton server with no CUDA regions), and register fails with a message saying no GPU is present.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+
+use crate::error::{CoreError, CoreResult};
+use crate::infer::ShmTarget;
+
+/// Where POSIX shared-memory objects live on Linux (`shm_open("/k")` is `/dev/shm/k`).
+const SHM_DIR: &str = "/dev/shm";
+
+/// One registered region: `byte_size` bytes starting at `offset` of the shared-memory object `key`.
+#[derive(Debug)]
+pub struct Region {
+    pub name: String,
+    pub key: String,
+    pub offset: u64,
+    pub byte_size: u64,
+    file: File,
+}
+
+/// What the status endpoints report for a region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionStatus {
+    pub name: String,
+    pub key: String,
+    pub offset: u64,
+    pub byte_size: u64,
+}
+
+impl Region {
+    fn status(&self) -> RegionStatus {
+        RegionStatus { name: self.name.clone(), key: self.key.clone(), offset: self.offset, byte_size: self.byte_size }
+    }
+
+    /// Checks that `[offset, offset + len)` lies inside the region; returns the file offset.
+    fn file_offset(&self, offset: u64, len: u64, tensor: &str) -> CoreResult<u64> {
+        if offset >= self.byte_size && len > 0 {
+            return Err(CoreError::invalid_arg(format!(
+                "Invalid offset for shared memory region: '{}' (tensor '{tensor}' starts at byte {offset} of a {}-byte region)",
+                self.name, self.byte_size
+            )));
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= self.byte_size => Ok(self.offset + offset),
+            _ => Err(CoreError::invalid_arg(format!(
+                "Invalid offset + byte size for shared memory region: '{}' (tensor '{tensor}' asks for bytes {offset}..{} of a {}-byte region)",
+                self.name,
+                offset.saturating_add(len),
+                self.byte_size
+            ))),
+        }
+    }
+
+    /// Copies `len` bytes at `offset` (relative to the region) out of shared memory.
+    pub fn read(&self, offset: u64, len: u64, tensor: &str) -> CoreResult<Bytes> {
+        let at = self.file_offset(offset, len, tensor)?;
+        let len = usize::try_from(len).map_err(|_| CoreError::invalid_arg(format!("input '{tensor}' is too large")))?;
+        let mut buf = vec![0u8; len];
+        self.file.read_exact_at(&mut buf, at).map_err(|e| {
+            CoreError::internal(format!("failed to read input '{tensor}' from shared memory region '{}': {e}", self.name))
+        })?;
+        Ok(Bytes::from(buf))
+    }
+
+    /// Copies `data` into shared memory at `offset` (relative to the region).
+    pub fn write(&self, offset: u64, data: &[u8], tensor: &str) -> CoreResult<()> {
+        let at = self.file_offset(offset, data.len() as u64, tensor)?;
+        self.file.write_all_at(data, at).map_err(|e| {
+            CoreError::internal(format!("failed to write output '{tensor}' to shared memory region '{}': {e}", self.name))
+        })
+    }
+}
+
+/// The registered system shared-memory regions of this server, by name.
+#[derive(Debug, Default)]
+pub struct SharedMemoryManager {
+    regions: RwLock<BTreeMap<String, Arc<Region>>>,
+}
+
+/// Maps a `shm_open` key to its file, refusing keys that `shm_open` itself would refuse (a key is
+/// one path component after an optional leading '/'), so a client cannot name other files.
+fn key_path(key: &str) -> CoreResult<PathBuf> {
+    let bare = key.strip_prefix('/').unwrap_or(key);
+    if bare.is_empty() || bare.len() > 255 || bare.contains('/') || bare == "." || bare == ".." || bare.contains('\0') {
+        return Err(CoreError::invalid_arg(format!(
+            "Unable to open shared memory region: '{key}': a POSIX shared memory key is '/name' with no other '/'"
+        )));
+    }
+    Ok(PathBuf::from(SHM_DIR).join(bare))
+}
+
+impl SharedMemoryManager {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `name` as `byte_size` bytes at `offset` of the shared-memory object `key`.
+    pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> CoreResult<()> {
+        if name.is_empty() {
+            return Err(CoreError::invalid_arg("shared memory region name must not be empty"));
+        }
+        let path = key_path(key)?;
+        let mut regions = self.regions.write().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
+        if regions.contains_key(name) {
+            return Err(CoreError::new(
+                crate::error::ErrorKind::AlreadyExists,
+                format!("shared memory region '{name}' already in manager"),
+            ));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| CoreError::internal(format!("Unable to open shared memory region: '{key}': {e}")))?;
+        let size = file
+            .metadata()
+            .map_err(|e| CoreError::internal(format!("Unable to read the size of shared memory region '{key}': {e}")))?
+            .len();
+        if offset.checked_add(byte_size).is_none_or(|end| end > size) {
+            return Err(CoreError::invalid_arg(format!(
+                "failed to register shared memory region '{name}': invalid args (offset {offset} + byte_size {byte_size} exceeds the {size} bytes of '{key}')"
+            )));
+        }
+        regions.insert(
+            name.to_string(),
+            Arc::new(Region { name: name.to_string(), key: key.to_string(), offset, byte_size, file }),
+        );
+        tracing::debug!(name, key, offset, byte_size, "registered system shared memory region");
+        Ok(())
+    }
+
+    /// Unregisters one region, or every region when `name` is `None`. Unregistering a name that
+    /// is not registered succeeds, as in Triton. Requests already using a region finish with it.
+    pub fn unregister(&self, name: Option<&str>) -> CoreResult<()> {
+        let mut regions = self.regions.write().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
+        match name {
+            Some(name) => {
+                regions.remove(name);
+            }
+            None => regions.clear(),
+        }
+        Ok(())
+    }
+
+    /// Status of one region (NotFound when unknown) or of all of them.
+    pub fn status(&self, name: Option<&str>) -> CoreResult<Vec<RegionStatus>> {
+        let regions = self.regions.read().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
+        match name {
+            Some(name) => regions
+                .get(name)
+                .map(|r| vec![r.status()])
+                .ok_or_else(|| CoreError::not_found(format!("Unable to find system shared memory region: '{name}'"))),
+            None => Ok(regions.values().map(|r| r.status()).collect()),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> CoreResult<Arc<Region>> {
+        let regions = self.regions.read().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
+        regions
+            .get(name)
+            .cloned()
+            .ok_or_else(|| CoreError::not_found(format!("Unable to find shared memory region: '{name}'")))
+    }
+
+    /// Reads an input tensor's bytes from the range a request names.
+    pub fn read_input(&self, tensor: &str, target: &ShmTarget) -> CoreResult<Bytes> {
+        self.get(&target.region)?.read(target.offset, target.byte_size, tensor)
+    }
+}
+
+/// The CUDA shared memory extension on a server without CUDA support.
+pub mod cuda {
+    use crate::error::{CoreError, CoreResult};
+
+    pub fn register(name: &str) -> CoreResult<()> {
+        Err(CoreError::invalid_arg(format!(
+            "failed to register CUDA shared memory region: '{name}', GPUs not supported: no GPU is present on this server (use system shared memory)"
+        )))
+    }
+
+    /// Status of one region (it cannot exist) or of all (none).
+    pub fn status(name: Option<&str>) -> CoreResult<()> {
+        match name {
+            Some(name) => Err(CoreError::not_found(format!("Unable to find cuda shared memory region: '{name}'"))),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct ShmFile(PathBuf, String);
+    impl ShmFile {
+        fn new(tag: &str, size: usize) -> Self {
+            let key = format!("/tessera-test-{}-{tag}", std::process::id());
+            let path = key_path(&key).unwrap();
+            std::fs::write(&path, vec![0u8; size]).unwrap();
+            Self(path, key)
+        }
+    }
+    impl Drop for ShmFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn register_read_write_and_bounds() {
+        let shm = ShmFile::new("rw", 64);
+        let m = SharedMemoryManager::new();
+        m.register("r", &shm.1, 16, 32).unwrap();
+        let dup = m.register("r", &shm.1, 0, 8).unwrap_err();
+        assert_eq!(dup.http_status(), 409);
+        assert!(dup.message.contains("already in manager"));
+        let region = m.get("r").unwrap();
+        region.write(4, &[1, 2, 3, 4], "y").unwrap();
+        let raw = std::fs::read(&shm.0).unwrap();
+        assert_eq!(&raw[20..24], &[1, 2, 3, 4], "offsets are relative to the region's own offset");
+        assert_eq!(&region.read(4, 4, "x").unwrap()[..], &[1, 2, 3, 4]);
+        let over = region.read(30, 4, "x").unwrap_err();
+        assert!(over.message.contains("Invalid offset + byte size for shared memory region: 'r'"), "{}", over.message);
+        assert!(region.read(u64::MAX, 2, "x").is_err(), "overflowing ranges are rejected");
+        let too_big = m.register("big", &shm.1, 60, 8).unwrap_err();
+        assert!(too_big.message.contains("exceeds the 64 bytes"), "{}", too_big.message);
+        assert_eq!(m.status(None).unwrap().len(), 1);
+        // Unregistering while a request holds the region leaves the region usable for it.
+        m.unregister(Some("r")).unwrap();
+        assert_eq!(&region.read(4, 4, "x").unwrap()[..], &[1, 2, 3, 4]);
+        assert!(m.get("r").is_err());
+        assert!(m.status(Some("r")).is_err());
+        m.unregister(Some("never-registered")).unwrap();
+    }
+
+    #[test]
+    fn keys_cannot_escape_dev_shm() {
+        let m = SharedMemoryManager::new();
+        for key in ["/../etc/passwd", "/a/b", "", "/", "..", "/.."] {
+            let err = m.register("x", key, 0, 1).unwrap_err();
+            assert!(err.message.contains("Unable to open shared memory region"), "{key}: {}", err.message);
+        }
+        let missing = m.register("x", "/tessera-no-such-region", 0, 1).unwrap_err();
+        assert!(missing.message.contains("Unable to open shared memory region: '/tessera-no-such-region'"));
+    }
+}
