@@ -160,7 +160,7 @@ pub fn decode_request(
                 .ok_or_else(|| bad(format!("classification for output '{}' must be a non-negative integer", output.name)))?,
         };
         let shared_memory = shm_target(Some(&params), &output.name)?;
-        if shared_memory.is_some() && params.contains_key("binary_data") {
+        if shared_memory.is_some() && params.get("binary_data").and_then(Value::as_bool) == Some(true) {
             return Err(bad("Output can't set both 'shared_memory_region' and 'binary_data'"));
         }
         outputs.push(RequestedOutput { name: output.name, class_count, shared_memory });
