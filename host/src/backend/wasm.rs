@@ -802,7 +802,7 @@ impl GuestState {
             model_version: version,
             id: None,
             inputs: tensors,
-            outputs: outputs.into_iter().map(|name| RequestedOutput::named(name)).collect(),
+            outputs: outputs.into_iter().map(RequestedOutput::named).collect(),
             parameters: params_from_wit(parameters),
         };
         let timeout = shared.bls_timeout;

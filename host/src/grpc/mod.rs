@@ -510,10 +510,10 @@ async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelInferRequest,
     // An error's final flag is only known once the next item (or the end) arrives.
     let mut pending_error: Option<CoreError> = None;
     while let Some(item) = responses.recv().await {
-        if let Some(e) = pending_error.take() {
-            if tx.send(Ok(stream_error(&echo, &e, false))).await.is_err() {
-                return;
-            }
+        if let Some(e) = pending_error.take()
+            && tx.send(Ok(stream_error(&echo, &e, false))).await.is_err()
+        {
+            return;
         }
         match item {
             Ok(response) => {
