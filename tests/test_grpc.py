@@ -294,6 +294,36 @@ def test_stream_interleaves_requests(stream):
     assert all(len(by_id[f"s{i}"]) == 1 for i in range(5))
 
 
+def test_aio_stream_decoupled(server):
+    """The aio client's stream_infer: requests from an async iterator, then the stream closes
+    once every response has been received (the client half-closes, the server finishes)."""
+    wait_model_ready(server, "repeat", deadline=60)
+
+    async def main():
+        async with grpcaio.InferenceServerClient(f"127.0.0.1:{server.grpc_port}") as c:
+            async def requests():
+                for n in (3, 1, 2):
+                    inp = grpcaio.InferInput("IN", [n], "INT32")
+                    inp.set_data_from_numpy(np.arange(n, dtype=np.int32) + 10 * n)
+                    yield {"model_name": "repeat", "inputs": [inp], "request_id": f"n{n}"}
+
+            got: dict[str, list] = {}
+            async for result, error in c.stream_infer(requests(), stream_timeout=30):
+                assert error is None, error
+                response = result.get_response()
+                values = [] if not response.outputs else [int(result.as_numpy("OUT")[0])]
+                got.setdefault(response.id, []).append((values, final_flag(result)))
+            return got
+
+    got = asyncio.run(main())
+    # (the aio client cannot ask for empty final responses, so none are sent)
+    assert got == {
+        "n3": [([30], False), ([31], False), ([32], False)],
+        "n1": [([10], False)],
+        "n2": [([20], False), ([21], False)],
+    }
+
+
 def test_modelinfer_on_decoupled_model_is_unimplemented(gclient, server):
     wait_model_ready(server, "repeat", deadline=60)
     err = grpc_error(gclient.infer, "repeat", repeat_input([1]))
