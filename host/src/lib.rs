@@ -15,6 +15,7 @@ pub mod http;
 pub mod infer;
 pub mod model;
 pub mod repository;
+pub mod scheduler;
 pub mod server;
 pub mod shm;
 pub mod stats;

@@ -8,16 +8,17 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::backend::{Backend, ExecRequest, InstanceContext, ModelInstance};
 use crate::config::{ModelConfig, TensorConfig, datatype_from_config};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{InferRequest, InferResponse, RequestedOutput};
+use crate::scheduler::{BatcherConfig, DynamicBatcher};
 use crate::stats::ModelStats;
 use crate::tensor::{DataType, Tensor, push_bytes_element};
 
@@ -62,8 +63,12 @@ pub struct LoadedModel {
     pub inputs: Vec<IoSpec>,
     pub outputs: Vec<IoSpec>,
     labels: HashMap<String, Arc<Vec<String>>>,
-    pool: InstancePool,
-    pub stats: ModelStats,
+    pool: Arc<InstancePool>,
+    pub stats: Arc<ModelStats>,
+    /// Set when the config has `dynamic_batching` (and the model batches).
+    batcher_config: Option<BatcherConfig>,
+    /// Started on the first request (inside the async runtime).
+    batcher: OnceLock<DynamicBatcher>,
 }
 
 impl LoadedModel {
@@ -103,6 +108,12 @@ impl LoadedModel {
         if instances.is_empty() {
             return Err(CoreError::invalid_arg(format!("model '{}' has no instances (instance_group count is 0)", config.name)));
         }
+        let batcher_config = match &config.scheduling_choice {
+            Some(crate::config::pb::model_config::SchedulingChoice::DynamicBatching(d)) if config.max_batch_size > 0 => {
+                Some(BatcherConfig::new(config.max_batch_size, d))
+            }
+            _ => None,
+        };
         Ok(Self {
             name: config.name.clone(),
             version,
@@ -111,8 +122,10 @@ impl LoadedModel {
             inputs,
             outputs,
             labels,
-            pool: InstancePool::new(instances),
-            stats: ModelStats::default(),
+            pool: Arc::new(InstancePool::new(instances)),
+            stats: Arc::new(ModelStats::default()),
+            batcher_config,
+            batcher: OnceLock::new(),
             config,
         })
     }
@@ -214,18 +227,28 @@ impl LoadedModel {
         let (exec, batch_size) = self.prepare(&request).map_err(|e| self.with_request_id(&request, e))?;
         let wanted = self.check_outputs(&request)?;
         let exec = ExecRequest { outputs: wanted.iter().map(|o| o.name.clone()).collect(), ..exec };
-        let queued = Instant::now();
-        let mut results = self.pool.execute(vec![exec], || self.stats.record_queue(queued.elapsed())).await?;
-        let infer_done = Instant::now();
-        let outputs = results.pop().unwrap_or_else(|| Err(CoreError::internal("instance returned no result")))?;
-        let outputs = self.postprocess(outputs, batch_size, &wanted)?;
-        let output_done = Instant::now();
-        self.stats.record_execution(
-            batch_size,
-            queued.saturating_duration_since(start),
-            infer_done.saturating_duration_since(queued),
-            output_done.saturating_duration_since(infer_done),
-        );
+        let outputs = if let Some(config) = &self.batcher_config {
+            // The batcher records queue and execution statistics per batch.
+            let batcher = self.batcher.get_or_init(|| {
+                DynamicBatcher::start(config.clone(), Arc::clone(&self.pool), Arc::clone(&self.stats), self.name.clone())
+            });
+            let outputs = batcher.submit(exec, batch_size).await?.outputs?;
+            self.postprocess(outputs, batch_size, &wanted)?
+        } else {
+            let queued = Instant::now();
+            let mut results = self.pool.execute(vec![exec], || self.stats.record_queue(queued.elapsed())).await?;
+            let infer_done = Instant::now();
+            let outputs = results.pop().unwrap_or_else(|| Err(CoreError::internal("instance returned no result")))?;
+            let outputs = self.postprocess(outputs, batch_size, &wanted)?;
+            let output_done = Instant::now();
+            self.stats.record_execution(
+                batch_size,
+                queued.saturating_duration_since(start),
+                infer_done.saturating_duration_since(queued),
+                output_done.saturating_duration_since(infer_done),
+            );
+            outputs
+        };
         Ok(InferResponse {
             model_name: self.name.clone(),
             model_version: self.version,
@@ -504,15 +527,21 @@ fn numeric_values(tensor: &Tensor) -> CoreResult<Vec<(f64, String)>> {
 /// Instances of one model version. A semaphore with one permit per idle instance means a
 /// request waits (rather than fails) when all instances are busy, and no instance ever runs two
 /// batches at once.
-struct InstancePool {
+pub struct InstancePool {
     idle: Arc<Mutex<Vec<Box<dyn ModelInstance>>>>,
     available: Arc<Semaphore>,
 }
 
 impl InstancePool {
-    fn new(instances: Vec<Box<dyn ModelInstance>>) -> Self {
+    pub fn new(instances: Vec<Box<dyn ModelInstance>>) -> Self {
         let available = Arc::new(Semaphore::new(instances.len()));
         Self { idle: Arc::new(Mutex::new(instances)), available }
+    }
+
+    /// Waits for an idle instance's slot.
+    pub fn acquire(&self) -> impl std::future::Future<Output = CoreResult<OwnedSemaphorePermit>> + 'static {
+        let available = Arc::clone(&self.available);
+        async move { available.acquire_owned().await.map_err(|_| CoreError::unavailable("model is unloading")) }
     }
 
     async fn execute(
@@ -520,11 +549,17 @@ impl InstancePool {
         batch: Vec<ExecRequest>,
         on_dequeue: impl FnOnce(),
     ) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
-        let permit = Arc::clone(&self.available)
-            .acquire_owned()
-            .await
-            .map_err(|_| CoreError::unavailable("model is unloading"))?;
+        let permit = self.acquire().await?;
         on_dequeue();
+        self.execute_with(permit, batch).await
+    }
+
+    /// Runs a batch on an idle instance; `permit` is that instance's slot (from [`Self::acquire`]).
+    pub async fn execute_with(
+        &self,
+        permit: OwnedSemaphorePermit,
+        batch: Vec<ExecRequest>,
+    ) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
         let instance = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let Some(mut instance) = instance else {
             return Err(CoreError::internal("no idle model instance despite a free slot"));

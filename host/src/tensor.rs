@@ -188,6 +188,79 @@ pub fn push_bytes_element(out: &mut Vec<u8>, item: &[u8]) -> CoreResult<()> {
     Ok(())
 }
 
+/// Stacks tensors along dim 0 (the batch dimension): the dynamic batcher's merge. All parts
+/// share name, datatype and non-batch dims (the batcher only merges such requests). Works for
+/// BYTES too, since length-prefixed elements concatenate.
+pub fn concat_batch(parts: &[&Tensor]) -> CoreResult<Tensor> {
+    let Some(first) = parts.first() else {
+        return Err(CoreError::internal("no tensors to batch"));
+    };
+    let mut rows = 0i64;
+    let mut data = bytes::BytesMut::with_capacity(parts.iter().map(|t| t.data.len()).sum());
+    for t in parts {
+        if t.datatype != first.datatype || t.shape.get(1..) != first.shape.get(1..) || t.shape.is_empty() {
+            return Err(CoreError::internal(format!("cannot batch tensor '{}': shapes or datatypes differ", t.name)));
+        }
+        rows += t.shape[0];
+        data.extend_from_slice(&t.data);
+    }
+    let mut shape = first.shape.clone();
+    shape[0] = rows;
+    Ok(Tensor { name: first.name.clone(), datatype: first.datatype, shape, data: data.freeze() })
+}
+
+/// Splits a batched tensor along dim 0 into parts of `rows` rows each (the inverse of
+/// [`concat_batch`]), without copying fixed-size data.
+pub fn split_batch(tensor: &Tensor, rows: &[usize]) -> CoreResult<Vec<Tensor>> {
+    let total: usize = rows.iter().sum();
+    let dim0 = tensor.shape.first().and_then(|&d| usize::try_from(d).ok());
+    if dim0 != Some(total) {
+        return Err(CoreError::internal(format!(
+            "output '{}' has shape {:?}; expected {total} rows to split among {} batched requests",
+            tensor.name,
+            tensor.shape,
+            rows.len()
+        )));
+    }
+    let per_row = if total == 0 { 0 } else { tensor.element_count() / total };
+    let mut parts = Vec::with_capacity(rows.len());
+    let mut offset = 0usize;
+    // For BYTES, the byte offset of each element.
+    let starts: Vec<usize> = if tensor.datatype == DataType::Bytes {
+        let mut starts = Vec::with_capacity(tensor.element_count() + 1);
+        let mut at = 0usize;
+        for item in bytes_elements(&tensor.data) {
+            starts.push(at);
+            at += 4 + item.len();
+        }
+        starts.push(at);
+        starts
+    } else {
+        Vec::new()
+    };
+    let size = tensor.datatype.element_size();
+    for &n in rows {
+        let (from, to) = match size {
+            Some(size) => (offset * per_row * size, (offset + n) * per_row * size),
+            None => {
+                let at = |row: usize| starts.get(row * per_row).copied();
+                match (at(offset), at(offset + n)) {
+                    (Some(a), Some(b)) => (a, b),
+                    _ => return Err(CoreError::internal(format!("output '{}' has malformed BYTES data", tensor.name))),
+                }
+            }
+        };
+        if to > tensor.data.len() || from > to {
+            return Err(CoreError::internal(format!("output '{}' is shorter than its shape", tensor.name)));
+        }
+        let mut shape = tensor.shape.clone();
+        shape[0] = n as i64;
+        parts.push(Tensor { name: tensor.name.clone(), datatype: tensor.datatype, shape, data: tensor.data.slice(from..to) });
+        offset += n;
+    }
+    Ok(parts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,5 +295,27 @@ mod tests {
         buf.truncate(6);
         assert!(bytes_element_count(&buf).is_err());
         assert!(bytes_element_count(&[1, 0]).is_err());
+    }
+
+    #[test]
+    fn concat_and_split_batches() {
+        let a = Tensor::new("x", DataType::Int32, vec![1, 2], Bytes::from(vec![1, 0, 0, 0, 2, 0, 0, 0])).unwrap();
+        let b = Tensor::new("x", DataType::Int32, vec![2, 2], Bytes::from([3u8, 0, 0, 0].repeat(4))).unwrap();
+        let merged = concat_batch(&[&a, &b]).unwrap();
+        assert_eq!(merged.shape, vec![3, 2]);
+        let parts = split_batch(&merged, &[1, 2]).unwrap();
+        assert_eq!(parts, vec![a.clone(), b.clone()]);
+        assert!(split_batch(&merged, &[1, 1]).is_err());
+        let mut s1 = Vec::new();
+        push_bytes_element(&mut s1, b"hello").unwrap();
+        let mut s2 = Vec::new();
+        push_bytes_element(&mut s2, b"").unwrap();
+        push_bytes_element(&mut s2, b"xyz").unwrap();
+        let t1 = Tensor::new("s", DataType::Bytes, vec![1, 1], Bytes::from(s1)).unwrap();
+        let t2 = Tensor::new("s", DataType::Bytes, vec![2, 1], Bytes::from(s2)).unwrap();
+        let merged = concat_batch(&[&t1, &t2]).unwrap();
+        assert_eq!(split_batch(&merged, &[1, 2]).unwrap(), vec![t1, t2]);
+        let odd = Tensor::new("x", DataType::Int32, vec![1, 3], Bytes::from(vec![0u8; 12])).unwrap();
+        assert!(concat_batch(&[&a, &odd]).is_err());
     }
 }

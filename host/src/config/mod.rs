@@ -180,6 +180,7 @@ const IMPLEMENTED_FIELDS: &[&str] = &[
     "default_model_filename",
     "parameters",
     "model_transaction_policy",
+    "dynamic_batching",
 ];
 
 fn log_ignored_fields(message: &DynamicMessage) {

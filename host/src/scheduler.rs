@@ -1,0 +1,582 @@
+//! Triton's dynamic batcher: requests queue on a task of their own (fed by a channel), and when an
+//! instance is free the task forms a batch from the head of the queue and hands it to that
+//! instance.
+//!
+//! Semantics follow Triton's `dynamic_batching` config:
+//! - a batch holds requests whose summed batch size (dim 0) is at most `max_batch_size` and whose
+//!   inputs agree on names, datatypes and every non-batch dimension (requests with different
+//!   variable dims are never merged; ragged batching is not supported, so it never merges them);
+//! - a batch is dispatched as soon as it reaches `max_batch_size` or one of the
+//!   `preferred_batch_size`s, or when the oldest request has waited `max_queue_delay_microseconds`
+//!   (0: dispatch whatever is queued as soon as an instance is free, so batches form only under load);
+//! - `priority_levels` queues, highest priority (1) first; a request's `priority` parameter picks
+//!   its level (0 or out of range: `default_priority_level`);
+//! - queue policies per level: `max_queue_size` (a full queue rejects at once with UNAVAILABLE),
+//!   `default_timeout_microseconds` and, when `allow_timeout_override`, the request's `timeout`
+//!   parameter; a request that times out in the queue is rejected (`REJECT`) or moved behind the
+//!   requests that have not timed out (`DELAY`);
+//! - `preserve_ordering`: responses are released in the order the batches were formed.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::backend::ExecRequest;
+use crate::config::pb::{ModelDynamicBatching, ModelQueuePolicy, model_queue_policy::TimeoutAction};
+use crate::error::{CoreError, CoreResult};
+use crate::infer::ParamValue;
+use crate::model::InstancePool;
+use crate::stats::ModelStats;
+use crate::tensor::Tensor;
+
+/// What a queued request gets back: its outputs, and how long it waited in the queue.
+pub struct BatchReply {
+    pub outputs: CoreResult<Vec<Tensor>>,
+    pub queued: Duration,
+}
+
+struct Pending {
+    exec: ExecRequest,
+    batch_size: usize,
+    enqueued: Instant,
+    deadline: Option<Instant>,
+    /// Timed out under a DELAY policy: served after the requests that have not.
+    delayed: bool,
+    reply: oneshot::Sender<BatchReply>,
+}
+
+#[derive(Debug, Clone)]
+struct QueuePolicy {
+    reject_on_timeout: bool,
+    default_timeout: Duration,
+    allow_override: bool,
+    max_queue_size: usize,
+}
+
+impl From<Option<&ModelQueuePolicy>> for QueuePolicy {
+    fn from(policy: Option<&ModelQueuePolicy>) -> Self {
+        match policy {
+            None => Self { reject_on_timeout: true, default_timeout: Duration::ZERO, allow_override: false, max_queue_size: 0 },
+            Some(p) => Self {
+                reject_on_timeout: p.timeout_action != TimeoutAction::Delay as i32,
+                default_timeout: Duration::from_micros(p.default_timeout_microseconds),
+                allow_override: p.allow_timeout_override,
+                max_queue_size: p.max_queue_size as usize,
+            },
+        }
+    }
+}
+
+/// The batcher's settings, from the model config.
+#[derive(Debug, Clone)]
+pub struct BatcherConfig {
+    max_batch_size: usize,
+    preferred: Vec<usize>,
+    max_delay: Duration,
+    preserve_ordering: bool,
+    levels: u64,
+    default_level: u64,
+    policies: BTreeMap<u64, QueuePolicy>,
+}
+
+impl BatcherConfig {
+    pub fn new(max_batch_size: i32, config: &ModelDynamicBatching) -> Self {
+        let levels = config.priority_levels;
+        let default_level = if levels == 0 { 0 } else { config.default_priority_level.clamp(1, levels) };
+        let default_policy = config.default_queue_policy.as_ref();
+        let policies = (if levels == 0 { 0..=0 } else { 1..=levels })
+            .map(|level| (level, QueuePolicy::from(config.priority_queue_policy.get(&level).or(default_policy))))
+            .collect();
+        let mut preferred: Vec<usize> = config.preferred_batch_size.iter().filter_map(|&p| usize::try_from(p).ok()).collect();
+        preferred.sort_unstable();
+        Self {
+            max_batch_size: usize::try_from(max_batch_size).unwrap_or(1).max(1),
+            preferred,
+            max_delay: Duration::from_micros(config.max_queue_delay_microseconds),
+            preserve_ordering: config.preserve_ordering,
+            levels,
+            default_level,
+            policies,
+        }
+    }
+
+    /// The queue level of a request: its `priority` parameter when valid, else the default.
+    fn level_of(&self, exec: &ExecRequest) -> u64 {
+        if self.levels == 0 {
+            return 0;
+        }
+        match exec.parameters.get("priority") {
+            Some(ParamValue::Int(p)) if *p >= 1 && (*p as u64) <= self.levels => *p as u64,
+            _ => self.default_level,
+        }
+    }
+
+    fn deadline_of(&self, policy: &QueuePolicy, exec: &ExecRequest, now: Instant) -> Option<Instant> {
+        let requested = match exec.parameters.get("timeout") {
+            Some(ParamValue::Int(us)) if policy.allow_override && *us > 0 => Some(Duration::from_micros(*us as u64)),
+            _ => None,
+        };
+        let timeout = requested.unwrap_or(policy.default_timeout);
+        (!timeout.is_zero()).then(|| now + timeout)
+    }
+}
+
+/// The handle a model keeps: requests go in through [`DynamicBatcher::submit`].
+pub struct DynamicBatcher {
+    tx: mpsc::UnboundedSender<(u64, Pending)>,
+    config: Arc<BatcherConfig>,
+}
+
+impl DynamicBatcher {
+    /// Starts the batcher task for one model version. It ends when the model is dropped.
+    pub fn start(config: BatcherConfig, pool: Arc<InstancePool>, stats: Arc<ModelStats>, model: String) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let config = Arc::new(config);
+        let task = BatcherTask { config: Arc::clone(&config), pool, stats, model, queues: BTreeMap::new(), last_batch_done: None };
+        tokio::spawn(task.run(rx));
+        Self { tx, config }
+    }
+
+    /// Queues one request (already validated; `batch_size` is its dim 0) at once, and returns
+    /// the future of its outputs.
+    pub fn submit(&self, exec: ExecRequest, batch_size: usize) -> impl std::future::Future<Output = CoreResult<BatchReply>> + Send + 'static {
+        let now = Instant::now();
+        let level = self.config.level_of(&exec);
+        let policy = self.config.policies.get(&level).cloned().unwrap_or_else(|| QueuePolicy::from(None));
+        let deadline = self.config.deadline_of(&policy, &exec, now);
+        let (reply, rx) = oneshot::channel();
+        let pending = Pending { exec, batch_size, enqueued: now, deadline, delayed: false, reply };
+        let sent = self.tx.send((level, pending));
+        async move {
+            sent.map_err(|_| CoreError::unavailable("the model's scheduler has stopped (model unloading)"))?;
+            rx.await.map_err(|_| CoreError::internal("the model's scheduler dropped the request"))
+        }
+    }
+}
+
+struct BatcherTask {
+    config: Arc<BatcherConfig>,
+    pool: Arc<InstancePool>,
+    stats: Arc<ModelStats>,
+    model: String,
+    queues: BTreeMap<u64, VecDeque<Pending>>,
+    /// Completion of the previous batch, for `preserve_ordering`.
+    last_batch_done: Option<oneshot::Receiver<()>>,
+}
+
+/// Whether two requests can share a batch: same inputs, datatypes and non-batch dims.
+fn compatible(a: &ExecRequest, b: &ExecRequest) -> bool {
+    a.inputs.len() == b.inputs.len()
+        && a.inputs.iter().all(|x| {
+            b.inputs.iter().any(|y| x.name == y.name && x.datatype == y.datatype && x.shape.get(1..) == y.shape.get(1..))
+        })
+}
+
+impl BatcherTask {
+    fn queued(&self) -> usize {
+        self.queues.values().map(VecDeque::len).sum()
+    }
+
+    fn enqueue(&mut self, level: u64, pending: Pending) {
+        let max = self.config.policies.get(&level).map_or(0, |p| p.max_queue_size);
+        let queue = self.queues.entry(level).or_default();
+        if max > 0 && queue.len() >= max {
+            let queued = pending.enqueued.elapsed();
+            let _ = pending.reply.send(BatchReply { outputs: Err(CoreError::unavailable("Exceeds maximum queue size")), queued });
+            return;
+        }
+        queue.push_back(pending);
+    }
+
+    /// Rejects or demotes requests whose queue timeout has passed.
+    fn expire(&mut self, now: Instant) {
+        let policies = &self.config.policies;
+        for (level, queue) in &mut self.queues {
+            let reject = policies.get(level).is_none_or(|p| p.reject_on_timeout);
+            let mut kept = VecDeque::with_capacity(queue.len());
+            let mut delayed = Vec::new();
+            for mut p in queue.drain(..) {
+                match p.deadline {
+                    Some(d) if d <= now && !p.delayed => {
+                        if reject {
+                            let queued = now.saturating_duration_since(p.enqueued);
+                            let _ = p.reply.send(BatchReply { outputs: Err(CoreError::unavailable("Request timeout expired")), queued });
+                        } else {
+                            p.delayed = true;
+                            delayed.push(p);
+                        }
+                    }
+                    _ => kept.push_back(p),
+                }
+            }
+            kept.extend(delayed);
+            *queue = kept;
+        }
+    }
+
+    /// The next request to serve: highest priority level first, oldest first within a level.
+    fn head(&self) -> Option<&Pending> {
+        self.queues.values().find_map(VecDeque::front)
+    }
+
+    /// How many batch slots the requests compatible with the head would fill now (capped).
+    fn ready_size(&self) -> usize {
+        let Some(head) = self.head() else { return 0 };
+        let mut total = 0;
+        for p in self.queues.values().flatten() {
+            if !compatible(&head.exec, &p.exec) {
+                continue;
+            }
+            if total + p.batch_size > self.config.max_batch_size {
+                break;
+            }
+            total += p.batch_size;
+        }
+        total
+    }
+
+    /// Takes the head and the compatible requests after it, in priority order, up to the largest
+    /// preferred size that can be filled (or max_batch_size).
+    fn take_batch(&mut self) -> Vec<Pending> {
+        let available = self.ready_size();
+        let target = self.config.preferred.iter().rev().copied().find(|&p| p <= available).unwrap_or(available).max(1);
+        let Some(head_level) = self.queues.iter().find(|(_, q)| !q.is_empty()).map(|(l, _)| *l) else { return Vec::new() };
+        let Some(head) = self.queues.get_mut(&head_level).and_then(VecDeque::pop_front) else { return Vec::new() };
+        let mut total = head.batch_size;
+        let mut batch = vec![head];
+        for queue in self.queues.values_mut() {
+            let mut i = 0;
+            while i < queue.len() && total < target {
+                let fits = queue.get(i).is_some_and(|p| compatible(&batch[0].exec, &p.exec) && total + p.batch_size <= target);
+                if fits && let Some(p) = queue.remove(i) {
+                    total += p.batch_size;
+                    batch.push(p);
+                    continue;
+                }
+                i += 1;
+            }
+        }
+        batch
+    }
+
+    fn full(&self, size: usize) -> bool {
+        size >= self.config.max_batch_size || self.config.preferred.contains(&size)
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<(u64, Pending)>) {
+        loop {
+            // 1. Something to do.
+            while self.queued() == 0 {
+                match rx.recv().await {
+                    Some((level, p)) => self.enqueue(level, p),
+                    None => return,
+                }
+            }
+            // 2. A free instance; keep queueing (and rejecting on a full queue) meanwhile.
+            let permit = loop {
+                tokio::select! {
+                    biased;
+                    permit = self.pool.acquire() => break permit,
+                    item = rx.recv() => match item {
+                        Some((level, p)) => self.enqueue(level, p),
+                        None => return,
+                    },
+                }
+            };
+            let Ok(permit) = permit else { return };
+            while let Ok((level, p)) = rx.try_recv() {
+                self.enqueue(level, p);
+            }
+            // 3. Wait (at most max_queue_delay from the oldest request) for a fuller batch.
+            self.expire(Instant::now());
+            if let Some(oldest) = self.head().map(|p| p.enqueued) {
+                let deadline = oldest + self.config.max_delay;
+                while !self.full(self.ready_size()) && Instant::now() < deadline {
+                    tokio::select! {
+                        item = rx.recv() => match item {
+                            Some((level, p)) => self.enqueue(level, p),
+                            None => break,
+                        },
+                        () = tokio::time::sleep_until(deadline.into()) => break,
+                    }
+                }
+            }
+            self.expire(Instant::now());
+            let batch = self.take_batch();
+            if batch.is_empty() {
+                continue; // everything timed out; the permit goes back
+            }
+            self.dispatch(permit, batch);
+        }
+    }
+
+    fn dispatch(&mut self, permit: tokio::sync::OwnedSemaphorePermit, batch: Vec<Pending>) {
+        let pool = Arc::clone(&self.pool);
+        let stats = Arc::clone(&self.stats);
+        let model = self.model.clone();
+        let wait_for = if self.config.preserve_ordering { self.last_batch_done.take() } else { None };
+        let (done_tx, done_rx) = oneshot::channel();
+        if self.config.preserve_ordering {
+            self.last_batch_done = Some(done_rx);
+        }
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let total: usize = batch.iter().map(|p| p.batch_size).sum();
+            let mut execs = Vec::with_capacity(batch.len());
+            let mut replies = Vec::with_capacity(batch.len());
+            for p in batch {
+                let queued = started.saturating_duration_since(p.enqueued);
+                stats.record_queue(queued);
+                execs.push(p.exec);
+                replies.push((p.reply, queued));
+            }
+            let results = pool.execute_with(permit, execs).await;
+            let infer_done = Instant::now();
+            let ok = results.as_ref().is_ok_and(|r| r.iter().all(Result::is_ok));
+            if ok {
+                stats.record_execution(total, Duration::ZERO, infer_done - started, Duration::ZERO);
+            }
+            tracing::trace!(model = model.as_str(), requests = replies.len(), batch_size = total, "executed a batch");
+            if let Some(previous) = wait_for {
+                let _ = previous.await;
+            }
+            match results {
+                Ok(results) => {
+                    let mut results = results.into_iter();
+                    for (reply, queued) in replies {
+                        let outputs = results.next().unwrap_or_else(|| Err(CoreError::internal("instance returned too few results")));
+                        let _ = reply.send(BatchReply { outputs, queued });
+                    }
+                }
+                Err(e) => {
+                    for (reply, queued) in replies {
+                        let _ = reply.send(BatchReply { outputs: Err(e.clone()), queued });
+                    }
+                }
+            }
+            let _ = done_tx.send(());
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Condvar, Mutex};
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::backend::ModelInstance;
+    use crate::tensor::DataType;
+
+    type Gate = Arc<(Mutex<bool>, Condvar)>;
+
+    /// Echoes every request's inputs and records the batches it ran (the ids of their requests).
+    /// While the gate is closed it blocks, so a test decides when the queue drains.
+    struct EchoInstance {
+        batches: Arc<Mutex<Vec<Vec<String>>>>,
+        gate: Gate,
+        entered: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl ModelInstance for EchoInstance {
+        fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+            self.entered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let (open, cv) = &*self.gate;
+            let mut guard = open.lock().unwrap();
+            while !*guard {
+                guard = cv.wait(guard).unwrap();
+            }
+            drop(guard);
+            self.batches.lock().unwrap().push(batch.iter().map(|r| r.id.clone().unwrap_or_default()).collect());
+            batch.into_iter().map(|r| Ok(r.inputs)).collect()
+        }
+    }
+
+    struct Harness {
+        batcher: DynamicBatcher,
+        batches: Arc<Mutex<Vec<Vec<String>>>>,
+        gate: Gate,
+        stats: Arc<ModelStats>,
+        entered: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    type Reply = tokio::task::JoinHandle<CoreResult<BatchReply>>;
+
+    impl Harness {
+        fn new(max_batch_size: i32, config: ModelDynamicBatching) -> Self {
+            let batches = Arc::new(Mutex::new(Vec::new()));
+            let gate: Gate = Arc::new((Mutex::new(false), Condvar::new()));
+            let entered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let instance = EchoInstance { batches: Arc::clone(&batches), gate: Arc::clone(&gate), entered: Arc::clone(&entered) };
+            let pool = Arc::new(InstancePool::new(vec![Box::new(instance)]));
+            let stats = Arc::new(ModelStats::default());
+            let batcher = DynamicBatcher::start(BatcherConfig::new(max_batch_size, &config), pool, Arc::clone(&stats), "m".into());
+            Self { batcher, batches, gate, stats, entered }
+        }
+
+        fn open(&self) {
+            *self.gate.0.lock().unwrap() = true;
+            self.gate.1.notify_all();
+        }
+
+        /// Submits a [1, cols] UINT8 request filled with `fill`.
+        fn submit(&self, id: &str, fill: u8, cols: i64, params: &[(&str, i64)]) -> Reply {
+            let tensor = Tensor::new("x", DataType::Uint8, vec![1, cols], Bytes::from(vec![fill; cols as usize])).unwrap();
+            let exec = ExecRequest {
+                id: Some(id.to_string()),
+                inputs: vec![tensor],
+                outputs: vec!["x".into()],
+                parameters: params.iter().map(|(k, v)| (k.to_string(), ParamValue::Int(*v))).collect(),
+                responder: None,
+            };
+            tokio::spawn(self.batcher.submit(exec, 1))
+        }
+
+        fn batches(&self) -> Vec<Vec<String>> {
+            self.batches.lock().unwrap().clone()
+        }
+
+        /// Waits until the (only) instance is inside execute, held by the closed gate. Requests
+        /// submitted after this queue up: `submit` puts them in the channel before returning,
+        /// and the batcher drains the channel when the instance frees up.
+        async fn until_blocked(&self) {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while self.entered.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                assert!(Instant::now() < deadline, "the first request never reached the instance");
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    async fn outputs(reply: Reply) -> CoreResult<Vec<Tensor>> {
+        reply.await.unwrap()?.outputs
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_requests_run_as_one_batch_and_get_their_own_rows() {
+        let h = Harness::new(8, ModelDynamicBatching::default());
+        let first = h.submit("blocker", 9, 2, &[]);
+        h.until_blocked().await;
+        let rest: Vec<Reply> = (0..5u8).map(|i| h.submit(&format!("r{i}"), i, 2, &[])).collect();
+        h.open();
+        for (i, reply) in rest.into_iter().enumerate() {
+            let out = outputs(reply).await.unwrap();
+            assert_eq!(&out[0].data[..], &[i as u8; 2], "each request gets its own rows back");
+        }
+        outputs(first).await.unwrap();
+        let batches = h.batches();
+        assert_eq!(batches, vec![vec!["blocker".to_string()], (0..5).map(|i| format!("r{i}")).collect()]);
+        let stats = h.stats.snapshot();
+        assert_eq!((stats.execution_count, stats.inference_count), (2, 6));
+        assert!(stats.batches.contains_key(&5) && stats.batches.contains_key(&1));
+        assert_eq!(stats.queue.count, 6);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn max_batch_size_preferred_sizes_and_shapes_bound_batches() {
+        let config = ModelDynamicBatching { preferred_batch_size: vec![2], ..Default::default() };
+        let h = Harness::new(3, config);
+        let first = h.submit("blocker", 0, 2, &[]);
+        h.until_blocked().await;
+        // Five [1,2] requests and one [1,3] (different non-batch dims: never merged with them).
+        let mut replies: Vec<Reply> = (0..5u8).map(|i| h.submit(&format!("a{i}"), i, 2, &[])).collect();
+        replies.push(h.submit("wide", 7, 3, &[]));
+        h.open();
+        for reply in replies {
+            outputs(reply).await.unwrap();
+        }
+        outputs(first).await.unwrap();
+        let batches = h.batches();
+        // preferred size 2 wins over filling max_batch_size 3 while enough requests wait
+        assert_eq!(batches[1], vec!["a0", "a1"]);
+        assert_eq!(batches[2], vec!["a2", "a3"]);
+        assert!(batches.iter().all(|b| b.len() <= 3));
+        assert!(batches.iter().any(|b| b == &vec!["wide".to_string()]), "{batches:?}");
+        assert_eq!(batches.iter().map(Vec::len).sum::<usize>(), 7);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn max_queue_delay_waits_for_a_fuller_batch() {
+        let config = ModelDynamicBatching { max_queue_delay_microseconds: 200_000, preferred_batch_size: vec![4], ..Default::default() };
+        let h = Harness::new(8, config);
+        h.open();
+        let replies: Vec<Reply> = (0..4u8).map(|i| h.submit(&format!("d{i}"), i, 1, &[])).collect();
+        for reply in replies {
+            outputs(reply).await.unwrap();
+        }
+        assert_eq!(h.batches(), vec![vec!["d0", "d1", "d2", "d3"]], "the preferred size dispatches before the delay ends");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn full_queue_rejects_at_once() {
+        let policy = ModelQueuePolicy { max_queue_size: 2, ..Default::default() };
+        let config = ModelDynamicBatching { default_queue_policy: Some(policy), ..Default::default() };
+        let h = Harness::new(1, config);
+        let first = h.submit("blocker", 0, 1, &[]);
+        h.until_blocked().await;
+        let queued: Vec<Reply> = (0..2u8).map(|i| h.submit(&format!("q{i}"), i, 1, &[])).collect();
+        let rejected = outputs(h.submit("over", 9, 1, &[])).await.unwrap_err();
+        assert_eq!(rejected.message, "Exceeds maximum queue size");
+        assert_eq!(rejected.http_status(), 503);
+        h.open();
+        for reply in queued {
+            outputs(reply).await.unwrap();
+        }
+        outputs(first).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn higher_priority_runs_first() {
+        let config = ModelDynamicBatching { priority_levels: 3, default_priority_level: 3, ..Default::default() };
+        let h = Harness::new(1, config);
+        let first = h.submit("blocker", 0, 1, &[]);
+        h.until_blocked().await;
+        let low = h.submit("low", 1, 1, &[]);
+        let mid = h.submit("mid", 2, 1, &[("priority", 2)]);
+        let high = h.submit("high", 3, 1, &[("priority", 1)]);
+        let bad = h.submit("default", 4, 1, &[("priority", 99)]);
+        h.open();
+        for reply in [first, low, mid, high, bad] {
+            outputs(reply).await.unwrap();
+        }
+        let order: Vec<String> = h.batches().into_iter().flatten().collect();
+        assert_eq!(order, vec!["blocker", "high", "mid", "low", "default"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queue_timeouts_reject_or_delay() {
+        let reject = ModelQueuePolicy { default_timeout_microseconds: 20_000, allow_timeout_override: true, ..Default::default() };
+        let h = Harness::new(1, ModelDynamicBatching { default_queue_policy: Some(reject), ..Default::default() });
+        let first = h.submit("blocker", 0, 1, &[]);
+        h.until_blocked().await;
+        let expires = h.submit("expires", 1, 1, &[]);
+        let patient = h.submit("patient", 2, 1, &[("timeout", 10_000_000)]);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        h.open();
+        assert_eq!(outputs(expires).await.unwrap_err().message, "Request timeout expired");
+        outputs(patient).await.unwrap();
+        outputs(first).await.unwrap();
+
+        let delay = ModelQueuePolicy {
+            timeout_action: TimeoutAction::Delay as i32,
+            default_timeout_microseconds: 20_000,
+            allow_timeout_override: true,
+            ..Default::default()
+        };
+        let h = Harness::new(1, ModelDynamicBatching { default_queue_policy: Some(delay), ..Default::default() });
+        let first = h.submit("blocker", 0, 1, &[]);
+        h.until_blocked().await;
+        let late = h.submit("late", 1, 1, &[]);
+        let on_time = h.submit("on_time", 2, 1, &[("timeout", 10_000_000)]);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        h.open();
+        for reply in [first, late, on_time] {
+            outputs(reply).await.unwrap();
+        }
+        let order: Vec<String> = h.batches().into_iter().flatten().collect();
+        assert_eq!(order, vec!["blocker", "on_time", "late"], "a timed-out request waits behind the others");
+    }
+}
