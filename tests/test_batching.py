@@ -11,7 +11,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tessera_testlib import add_sub_config, copy_model, wait_model_ready
+from tessera_testlib import add_sub_config, copy_model, quickstart_repo, wait_model_ready, write_atomic
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,14 +27,33 @@ def inputs_for(a: np.ndarray, b: np.ndarray):
     return ins
 
 
+def variable_add_sub_onnx() -> bytes:
+    """add_sub with a variable second dimension: FP32 [batch, n] -> sum and difference."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def vi(name):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", "n"])
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]), helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])],
+        "variable_add_sub", [vi("INPUT0"), vi("INPUT1")], [vi("OUTPUT0"), vi("OUTPUT1")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model.SerializeToString()
+
+
 @pytest.fixture
 def batching_server(server_factory, tmp_path):
     repo = tmp_path / "repo"
     # A 200 ms queue delay makes merging deterministic: 16 requests sent at once all wait for
     # each other, up to max_batch_size 8 per batch.
-    copy_model(repo, "add_sub", "batched", config=add_sub_config(
+    model_dir = copy_model(repo, "add_sub", "batched", config=add_sub_config(
         "batched", max_batch_size=8, input_dims="[ -1 ]", output_dims="[ -1 ]",
         extra="dynamic_batching { max_queue_delay_microseconds: 200000 }"))
+    write_atomic(model_dir / "1" / "model.onnx", variable_add_sub_onnx())
     copy_model(repo, "add_sub", "queue_limited", config=add_sub_config(
         "queue_limited", max_batch_size=1,
         extra="dynamic_batching { default_queue_policy { max_queue_size: 1 } }"))
@@ -102,6 +121,7 @@ def test_full_queue_is_rejected(batching_server):
     errors = [e for _, e in results.values() if e is not None]
     ok = [r for r, e in results.values() if e is None]
     assert ok, "some requests must be served"
+    print(f"queue_limited: {len(ok)} served, {len(errors)} rejected")
     for e in errors:
         assert isinstance(e, InferenceServerException)
         assert e.status() == "StatusCode.UNAVAILABLE" and "Exceeds maximum queue size" in e.message(), e
@@ -117,4 +137,23 @@ def test_unbatched_model_runs_one_request_per_execution(batching_server):
     assert all(e is None for _, e in results.values())
     s = stats_of(c, "unbatched")
     assert int(s["execution_count"]) == int(s["inference_count"]) == 8
+    c.close()
+
+
+def test_wasm_guest_executes_the_formed_batch(server_factory, tmp_path):
+    """A WebAssembly guest's execute receives the whole batch (one call, several requests)."""
+    repo = tmp_path / "repo"
+    src = (quickstart_repo() / "add_sub_rust" / "config.pbtxt").read_text()
+    copy_model(repo, "add_sub_rust", config=src + "\ndynamic_batching { max_queue_delay_microseconds: 200000 }\n")
+    srv = server_factory(repo)
+    wait_model_ready(srv, "add_sub_rust")
+    c = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
+    reqs = [(np.full((1, 16), i, dtype=np.float32), np.ones((1, 16), dtype=np.float32)) for i in range(8)]
+    results = send_all(c, "add_sub_rust", reqs)
+    for i, (a, b) in enumerate(reqs):
+        result, error = results[i]
+        assert error is None, error
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    s = stats_of(c, "add_sub_rust")
+    assert int(s["inference_count"]) == 8 and int(s["execution_count"]) < 8, s
     c.close()
