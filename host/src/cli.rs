@@ -117,13 +117,25 @@ pub struct ServeArgs {
     #[arg(long)]
     pub grpc_restricted_protocol: Vec<String>,
 
-    /// Prometheus metrics endpoint (not served yet by this version; the flags are accepted).
-    #[arg(long, default_value = "0.0.0.0")]
+    /// Address of the Prometheus metrics endpoint (`GET /metrics`).
+    #[arg(long, default_value = "0.0.0.0", env = "TESSERA_METRICS_ADDRESS")]
     pub metrics_address: String,
-    #[arg(long, default_value_t = 8002)]
+    #[arg(long, default_value_t = 8002, env = "TESSERA_METRICS_PORT")]
     pub metrics_port: u16,
     #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub allow_metrics: bool,
+    /// nv_cpu_utilization and nv_cpu_memory_* gauges.
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub allow_cpu_metrics: bool,
+    /// Accepted for compatibility with Triton command lines (this build has no GPU metrics).
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub allow_gpu_metrics: bool,
+    /// Milliseconds between samples of the CPU and memory gauges.
+    #[arg(long, default_value_t = 2000)]
+    pub metrics_interval_ms: u64,
+    /// Accepted for compatibility with Triton command lines (`<setting>=<value>`; ignored).
+    #[arg(long)]
+    pub metrics_config: Vec<String>,
 
     #[arg(long, value_enum, default_value = "none", env = "TESSERA_MODEL_CONTROL_MODE")]
     pub model_control_mode: ControlMode,
@@ -180,6 +192,10 @@ pub struct ServeArgs {
     /// Accepted for compatibility with Triton command lines.
     #[arg(long)]
     pub cache_directory: Option<PathBuf>,
+    /// The response cache, as Triton: `local,size=<bytes>` (repeatable). Models opt in with
+    /// `response_cache { enable: true }`.
+    #[arg(long)]
+    pub cache_config: Vec<String>,
     /// Accepted for compatibility with Triton command lines (`<backend>,<setting>=<value>`).
     #[arg(long)]
     pub backend_config: Vec<String>,

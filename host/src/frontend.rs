@@ -117,7 +117,12 @@ impl Frontend {
     #[cfg(test)]
     pub(crate) fn for_tests() -> Self {
         let manager = Arc::new(ModelManager::new(
-            crate::repository::RepositoryOptions { repositories: vec![], control_mode: ControlMode::None, strict_config: false },
+            crate::repository::RepositoryOptions {
+                repositories: vec![],
+                control_mode: ControlMode::None,
+                strict_config: false,
+                response_cache: None,
+            },
             crate::backend::Backends::new(
                 crate::backend::onnx::OnnxBackend::new(None),
                 crate::backend::wasm::WasmBackend::new(Default::default()),

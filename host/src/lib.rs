@@ -5,6 +5,7 @@
 //! [`repository::ModelManager`] owns models; [`backend`] turns model files into instances.
 
 pub mod backend;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod error;
@@ -13,6 +14,7 @@ pub mod grpc;
 pub mod guest;
 pub mod http;
 pub mod infer;
+pub mod metrics;
 pub mod model;
 pub mod repository;
 pub mod scheduler;

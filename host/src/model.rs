@@ -18,6 +18,7 @@ use crate::backend::{Backend, ExecRequest, InstanceContext, ModelInstance};
 use crate::config::{ModelConfig, TensorConfig, datatype_from_config};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{InferRequest, InferResponse, RequestedOutput};
+use crate::cache::ResponseCache;
 use crate::scheduler::{BatcherConfig, DynamicBatcher};
 use crate::stats::ModelStats;
 use crate::tensor::{DataType, Tensor, push_bytes_element};
@@ -69,6 +70,8 @@ pub struct LoadedModel {
     batcher_config: Option<BatcherConfig>,
     /// Started on the first request (inside the async runtime).
     batcher: OnceLock<DynamicBatcher>,
+    /// The server's response cache, when this model enables it.
+    cache: Option<Arc<ResponseCache>>,
 }
 
 impl LoadedModel {
@@ -114,7 +117,7 @@ impl LoadedModel {
             }
             _ => None,
         };
-        Ok(Self {
+        Self {
             name: config.name.clone(),
             version,
             config_json: crate::config::to_json(&config),
@@ -126,8 +129,115 @@ impl LoadedModel {
             stats: Arc::new(ModelStats::default()),
             batcher_config,
             batcher: OnceLock::new(),
+            cache: None,
             config,
-        })
+        }
+        .warmed_up(model_dir)
+    }
+
+    /// Uses the server's response cache when the config enables it (`response_cache { enable:
+    /// true }`); without a server cache (`--cache-config`) the setting has no effect.
+    pub fn with_response_cache(mut self, cache: Option<Arc<ResponseCache>>) -> Self {
+        if self.response_cache_enabled() && !self.is_decoupled() {
+            if cache.is_none() {
+                tracing::warn!(model = self.name.as_str(), "response_cache is enabled but the server has no cache (--cache-config local,size=N): not caching");
+            }
+            self.cache = cache;
+        }
+        self
+    }
+
+    /// Runs the config's `model_warmup` samples on every instance before the model is served; a
+    /// failing sample fails the load with its error.
+    fn warmed_up(self, model_dir: &Path) -> CoreResult<Self> {
+        for sample in &self.config.model_warmup {
+            let fail = |e: CoreError| {
+                CoreError::new(e.kind, format!("model '{}' failed warmup sample '{}': {}", self.name, sample.name, e.message))
+            };
+            let request = self.warmup_request(sample, model_dir).map_err(fail)?;
+            let (exec, batch_size) = self.prepare(&request).map_err(fail)?;
+            let wanted = self.check_outputs(&request).map_err(fail)?;
+            let exec = ExecRequest { outputs: wanted.iter().map(|o| o.name.clone()).collect(), ..exec };
+            let Ok(mut idle) = self.pool.idle.lock() else {
+                return Err(CoreError::internal("instance pool poisoned"));
+            };
+            for instance in idle.iter_mut() {
+                for _ in 0..sample.count.max(1) {
+                    let outputs = instance
+                        .execute(vec![exec.clone()])
+                        .pop()
+                        .unwrap_or_else(|| Err(CoreError::internal("instance returned no result")))
+                        .map_err(fail)?;
+                    self.postprocess(outputs, batch_size, &wanted).map_err(fail)?;
+                }
+            }
+            tracing::info!(model = self.name.as_str(), sample = sample.name.as_str(), "warmup done");
+        }
+        Ok(self)
+    }
+
+    fn warmup_request(&self, sample: &crate::config::pb::ModelWarmup, model_dir: &Path) -> CoreResult<InferRequest> {
+        use crate::config::pb::model_warmup::input::InputDataType;
+        let mut request = InferRequest { model_name: self.name.clone(), id: Some(format!("warmup:{}", sample.name)), ..Default::default() };
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut random = move || {
+            // xorshift64*: deterministic, dependency-free filler
+            seed ^= seed >> 12;
+            seed ^= seed << 25;
+            seed ^= seed >> 27;
+            seed.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        };
+        for (name, input) in &sample.inputs {
+            let datatype = config_datatype(name, input.data_type)?;
+            let mut shape = if self.max_batch_size() > 0 { vec![i64::from(sample.batch_size.max(1))] } else { Vec::new() };
+            shape.extend(&input.dims);
+            let count = crate::tensor::element_count(&shape)?;
+            let data: Bytes = match &input.input_data_type {
+                Some(InputDataType::InputDataFile(file)) => {
+                    let path = model_dir.join("warmup").join(file);
+                    Bytes::from(std::fs::read(&path).map_err(|e| {
+                        CoreError::invalid_arg(format!("cannot read warmup data file {}: {e}", path.display()))
+                    })?)
+                }
+                Some(InputDataType::RandomData(true)) => match datatype.element_size() {
+                    None => {
+                        let mut out = Vec::new();
+                        for _ in 0..count {
+                            let word: Vec<u8> = (0..8).map(|_| b'a' + (random() % 26) as u8).collect();
+                            push_bytes_element(&mut out, &word)?;
+                        }
+                        Bytes::from(out)
+                    }
+                    Some(size) => {
+                        let mut out = Vec::with_capacity(count * size);
+                        for _ in 0..count {
+                            let r = random();
+                            match datatype {
+                                DataType::Fp32 => out.extend_from_slice(&((r >> 40) as f32 / (1u64 << 24) as f32).to_le_bytes()),
+                                DataType::Fp64 => out.extend_from_slice(&((r >> 11) as f64 / (1u64 << 53) as f64).to_le_bytes()),
+                                DataType::Fp16 => out.extend_from_slice(&half::f16::from_f32((r >> 40) as f32 / (1u64 << 24) as f32).to_le_bytes()),
+                                DataType::Bf16 => out.extend_from_slice(&half::bf16::from_f32((r >> 40) as f32 / (1u64 << 24) as f32).to_le_bytes()),
+                                DataType::Bool => out.push((r & 1) as u8),
+                                // small non-negative integers are valid for every integer type
+                                _ => {
+                                    let mut v = vec![0u8; size];
+                                    v[0] = (r % 100) as u8;
+                                    out.extend_from_slice(&v);
+                                }
+                            }
+                        }
+                        Bytes::from(out)
+                    }
+                },
+                // zero_data, or nothing chosen
+                _ => match datatype.element_size() {
+                    Some(size) => Bytes::from(vec![0u8; count * size]),
+                    None => Bytes::from([0u8; 4].repeat(count)),
+                },
+            };
+            request.inputs.push(Tensor::new(name.clone(), datatype, shape, data)?);
+        }
+        Ok(request)
     }
 
     pub fn max_batch_size(&self) -> i64 {
@@ -136,6 +246,11 @@ impl LoadedModel {
 
     /// Decoupled models (`model_transaction_policy { decoupled: true }`) answer 0..n times per
     /// request, so they are reached through [`LoadedModel::infer_stream`] only.
+    /// `response_cache { enable: true }` in the config.
+    pub fn response_cache_enabled(&self) -> bool {
+        self.config.response_cache.as_ref().is_some_and(|c| c.enable)
+    }
+
     pub fn is_decoupled(&self) -> bool {
         self.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
     }
@@ -211,9 +326,38 @@ impl LoadedModel {
     /// Runs one request end to end, recording statistics.
     pub async fn infer(&self, request: InferRequest) -> CoreResult<InferResponse> {
         let start = Instant::now();
-        let result = self.infer_inner(request, start).await;
+        let result = match &self.cache {
+            None => self.infer_inner(request, start).await,
+            Some(cache) => {
+                let key = ResponseCache::key(&self.name, self.version, &request);
+                if let Some(outputs) = cache.get(&key) {
+                    // A hit counts as a success with its own duration, not as an execution.
+                    self.stats.record_cache(true, start.elapsed());
+                    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+                    self.stats.record_request(true, start.elapsed(), now_ms);
+                    return Ok(InferResponse {
+                        model_name: self.name.clone(),
+                        model_version: self.version,
+                        id: request.id,
+                        outputs,
+                        is_final: true,
+                        ..Default::default()
+                    });
+                }
+                let result = self.infer_inner(request, start).await;
+                if let Ok(response) = &result {
+                    let inserting = Instant::now();
+                    cache.insert(key, response.outputs.clone());
+                    self.stats.record_cache(false, inserting.elapsed());
+                }
+                result
+            }
+        };
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         self.stats.record_request(result.is_ok(), start.elapsed(), now_ms);
+        if let Err(e) = &result {
+            self.stats.record_failure(crate::stats::FailureReason::of(e));
+        }
         result
     }
 
@@ -236,7 +380,12 @@ impl LoadedModel {
             self.postprocess(outputs, batch_size, &wanted)?
         } else {
             let queued = Instant::now();
-            let mut results = self.pool.execute(vec![exec], || self.stats.record_queue(queued.elapsed())).await?;
+            let pending = PendingGuard::new(&self.stats);
+            let dequeued = || {
+                pending.release();
+                self.stats.record_queue(queued.elapsed());
+            };
+            let mut results = self.pool.execute(vec![exec], dequeued).await?;
             let infer_done = Instant::now();
             let outputs = results.pop().unwrap_or_else(|| Err(CoreError::internal("instance returned no result")))?;
             let outputs = self.postprocess(outputs, batch_size, &wanted)?;
@@ -522,6 +671,32 @@ fn numeric_values(tensor: &Tensor) -> CoreResult<Vec<(f64, String)>> {
             )));
         }
     })
+}
+
+/// Counts a request as pending (waiting for an instance) until released or dropped, so a caller
+/// that goes away while waiting does not leave the gauge high.
+struct PendingGuard<'a> {
+    stats: &'a ModelStats,
+    counted: std::sync::atomic::AtomicBool,
+}
+
+impl<'a> PendingGuard<'a> {
+    fn new(stats: &'a ModelStats) -> Self {
+        stats.pending_add(1);
+        Self { stats, counted: std::sync::atomic::AtomicBool::new(true) }
+    }
+
+    fn release(&self) {
+        if self.counted.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            self.stats.pending_add(-1);
+        }
+    }
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 /// Instances of one model version. A semaphore with one permit per idle instance means a

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::UNIX_EPOCH;
 
+use crate::cache::ResponseCache;
 use crate::backend::Backends;
 use crate::config::{self, ModelConfig, pb::model_version_policy::PolicyChoice};
 use crate::error::{CoreError, CoreResult};
@@ -28,6 +29,8 @@ pub struct RepositoryOptions {
     pub control_mode: ControlMode,
     /// When false, missing config.pbtxt or missing I/O are auto-completed from the model file.
     pub strict_config: bool,
+    /// The server's response cache (`--cache-config local,size=N`), for models that enable it.
+    pub response_cache: Option<Arc<ResponseCache>>,
 }
 
 #[derive(Clone)]
@@ -232,7 +235,7 @@ impl ModelManager {
             let version_dir = dir.join(version.to_string());
             let file = model_filename(&config, backend.default_model_filename());
             let state = LoadedModel::load(config.clone(), version, backend.as_ref(), dir, &version_dir.join(file))
-                .map(|m| VersionState::Ready(Arc::new(m)))
+                .map(|m| VersionState::Ready(Arc::new(m.with_response_cache(self.options.response_cache.clone()))))
                 .unwrap_or_else(|e| VersionState::Unavailable(e.message));
             entry.versions.insert(version, state);
         }

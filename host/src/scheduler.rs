@@ -127,6 +127,7 @@ impl BatcherConfig {
 pub struct DynamicBatcher {
     tx: mpsc::UnboundedSender<(u64, Pending)>,
     config: Arc<BatcherConfig>,
+    stats: Arc<ModelStats>,
 }
 
 impl DynamicBatcher {
@@ -134,9 +135,10 @@ impl DynamicBatcher {
     pub fn start(config: BatcherConfig, pool: Arc<InstancePool>, stats: Arc<ModelStats>, model: String) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let config = Arc::new(config);
-        let task = BatcherTask { config: Arc::clone(&config), pool, stats, model, queues: BTreeMap::new(), last_batch_done: None };
+        let task =
+            BatcherTask { config: Arc::clone(&config), pool, stats: Arc::clone(&stats), model, queues: BTreeMap::new(), last_batch_done: None };
         tokio::spawn(task.run(rx));
-        Self { tx, config }
+        Self { tx, config, stats }
     }
 
     /// Queues one request (already validated; `batch_size` is its dim 0) at once, and returns
@@ -148,7 +150,11 @@ impl DynamicBatcher {
         let deadline = self.config.deadline_of(&policy, &exec, now);
         let (reply, rx) = oneshot::channel();
         let pending = Pending { exec, batch_size, enqueued: now, deadline, delayed: false, reply };
+        self.stats.pending_add(1);
         let sent = self.tx.send((level, pending));
+        if sent.is_err() {
+            self.stats.pending_add(-1);
+        }
         async move {
             sent.map_err(|_| CoreError::unavailable("the model's scheduler has stopped (model unloading)"))?;
             rx.await.map_err(|_| CoreError::internal("the model's scheduler dropped the request"))
@@ -183,6 +189,7 @@ impl BatcherTask {
         let max = self.config.policies.get(&level).map_or(0, |p| p.max_queue_size);
         let queue = self.queues.entry(level).or_default();
         if max > 0 && queue.len() >= max {
+            self.stats.pending_add(-1);
             let queued = pending.enqueued.elapsed();
             let _ = pending.reply.send(BatchReply { outputs: Err(CoreError::unavailable("Exceeds maximum queue size")), queued });
             return;
@@ -193,6 +200,7 @@ impl BatcherTask {
     /// Rejects or demotes requests whose queue timeout has passed.
     fn expire(&mut self, now: Instant) {
         let policies = &self.config.policies;
+        let stats = &self.stats;
         for (level, queue) in &mut self.queues {
             let reject = policies.get(level).is_none_or(|p| p.reject_on_timeout);
             let mut kept = VecDeque::with_capacity(queue.len());
@@ -201,6 +209,7 @@ impl BatcherTask {
                 match p.deadline {
                     Some(d) if d <= now && !p.delayed => {
                         if reject {
+                            stats.pending_add(-1);
                             let queued = now.saturating_duration_since(p.enqueued);
                             let _ = p.reply.send(BatchReply { outputs: Err(CoreError::unavailable("Request timeout expired")), queued });
                         } else {
@@ -326,6 +335,7 @@ impl BatcherTask {
             let total: usize = batch.iter().map(|p| p.batch_size).sum();
             let mut execs = Vec::with_capacity(batch.len());
             let mut replies = Vec::with_capacity(batch.len());
+            stats.pending_add(-(batch.len() as i64));
             for p in batch {
                 let queued = started.saturating_duration_since(p.enqueued);
                 stats.record_queue(queued);

@@ -13,6 +13,7 @@ use crate::backend::{Backends, onnx::OnnxBackend};
 use crate::cli::ServeArgs;
 use crate::frontend::{Frontend, LogApplier, SettingValue};
 use crate::grpc::GrpcOptions;
+use crate::metrics::{HostSampler, MetricsState};
 use crate::http::{HttpState, router};
 use crate::repository::{ControlMode, ModelManager, RepositoryOptions};
 
@@ -122,9 +123,6 @@ async fn serve(args: ServeArgs, as_triton: bool, log_handle: Option<FilterHandle
         tracing::error!("--grpc-restricted-protocol is not supported by this version; refusing to serve those protocols unprotected");
         return ExitCode::FAILURE;
     }
-    if args.allow_metrics {
-        tracing::warn!(port = args.metrics_port, "the metrics endpoint is not implemented in this version");
-    }
 
     let onnx = OnnxBackend::new(args.onnxruntime_library.as_deref());
     let mut wasm_options = WasmOptions { max_instances: args.wasm_max_instances, ..WasmOptions::default() };
@@ -132,11 +130,19 @@ async fn serve(args: ServeArgs, as_triton: bool, log_handle: Option<FilterHandle
         wasm_options.cache_dir = Some(dir.clone());
     }
     let backends = Backends::new(onnx, WasmBackend::new(wasm_options));
+    let response_cache = match crate::cache::parse_cache_config(&args.cache_config) {
+        Ok(size) => size.map(|bytes| Arc::new(crate::cache::ResponseCache::new(bytes))),
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let manager = Arc::new(ModelManager::new(
         RepositoryOptions {
             repositories: args.model_repository.clone(),
             control_mode: args.model_control_mode,
             strict_config: args.strict_config(),
+            response_cache,
         },
         backends.clone(),
     ));
@@ -207,6 +213,20 @@ async fn serve(args: ServeArgs, as_triton: bool, log_handle: Option<FilterHandle
         let frontend = Arc::clone(&frontend);
         servers.spawn(async move {
             crate::grpc::serve(frontend, listener, options, shutdown).await.map_err(|e| format!("gRPC server failed: {e}"))
+        });
+    }
+    if args.allow_metrics {
+        let Some(listener) = bind("Metrics Service", &args.metrics_address, args.metrics_port).await else {
+            return ExitCode::FAILURE;
+        };
+        let host = args.allow_cpu_metrics.then(|| HostSampler::start(Duration::from_millis(args.metrics_interval_ms)));
+        let state = MetricsState { manager: Arc::clone(&frontend.manager), host };
+        let shutdown = stopped(stop_rx.clone());
+        servers.spawn(async move {
+            axum::serve(listener, crate::metrics::router(state))
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(|e| format!("metrics server failed: {e}"))
         });
     }
     let mut code = ExitCode::SUCCESS;

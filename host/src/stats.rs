@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -24,6 +25,41 @@ impl Duration2 {
     }
 }
 
+/// Why a request failed, as Triton's `nv_inference_request_failure{reason=...}` tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FailureReason {
+    /// Refused by the scheduler (full queue, queue timeout).
+    Rejected,
+    Canceled,
+    /// The model itself failed (execution error, trap).
+    Backend,
+    /// Anything else (invalid input, ...).
+    Other,
+}
+
+impl FailureReason {
+    pub const ALL: [FailureReason; 4] = [Self::Rejected, Self::Canceled, Self::Backend, Self::Other];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rejected => "REJECTED",
+            Self::Canceled => "CANCELED",
+            Self::Backend => "BACKEND",
+            Self::Other => "OTHER",
+        }
+    }
+
+    pub fn of(error: &crate::error::CoreError) -> Self {
+        use crate::error::ErrorKind;
+        match error.kind {
+            ErrorKind::Unavailable => Self::Rejected,
+            ErrorKind::Cancelled => Self::Canceled,
+            ErrorKind::Internal | ErrorKind::Unknown => Self::Backend,
+            _ => Self::Other,
+        }
+    }
+}
+
 /// A copy of a model version's statistics, for the front doors to encode.
 #[derive(Debug, Default, Clone)]
 pub struct Inner {
@@ -38,6 +74,9 @@ pub struct Inner {
     pub compute_output: Duration2,
     /// batch size -> (compute_input, compute_infer, compute_output)
     pub batches: BTreeMap<usize, [Duration2; 3]>,
+    pub failures: BTreeMap<FailureReason, u64>,
+    pub cache_hit: Duration2,
+    pub cache_miss: Duration2,
 }
 
 pub type StatsSnapshot = Inner;
@@ -45,6 +84,8 @@ pub type StatsSnapshot = Inner;
 #[derive(Debug, Default)]
 pub struct ModelStats {
     inner: Mutex<Inner>,
+    /// Requests waiting for an instance (Triton's pending request count).
+    pending: AtomicI64,
 }
 
 impl ModelStats {
@@ -60,6 +101,24 @@ impl ModelStats {
             if ok { s.success.add(total) } else { s.fail.add(total) }
             s.last_inference_ms = now_ms;
         });
+    }
+
+    pub fn record_failure(&self, reason: FailureReason) {
+        self.with(|s| *s.failures.entry(reason).or_default() += 1);
+    }
+
+    /// A response cache lookup that found (`hit`) or did not find the response, and its cost
+    /// (for a miss: the insertion after execution).
+    pub fn record_cache(&self, hit: bool, took: Duration) {
+        self.with(|s| if hit { s.cache_hit.add(took) } else { s.cache_miss.add(took) });
+    }
+
+    pub fn pending_add(&self, n: i64) {
+        self.pending.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn pending(&self) -> i64 {
+        self.pending.load(Ordering::Relaxed).max(0)
     }
 
     pub fn record_queue(&self, waited: Duration) {
@@ -112,8 +171,8 @@ impl ModelStats {
                 "compute_input": s.compute_input.json(),
                 "compute_infer": s.compute_infer.json(),
                 "compute_output": s.compute_output.json(),
-                "cache_hit": Duration2::default().json(),
-                "cache_miss": Duration2::default().json(),
+                "cache_hit": s.cache_hit.json(),
+                "cache_miss": s.cache_miss.json(),
             },
             "response_stats": {},
             "batch_stats": batch_stats,

@@ -181,6 +181,8 @@ const IMPLEMENTED_FIELDS: &[&str] = &[
     "parameters",
     "model_transaction_policy",
     "dynamic_batching",
+    "response_cache",
+    "model_warmup",
 ];
 
 fn log_ignored_fields(message: &DynamicMessage) {

@@ -131,8 +131,8 @@ fn model_statistics(model: &crate::model::LoadedModel) -> pb::ModelStatistics {
             compute_input: duration(s.compute_input),
             compute_infer: duration(s.compute_infer),
             compute_output: duration(s.compute_output),
-            cache_hit: duration(Duration2::default()),
-            cache_miss: duration(Duration2::default()),
+            cache_hit: duration(s.cache_hit),
+            cache_miss: duration(s.cache_miss),
         }),
         batch_stats: s
             .batches

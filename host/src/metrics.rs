@@ -1,0 +1,171 @@
+//! Prometheus metrics on `--metrics-port` (`GET /metrics`), with Triton's metric names and labels.
+//!
+//! Per-model numbers are not kept twice: each scrape reads the same [`ModelStats`] the statistics
+//! extension reports, sets them on a fresh `metrics-exporter-prometheus` recorder and renders it.
+//! So `/metrics` and `/v2/models/stats` always agree, and a model that is unloaded simply
+//! disappears from the next scrape. CPU utilisation and memory come from /proc, sampled every
+//! `--metrics-interval-ms`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use metrics::{Unit, counter, describe_counter, describe_gauge, gauge};
+use metrics_exporter_prometheus::PrometheusBuilder;
+
+use crate::model::LoadedModel;
+use crate::repository::ModelManager;
+use crate::stats::FailureReason;
+
+/// Host CPU and memory, refreshed by a background task.
+#[derive(Debug, Default)]
+pub struct HostSampler {
+    /// Utilisation in [0, 1] as f64 bits.
+    cpu_utilization: AtomicU64,
+    memory_total: AtomicU64,
+    memory_used: AtomicU64,
+}
+
+#[derive(Clone, Copy)]
+struct CpuTimes {
+    busy: u64,
+    total: u64,
+}
+
+fn read_cpu_times() -> Option<CpuTimes> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let values: Vec<u64> = line.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal ...
+    let idle = values.get(3)? + values.get(4).copied().unwrap_or(0);
+    let total: u64 = values.iter().take(8).sum();
+    Some(CpuTimes { busy: total.saturating_sub(idle), total })
+}
+
+fn read_memory() -> Option<(u64, u64)> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = meminfo.lines().find(|l| l.starts_with(name))?;
+        line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib * 1024)
+    };
+    let total = field("MemTotal:")?;
+    let available = field("MemAvailable:")?;
+    Some((total, total.saturating_sub(available)))
+}
+
+impl HostSampler {
+    /// Starts sampling every `interval`; the task lives as long as the returned sampler.
+    pub fn start(interval: Duration) -> Arc<Self> {
+        let sampler = Arc::new(Self::default());
+        sampler.sample_memory();
+        let weak = Arc::downgrade(&sampler);
+        tokio::spawn(async move {
+            let mut previous = read_cpu_times();
+            let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
+            loop {
+                ticker.tick().await;
+                let Some(sampler) = weak.upgrade() else { return };
+                let now = read_cpu_times();
+                if let (Some(a), Some(b)) = (previous, now) {
+                    let total = b.total.saturating_sub(a.total);
+                    if total > 0 {
+                        let utilization = b.busy.saturating_sub(a.busy) as f64 / total as f64;
+                        sampler.cpu_utilization.store(utilization.clamp(0.0, 1.0).to_bits(), Ordering::Relaxed);
+                    }
+                }
+                previous = now;
+                sampler.sample_memory();
+            }
+        });
+        sampler
+    }
+
+    fn sample_memory(&self) {
+        if let Some((total, used)) = read_memory() {
+            self.memory_total.store(total, Ordering::Relaxed);
+            self.memory_used.store(used, Ordering::Relaxed);
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct MetricsState {
+    pub manager: Arc<ModelManager>,
+    /// `None` with `--allow-cpu-metrics=false`.
+    pub host: Option<Arc<HostSampler>>,
+}
+
+pub fn router(state: MetricsState) -> Router {
+    Router::new().route("/metrics", get(scrape)).fallback(|| async { StatusCode::NOT_FOUND }).with_state(state)
+}
+
+async fn scrape(State(state): State<MetricsState>) -> Response {
+    let body = render(&state.manager.ready_models(), state.host.as_deref());
+    let mut response = body.into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    response
+}
+
+fn micros(ns: u64) -> u64 {
+    ns / 1_000
+}
+
+/// Renders the Prometheus text exposition for these model versions and the host.
+pub fn render(models: &[Arc<LoadedModel>], host: Option<&HostSampler>) -> String {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        describe_counter!("nv_inference_request_success", "Number of successful inference requests, all batch sizes");
+        describe_counter!("nv_inference_request_failure", "Number of failed inference requests, all batch sizes");
+        describe_counter!("nv_inference_count", "Number of inferences performed (does not include cached requests)");
+        describe_counter!("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)");
+        describe_counter!("nv_inference_request_duration_us", Unit::Microseconds, "Cumulative inference request duration in microseconds (includes cached requests)");
+        describe_counter!("nv_inference_queue_duration_us", Unit::Microseconds, "Cumulative inference queuing duration in microseconds (includes cached requests)");
+        describe_counter!("nv_inference_compute_input_duration_us", Unit::Microseconds, "Cumulative compute input duration in microseconds (does not include cached requests)");
+        describe_counter!("nv_inference_compute_infer_duration_us", Unit::Microseconds, "Cumulative compute inference duration in microseconds (does not include cached requests)");
+        describe_counter!("nv_inference_compute_output_duration_us", Unit::Microseconds, "Cumulative inference compute output duration in microseconds (does not include cached requests)");
+        describe_gauge!("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model.");
+        describe_counter!("nv_cache_num_hits_per_model", "Number of cache hits per model");
+        describe_counter!("nv_cache_num_misses_per_model", "Number of cache misses per model");
+        describe_counter!("nv_cache_hit_duration_per_model", Unit::Microseconds, "Total cache hit duration per model, in microseconds");
+        describe_counter!("nv_cache_miss_duration_per_model", Unit::Microseconds, "Total cache miss (insertion) duration per model, in microseconds");
+        for model in models {
+            let s = model.stats.snapshot();
+            let labels = [("model", model.name.clone()), ("version", model.version.to_string())];
+            counter!("nv_inference_request_success", &labels).absolute(s.success.count);
+            for reason in FailureReason::ALL {
+                let mut with_reason = labels.to_vec();
+                with_reason.push(("reason", reason.as_str().to_string()));
+                counter!("nv_inference_request_failure", &with_reason).absolute(s.failures.get(&reason).copied().unwrap_or(0));
+            }
+            counter!("nv_inference_count", &labels).absolute(s.inference_count);
+            counter!("nv_inference_exec_count", &labels).absolute(s.execution_count);
+            counter!("nv_inference_request_duration_us", &labels).absolute(micros(s.success.ns + s.fail.ns));
+            counter!("nv_inference_queue_duration_us", &labels).absolute(micros(s.queue.ns));
+            counter!("nv_inference_compute_input_duration_us", &labels).absolute(micros(s.compute_input.ns));
+            counter!("nv_inference_compute_infer_duration_us", &labels).absolute(micros(s.compute_infer.ns));
+            counter!("nv_inference_compute_output_duration_us", &labels).absolute(micros(s.compute_output.ns));
+            gauge!("nv_inference_pending_request_count", &labels).set(model.stats.pending() as f64);
+            if model.response_cache_enabled() {
+                counter!("nv_cache_num_hits_per_model", &labels).absolute(s.cache_hit.count);
+                counter!("nv_cache_num_misses_per_model", &labels).absolute(s.cache_miss.count);
+                counter!("nv_cache_hit_duration_per_model", &labels).absolute(micros(s.cache_hit.ns));
+                counter!("nv_cache_miss_duration_per_model", &labels).absolute(micros(s.cache_miss.ns));
+            }
+        }
+        if let Some(host) = host {
+            describe_gauge!("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]");
+            describe_gauge!("nv_cpu_memory_total_bytes", Unit::Bytes, "CPU total memory (RAM), in bytes");
+            describe_gauge!("nv_cpu_memory_used_bytes", Unit::Bytes, "CPU used memory (RAM), in bytes");
+            gauge!("nv_cpu_utilization").set(f64::from_bits(host.cpu_utilization.load(Ordering::Relaxed)));
+            gauge!("nv_cpu_memory_total_bytes").set(host.memory_total.load(Ordering::Relaxed) as f64);
+            gauge!("nv_cpu_memory_used_bytes").set(host.memory_used.load(Ordering::Relaxed) as f64);
+        }
+    });
+    handle.render()
+}
