@@ -11,6 +11,9 @@ Writes only the model files; config.pbtxt and labels.txt are hand-written files 
   classifier/1/model.onnx  INPUT0 FP32 [batch, 4]  ->  OUTPUT0 FP32 [batch, 5] = INPUT0 @ W + b
   text_scorer/1/model.onnx INPUT_IDS, ATTENTION_MASK INT64 [batch, 16]  ->  TOKEN_COUNT FP32 [batch, 1]
                            = sum(mask), ID_SUM INT64 [batch, 1] = sum(ids * mask)  (fed by the tokenizer guest)
+  simple_sequence/1/model.onnx  Triton's simple_sequence accumulator with implicit state: INPUT,
+                           START, READY, STATE_IN INT32 [batch, 1] -> OUTPUT = STATE_OUT =
+                           READY ? INPUT + (START ? 0 : STATE_IN) : STATE_IN
 
 The classifier's weights make its output trivial to predict: W is the 4x4 identity padded with a zero
 column and b = [0, 0, 0, 0, 0.5], so OUTPUT0 = [x0, x1, x2, x3, 0.5] exactly (0/1 weights, no rounding).
@@ -118,6 +121,32 @@ def text_scorer() -> onnx.ModelProto:
     return _model(graph, "text_scorer: TOKEN_COUNT = sum(mask), ID_SUM = sum(ids * mask)")
 
 
+def simple_sequence() -> onnx.ModelProto:
+    """Accumulates INPUT over a sequence. START and READY are the sequence batcher's control inputs
+    (int32 0/1); STATE_IN/STATE_OUT is the implicit state the server carries between requests."""
+    i32 = TensorProto.INT32
+
+    def vi(n: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(n, i32, [BATCH, 1])
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Sub", ["one", "START"], ["not_start"], name="not_start"),
+            helper.make_node("Mul", ["not_start", "STATE_IN"], ["carried"], name="carry"),
+            helper.make_node("Add", ["INPUT", "carried"], ["acc"], name="accumulate"),
+            helper.make_node("Sub", ["acc", "STATE_IN"], ["delta"], name="delta"),
+            helper.make_node("Mul", ["READY", "delta"], ["ready_delta"], name="gate"),
+            helper.make_node("Add", ["STATE_IN", "ready_delta"], ["STATE_OUT"], name="next_state"),
+            helper.make_node("Identity", ["STATE_OUT"], ["OUTPUT"], name="output"),
+        ],
+        "simple_sequence",
+        [vi("INPUT"), vi("START"), vi("READY"), vi("STATE_IN")],
+        [vi("OUTPUT"), vi("STATE_OUT")],
+        initializer=[numpy_helper.from_array(np.array([[1]], dtype=np.int32), "one")],
+    )
+    return _model(graph, "simple_sequence: OUTPUT = STATE_OUT = READY ? INPUT + (START ? 0 : STATE_IN) : STATE_IN")
+
+
 # ---- validation --------------------------------------------------------------------------------
 
 def _session(data: bytes):
@@ -191,6 +220,13 @@ def validate_text_scorer(data: bytes) -> None:
 
 # ---- output ------------------------------------------------------------------------------------
 
+def validate_simple_sequence(data: bytes) -> None:
+    sess = _session(data)
+    col = lambda *v: np.array(v, dtype=np.int32).reshape(-1, 1)  # noqa: E731
+    out, state = sess.run(None, {"INPUT": col(5, 7, 2), "START": col(1, 0, 0), "READY": col(1, 1, 0), "STATE_IN": col(100, 10, 4)})
+    assert out.tolist() == [[5], [17], [4]] and state.tolist() == out.tolist(), (out, state)
+
+
 def _write_if_changed(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_file() and path.read_bytes() == data:
@@ -221,6 +257,7 @@ def main(argv: list[str]) -> int:
          lambda d: validate_add_sub(d, np.int32, "tensor(int32)")),
         ("classifier", classifier(), validate_classifier),
         ("text_scorer", text_scorer(), validate_text_scorer),
+        ("simple_sequence", simple_sequence(), validate_simple_sequence),
     ]
     for name, model, validate in models:
         onnx.checker.check_model(model, full_check=True)

@@ -23,7 +23,7 @@ VENV=${TESSERA_VENV:-$ROOT/.venv}
 REQ=$ROOT/tests/requirements.txt
 GEN=$ROOT/scripts/gen_models.py
 MODELS_DIR=$ROOT/model-repos/quickstart
-MODEL_FILES=(add_sub/1/model.onnx simple/1/model.onnx classifier/1/model.onnx text_scorer/1/model.onnx)
+MODEL_FILES=(add_sub/1/model.onnx simple/1/model.onnx classifier/1/model.onnx text_scorer/1/model.onnx simple_sequence/1/model.onnx)
 PY=${PYTHON:-python3}
 
 print_ort=0

@@ -99,6 +99,7 @@ impl ResponseCache {
                 ParamValue::Bool(b) => field(&[u8::from(*b)]),
                 ParamValue::Int(i) => field(&i.to_le_bytes()),
                 ParamValue::Double(d) => field(&d.to_le_bytes()),
+                ParamValue::Uint(u) => field(&u.to_le_bytes()),
                 ParamValue::String(s) => field(s.as_bytes()),
             }
         }

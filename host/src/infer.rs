@@ -9,6 +9,8 @@ use crate::tensor::Tensor;
 pub enum ParamValue {
     Bool(bool),
     Int(i64),
+    /// An unsigned value above i64::MAX (e.g. a uint64 correlation id).
+    Uint(u64),
     Double(f64),
     String(String),
 }

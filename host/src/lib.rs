@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod model;
 pub mod repository;
 pub mod scheduler;
+pub mod sequence;
 pub mod server;
 pub mod shm;
 pub mod stats;

@@ -20,6 +20,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::infer::{InferRequest, InferResponse, RequestedOutput};
 use crate::cache::ResponseCache;
 use crate::scheduler::{BatcherConfig, DynamicBatcher};
+use crate::sequence::{SequenceBatcher, SequenceConfig};
 use crate::stats::ModelStats;
 use crate::tensor::{DataType, Tensor, push_bytes_element};
 
@@ -72,6 +73,9 @@ pub struct LoadedModel {
     batcher: OnceLock<DynamicBatcher>,
     /// The server's response cache, when this model enables it.
     cache: Option<Arc<ResponseCache>>,
+    /// Set when the config has `sequence_batching`.
+    sequence_config: Option<SequenceConfig>,
+    sequencer: OnceLock<SequenceBatcher>,
 }
 
 impl LoadedModel {
@@ -111,6 +115,12 @@ impl LoadedModel {
         if instances.is_empty() {
             return Err(CoreError::invalid_arg(format!("model '{}' has no instances (instance_group count is 0)", config.name)));
         }
+        let sequence_config = match &config.scheduling_choice {
+            Some(crate::config::pb::model_config::SchedulingChoice::SequenceBatching(sb)) => {
+                Some(SequenceConfig::new(&config.name, config.max_batch_size, instances.len(), sb, model_dir)?)
+            }
+            _ => None,
+        };
         let batcher_config = match &config.scheduling_choice {
             Some(crate::config::pb::model_config::SchedulingChoice::DynamicBatching(d)) if config.max_batch_size > 0 => {
                 Some(BatcherConfig::new(config.max_batch_size, d))
@@ -130,6 +140,8 @@ impl LoadedModel {
             batcher_config,
             batcher: OnceLock::new(),
             cache: None,
+            sequence_config,
+            sequencer: OnceLock::new(),
             config,
         }
         .warmed_up(model_dir)
@@ -371,7 +383,13 @@ impl LoadedModel {
         let (exec, batch_size) = self.prepare(&request).map_err(|e| self.with_request_id(&request, e))?;
         let wanted = self.check_outputs(&request)?;
         let exec = ExecRequest { outputs: wanted.iter().map(|o| o.name.clone()).collect(), ..exec };
-        let outputs = if let Some(config) = &self.batcher_config {
+        let outputs = if let Some(config) = &self.sequence_config {
+            let sequencer = self.sequencer.get_or_init(|| {
+                SequenceBatcher::start(config.clone(), Arc::clone(&self.pool), Arc::clone(&self.stats))
+            });
+            let outputs = sequencer.submit(exec, batch_size).await?;
+            self.postprocess(outputs, batch_size, &wanted)?
+        } else if let Some(config) = &self.batcher_config {
             // The batcher records queue and execution statistics per batch.
             let batcher = self.batcher.get_or_init(|| {
                 DynamicBatcher::start(config.clone(), Arc::clone(&self.pool), Arc::clone(&self.stats), self.name.clone())

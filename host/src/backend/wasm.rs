@@ -728,6 +728,8 @@ fn params_to_wit(params: &Parameters) -> Vec<wit::Parameter> {
                 ParamValue::Bool(b) => wit::ParamValue::Bool(*b),
                 ParamValue::Int(i) => wit::ParamValue::Int(*i),
                 ParamValue::Double(d) => wit::ParamValue::Double(*d),
+                // The contract has no unsigned variant; a value above i64::MAX travels exactly as text.
+                ParamValue::Uint(u) => wit::ParamValue::String(u.to_string()),
                 ParamValue::String(s) => wit::ParamValue::String(s.clone()),
             },
         })

@@ -183,6 +183,7 @@ const IMPLEMENTED_FIELDS: &[&str] = &[
     "dynamic_batching",
     "response_cache",
     "model_warmup",
+    "sequence_batching",
 ];
 
 fn log_ignored_fields(message: &DynamicMessage) {

@@ -42,7 +42,7 @@ pub fn param_from_proto(p: &InferParameter) -> Option<ParamValue> {
         ParameterChoice::DoubleParam(d) => ParamValue::Double(*d),
         ParameterChoice::Uint64Param(u) => match i64::try_from(*u) {
             Ok(i) => ParamValue::Int(i),
-            Err(_) => ParamValue::Double(*u as f64),
+            Err(_) => ParamValue::Uint(*u),
         },
     })
 }
@@ -52,6 +52,7 @@ pub fn param_to_proto(v: &ParamValue) -> InferParameter {
         ParamValue::Bool(b) => ParameterChoice::BoolParam(*b),
         ParamValue::Int(i) => ParameterChoice::Int64Param(*i),
         ParamValue::Double(d) => ParameterChoice::DoubleParam(*d),
+        ParamValue::Uint(u) => ParameterChoice::Uint64Param(*u),
         ParamValue::String(s) => ParameterChoice::StringParam(s.clone()),
     };
     InferParameter { parameter_choice: Some(choice) }

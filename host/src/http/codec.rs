@@ -211,7 +211,11 @@ fn convert_parameters(params: Map<String, Value>) -> Parameters {
         .filter_map(|(k, v)| {
             let v = match v {
                 Value::Bool(b) => ParamValue::Bool(b),
-                Value::Number(n) => n.as_i64().map(ParamValue::Int).or_else(|| n.as_f64().map(ParamValue::Double))?,
+                Value::Number(n) => n
+                    .as_i64()
+                    .map(ParamValue::Int)
+                    .or_else(|| n.as_u64().map(ParamValue::Uint))
+                    .or_else(|| n.as_f64().map(ParamValue::Double))?,
                 Value::String(s) => ParamValue::String(s),
                 _ => return None,
             };

@@ -38,7 +38,10 @@ pub fn decode(model: &LoadedModel, body: &[u8]) -> CoreResult<InferRequest> {
                 Value::Bool(b) => ParamValue::Bool(b),
                 Value::Number(n) => match n.as_i64() {
                     Some(i) => ParamValue::Int(i),
-                    None => ParamValue::Double(n.as_f64().unwrap_or_default()),
+                    None => match n.as_u64() {
+                        Some(u) => ParamValue::Uint(u),
+                        None => ParamValue::Double(n.as_f64().unwrap_or_default()),
+                    },
                 },
                 Value::String(s) => ParamValue::String(s),
                 other => {
