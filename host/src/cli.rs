@@ -158,6 +158,10 @@ pub struct ServeArgs {
     #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub exit_on_error: bool,
 
+    /// Seconds open connections get to finish after SIGINT/SIGTERM before the server exits anyway.
+    #[arg(long, default_value_t = 30)]
+    pub exit_timeout_secs: u64,
+
     /// Server identifier reported by server metadata (default: "triton" when invoked as
     /// `tritonserver`, else "tessera").
     #[arg(long)]

@@ -209,10 +209,10 @@ async fn serve(args: ServeArgs, as_triton: bool, log_handle: Option<FilterHandle
             keepalive_timeout: Duration::from_millis(args.grpc_keepalive_timeout.max(1)),
             compress_responses: args.grpc_infer_response_compression_level != "none",
         };
-        let shutdown = stopped(stop_rx.clone());
+        let stop = stop_rx.clone();
         let frontend = Arc::clone(&frontend);
         servers.spawn(async move {
-            crate::grpc::serve(frontend, listener, options, shutdown).await.map_err(|e| format!("gRPC server failed: {e}"))
+            crate::grpc::serve(frontend, listener, options, stop).await.map_err(|e| format!("gRPC server failed: {e}"))
         });
     }
     if args.allow_metrics {
@@ -230,10 +230,30 @@ async fn serve(args: ServeArgs, as_triton: bool, log_handle: Option<FilterHandle
         });
     }
     let mut code = ExitCode::SUCCESS;
-    while let Some(result) = servers.join_next().await {
-        if let Err(e) = result.map_err(|e| e.to_string()).and_then(|r| r) {
-            tracing::error!("{e}");
-            code = ExitCode::FAILURE;
+    // After a stop signal, connections get --exit-timeout-secs to finish (Triton's flag).
+    let exit_timeout = Duration::from_secs(args.exit_timeout_secs);
+    let mut stop_seen = stop_rx.clone();
+    let deadline = async move {
+        let _ = stop_seen.wait_for(|s| *s).await;
+        tokio::time::sleep(exit_timeout).await;
+    };
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            joined = servers.join_next() => match joined {
+                None => break,
+                Some(result) => {
+                    if let Err(e) = result.map_err(|e| e.to_string()).and_then(|r| r) {
+                        tracing::error!("{e}");
+                        code = ExitCode::FAILURE;
+                    }
+                }
+            },
+            () = &mut deadline => {
+                tracing::warn!("connections still open {}s after the stop signal; exiting", exit_timeout.as_secs());
+                servers.abort_all();
+                break;
+            }
         }
     }
     tracing::info!("server stopped");

@@ -11,11 +11,11 @@
 pub mod codec;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
@@ -72,9 +72,13 @@ pub async fn serve(
     frontend: Arc<Frontend>,
     listener: tokio::net::TcpListener,
     options: GrpcOptions,
-    shutdown: impl Future<Output = ()> + Send,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
-    let mut inference = GrpcInferenceServiceServer::new(InferenceService { frontend: Arc::clone(&frontend) })
+    let mut stopped = stop.clone();
+    let shutdown = async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let mut inference = GrpcInferenceServiceServer::new(InferenceService { frontend: Arc::clone(&frontend), shutdown: stop })
         .max_decoding_message_size(options.max_message_size)
         .max_encoding_message_size(options.max_message_size)
         .accept_compressed(CompressionEncoding::Gzip);
@@ -100,6 +104,8 @@ pub async fn serve(
 
 pub struct InferenceService {
     frontend: Arc<Frontend>,
+    /// Becomes true when the server shuts down.
+    shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;
@@ -227,22 +233,32 @@ impl GrpcInferenceService for InferenceService {
         let mut incoming = request.into_inner();
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let frontend = Arc::clone(&self.frontend);
+        let mut shutdown = self.shutdown.clone();
         tokio::spawn(async move {
+            // Requests on one stream run concurrently, as in Triton, and each request's own
+            // responses stay in order. They are driven from this one task: a FuturesUnordered
+            // first polls futures in the order they were pushed, so requests reach their model's
+            // queue in arrival order (the sequence batcher relies on it for one sequence's
+            // requests on one stream).
+            let mut inflight = FuturesUnordered::new();
             loop {
-                match incoming.message().await {
-                    // Requests on one stream run concurrently, as in Triton; each request's own
-                    // responses stay in order.
-                    Ok(Some(request)) => {
-                        tokio::spawn(stream_request(Arc::clone(&frontend), request, tx.clone()));
-                    }
-                    Ok(None) => break,
-                    // A message that does not decode ends the stream with its status.
-                    Err(status) => {
-                        let _ = tx.send(Err(status)).await;
-                        break;
-                    }
+                tokio::select! {
+                    message = incoming.message() => match message {
+                        Ok(Some(request)) => inflight.push(stream_request(Arc::clone(&frontend), request, tx.clone())),
+                        Ok(None) => break,
+                        // A message that does not decode ends the stream with its status.
+                        Err(status) => {
+                            let _ = tx.send(Err(status)).await;
+                            break;
+                        }
+                    },
+                    Some(()) = inflight.next(), if !inflight.is_empty() => {}
+                    // On shutdown, take no more requests; the stream ends once those in flight are answered.
+                    () = wait_stop(&mut shutdown) => break,
                 }
             }
+            drop(tx);
+            while inflight.next().await.is_some() {}
         });
         ok(Box::pin(ReceiverStream::new(rx)))
     }
@@ -452,6 +468,12 @@ impl GrpcInferenceService for InferenceService {
             .collect();
         ok(pb::LogSettingsResponse { settings })
     }
+}
+
+/// Resolves once the server is stopping (the `Ref` that `wait_for` yields is not `Send`, so it
+/// is dropped here rather than held by the caller's future).
+async fn wait_stop(rx: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
 }
 
 type StreamSender = mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>;
