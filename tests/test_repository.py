@@ -626,9 +626,8 @@ def test_reshape_inputs_and_outputs(server_factory, repo):
 
 def test_unimplemented_config_fields_are_accepted_and_logged_once(server_factory, repo):
     extra = (
-        "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 100 }\n"
-        "model_warmup [ { name: \"w\" batch_size: 1 inputs { key: \"INPUT0\" value: "
-        "{ data_type: TYPE_FP32 dims: [ 16 ] zero_data: true } } } ]\n"
+        "optimization { graph { level: 1 } }\n"
+        "model_repository_agents { agents [ { name: \"checksum\" } ] }\n"
     )
     for name in ("fancy_a", "fancy_b"):
         copy_model(repo, "add_sub", name, config=add_sub_config(name, extra=extra))
@@ -638,6 +637,6 @@ def test_unimplemented_config_fields_are_accepted_and_logged_once(server_factory
     result, a, b = infer_add_sub(srv.url, "fancy_b")
     check_sum_diff(result, a, b)
     log = srv.log_text()
-    for field in ("dynamic_batching", "model_warmup"):
+    for field in ("optimization", "model_repository_agents"):
         lines = [l for l in log.splitlines() if "ignored" in l and field in l]
         assert len(lines) == 1, f"{field} should be logged as ignored exactly once:\n{log}"
