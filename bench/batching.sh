@@ -8,11 +8,13 @@
 # batched/unbatched, and the c=1 p50 added by the queue.
 #
 #   usage: TESSERA_BIN=target/release/tessera bench/batching.sh
-#   env: REPEATS=3 MEASURE_MS=3000 PA_TIMEOUT=90 OUT_DIR=$(mktemp -d)
+#   env: SIZE=small (4 MiB of weights) or large (32 MiB); REPEATS=3 MEASURE_MS=3000 PA_TIMEOUT=90
+#        OUT_DIR=$(mktemp -d)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 TESSERA_BIN=${TESSERA_BIN:-target/release/tessera}
+SIZE=${SIZE:-small}
 REPEATS=${REPEATS:-3}
 MEASURE_MS=${MEASURE_MS:-3000}
 PA_TIMEOUT=${PA_TIMEOUT:-90}
@@ -30,7 +32,7 @@ ORT_DYLIB_PATH=$(scripts/setup-python.sh --print-ort-lib)
 export ORT_DYLIB_PATH
 
 REPO=$OUT_DIR/repo
-.venv/bin/python bench/gen_batching_models.py "$REPO" >/dev/null
+.venv/bin/python bench/gen_batching_models.py "$REPO" "$SIZE" >/dev/null
 "$TESSERA_BIN" serve --model-repository "$REPO" --http-address 127.0.0.1 --http-port $HTTP \
   --grpc-address 127.0.0.1 --grpc-port $GRPC --metrics-port $METRICS </dev/null >"$OUT_DIR/tessera.log" 2>&1 &
 PID=$!
@@ -70,7 +72,7 @@ done
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 curl -s "http://127.0.0.1:$HTTP/v2/models/dense_batched/stats" >"$OUT_DIR/dense_batched_stats.json"
 
-export RESULTS LOAD_START LOAD_END REPEATS MEASURE_MS OUT_DIR
+export RESULTS LOAD_START LOAD_END REPEATS MEASURE_MS OUT_DIR SIZE
 export CPU_MODEL=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo) NPROC=$(nproc)
 python3 - <<'EOF'
 import csv, json, os, statistics as st
@@ -79,7 +81,7 @@ def vals(m, c, k):
     return [float(r[k]) for r in rows if r["model"] == m and int(r["concurrency"]) == c and r[k] != "NA"]
 def med(v):
     return st.median(v) if v else float("nan")
-print(f"### Dynamic batching, perf_analyzer -i grpc, batch 1, median of {os.environ['REPEATS']} ({os.environ['MEASURE_MS']} ms windows)\n")
+print(f"### Dynamic batching ({os.environ['SIZE']} dense model), perf_analyzer -i grpc, batch 1, median of {os.environ['REPEATS']} ({os.environ['MEASURE_MS']} ms windows)\n")
 print("| model | concurrency | infer/s | min-max | p50 µs |")
 print("|---|---:|---:|---:|---:|")
 for m, c in (("dense_unbatched", 16), ("dense_batched", 16), ("dense_unbatched", 1), ("dense_queue0", 1), ("dense_batched", 1)):

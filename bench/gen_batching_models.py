@@ -2,8 +2,11 @@
 """Writes the models bench/batching.sh measures into a model repository (default: a new temp dir,
 printed on stdout):
 
-  dense_batched    Y = relu(X @ W1) @ W2, FP32 X [batch, 512], W1 [512, 1024], W2 [1024, 512]
-                   (about 4 MiB of weights); dynamic_batching, max_batch_size 32
+    usage: gen_batching_models.py [REPO] [small|large]
+
+  dense_batched    Y = relu(X @ W1) @ W2, FP32; small: X [batch, 512], W1 [512, 1024],
+                   W2 [1024, 512] (4 MiB of weights); large: X [batch, 1024], W1 [1024, 4096],
+                   W2 [4096, 1024] (32 MiB); dynamic_batching (200 µs delay), max_batch_size 32
   dense_unbatched  the same model file and max_batch_size, default scheduler (no batching)
   dense_queue0     the same with dynamic_batching and no delay, to measure the queue's own cost
 
@@ -21,7 +24,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-D_IN, D_HIDDEN, D_OUT, MAX_BATCH = 512, 1024, 512, 32
+SIZES = {"small": (512, 1024, 512), "large": (1024, 4096, 1024)}
+MAX_BATCH = 32
+D_IN, D_HIDDEN, D_OUT = SIZES["small"]
 
 
 def model() -> bytes:
@@ -57,7 +62,13 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 
 
 def main() -> int:
+    global D_IN, D_HIDDEN, D_OUT
     repo = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="tessera-batching-"))
+    size = sys.argv[2] if len(sys.argv) > 2 else "small"
+    if size not in SIZES:
+        print(f"size must be one of {sorted(SIZES)}", file=sys.stderr)
+        return 2
+    D_IN, D_HIDDEN, D_OUT = SIZES[size]
     data = model()
     for name, scheduling in (
         ("dense_batched", "dynamic_batching { max_queue_delay_microseconds: 200 }"),

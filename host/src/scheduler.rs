@@ -123,6 +123,21 @@ impl BatcherConfig {
     }
 }
 
+/// Sleeps until `deadline` with sub-millisecond precision. tokio's timer wheel has millisecond
+/// granularity, and `max_queue_delay_microseconds` is usually below a millisecond: the coarse part
+/// waits on tokio's timer, the last stretch on a blocking-pool thread (`nanosleep`, ~50-100 µs
+/// precision), which cannot be cancelled but lasts at most 2 ms.
+async fn sleep_until_precise(deadline: Instant) {
+    let coarse = Duration::from_millis(2);
+    if deadline.saturating_duration_since(Instant::now()) > coarse {
+        tokio::time::sleep_until((deadline - coarse / 2).into()).await;
+    }
+    let rest = deadline.saturating_duration_since(Instant::now());
+    if !rest.is_zero() {
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(rest)).await;
+    }
+}
+
 /// The handle a model keeps: requests go in through [`DynamicBatcher::submit`].
 pub struct DynamicBatcher {
     tx: mpsc::UnboundedSender<(u64, Pending)>,
@@ -302,13 +317,17 @@ impl BatcherTask {
             self.expire(Instant::now());
             if let Some(oldest) = self.head().map(|p| p.enqueued) {
                 let deadline = oldest + self.config.max_delay;
-                while !self.full(self.ready_size()) && Instant::now() < deadline {
-                    tokio::select! {
-                        item = rx.recv() => match item {
-                            Some((level, p)) => self.enqueue(level, p),
-                            None => break,
-                        },
-                        () = tokio::time::sleep_until(deadline.into()) => break,
+                if !self.full(self.ready_size()) && Instant::now() < deadline {
+                    let timer = sleep_until_precise(deadline);
+                    tokio::pin!(timer);
+                    while !self.full(self.ready_size()) && Instant::now() < deadline {
+                        tokio::select! {
+                            item = rx.recv() => match item {
+                                Some((level, p)) => self.enqueue(level, p),
+                                None => break,
+                            },
+                            () = &mut timer => break,
+                        }
                     }
                 }
             }
@@ -554,6 +573,51 @@ mod tests {
         }
         let order: Vec<String> = h.batches().into_iter().flatten().collect();
         assert_eq!(order, vec!["blocker", "high", "mid", "low", "default"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn preserve_ordering_holds_later_batches_back() {
+        // Two instances: the first is gated shut, the second runs at once.
+        for preserve in [false, true] {
+            let batches = Arc::new(Mutex::new(Vec::new()));
+            let shut: Gate = Arc::new((Mutex::new(false), Condvar::new()));
+            let open: Gate = Arc::new((Mutex::new(true), Condvar::new()));
+            let entered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            // The pool pops instances from the end: the gated one is taken first.
+            let instances: Vec<Box<dyn ModelInstance>> = vec![
+                Box::new(EchoInstance { batches: Arc::clone(&batches), gate: Arc::clone(&open), entered: Arc::new(Default::default()) }),
+                Box::new(EchoInstance { batches: Arc::clone(&batches), gate: Arc::clone(&shut), entered: Arc::clone(&entered) }),
+            ];
+            let pool = Arc::new(InstancePool::new(instances));
+            let config = ModelDynamicBatching { preserve_ordering: preserve, ..Default::default() };
+            let batcher = DynamicBatcher::start(BatcherConfig::new(1, &config), pool, Arc::new(ModelStats::default()), "m".into());
+            let submit = |id: &str| {
+                let tensor = Tensor::new("x", DataType::Uint8, vec![1, 1], Bytes::from_static(&[1])).unwrap();
+                let exec = ExecRequest { id: Some(id.into()), inputs: vec![tensor], outputs: vec!["x".into()], ..Default::default() };
+                tokio::spawn(batcher.submit(exec, 1))
+            };
+            let first = submit("first");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while entered.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                assert!(Instant::now() < deadline);
+                tokio::task::yield_now().await;
+            }
+            let second = submit("second");
+            // The second batch runs on the free instance right away.
+            while batches.lock().unwrap().is_empty() {
+                assert!(Instant::now() < deadline);
+                tokio::task::yield_now().await;
+            }
+            let second_done = tokio::time::timeout(Duration::from_millis(100), second).await;
+            if preserve {
+                assert!(second_done.is_err(), "with preserve_ordering the second response waits for the first");
+            } else {
+                assert!(second_done.is_ok(), "without preserve_ordering the second response is not held back");
+            }
+            *shut.0.lock().unwrap() = true;
+            shut.1.notify_all();
+            outputs(first).await.unwrap();
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
