@@ -76,31 +76,36 @@ impl ResponseCache {
         };
         field(model.as_bytes());
         field(&version.to_le_bytes());
+        // Every variable-length part is preceded by its count, so no two requests share a byte
+        // stream (and so a key).
         let mut inputs: Vec<&Tensor> = request.inputs.iter().collect();
         inputs.sort_by(|a, b| a.name.cmp(&b.name));
+        field(&(inputs.len() as u64).to_le_bytes());
         for t in inputs {
             field(t.name.as_bytes());
             field(t.datatype.as_str().as_bytes());
+            field(&(t.shape.len() as u64).to_le_bytes());
             for d in &t.shape {
                 field(&d.to_le_bytes());
             }
             field(&t.data);
         }
+        field(&(request.outputs.len() as u64).to_le_bytes());
         for o in &request.outputs {
             field(o.name.as_bytes());
             field(&o.class_count.to_le_bytes());
         }
-        for (k, v) in &request.parameters {
-            if matches!(k.as_str(), "priority" | "timeout" | "binary_data_output") {
-                continue;
-            }
+        let params: Vec<_> =
+            request.parameters.iter().filter(|(k, _)| !matches!(k.as_str(), "priority" | "timeout" | "binary_data_output")).collect();
+        field(&(params.len() as u64).to_le_bytes());
+        for (k, v) in params {
             field(k.as_bytes());
             match v {
-                ParamValue::Bool(b) => field(&[u8::from(*b)]),
-                ParamValue::Int(i) => field(&i.to_le_bytes()),
-                ParamValue::Double(d) => field(&d.to_le_bytes()),
-                ParamValue::Uint(u) => field(&u.to_le_bytes()),
-                ParamValue::String(s) => field(s.as_bytes()),
+                ParamValue::Bool(b) => field(&[0, u8::from(*b)]),
+                ParamValue::Int(i) => field(&[&[1u8][..], &i.to_le_bytes()].concat()),
+                ParamValue::Double(d) => field(&[&[2u8][..], &d.to_le_bytes()].concat()),
+                ParamValue::Uint(u) => field(&[&[3u8][..], &u.to_le_bytes()].concat()),
+                ParamValue::String(s) => field(&[&[4u8][..], s.as_bytes()].concat()),
             }
         }
         h.finalize().into()
@@ -186,6 +191,12 @@ mod tests {
         with_id.id = Some("other".into());
         with_id.parameters.insert("priority".into(), ParamValue::Int(1));
         assert_eq!(a, ResponseCache::key("m", 1, &with_id), "ids and priorities do not change outputs");
+        // A requested output and a parameter that spell the same bytes are still different requests.
+        let mut asks_output = request(1);
+        asks_output.outputs.push(crate::infer::RequestedOutput::named("y"));
+        let mut has_param = request(1);
+        has_param.parameters.insert("y".into(), ParamValue::String("\0\0\0\0".into()));
+        assert_ne!(ResponseCache::key("m", 1, &asks_output), ResponseCache::key("m", 1, &has_param));
     }
 
     #[test]

@@ -240,7 +240,7 @@ impl Frontend {
                 )));
             }
             if let Some((other, _, _)) = resolved.iter().find(|(_, r, t)| {
-                r.key == region.key
+                r.key.trim_start_matches('/') == region.key.trim_start_matches('/')
                     && t.byte_size > 0
                     && target.byte_size > 0
                     && region.offset + target.offset < r.offset + t.offset + t.byte_size

@@ -116,6 +116,14 @@ impl LoadedModel {
             return Err(CoreError::invalid_arg(format!("model '{}' has no instances (instance_group count is 0)", config.name)));
         }
         let sequence_config = match &config.scheduling_choice {
+            Some(crate::config::pb::model_config::SchedulingChoice::SequenceBatching(_))
+                if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) =>
+            {
+                return Err(CoreError::unsupported(format!(
+                    "model '{}': sequence batching for decoupled models is not supported",
+                    config.name
+                )));
+            }
             Some(crate::config::pb::model_config::SchedulingChoice::SequenceBatching(sb)) => {
                 Some(SequenceConfig::new(&config.name, config.max_batch_size, instances.len(), sb, model_dir)?)
             }
@@ -150,7 +158,8 @@ impl LoadedModel {
     /// Uses the server's response cache when the config enables it (`response_cache { enable:
     /// true }`); without a server cache (`--cache-config`) the setting has no effect.
     pub fn with_response_cache(mut self, cache: Option<Arc<ResponseCache>>) -> Self {
-        if self.response_cache_enabled() && !self.is_decoupled() {
+        // Sequence models depend on state, not only on their inputs: never cached.
+        if self.response_cache_enabled() && !self.is_decoupled() && self.sequence_config.is_none() {
             if cache.is_none() {
                 tracing::warn!(model = self.name.as_str(), "response_cache is enabled but the server has no cache (--cache-config local,size=N): not caching");
             }
@@ -723,18 +732,26 @@ impl Drop for PendingGuard<'_> {
 pub struct InstancePool {
     idle: Arc<Mutex<Vec<Box<dyn ModelInstance>>>>,
     available: Arc<Semaphore>,
+    /// Instances not retired after a panic; at zero the semaphore is closed so that waiting and
+    /// later requests fail instead of waiting forever.
+    alive: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl InstancePool {
     pub fn new(instances: Vec<Box<dyn ModelInstance>>) -> Self {
         let available = Arc::new(Semaphore::new(instances.len()));
-        Self { idle: Arc::new(Mutex::new(instances)), available }
+        let alive = Arc::new(std::sync::atomic::AtomicUsize::new(instances.len()));
+        Self { idle: Arc::new(Mutex::new(instances)), available, alive }
     }
 
     /// Waits for an idle instance's slot.
     pub fn acquire(&self) -> impl std::future::Future<Output = CoreResult<OwnedSemaphorePermit>> + 'static {
         let available = Arc::clone(&self.available);
-        async move { available.acquire_owned().await.map_err(|_| CoreError::unavailable("model is unloading")) }
+        async move {
+            available.acquire_owned().await.map_err(|_| {
+                CoreError::unavailable("no model instance is left (every instance panicked and was retired): reload the model")
+            })
+        }
     }
 
     async fn execute(
@@ -758,6 +775,8 @@ impl InstancePool {
             return Err(CoreError::internal("no idle model instance despite a free slot"));
         };
         let idle = Arc::clone(&self.idle);
+        let alive = Arc::clone(&self.alive);
+        let available = Arc::clone(&self.available);
         // The blocking task itself returns the instance and its slot, so a caller that goes away
         // mid-execution (client disconnect, BLS timeout) cannot lose the instance.
         let joined = tokio::task::spawn_blocking(move || {
@@ -774,6 +793,9 @@ impl InstancePool {
                     // The instance may be in an inconsistent state: retire it and its slot.
                     permit.forget();
                     tracing::error!("model instance panicked during execution and was retired");
+                    if alive.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+                        available.close();
+                    }
                     None
                 }
             }

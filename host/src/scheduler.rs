@@ -188,7 +188,7 @@ struct BatcherTask {
 }
 
 /// Whether two requests can share a batch: same inputs, datatypes and non-batch dims.
-fn compatible(a: &ExecRequest, b: &ExecRequest) -> bool {
+pub(crate) fn compatible(a: &ExecRequest, b: &ExecRequest) -> bool {
     a.inputs.len() == b.inputs.len()
         && a.inputs.iter().all(|x| {
             b.inputs.iter().any(|y| x.name == y.name && x.datatype == y.datatype && x.shape.get(1..) == y.shape.get(1..))
@@ -209,7 +209,9 @@ impl BatcherTask {
             let _ = pending.reply.send(BatchReply { outputs: Err(CoreError::unavailable("Exceeds maximum queue size")), queued });
             return;
         }
-        queue.push_back(pending);
+        // Requests delayed by their timeout (DELAY policy) stay behind every new arrival.
+        let at = queue.iter().position(|p| p.delayed).unwrap_or(queue.len());
+        queue.insert(at, pending);
     }
 
     /// Rejects or demotes requests whose queue timeout has passed.

@@ -264,6 +264,8 @@ struct Sequence {
     busy: bool,
     has_slot: bool,
     last_active: Instant,
+    /// Its END ran while more requests were queued: the next one must START a new sequence.
+    ended: bool,
 }
 
 /// The handle a model keeps; requests go in through [`SequenceBatcher::submit`].
@@ -351,7 +353,7 @@ impl SequenceTask {
             }
             self.sequences.insert(
                 id.clone(),
-                Sequence { queue: VecDeque::new(), state: Vec::new(), busy: false, has_slot, last_active: now },
+                Sequence { queue: VecDeque::new(), state: Vec::new(), busy: false, has_slot, last_active: now, ended: false },
             );
         }
         if let Some(seq) = self.sequences.get_mut(&id) {
@@ -384,8 +386,12 @@ impl SequenceTask {
         if let Some(state) = state {
             seq.state = state;
         }
-        if end && seq.queue.is_empty() {
-            self.release(&id);
+        if end {
+            if seq.queue.is_empty() {
+                self.release(&id);
+            } else {
+                seq.ended = true;
+            }
         }
     }
 
@@ -455,25 +461,55 @@ impl SequenceTask {
         let config = Arc::clone(&self.config);
         let mut execs = Vec::with_capacity(ids.len());
         let mut replies = Vec::with_capacity(ids.len());
+        // Only requests that can share one model call (same inputs and non-batch dims as the
+        // first) join the batch; the others wait for the next one.
+        let mut signature: Option<ExecRequest> = None;
+        let mut finished = Vec::new();
         for id in ids {
             let Some(seq) = self.sequences.get_mut(&id) else { continue };
-            let Some(p) = seq.queue.pop_front() else { continue };
-            seq.busy = true;
-            if p.flags.start {
-                seq.state = self.config.states.iter().map(|s| s.initial.clone()).collect();
+            let Some(head) = seq.queue.front() else { continue };
+            if signature.as_ref().is_some_and(|first| !crate::scheduler::compatible(first, &head.exec)) {
+                continue;
             }
+            let Some(p) = seq.queue.pop_front() else { continue };
             self.stats.pending_add(-1);
             self.stats.record_queue(started.saturating_duration_since(p.enqueued));
+            if seq.ended {
+                if p.flags.start {
+                    seq.ended = false;
+                } else {
+                    let _ = p.reply.send(Err(CoreError::invalid_arg(format!(
+                        "inference request for sequence {} to model '{}' must specify the START flag on the first request of the sequence",
+                        p.flags.id, config.model
+                    ))));
+                    if seq.queue.is_empty() {
+                        finished.push(id);
+                    }
+                    continue;
+                }
+            }
+            if p.flags.start {
+                seq.state = config.states.iter().map(|s| s.initial.clone()).collect();
+            }
+            if signature.is_none() {
+                signature = Some(ExecRequest { inputs: p.exec.inputs.clone(), ..Default::default() });
+            }
             match config.prepare(p.exec, &p.flags, &seq.state) {
                 Ok(exec) => {
+                    seq.busy = true;
                     execs.push(exec);
                     replies.push((id, p.flags.end, p.reply));
                 }
                 Err(e) => {
                     let _ = p.reply.send(Err(e));
-                    seq.busy = false;
+                    if p.flags.end && seq.queue.is_empty() {
+                        finished.push(id);
+                    }
                 }
             }
+        }
+        for id in finished {
+            self.release(&id);
         }
         if execs.is_empty() {
             return;

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
@@ -125,11 +125,16 @@ impl SharedMemoryManager {
                 format!("shared memory region '{name}' already in manager"),
             ));
         }
+        // As shm_open does: no following symlinks out of /dev/shm, and only regular files.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| CoreError::internal(format!("Unable to open shared memory region: '{key}': {e}")))?;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(CoreError::internal(format!("Invalid shared memory region: '{key}' is not a shared memory object")));
+        }
         let size = file
             .metadata()
             .map_err(|e| CoreError::internal(format!("Unable to read the size of shared memory region '{key}': {e}")))?

@@ -222,7 +222,7 @@ pub fn split_batch(tensor: &Tensor, rows: &[usize]) -> CoreResult<Vec<Tensor>> {
             rows.len()
         )));
     }
-    let per_row = if total == 0 { 0 } else { tensor.element_count() / total };
+    let per_row = tensor.element_count().checked_div(total).unwrap_or(0);
     let mut parts = Vec::with_capacity(rows.len());
     let mut offset = 0usize;
     // For BYTES, the byte offset of each element.

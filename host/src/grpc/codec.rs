@@ -94,7 +94,8 @@ fn shm_target(params: &BTreeMap<String, InferParameter>, tensor: &str) -> CoreRe
 fn contents_to_bytes(input: &InferInputTensor, datatype: DataType, contents: &InferTensorContents) -> CoreResult<Bytes> {
     let name = &input.name;
     let expected = element_count(&input.shape)?;
-    let mut out = Vec::with_capacity(expected * datatype.element_size().unwrap_or(8));
+    // Sized from what was sent, never from the (client-chosen) shape.
+    let mut out = Vec::new();
     let count_mismatch = |got: usize| {
         bad(format!(
             "unexpected number of elements in 'contents' for input '{name}': shape {:?} needs {expected}, got {got}",

@@ -40,6 +40,9 @@ pub const DEFAULT_MAX_MESSAGE_SIZE: usize = i32::MAX as usize;
 /// Responses buffered per stream before a slow reader pushes back on the models.
 const STREAM_BUFFER: usize = 256;
 
+/// Requests of one stream in flight at once; more wait in the client's HTTP/2 window.
+const MAX_STREAM_INFLIGHT: usize = 1024;
+
 /// The one request parameter starting with `triton_` that clients may set.
 const EMPTY_FINAL_RESPONSE: &str = "triton_enable_empty_final_response";
 const FINAL_RESPONSE: &str = "triton_final_response";
@@ -243,7 +246,8 @@ impl GrpcInferenceService for InferenceService {
             let mut inflight = FuturesUnordered::new();
             loop {
                 tokio::select! {
-                    message = incoming.message() => match message {
+                    // Past the limit, stop reading: HTTP/2 flow control then slows the client.
+                    message = incoming.message(), if inflight.len() < MAX_STREAM_INFLIGHT => match message {
                         Ok(Some(request)) => inflight.push(stream_request(Arc::clone(&frontend), request, tx.clone())),
                         Ok(None) => break,
                         // A message that does not decode ends the stream with its status.
@@ -500,6 +504,11 @@ async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelInferRequest,
         ..Default::default()
     };
     let fail = |e: CoreError| stream_error(&echo, &e, true);
+    // Before the request reaches a model, Triton echoes only the id.
+    let fail_early = |e: CoreError| pb::ModelStreamInferResponse {
+        error_message: e.message,
+        infer_response: Some(pb::ModelInferResponse { id: echo.id.clone(), ..Default::default() }),
+    };
     let prepared = (|| {
         let empty_final = reserved_parameters(&request)?;
         let model = frontend.manager.get(&request.model_name, parse_version(&request.model_version)?)?;
@@ -509,7 +518,7 @@ async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelInferRequest,
     let (empty_final, model, decoded) = match prepared {
         Ok(p) => p,
         Err(e) => {
-            let _ = tx.send(Ok(fail(e))).await;
+            let _ = tx.send(Ok(fail_early(e))).await;
             return;
         }
     };
