@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{CoreError, CoreResult};
-use crate::infer::{InferRequest, InferResponse, ShmTarget};
+use crate::infer::{InferRequest, InferResponse, ParamValue, Parameters, ShmTarget};
 use crate::model::{LoadedModel, ResponseStream};
 use crate::repository::{ControlMode, ModelManager};
 use crate::shm::{Region, SharedMemoryManager};
@@ -27,6 +27,40 @@ pub const EXTENSIONS: &[&str] = &[
     "trace",
     "logging",
 ];
+
+/// The shared-memory parameters of a tensor (`shared_memory_region`, `shared_memory_offset`,
+/// `shared_memory_byte_size`), with Triton's messages; both doors convert their tensor parameters
+/// to the core form and call this.
+pub fn shm_target(params: &Parameters, tensor: &str) -> CoreResult<Option<ShmTarget>> {
+    let uint = |key: &str| -> CoreResult<Option<u64>> {
+        match params.get(key) {
+            None => Ok(None),
+            Some(ParamValue::Int(i)) => {
+                u64::try_from(*i).map(Some).map_err(|_| CoreError::invalid_arg(format!("'{key}' for tensor '{tensor}' must not be negative")))
+            }
+            Some(ParamValue::Uint(u)) => Ok(Some(*u)),
+            Some(_) => Err(CoreError::invalid_arg(format!("'{key}' for tensor '{tensor}' must be an integer"))),
+        }
+    };
+    let region = match params.get("shared_memory_region") {
+        None => {
+            if params.contains_key("shared_memory_offset") {
+                return Err(CoreError::invalid_arg(format!(
+                    "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+                )));
+            }
+            return Ok(None);
+        }
+        Some(ParamValue::String(s)) => s.clone(),
+        Some(_) => return Err(CoreError::invalid_arg(format!("'shared_memory_region' for tensor '{tensor}' must be a string"))),
+    };
+    let byte_size = uint("shared_memory_byte_size")?.ok_or_else(|| {
+        CoreError::invalid_arg(format!(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '{tensor}'"
+        ))
+    })?;
+    Ok(Some(ShmTarget { region, offset: uint("shared_memory_offset")?.unwrap_or(0), byte_size }))
+}
 
 /// A tensor as model metadata describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]

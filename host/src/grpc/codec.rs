@@ -58,36 +58,13 @@ pub fn param_to_proto(v: &ParamValue) -> InferParameter {
     InferParameter { parameter_choice: Some(choice) }
 }
 
-fn uint_param(params: &BTreeMap<String, InferParameter>, key: &str, tensor: &str) -> CoreResult<Option<u64>> {
-    match params.get(key).and_then(|p| p.parameter_choice.as_ref()) {
-        None => Ok(None),
-        Some(ParameterChoice::Int64Param(i)) => {
-            u64::try_from(*i).map(Some).map_err(|_| bad(format!("'{key}' for tensor '{tensor}' must not be negative")))
-        }
-        Some(ParameterChoice::Uint64Param(u)) => Ok(Some(*u)),
-        Some(_) => Err(bad(format!("'{key}' for tensor '{tensor}' must be an integer"))),
-    }
+fn core_params(params: &BTreeMap<String, InferParameter>) -> Parameters {
+    params.iter().filter_map(|(k, v)| param_from_proto(v).map(|v| (k.clone(), v))).collect()
 }
 
 /// The `shared_memory_region` / `_offset` / `_byte_size` parameters of a tensor, if present.
 fn shm_target(params: &BTreeMap<String, InferParameter>, tensor: &str) -> CoreResult<Option<ShmTarget>> {
-    let region = match params.get("shared_memory_region").and_then(|p| p.parameter_choice.as_ref()) {
-        None => {
-            if params.contains_key("shared_memory_offset") {
-                return Err(bad(format!(
-                    "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
-                )));
-            }
-            return Ok(None);
-        }
-        Some(ParameterChoice::StringParam(s)) => s.clone(),
-        Some(_) => return Err(bad(format!("'shared_memory_region' for tensor '{tensor}' must be a string"))),
-    };
-    let byte_size = uint_param(params, "shared_memory_byte_size", tensor)?.ok_or_else(|| {
-        bad(format!("'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '{tensor}'"))
-    })?;
-    let offset = uint_param(params, "shared_memory_offset", tensor)?.unwrap_or(0);
-    Ok(Some(ShmTarget { region, offset, byte_size }))
+    crate::frontend::shm_target(&core_params(params), tensor)
 }
 
 /// Typed `contents` to the core's little-endian bytes.
@@ -197,8 +174,7 @@ pub fn decode_request(frontend: &Frontend, request: ModelInferRequest) -> CoreRe
         )));
     }
     let outputs = request.outputs.into_iter().map(decode_output).collect::<CoreResult<Vec<_>>>()?;
-    let parameters: Parameters =
-        request.parameters.iter().filter_map(|(k, v)| param_from_proto(v).map(|v| (k.clone(), v))).collect();
+    let parameters = core_params(&request.parameters);
     Ok(InferRequest {
         model_name: model,
         model_version: version,
@@ -210,9 +186,11 @@ pub fn decode_request(frontend: &Frontend, request: ModelInferRequest) -> CoreRe
 }
 
 fn decode_output(output: InferRequestedOutputTensor) -> CoreResult<RequestedOutput> {
-    let class_count = match uint_param(&output.parameters, "classification", &output.name)? {
+    let class_count = match core_params(&output.parameters).get("classification") {
         None => 0,
-        Some(c) => u32::try_from(c).map_err(|_| bad(format!("classification count for output '{}' is too large", output.name)))?,
+        Some(ParamValue::Int(c)) => u32::try_from(*c).map_err(|_| bad(format!("classification count for output '{}' must be in 0..2^32", output.name)))?,
+        Some(ParamValue::Uint(c)) => u32::try_from(*c).map_err(|_| bad(format!("classification count for output '{}' must be in 0..2^32", output.name)))?,
+        Some(_) => return Err(bad(format!("classification for output '{}' must be an integer", output.name))),
     };
     let shared_memory = shm_target(&output.parameters, &output.name)?;
     Ok(RequestedOutput { name: output.name, class_count, shared_memory })

@@ -180,29 +180,10 @@ pub fn decode_request(
 
 /// The `shared_memory_region` / `_offset` / `_byte_size` parameters of a tensor, if present.
 fn shm_target(params: Option<&Map<String, Value>>, tensor: &str) -> CoreResult<Option<ShmTarget>> {
-    let Some(params) = params else { return Ok(None) };
-    let uint = |key: &str| -> CoreResult<Option<u64>> {
-        match params.get(key) {
-            None => Ok(None),
-            Some(v) => v.as_u64().map(Some).ok_or_else(|| bad(format!("'{key}' for tensor '{tensor}' must be a non-negative integer"))),
-        }
-    };
-    let region = match params.get("shared_memory_region") {
-        None => {
-            if params.contains_key("shared_memory_offset") {
-                return Err(bad(format!(
-                    "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
-                )));
-            }
-            return Ok(None);
-        }
-        Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err(bad(format!("'shared_memory_region' for tensor '{tensor}' must be a string"))),
-    };
-    let byte_size = uint("shared_memory_byte_size")?.ok_or_else(|| {
-        bad(format!("'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '{tensor}'"))
-    })?;
-    Ok(Some(ShmTarget { region, offset: uint("shared_memory_offset")?.unwrap_or(0), byte_size }))
+    match params {
+        None => Ok(None),
+        Some(params) => crate::frontend::shm_target(&convert_parameters(params.clone()), tensor),
+    }
 }
 
 fn convert_parameters(params: Map<String, Value>) -> Parameters {
