@@ -23,6 +23,7 @@
 #   ONLY=                 "tessera" or "triton" to run one server only (table without ratios)
 #   TESSERA_BIN=target/debug/tessera   (use a release build for numbers worth quoting)
 #   TESSERA_ARGS=         extra arguments appended to `tessera serve ...`
+#   TESSERA_REPO=model-repos/quickstart   the repository Tessera serves
 #   ORT_DYLIB_PATH=       onnxruntime library for Tessera; default: the one in .venv, from
 #                         scripts/setup-python.sh (which also generates the model files)
 #   MODEL=add_sub  CONCURRENCY="1 16"  REPEATS=3  MEASURE_MS=3000  WARMUP=1
@@ -131,7 +132,7 @@ if has tessera; then
   fi
   export ORT_DYLIB_PATH
   # shellcheck disable=SC2206
-  tcmd=("$TESSERA_BIN" serve --model-repository model-repos/quickstart --http-address 127.0.0.1
+  tcmd=("$TESSERA_BIN" serve --model-repository "${TESSERA_REPO:-model-repos/quickstart}" --http-address 127.0.0.1
         --http-port "$TESSERA_HTTP" --grpc-address 127.0.0.1 --grpc-port "$TESSERA_GRPC"
         --metrics-port "$TESSERA_METRICS" $TESSERA_ARGS)
   TESSERA_CMD="ORT_DYLIB_PATH=$ORT_DYLIB_PATH ${tcmd[*]}"

@@ -57,7 +57,7 @@ def batching_server(server_factory, tmp_path):
     copy_model(repo, "add_sub", "queue_limited", config=add_sub_config(
         "queue_limited", max_batch_size=1,
         extra="dynamic_batching { default_queue_policy { max_queue_size: 1 } }"))
-    copy_model(repo, "add_sub", "unbatched")
+    copy_model(repo, "add_sub", "unbatched", config=add_sub_config("unbatched", max_batch_size=8))
     srv = server_factory(repo)
     for m in ("batched", "queue_limited", "unbatched"):
         wait_model_ready(srv, m)
@@ -144,7 +144,9 @@ def test_wasm_guest_executes_the_formed_batch(server_factory, tmp_path):
     """A WebAssembly guest's execute receives the whole batch (one call, several requests)."""
     repo = tmp_path / "repo"
     src = (quickstart_repo() / "add_sub_rust" / "config.pbtxt").read_text()
-    copy_model(repo, "add_sub_rust", config=src + "\ndynamic_batching { max_queue_delay_microseconds: 200000 }\n")
+    src = src.replace("dynamic_batching { }", "dynamic_batching { max_queue_delay_microseconds: 200000 }")
+    assert "max_queue_delay_microseconds: 200000" in src
+    copy_model(repo, "add_sub_rust", config=src)
     srv = server_factory(repo)
     wait_model_ready(srv, "add_sub_rust")
     c = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
