@@ -744,6 +744,11 @@ impl InstancePool {
         Self { idle: Arc::new(Mutex::new(instances)), available, alive }
     }
 
+    /// An idle instance's slot, if one is free right now.
+    pub fn try_acquire(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.available).try_acquire_owned().ok()
+    }
+
     /// Waits for an idle instance's slot.
     pub fn acquire(&self) -> impl std::future::Future<Output = CoreResult<OwnedSemaphorePermit>> + 'static {
         let available = Arc::clone(&self.available);
