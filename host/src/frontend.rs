@@ -80,6 +80,10 @@ pub struct ModelMetadata {
     pub outputs: Vec<TensorMetadata>,
 }
 
+/// Triton's trace settings and their defaults (what a server without `--trace-*` flags reports).
+const TRACE_DEFAULTS: [(&str, &str); 6] =
+    [("trace_file", ""), ("trace_level", "OFF"), ("trace_rate", "1000"), ("trace_count", "-1"), ("log_frequency", "0"), ("trace_mode", "triton")];
+
 /// A value of a trace or log setting, as the trace/logging extensions carry them.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SettingValue {
@@ -110,14 +114,13 @@ pub struct ShmOutputs(Vec<(String, Arc<Region>, ShmTarget)>);
 
 impl Frontend {
     pub fn new(manager: Arc<ModelManager>, server_id: String, strict_readiness: bool) -> Self {
-        let trace = BTreeMap::from([
-            ("trace_file".to_string(), SettingValue::Str(String::new())),
-            ("trace_level".to_string(), SettingValue::List(vec!["OFF".to_string()])),
-            ("trace_rate".to_string(), SettingValue::Str("1000".to_string())),
-            ("trace_count".to_string(), SettingValue::Str("-1".to_string())),
-            ("log_frequency".to_string(), SettingValue::Str("0".to_string())),
-            ("trace_mode".to_string(), SettingValue::Str("triton".to_string())),
-        ]);
+        let trace = TRACE_DEFAULTS
+            .iter()
+            .map(|&(key, value)| {
+                let value = if key == "trace_level" { SettingValue::List(vec![value.to_string()]) } else { SettingValue::Str(value.to_string()) };
+                (key.to_string(), value)
+            })
+            .collect();
         let log = BTreeMap::from([
             ("log_file".to_string(), SettingValue::Str(String::new())),
             ("log_info".to_string(), SettingValue::Bool(true)),
@@ -311,11 +314,6 @@ impl Frontend {
     }
 
     /// Runs one request on a (non-decoupled) model, with shared-memory outputs written.
-    pub async fn infer(&self, request: InferRequest) -> CoreResult<InferResponse> {
-        let model = self.manager.get(&request.model_name, request.model_version)?;
-        self.infer_on(&model, request).await
-    }
-
     pub async fn infer_on(&self, model: &LoadedModel, request: InferRequest) -> CoreResult<InferResponse> {
         let shm_outputs = self.shm_outputs(&request)?;
         let mut response = model.infer(request).await?;
@@ -370,13 +368,9 @@ impl Frontend {
         let mut trace = self.trace.lock().map_err(|_| CoreError::internal("trace settings poisoned"))?;
         let mut next = trace.clone();
         for (key, values) in updates {
-            let value = values.unwrap_or_else(|| match key.as_str() {
-                "trace_level" => vec!["OFF".to_string()],
-                "trace_rate" => vec!["1000".to_string()],
-                "trace_count" => vec!["-1".to_string()],
-                "log_frequency" => vec!["0".to_string()],
-                "trace_mode" => vec!["triton".to_string()],
-                _ => vec![String::new()],
+            let value = values.unwrap_or_else(|| {
+                let default = TRACE_DEFAULTS.iter().find(|(k, _)| *k == key).map_or("", |(_, v)| *v);
+                vec![default.to_string()]
             });
             match key.as_str() {
                 "trace_file" => {

@@ -17,6 +17,15 @@ pub enum ParamValue {
 
 pub type Parameters = BTreeMap<String, ParamValue>;
 
+/// A model version as both doors receive it, as text: empty means "the server's choice" (the
+/// newest ready version). Anything but a non-negative integer gets the door's own `invalid` error.
+pub fn parse_version(version: &str, invalid: impl FnOnce() -> crate::error::CoreError) -> crate::error::CoreResult<Option<i64>> {
+    if version.is_empty() {
+        return Ok(None);
+    }
+    version.parse::<i64>().ok().filter(|v| *v >= 0).map(Some).ok_or_else(invalid)
+}
+
 /// A byte range of a registered shared-memory region (the `shared_memory_region`,
 /// `shared_memory_offset` and `shared_memory_byte_size` tensor parameters).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -251,10 +251,7 @@ impl LoadedModel {
                     }
                 },
                 // zero_data, or nothing chosen
-                _ => match datatype.element_size() {
-                    Some(size) => Bytes::from(vec![0u8; count * size]),
-                    None => Bytes::from([0u8; 4].repeat(count)),
-                },
+                _ => crate::tensor::zeros(datatype, &shape)?,
             };
             request.inputs.push(Tensor::new(name.clone(), datatype, shape, data)?);
         }
@@ -352,26 +349,25 @@ impl LoadedModel {
             Some(cache) => {
                 let key = ResponseCache::key(&self.name, self.version, &request);
                 if let Some(outputs) = cache.get(&key) {
-                    // A hit counts as a success with its own duration, not as an execution.
+                    // A hit counts as a success (recorded below) and a cache hit, not as an execution.
                     self.stats.record_cache(true, start.elapsed());
-                    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-                    self.stats.record_request(true, start.elapsed(), now_ms);
-                    return Ok(InferResponse {
+                    Ok(InferResponse {
                         model_name: self.name.clone(),
                         model_version: self.version,
                         id: request.id,
                         outputs,
                         is_final: true,
                         ..Default::default()
-                    });
+                    })
+                } else {
+                    let result = self.infer_inner(request, start).await;
+                    if let Ok(response) = &result {
+                        let inserting = Instant::now();
+                        cache.insert(key, response.outputs.clone());
+                        self.stats.record_cache(false, inserting.elapsed());
+                    }
+                    result
                 }
-                let result = self.infer_inner(request, start).await;
-                if let Ok(response) = &result {
-                    let inserting = Instant::now();
-                    cache.insert(key, response.outputs.clone());
-                    self.stats.record_cache(false, inserting.elapsed());
-                }
-                result
             }
         };
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);

@@ -29,7 +29,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::infer::{ParamValue, Parameters};
 use crate::model::InstancePool;
 use crate::stats::ModelStats;
-use crate::tensor::{DataType, Tensor, element_count, push_bytes_element};
+use crate::tensor::{DataType, Tensor, push_bytes_element, zeros};
 
 const DEFAULT_IDLE: Duration = Duration::from_secs(1);
 
@@ -210,14 +210,6 @@ impl SequenceConfig {
         };
         Tensor::new(control.input.clone(), control.datatype, shape, data)
     }
-}
-
-fn zeros(datatype: DataType, shape: &[i64]) -> CoreResult<Bytes> {
-    let count = element_count(shape)?;
-    Ok(match datatype.element_size() {
-        Some(size) => Bytes::from(vec![0u8; count * size]),
-        None => Bytes::from([0u8; 4].repeat(count)),
-    })
 }
 
 fn corrid_bytes(id: &CorrelationId, datatype: DataType, input: &str, model: &str) -> CoreResult<Bytes> {
@@ -410,6 +402,11 @@ impl SequenceTask {
         }
     }
 
+    /// Whether some sequence's next request can run now (without sorting, as `ready` does).
+    fn has_ready(&self) -> bool {
+        self.sequences.values().any(|s| s.has_slot && !s.busy && !s.queue.is_empty())
+    }
+
     /// Sequences whose next request can run now, oldest request first.
     fn ready(&self) -> Vec<CorrelationId> {
         let mut ready: Vec<(Instant, &CorrelationId)> = self
@@ -426,7 +423,7 @@ impl SequenceTask {
         let mut idle_tick = tokio::time::interval((self.config.idle / 4).max(Duration::from_millis(1)));
         idle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let has_work = !self.ready().is_empty();
+            let has_work = self.has_ready();
             tokio::select! {
                 biased;
                 message = rx.recv() => match message {

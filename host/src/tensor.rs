@@ -188,6 +188,15 @@ pub fn push_bytes_element(out: &mut Vec<u8>, item: &[u8]) -> CoreResult<()> {
     Ok(())
 }
 
+/// The bytes of an all-zero tensor: zeros for numbers, empty strings for BYTES.
+pub fn zeros(datatype: DataType, shape: &[i64]) -> CoreResult<Bytes> {
+    let count = element_count(shape)?;
+    Ok(match datatype.element_size() {
+        Some(size) => Bytes::from(vec![0u8; count * size]),
+        None => Bytes::from([0u8; 4].repeat(count)),
+    })
+}
+
 /// Stacks tensors along dim 0 (the batch dimension): the dynamic batcher's merge. All parts
 /// share name, datatype and non-batch dims (the batcher only merges such requests). Works for
 /// BYTES too, since length-prefixed elements concatenate.

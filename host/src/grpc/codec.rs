@@ -21,17 +21,11 @@ fn bad(message: impl Into<String>) -> CoreError {
     CoreError::invalid_arg(message)
 }
 
-/// An empty version string means "the server's choice" (newest ready), as in Triton.
+/// The `version` / `model_version` field of a gRPC request.
 pub fn parse_version(version: &str) -> CoreResult<Option<i64>> {
-    if version.is_empty() {
-        return Ok(None);
-    }
-    version
-        .parse::<i64>()
-        .ok()
-        .filter(|v| *v >= 0)
-        .map(Some)
-        .ok_or_else(|| bad(format!("failed to parse model version '{version}': a version is a non-negative integer")))
+    crate::infer::parse_version(version, || {
+        bad(format!("failed to parse model version '{version}': a version is a non-negative integer"))
+    })
 }
 
 pub fn param_from_proto(p: &InferParameter) -> Option<ParamValue> {

@@ -113,6 +113,11 @@ pub struct InferenceService {
 
 type GrpcResult<T> = Result<Response<T>, Status>;
 
+/// Optional string fields of Triton's messages: empty means "not given" (all models, all regions).
+fn non_empty(s: &str) -> Option<&str> {
+    Some(s).filter(|s| !s.is_empty())
+}
+
 fn ok<T>(message: T) -> GrpcResult<T> {
     Ok(Response::new(message))
 }
@@ -275,7 +280,7 @@ impl GrpcInferenceService for InferenceService {
 
     async fn model_statistics(&self, request: Request<pb::ModelStatisticsRequest>) -> GrpcResult<pb::ModelStatisticsResponse> {
         let request = request.into_inner();
-        let name = Some(request.name.as_str()).filter(|n| !n.is_empty());
+        let name = non_empty(&request.name);
         let version = parse_version(&request.version)?;
         let models = self.frontend.stats_models(name, version)?;
         ok(pb::ModelStatisticsResponse { model_stats: models.iter().map(|m| model_statistics(m)).collect() })
@@ -349,7 +354,7 @@ impl GrpcInferenceService for InferenceService {
         request: Request<pb::SystemSharedMemoryStatusRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryStatusResponse> {
         let name = request.into_inner().name;
-        let regions = self.frontend.shm.status(Some(name.as_str()).filter(|n| !n.is_empty()))?;
+        let regions = self.frontend.shm.status(non_empty(&name))?;
         ok(pb::SystemSharedMemoryStatusResponse {
             regions: regions
                 .into_iter()
@@ -380,7 +385,7 @@ impl GrpcInferenceService for InferenceService {
         request: Request<pb::SystemSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryUnregisterResponse> {
         let name = request.into_inner().name;
-        self.frontend.shm.unregister(Some(name.as_str()).filter(|n| !n.is_empty()))?;
+        self.frontend.shm.unregister(non_empty(&name))?;
         ok(pb::SystemSharedMemoryUnregisterResponse {})
     }
 
@@ -389,7 +394,7 @@ impl GrpcInferenceService for InferenceService {
         request: Request<pb::CudaSharedMemoryStatusRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryStatusResponse> {
         let name = request.into_inner().name;
-        crate::shm::cuda::status(Some(name.as_str()).filter(|n| !n.is_empty()))?;
+        crate::shm::cuda::status(non_empty(&name))?;
         ok(pb::CudaSharedMemoryStatusResponse { regions: BTreeMap::new() })
     }
 
@@ -411,7 +416,7 @@ impl GrpcInferenceService for InferenceService {
 
     async fn trace_setting(&self, request: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
         let request = request.into_inner();
-        let model = Some(request.model_name.as_str()).filter(|m| !m.is_empty());
+        let model = non_empty(&request.model_name);
         let settings = if request.settings.is_empty() {
             self.frontend.trace_settings(model)?
         } else {

@@ -121,17 +121,17 @@ async fn method_not_allowed() -> Response {
     json_response(StatusCode::METHOD_NOT_ALLOWED, &json!({ "error": "Method Not Allowed" }))
 }
 
+/// The `{version}` path segment. Triton's router does not match other paths at all: 404.
 fn parse_version(version: &str) -> CoreResult<Option<i64>> {
-    if version.is_empty() {
-        return Ok(None);
+    crate::infer::parse_version(version, || CoreError::not_found(format!("Not Found: '{version}' is not a model version")))
+}
+
+/// 200 with an empty body, or the error.
+fn empty_ok(result: CoreResult<()>) -> Response {
+    match result {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => e.into_response(),
     }
-    version
-        .parse::<i64>()
-        .ok()
-        .filter(|v| *v >= 0)
-        .map(Some)
-        // Triton's router does not match such paths at all.
-        .ok_or_else(|| CoreError::not_found(format!("Not Found: '{version}' is not a model version")))
 }
 
 async fn server_metadata(State(state): State<HttpState>) -> Response {
@@ -370,17 +370,11 @@ async fn repository_load(State(state): State<HttpState>, Path(model): Path<Strin
             Some(_) => return CoreError::invalid_arg("load parameter 'config' must be a JSON string").into_response(),
         };
     }
-    match state.frontend.load(&model, config, file_override.as_deref()).await {
-        Ok(()) => StatusCode::OK.into_response(),
-        Err(e) => e.into_response(),
-    }
+    empty_ok(state.frontend.load(&model, config, file_override.as_deref()).await)
 }
 
 async fn repository_unload(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    match state.frontend.unload(&model).await {
-        Ok(()) => StatusCode::OK.into_response(),
-        Err(e) => e.into_response(),
-    }
+    empty_ok(state.frontend.unload(&model).await)
 }
 
 fn parse_json_body(body: &[u8]) -> CoreResult<Value> {
@@ -424,24 +418,15 @@ async fn shm_register(State(state): State<HttpState>, Path(region): Path<String>
         };
         state.frontend.shm.register(&region, key, offset, byte_size)
     };
-    match register() {
-        Ok(()) => StatusCode::OK.into_response(),
-        Err(e) => e.into_response(),
-    }
+    empty_ok(register())
 }
 
 async fn shm_unregister_all(State(state): State<HttpState>) -> Response {
-    match state.frontend.shm.unregister(None) {
-        Ok(()) => StatusCode::OK.into_response(),
-        Err(e) => e.into_response(),
-    }
+    empty_ok(state.frontend.shm.unregister(None))
 }
 
 async fn shm_unregister(State(state): State<HttpState>, Path(region): Path<String>) -> Response {
-    match state.frontend.shm.unregister(Some(&region)) {
-        Ok(()) => StatusCode::OK.into_response(),
-        Err(e) => e.into_response(),
-    }
+    empty_ok(state.frontend.shm.unregister(Some(&region)))
 }
 
 async fn cuda_shm_status(Path(region): Path<String>) -> Response {
@@ -452,7 +437,7 @@ async fn cuda_shm_status(Path(region): Path<String>) -> Response {
 }
 
 async fn cuda_shm_register(Path(region): Path<String>) -> Response {
-    crate::shm::cuda::register(&region).map(|()| StatusCode::OK.into_response()).unwrap_or_else(IntoResponse::into_response)
+    empty_ok(crate::shm::cuda::register(&region))
 }
 
 fn settings_json(settings: std::collections::BTreeMap<String, SettingValue>) -> Response {
