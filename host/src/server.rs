@@ -31,6 +31,11 @@ fn level_for(verbose: u32, info: bool, warning: bool, error: bool) -> &'static s
     }
 }
 
+/// The log filter for a level; ONNX Runtime's own chatter stays at warnings.
+fn filter_for(level: &str) -> EnvFilter {
+    EnvFilter::new(format!("{level},ort=warn"))
+}
+
 type FilterHandle = tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>;
 
 /// Installs the logger. The filter sits behind a reload handle so the logging extension
@@ -40,7 +45,7 @@ fn init_logging(args: &ServeArgs) -> Option<FilterHandle> {
     let level = level_for(args.log_verbose, args.log_info, args.log_warning, args.log_error);
     let (filter, from_env) = match EnvFilter::try_from_default_env() {
         Ok(f) => (f, true),
-        Err(_) => (EnvFilter::new(format!("{level},ort=warn")), false),
+        Err(_) => (filter_for(level), false),
     };
     let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -67,7 +72,7 @@ fn log_applier(handle: Option<FilterHandle>) -> LogApplier {
         };
         let level = level_for(verbose, flag("log_info"), flag("log_warning"), flag("log_error"));
         if let Some(handle) = &handle {
-            let _ = handle.reload(EnvFilter::new(format!("{level},ort=warn")));
+            let _ = handle.reload(filter_for(level));
         }
     })
 }
