@@ -1,7 +1,11 @@
-//! The one request/response type every door (HTTP, later gRPC and in-process BLS) translates to.
+//! The one request/response type every door (HTTP, gRPC, in-process BLS, the library API)
+//! translates to, and [`Infer`], the one in-process entry point they all call.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 
+use crate::error::CoreResult;
 use crate::tensor::Tensor;
 
 /// Request/response parameter values, as in the KServe v2 `parameters` object.
@@ -74,4 +78,25 @@ pub struct InferResponse {
     /// Whether this is the request's last response (always true for non-decoupled models; a
     /// decoupled model may also end a request with a final flag and no response).
     pub is_final: bool,
+}
+
+/// Responses of one request, in order; the stream ends after the final one.
+pub type ResponseStream = tokio::sync::mpsc::UnboundedReceiver<CoreResult<InferResponse>>;
+
+/// A boxed future, so [`Infer`] can be used as `dyn Infer` (BLS holds a `Weak<dyn Infer>`).
+pub type InferFuture<'a, T> = Pin<Box<dyn Future<Output = CoreResult<T>> + Send + 'a>>;
+
+/// The one in-process way to run a model: request in, response (or response stream) out.
+///
+/// The model manager implements it; the HTTP and gRPC doors, the generate extension, BLS calls
+/// from guests and the library API all call it, so every caller gets the same validation,
+/// scheduling, statistics and errors. Code below the manager (backends, schedulers) reaches
+/// other models only through this trait, never by importing the manager.
+pub trait Infer: Send + Sync {
+    /// Runs a request on a model that answers exactly once (not decoupled).
+    fn infer(&self, request: InferRequest) -> InferFuture<'_, InferResponse>;
+
+    /// Runs a request and streams its responses: one for a regular model, 0..n for a decoupled
+    /// one. Errors before the request starts are returned; later ones arrive in the stream.
+    fn infer_stream(&self, request: InferRequest) -> InferFuture<'_, ResponseStream>;
 }

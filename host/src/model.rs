@@ -24,8 +24,7 @@ use crate::sequence::{SequenceBatcher, SequenceConfig};
 use crate::stats::ModelStats;
 use crate::tensor::{DataType, Tensor, push_bytes_element};
 
-/// Responses of one request, in order; the stream ends after the final one.
-pub type ResponseStream = tokio::sync::mpsc::UnboundedReceiver<CoreResult<InferResponse>>;
+pub use crate::infer::ResponseStream;
 
 /// An input or output as the config declares it.
 #[derive(Debug, Clone)]

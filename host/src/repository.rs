@@ -11,9 +11,10 @@ use std::sync::{Arc, RwLock};
 use std::time::UNIX_EPOCH;
 
 use crate::cache::ResponseCache;
-use crate::backend::Backends;
+use crate::backend::BackendRegistry;
 use crate::config::{self, ModelConfig, pb::model_version_policy::PolicyChoice};
 use crate::error::{CoreError, CoreResult};
+use crate::infer::{Infer, InferFuture, InferRequest, InferResponse, ResponseStream};
 use crate::model::LoadedModel;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -60,14 +61,14 @@ struct ModelEntry {
 
 pub struct ModelManager {
     options: RepositoryOptions,
-    backends: Backends,
+    backends: BackendRegistry,
     models: RwLock<BTreeMap<String, ModelEntry>>,
     /// Serialises load / unload / poll so two reloads of one model never interleave.
     control: tokio::sync::Mutex<()>,
 }
 
 impl ModelManager {
-    pub fn new(options: RepositoryOptions, backends: Backends) -> Self {
+    pub fn new(options: RepositoryOptions, backends: BackendRegistry) -> Self {
         Self { options, backends, models: RwLock::default(), control: tokio::sync::Mutex::new(()) }
     }
 
@@ -384,6 +385,22 @@ impl ModelManager {
             }
         }
         out
+    }
+}
+
+impl Infer for ModelManager {
+    fn infer(&self, request: InferRequest) -> InferFuture<'_, InferResponse> {
+        Box::pin(async move {
+            let model = self.get(&request.model_name, request.model_version)?;
+            model.infer(request).await
+        })
+    }
+
+    fn infer_stream(&self, request: InferRequest) -> InferFuture<'_, ResponseStream> {
+        Box::pin(async move {
+            let model = self.get(&request.model_name, request.model_version)?;
+            model.infer_stream(request).await
+        })
     }
 }
 

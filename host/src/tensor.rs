@@ -270,6 +270,11 @@ pub fn split_batch(tensor: &Tensor, rows: &[usize]) -> CoreResult<Vec<Tensor>> {
     Ok(parts)
 }
 
+/// A shape as Triton prints it in messages: `[1,-1,16]`.
+pub fn format_shape(shape: &[i64]) -> String {
+    format!("[{}]", shape.iter().map(i64::to_string).collect::<Vec<_>>().join(","))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! Backends turn a model version directory into executable instances. The scheduler only sees
 //! [`ModelInstance`]; nothing here knows about HTTP or gRPC.
 
+pub mod batch;
 pub mod onnx;
 pub mod wasm;
 
@@ -57,55 +58,91 @@ pub trait ModelInstance: Send {
 pub trait Backend: Send + Sync {
     /// The `backend:` name in config.pbtxt.
     fn name(&self) -> &'static str;
-    /// The legacy `platform:` string Triton reports for this backend.
-    fn platform(&self) -> &'static str;
+    /// The `platform:` strings that select this backend (the first is the one Triton reports).
+    fn platforms(&self) -> &'static [&'static str];
+    /// The platform reported in model metadata.
+    fn platform(&self) -> &'static str {
+        self.platforms().first().copied().unwrap_or_else(|| self.name())
+    }
     fn default_model_filename(&self) -> &'static str;
     /// Fills inputs, outputs and max_batch_size from the model file (Triton's auto-complete).
     fn autocomplete(&self, config: &mut ModelConfig, model_path: &Path) -> CoreResult<()>;
     fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>>;
 }
 
-/// The backends this server was started with.
-#[derive(Clone)]
-pub struct Backends {
-    onnx: Arc<onnx::OnnxBackend>,
-    pub wasm: Arc<wasm::WasmBackend>,
+/// The backends this server was started with, in the order auto-detection tries their model
+/// files. Adding a backend is one `register` call (heavy ones behind a cargo feature).
+#[derive(Clone, Default)]
+pub struct BackendRegistry {
+    backends: Vec<Arc<dyn Backend>>,
 }
 
-impl Backends {
-    pub fn new(onnx: onnx::OnnxBackend, wasm: wasm::WasmBackend) -> Self {
-        Self { onnx: Arc::new(onnx), wasm: Arc::new(wasm) }
+impl BackendRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn register(&mut self, backend: Arc<dyn Backend>) -> &mut Self {
+        self.backends.push(backend);
+        self
+    }
+
+    pub fn with(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.register(backend);
+        self
+    }
+
+    fn names(&self) -> String {
+        self.backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+    }
+
+    fn platforms(&self) -> String {
+        self.backends.iter().flat_map(|b| b.platforms().iter().copied()).collect::<Vec<_>>().join(", ")
     }
 
     /// Picks the backend for a config, as Triton does from `backend`, then `platform`, then the
     /// files present in the version directory (auto-complete).
     pub fn resolve(&self, config: &ModelConfig, version_dir: Option<&Path>) -> CoreResult<Arc<dyn Backend>> {
-        let onnx: Arc<dyn Backend> = self.onnx.clone();
-        let wasm: Arc<dyn Backend> = self.wasm.clone();
-        match (config.backend.as_str(), config.platform.as_str()) {
-            ("onnxruntime", "" | "onnxruntime_onnx") | ("", "onnxruntime_onnx") => Ok(onnx),
-            ("wasm", "" | "wasm") | ("", "wasm") => Ok(wasm),
+        let by_name = |name: &str| self.backends.iter().find(|b| b.name() == name);
+        let by_platform = |platform: &str| self.backends.iter().find(|b| b.platforms().contains(&platform));
+        let found = match (config.backend.as_str(), config.platform.as_str()) {
             ("", "") => {
-                let has = |b: &Arc<dyn Backend>| version_dir.is_some_and(|dir| dir.join(b.default_model_filename()).is_file());
-                if has(&onnx) {
-                    Ok(onnx)
-                } else if has(&wasm) {
-                    Ok(wasm)
-                } else {
-                    Err(CoreError::invalid_arg(
+                let has = |b: &&Arc<dyn Backend>| {
+                    version_dir.is_some_and(|dir| dir.join(b.default_model_filename()).is_file())
+                };
+                return self.backends.iter().find(has).cloned().ok_or_else(|| {
+                    CoreError::invalid_arg(
                         "model configuration must specify 'backend' or 'platform' (no model file from which to infer it)",
-                    ))
-                }
+                    )
+                });
             }
-            (backend, "") => Err(CoreError::unsupported(format!(
-                "backend '{backend}' is not supported by this server (supported: onnxruntime, wasm)"
-            ))),
-            ("", platform) => Err(CoreError::unsupported(format!(
-                "platform '{platform}' is not supported by this server (supported: onnxruntime_onnx)"
-            ))),
-            (backend, platform) => Err(CoreError::invalid_arg(format!(
-                "backend '{backend}' and platform '{platform}' do not agree"
-            ))),
-        }
+            (backend, "") => by_name(backend).ok_or_else(|| {
+                CoreError::unsupported(format!(
+                    "backend '{backend}' is not supported by this server (supported: {})",
+                    self.names()
+                ))
+            })?,
+            ("", platform) => by_platform(platform).ok_or_else(|| {
+                CoreError::unsupported(format!(
+                    "platform '{platform}' is not supported by this server (supported: {})",
+                    self.platforms()
+                ))
+            })?,
+            (backend, platform) => match by_name(backend) {
+                Some(b) if b.platforms().contains(&platform) => b,
+                Some(_) => {
+                    return Err(CoreError::invalid_arg(format!(
+                        "backend '{backend}' and platform '{platform}' do not agree"
+                    )));
+                }
+                None => {
+                    return Err(CoreError::unsupported(format!(
+                        "backend '{backend}' is not supported by this server (supported: {})",
+                        self.names()
+                    )));
+                }
+            },
+        };
+        Ok(Arc::clone(found))
     }
 }

@@ -164,8 +164,8 @@ impl Backend for OnnxBackend {
         "onnxruntime"
     }
 
-    fn platform(&self) -> &'static str {
-        "onnxruntime_onnx"
+    fn platforms(&self) -> &'static [&'static str] {
+        &["onnxruntime_onnx"]
     }
 
     fn default_model_filename(&self) -> &'static str {
@@ -251,8 +251,8 @@ fn check_against_model(
     if !compatible {
         return Err(CoreError::invalid_arg(format!(
             "{role} '{name}': the model expects shape {} but the model configuration specifies {}{}",
-            crate::model::format_shape(model_shape),
-            crate::model::format_shape(&full),
+            crate::tensor::format_shape(model_shape),
+            crate::tensor::format_shape(&full),
             if batching { " (an initial batch dimension because max_batch_size > 0, followed by dims)" } else { "" }
         )));
     }
@@ -285,59 +285,7 @@ impl ModelInstance for OnnxInstance {
     /// Several requests (a dynamic batch) run as one session call on inputs stacked along dim 0;
     /// each request then gets its rows of the outputs it asked for.
     fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
-        if batch.len() <= 1 {
-            return batch.into_iter().map(|request| self.run(request)).collect();
-        }
-        let n = batch.len();
-        match self.run_merged(&batch) {
-            Ok(results) => results,
-            Err(e) => vec![Err(e); n],
-        }
-    }
-}
-
-impl OnnxInstance {
-    fn run_merged(&mut self, batch: &[ExecRequest]) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
-        let rows: Vec<usize> =
-            batch.iter().map(|r| r.inputs.first().and_then(|t| t.shape.first()).map_or(1, |&d| usize::try_from(d).unwrap_or(0))).collect();
-        let mut inputs = Vec::with_capacity(batch[0].inputs.len());
-        for tensor in &batch[0].inputs {
-            let parts: Vec<&Tensor> = batch
-                .iter()
-                .map(|r| {
-                    r.inputs
-                        .iter()
-                        .find(|t| t.name == tensor.name)
-                        .ok_or_else(|| CoreError::internal(format!("batched request lacks input '{}'", tensor.name)))
-                })
-                .collect::<CoreResult<_>>()?;
-            inputs.push(crate::tensor::concat_batch(&parts)?);
-        }
-        let mut wanted: Vec<String> = Vec::new();
-        for name in batch.iter().flat_map(|r| &r.outputs) {
-            if !wanted.contains(name) {
-                wanted.push(name.clone());
-            }
-        }
-        let merged = ExecRequest { inputs, outputs: wanted.clone(), ..Default::default() };
-        let outputs = self.run(merged)?;
-        let mut split: Vec<Vec<Tensor>> = vec![Vec::new(); batch.len()];
-        for (name, tensor) in wanted.iter().zip(&outputs) {
-            for (i, part) in crate::tensor::split_batch(tensor, &rows)?.into_iter().enumerate() {
-                if batch[i].outputs.contains(name) {
-                    split[i].push(part);
-                }
-            }
-        }
-        // Each request's outputs in the order it asked for them.
-        Ok(batch
-            .iter()
-            .zip(split)
-            .map(|(r, mut outs)| {
-                outs.sort_by_key(|t| r.outputs.iter().position(|n| *n == t.name));
-                Ok(outs)
-            })
-            .collect())
+        super::batch::execute_merged(batch, |request| self.run(request))
     }
 }
 

@@ -254,8 +254,8 @@ impl Backend for WasmBackend {
         "wasm"
     }
 
-    fn platform(&self) -> &'static str {
-        "wasm"
+    fn platforms(&self) -> &'static [&'static str] {
+        &["wasm"]
     }
 
     fn default_model_filename(&self) -> &'static str {
