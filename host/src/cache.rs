@@ -153,12 +153,9 @@ impl ResponseCache {
         self.inner.lock().map_or(0, |i| i.used)
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.inner.lock().map_or(0, |i| i.entries.len())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -2,10 +2,16 @@
 //! binary invoked through a symlink named `tritonserver` is a drop-in (no `serve` needed).
 
 use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::backend::wasm::WasmOptions;
+use crate::grpc::GrpcOptions;
 use crate::repository::ControlMode;
+use crate::server::logging::{self, LogFlags};
+use crate::server::{Listen, Server, ServerConfig};
 
 #[derive(Debug, Parser)]
 #[command(name = "tessera", version, about = "Triton-compatible inference server with sandboxed WebAssembly custom backends")]
@@ -209,6 +215,124 @@ impl ServeArgs {
     pub fn strict_config(&self) -> bool {
         self.strict_model_config || self.disable_auto_complete_config
     }
+
+    fn log_flags(&self) -> LogFlags {
+        LogFlags { verbose: self.log_verbose, info: self.log_info, warning: self.log_warning, error: self.log_error }
+    }
+
+    /// The server configuration these flags describe; `as_triton` names the server "triton".
+    pub fn server_config(&self, as_triton: bool) -> Result<ServerConfig, String> {
+        if self.grpc_use_ssl {
+            return Err("--grpc-use-ssl=true: TLS is not supported by this version (terminate TLS in a proxy)".into());
+        }
+        if !self.grpc_restricted_protocol.is_empty() {
+            return Err("--grpc-restricted-protocol is not supported by this version; refusing to serve those \
+                        protocols unprotected"
+                .into());
+        }
+        if !self.allow_http && !self.allow_grpc {
+            return Err("--allow-http=false and --allow-grpc=false leave no front door".into());
+        }
+        let mut wasm = WasmOptions { max_instances: self.wasm_max_instances, ..WasmOptions::default() };
+        if let Some(dir) = &self.wasm_cache_dir {
+            wasm.cache_dir = Some(dir.clone());
+        }
+        Ok(ServerConfig {
+            repositories: self.model_repository.clone(),
+            control_mode: self.model_control_mode,
+            startup_models: self.load_model.clone(),
+            poll_interval: Duration::from_secs(self.repository_poll_secs.max(1)),
+            strict_model_config: self.strict_config(),
+            strict_readiness: self.strict_readiness,
+            exit_on_error: self.exit_on_error,
+            server_id: self.id.clone().unwrap_or_else(|| if as_triton { "triton" } else { "tessera" }.to_string()),
+            http: self.allow_http.then(|| Listen::new(&self.http_address, self.http_port)),
+            http_max_input_size: self.http_max_input_size,
+            grpc: self.allow_grpc.then(|| Listen::new(&self.grpc_address, self.grpc_port)),
+            grpc_options: GrpcOptions {
+                max_message_size: self.grpc_max_message_size,
+                keepalive_time: Duration::from_millis(self.grpc_keepalive_time.max(1)),
+                keepalive_timeout: Duration::from_millis(self.grpc_keepalive_timeout.max(1)),
+                compress_responses: self.grpc_infer_response_compression_level != "none",
+            },
+            metrics: self.allow_metrics.then(|| Listen::new(&self.metrics_address, self.metrics_port)),
+            cpu_metrics_interval: self.allow_cpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
+            response_cache_bytes: crate::cache::parse_cache_config(&self.cache_config)?,
+            onnxruntime_library: self.onnxruntime_library.clone(),
+            wasm,
+            exit_timeout: Duration::from_secs(self.exit_timeout_secs),
+            log_settings: self.log_flags().settings(),
+            log_applier: None,
+        })
+    }
+}
+
+/// `tessera serve`: logging, the runtime, the server, and a graceful stop on SIGINT/SIGTERM.
+pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
+    let applier = logging::init(args.log_flags());
+    if args.backend_directory.is_some() || args.cache_directory.is_some() || !args.backend_config.is_empty() {
+        tracing::info!(
+            "--backend-directory, --cache-directory and --backend-config are accepted for compatibility and ignored"
+        );
+    }
+    let mut config = match args.server_config(as_triton) {
+        Ok(config) => config,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    config.log_applier = Some(applier);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("failed to start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let server = match Server::start(config).await {
+            Ok(server) => server,
+            Err(e) => {
+                tracing::error!("{e}");
+                if matches!(e, crate::server::StartError::ModelLoad(_)) {
+                    tracing::error!("exiting (pass --exit-on-error=false to serve the others)");
+                }
+                return ExitCode::FAILURE;
+            }
+        };
+        let stop = server.stop_handle();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            stop.stop();
+        });
+        // Returns after a stop signal, or when a door fails on its own.
+        let code = match server.wait().await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::FAILURE,
+        };
+        tracing::info!("server stopped");
+        code
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
 }
 
 /// Parses the process arguments. When the executable's name is `tritonserver`, the `serve`

@@ -1,5 +1,6 @@
-//! The one error type that crosses the core: every front door maps it to its wire status exactly once
-//! (HTTP status and gRPC code), so a given failure gets the same code whichever door it came through.
+//! The one error type that crosses the core. It knows no wire protocol: each front door maps an
+//! [`ErrorKind`] to its status exactly once (`http::error` to an HTTP status, `grpc::status` to a
+//! gRPC code), so a given failure gets the same answer whichever way it came in.
 
 use std::fmt;
 
@@ -51,42 +52,6 @@ impl CoreError {
     /// Triton's wording for a model name that the repository does not know.
     pub fn unknown_model(name: &str) -> Self {
         Self::not_found(format!("Request for unknown model: '{name}' is not found"))
-    }
-
-    /// HTTP status as Triton's HTTP server maps `TRITONSERVER_Error_Code`
-    /// (http_server.cc `HttpCodeFromError`).
-    pub fn http_status(&self) -> u16 {
-        match self.kind {
-            ErrorKind::Internal => 500,
-            ErrorKind::NotFound => 404,
-            ErrorKind::Unavailable => 503,
-            ErrorKind::Unsupported => 501,
-            ErrorKind::AlreadyExists => 409,
-            ErrorKind::Unknown | ErrorKind::InvalidArg | ErrorKind::Cancelled => 400,
-        }
-    }
-}
-
-impl CoreError {
-    /// gRPC status code as Triton's gRPC server maps `TRITONSERVER_Error_Code`
-    /// (grpc_utils.cc `CodeToStatus`).
-    pub fn grpc_code(&self) -> tonic::Code {
-        match self.kind {
-            ErrorKind::Unknown => tonic::Code::Unknown,
-            ErrorKind::Internal => tonic::Code::Internal,
-            ErrorKind::NotFound => tonic::Code::NotFound,
-            ErrorKind::InvalidArg => tonic::Code::InvalidArgument,
-            ErrorKind::Unavailable => tonic::Code::Unavailable,
-            ErrorKind::Unsupported => tonic::Code::Unimplemented,
-            ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
-            ErrorKind::Cancelled => tonic::Code::Cancelled,
-        }
-    }
-}
-
-impl From<CoreError> for tonic::Status {
-    fn from(e: CoreError) -> Self {
-        tonic::Status::new(e.grpc_code(), e.message)
     }
 }
 

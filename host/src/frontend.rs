@@ -1,17 +1,17 @@
 //! What both front doors (HTTP in [`crate::http`], gRPC in [`crate::grpc`]) share: readiness,
-//! metadata, statistics, repository control and the inference entry point with the shared-memory
-//! extension. Each door only translates its wire format to these calls and maps [`CoreError`] to
-//! its status once; no inference logic lives in a door.
+//! metadata, statistics, repository control, trace/log settings and inference with the
+//! shared-memory extension. The doors reach the models only through these calls: they translate
+//! their wire format and map [`CoreError`] to their status; no inference logic lives in a door.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{CoreError, CoreResult};
-use crate::infer::{InferRequest, InferResponse, ParamValue, Parameters, ShmTarget};
-use crate::model::{LoadedModel, ResponseStream};
-use crate::repository::{ControlMode, ModelManager};
-use crate::shm::{Region, SharedMemoryManager};
-use crate::tensor::{DataType, Tensor};
+use crate::infer::{Infer, InferRequest, InferResponse, ResponseStream, ShmTarget};
+use crate::model::LoadedModel;
+use crate::repository::{ControlMode, IndexEntry, ModelManager};
+use crate::shm::{Region, SharedMemoryManager, ShmInput};
+use crate::tensor::Tensor;
 
 /// Extensions reported in server metadata: only what this server implements.
 pub const EXTENSIONS: &[&str] = &[
@@ -27,40 +27,6 @@ pub const EXTENSIONS: &[&str] = &[
     "trace",
     "logging",
 ];
-
-/// The shared-memory parameters of a tensor (`shared_memory_region`, `shared_memory_offset`,
-/// `shared_memory_byte_size`), with Triton's messages; both doors convert their tensor parameters
-/// to the core form and call this.
-pub fn shm_target(params: &Parameters, tensor: &str) -> CoreResult<Option<ShmTarget>> {
-    let uint = |key: &str| -> CoreResult<Option<u64>> {
-        match params.get(key) {
-            None => Ok(None),
-            Some(ParamValue::Int(i)) => {
-                u64::try_from(*i).map(Some).map_err(|_| CoreError::invalid_arg(format!("'{key}' for tensor '{tensor}' must not be negative")))
-            }
-            Some(ParamValue::Uint(u)) => Ok(Some(*u)),
-            Some(_) => Err(CoreError::invalid_arg(format!("'{key}' for tensor '{tensor}' must be an integer"))),
-        }
-    };
-    let region = match params.get("shared_memory_region") {
-        None => {
-            if params.contains_key("shared_memory_offset") {
-                return Err(CoreError::invalid_arg(format!(
-                    "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
-                )));
-            }
-            return Ok(None);
-        }
-        Some(ParamValue::String(s)) => s.clone(),
-        Some(_) => return Err(CoreError::invalid_arg(format!("'shared_memory_region' for tensor '{tensor}' must be a string"))),
-    };
-    let byte_size = uint("shared_memory_byte_size")?.ok_or_else(|| {
-        CoreError::invalid_arg(format!(
-            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '{tensor}'"
-        ))
-    })?;
-    Ok(Some(ShmTarget { region, offset: uint("shared_memory_offset")?.unwrap_or(0), byte_size }))
-}
 
 /// A tensor as model metadata describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,8 +47,14 @@ pub struct ModelMetadata {
 }
 
 /// Triton's trace settings and their defaults (what a server without `--trace-*` flags reports).
-const TRACE_DEFAULTS: [(&str, &str); 6] =
-    [("trace_file", ""), ("trace_level", "OFF"), ("trace_rate", "1000"), ("trace_count", "-1"), ("log_frequency", "0"), ("trace_mode", "triton")];
+const TRACE_DEFAULTS: [(&str, &str); 6] = [
+    ("trace_file", ""),
+    ("trace_level", "OFF"),
+    ("trace_rate", "1000"),
+    ("trace_count", "-1"),
+    ("log_frequency", "0"),
+    ("trace_mode", "triton"),
+];
 
 /// A value of a trace or log setting, as the trace/logging extensions carry them.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,7 +69,7 @@ pub enum SettingValue {
 pub type LogApplier = Box<dyn Fn(&BTreeMap<String, SettingValue>) + Send + Sync>;
 
 pub struct Frontend {
-    pub manager: Arc<ModelManager>,
+    manager: Arc<ModelManager>,
     pub shm: SharedMemoryManager,
     /// Reported as the server name: "triton" when invoked as `tritonserver`, else "tessera".
     pub server_id: String,
@@ -108,16 +80,30 @@ pub struct Frontend {
     log_applier: Option<LogApplier>,
 }
 
+/// An infer request as a door decoded it. Inputs sent inline are in `request.inputs`; inputs in
+/// shared memory are only described, and [`Frontend::read_shm_inputs`] reads them into place, so
+/// the codecs stay pure translations and the registry has one user.
+#[derive(Debug, Clone, Default)]
+pub struct DecodedRequest {
+    pub request: InferRequest,
+    /// In the order the client sent them.
+    pub shm_inputs: Vec<ShmInput>,
+}
+
 /// Shared-memory outputs of one request, resolved before it runs so a bad region fails the
 /// request before any work is done.
-pub struct ShmOutputs(Vec<(String, Arc<Region>, ShmTarget)>);
+struct ShmOutputs(Vec<(String, Arc<Region>, ShmTarget)>);
 
 impl Frontend {
     pub fn new(manager: Arc<ModelManager>, server_id: String, strict_readiness: bool) -> Self {
         let trace = TRACE_DEFAULTS
             .iter()
             .map(|&(key, value)| {
-                let value = if key == "trace_level" { SettingValue::List(vec![value.to_string()]) } else { SettingValue::Str(value.to_string()) };
+                let value = if key == "trace_level" {
+                    SettingValue::List(vec![value.to_string()])
+                } else {
+                    SettingValue::Str(value.to_string())
+                };
                 (key.to_string(), value)
             })
             .collect();
@@ -160,10 +146,7 @@ impl Frontend {
                 strict_config: false,
                 response_cache: None,
             },
-            crate::backend::Backends::new(
-                crate::backend::onnx::OnnxBackend::new(None),
-                crate::backend::wasm::WasmBackend::new(Default::default()),
-            ),
+            crate::backend::BackendRegistry::new(),
         ));
         Self::new(manager, "tessera".into(), true)
     }
@@ -176,6 +159,20 @@ impl Frontend {
         self.manager.get(name, version).is_ok()
     }
 
+    /// The ready model version a request for `name` / `version` runs on (the newest ready one when
+    /// `version` is `None`), or Triton's error for it. For reading its config, inputs and
+    /// statistics; inference goes through [`Frontend::infer`].
+    pub fn ready_model(&self, name: &str, version: Option<i64>) -> CoreResult<Arc<LoadedModel>> {
+        self.manager.get(name, version)
+    }
+
+    /// Fails as inference would if the model version is not ready. A door calls it before
+    /// decoding a request body, so an unknown model is reported as such even when the body is
+    /// wrong too.
+    pub fn require_ready(&self, name: &str, version: Option<i64>) -> CoreResult<()> {
+        self.ready_model(name, version).map(drop)
+    }
+
     /// Model metadata for one version, or for every ready version when `version` is `None`.
     pub fn metadata(&self, name: &str, version: Option<i64>) -> CoreResult<ModelMetadata> {
         let versions = match version {
@@ -183,7 +180,9 @@ impl Frontend {
             None => {
                 let versions = self.manager.ready_versions(name)?;
                 if versions.is_empty() {
-                    return Err(CoreError::not_found(format!("Request for unknown model: '{name}' has no available versions")));
+                    return Err(CoreError::not_found(format!(
+                        "Request for unknown model: '{name}' has no available versions"
+                    )));
                 }
                 versions
             }
@@ -198,7 +197,11 @@ impl Frontend {
                 .map(|s| TensorMetadata {
                     name: s.name.clone(),
                     datatype: s.datatype.as_str(),
-                    shape: if batching { std::iter::once(-1).chain(s.dims.iter().copied()).collect() } else { s.dims.clone() },
+                    shape: if batching {
+                        std::iter::once(-1).chain(s.dims.iter().copied()).collect()
+                    } else {
+                        s.dims.clone()
+                    },
                 })
                 .collect()
         };
@@ -206,8 +209,8 @@ impl Frontend {
             name: newest.name.clone(),
             versions: versions.iter().map(|m| m.version.to_string()).collect(),
             platform: newest.platform.to_string(),
-            inputs: io(&newest.inputs),
-            outputs: io(&newest.outputs),
+            inputs: io(&newest.io.inputs),
+            outputs: io(&newest.io.outputs),
         })
     }
 
@@ -220,11 +223,9 @@ impl Frontend {
                 Ok(versions) if !versions.is_empty() => Ok(versions),
                 _ => Err(CoreError::invalid_arg(format!("requested model '{name}' is not available"))),
             },
-            (Some(name), Some(v)) => self
-                .manager
-                .get(name, Some(v))
-                .map(|m| vec![m])
-                .map_err(|_| CoreError::invalid_arg(format!("requested model version is not available for model '{name}'"))),
+            (Some(name), Some(v)) => self.manager.get(name, Some(v)).map(|m| vec![m]).map_err(|_| {
+                CoreError::invalid_arg(format!("requested model version is not available for model '{name}'"))
+            }),
         }
     }
 
@@ -240,7 +241,9 @@ impl Frontend {
     /// `file_override` names a `file:` parameter, which this server does not support yet.
     pub async fn load(&self, name: &str, config: Option<String>, file_override: Option<&str>) -> CoreResult<()> {
         if let Some(file) = file_override {
-            return Err(CoreError::unsupported(format!("load parameter '{file}': file overrides are not supported yet")));
+            return Err(CoreError::unsupported(format!(
+                "load parameter '{file}': file overrides are not supported yet"
+            )));
         }
         self.explicit_only()?;
         self.manager.load(name, config).await
@@ -251,15 +254,37 @@ impl Frontend {
         self.manager.unload(name).await
     }
 
-    /// Builds an input tensor whose bytes live in shared memory.
-    pub fn input_from_shm(&self, name: String, datatype: DataType, shape: Vec<i64>, target: &ShmTarget) -> CoreResult<Tensor> {
-        let data = self.shm.read_input(&name, target)?;
-        Tensor::new(name, datatype, shape, data)
+    /// The repository index: every model directory, with the state of each known version.
+    pub fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
+        self.manager.index(ready_only)
+    }
+
+    /// Reads a decoded request's shared-memory inputs and puts each at its position among the
+    /// inline inputs, giving the request the models run.
+    pub fn read_shm_inputs(&self, decoded: DecodedRequest) -> CoreResult<InferRequest> {
+        let DecodedRequest { mut request, shm_inputs } = decoded;
+        if shm_inputs.is_empty() {
+            return Ok(request);
+        }
+        let mut inline = std::mem::take(&mut request.inputs).into_iter();
+        let mut inputs = Vec::with_capacity(inline.len() + shm_inputs.len());
+        for input in shm_inputs {
+            // The inline inputs the client sent before this one keep their places.
+            while inputs.len() < input.position {
+                let Some(tensor) = inline.next() else { break };
+                inputs.push(tensor);
+            }
+            let data = self.shm.read_input(&input.name, &input.target)?;
+            inputs.push(Tensor::new(input.name, input.datatype, input.shape, data)?);
+        }
+        inputs.extend(inline);
+        request.inputs = inputs;
+        Ok(request)
     }
 
     /// Resolves the regions of the outputs that go to shared memory, checking that no two of
     /// them overlap (they would overwrite each other).
-    pub fn shm_outputs(&self, request: &InferRequest) -> CoreResult<ShmOutputs> {
+    fn shm_outputs(&self, request: &InferRequest) -> CoreResult<ShmOutputs> {
         let mut resolved: Vec<(String, Arc<Region>, ShmTarget)> = Vec::new();
         for output in &request.outputs {
             let Some(target) = &output.shared_memory else { continue };
@@ -295,12 +320,13 @@ impl Frontend {
 
     /// Moves the bytes of shared-memory outputs into their regions; their tensors keep name,
     /// datatype and shape but no data, and the response records where the bytes went.
-    pub fn write_shm_outputs(outputs: &ShmOutputs, response: &mut InferResponse) -> CoreResult<()> {
+    fn write_shm_outputs(outputs: &ShmOutputs, response: &mut InferResponse) -> CoreResult<()> {
         for (name, region, target) in &outputs.0 {
             let Some(tensor) = response.outputs.iter_mut().find(|t| &t.name == name) else { continue };
             if tensor.data.len() as u64 > target.byte_size {
                 return Err(CoreError::internal(format!(
-                    "shared memory size specified with the request for output '{name}' ({} bytes) should be at least {} bytes to hold the results",
+                    "shared memory size specified with the request for output '{name}' ({} bytes) should be at least \
+                    {} bytes to hold the results",
                     target.byte_size,
                     tensor.data.len()
                 )));
@@ -314,18 +340,18 @@ impl Frontend {
     }
 
     /// Runs one request on a (non-decoupled) model, with shared-memory outputs written.
-    pub async fn infer_on(&self, model: &LoadedModel, request: InferRequest) -> CoreResult<InferResponse> {
+    pub async fn infer(&self, request: InferRequest) -> CoreResult<InferResponse> {
         let shm_outputs = self.shm_outputs(&request)?;
-        let mut response = model.infer(request).await?;
+        let mut response = self.manager.infer(request).await?;
         Self::write_shm_outputs(&shm_outputs, &mut response)?;
         Ok(response)
     }
 
     /// Runs one request and streams its responses (0..n for a decoupled model), each with its
     /// shared-memory outputs written.
-    pub async fn infer_stream(&self, model: &Arc<LoadedModel>, request: InferRequest) -> CoreResult<ResponseStream> {
+    pub async fn infer_stream(&self, request: InferRequest) -> CoreResult<ResponseStream> {
         let shm_outputs = self.shm_outputs(&request)?;
-        let mut inner = model.infer_stream(request).await?;
+        let mut inner = self.manager.infer_stream(request).await?;
         if shm_outputs.0.is_empty() {
             return Ok(inner);
         }
@@ -374,7 +400,9 @@ impl Frontend {
             });
             match key.as_str() {
                 "trace_file" => {
-                    return Err(CoreError::unsupported("trace file location can not be updated through network protocol"));
+                    return Err(CoreError::unsupported(
+                        "trace file location can not be updated through network protocol",
+                    ));
                 }
                 "trace_level" => {
                     if value.iter().any(|l| l == "OFF") && value.len() > 1 {
@@ -382,7 +410,8 @@ impl Frontend {
                     }
                     if value.iter().any(|l| l == "TIMESTAMPS" || l == "TENSORS") {
                         return Err(CoreError::invalid_arg(
-                            "Attempting to set invalid trace setting :trace file name is not given (this server does not record request traces)",
+                            "Attempting to set invalid trace setting :trace file name is not given (this server does \
+                            not record request traces)",
                         ));
                     }
                     next.insert(key, SettingValue::List(value));
@@ -418,13 +447,18 @@ impl Frontend {
 
     /// Updates log settings (Triton's logging extension) and applies them to the running
     /// server's logger. Unknown keys are ignored.
-    pub fn update_log_settings(&self, updates: BTreeMap<String, SettingValue>) -> CoreResult<BTreeMap<String, SettingValue>> {
+    pub fn update_log_settings(
+        &self,
+        updates: BTreeMap<String, SettingValue>,
+    ) -> CoreResult<BTreeMap<String, SettingValue>> {
         let mut log = self.log.lock().map_err(|_| CoreError::internal("log settings poisoned"))?;
         let mut next = log.clone();
         for (key, value) in updates {
             match (key.as_str(), &value) {
                 ("log_file", _) => {
-                    return Err(CoreError::unsupported("log file location can not be updated through network protocol"));
+                    return Err(CoreError::unsupported(
+                        "log file location can not be updated through network protocol",
+                    ));
                 }
                 ("log_info" | "log_warning" | "log_error", SettingValue::Bool(_)) => {}
                 ("log_info" | "log_warning" | "log_error", _) => {
@@ -456,28 +490,99 @@ impl Frontend {
 mod tests {
     use super::*;
     use crate::infer::RequestedOutput;
+    use crate::tensor::DataType;
+
+    /// A POSIX shared-memory object for one test, removed when dropped.
+    struct ShmObject {
+        key: String,
+        path: std::path::PathBuf,
+    }
+
+    impl ShmObject {
+        fn new(tag: &str, bytes: &[u8]) -> Self {
+            let key = format!("/tessera-frontend-{}-{tag}", std::process::id());
+            let path = std::path::Path::new("/dev/shm").join(&key[1..]);
+            std::fs::write(&path, bytes).unwrap();
+            Self { key, path }
+        }
+    }
+
+    impl Drop for ShmObject {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    fn int32(name: &str, values: &[i32]) -> Tensor {
+        let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Tensor::new(name, DataType::Int32, vec![values.len() as i64], bytes::Bytes::from(data)).unwrap()
+    }
+
+    fn shm_input(position: usize, name: &str, count: i64, region: &str, offset: u64) -> ShmInput {
+        let target = ShmTarget { region: region.into(), offset, byte_size: count as u64 * 4 };
+        ShmInput { position, name: name.into(), datatype: DataType::Int32, shape: vec![count], target }
+    }
+
+    #[test]
+    fn shm_inputs_are_read_into_their_positions() {
+        let bytes: Vec<u8> = [10i32, 11, 12, 13].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let object = ShmObject::new("inputs", &bytes);
+        let f = Frontend::for_tests();
+        f.shm.register("r", &object.key, 4, 12).unwrap();
+        // Sent as: a (inline), b (shm), c (inline), d (shm).
+        let decoded = DecodedRequest {
+            request: InferRequest { inputs: vec![int32("a", &[1]), int32("c", &[3])], ..Default::default() },
+            shm_inputs: vec![shm_input(1, "b", 2, "r", 0), shm_input(3, "d", 1, "r", 8)],
+        };
+        let request = f.read_shm_inputs(decoded).unwrap();
+        let names: Vec<&str> = request.inputs.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "d"]);
+        assert_eq!(request.inputs[1], int32("b", &[11, 12]), "region offsets are relative to the region");
+        assert_eq!(request.inputs[3], int32("d", &[13]));
+
+        let only_shm = DecodedRequest { shm_inputs: vec![shm_input(0, "x", 1, "r", 0)], ..Default::default() };
+        assert_eq!(f.read_shm_inputs(only_shm).unwrap().inputs, [int32("x", &[11])]);
+    }
+
+    #[test]
+    fn shm_input_errors_name_the_region_and_tensor() {
+        let object = ShmObject::new("input-errors", &[0u8; 16]);
+        let f = Frontend::for_tests();
+        f.shm.register("r", &object.key, 0, 16).unwrap();
+        let read = |input: ShmInput| {
+            let decoded = DecodedRequest { shm_inputs: vec![input], ..Default::default() };
+            f.read_shm_inputs(decoded).unwrap_err()
+        };
+        let unknown = read(shm_input(0, "x", 1, "nope", 0));
+        assert_eq!(unknown.kind, crate::error::ErrorKind::NotFound);
+        assert_eq!(unknown.message, "Unable to find shared memory region: 'nope'");
+        let past_end = read(shm_input(0, "x", 2, "r", 12));
+        assert!(past_end.message.starts_with("Invalid offset + byte size for shared memory region: 'r'"));
+        assert!(past_end.message.contains("tensor 'x'"), "{}", past_end.message);
+        let mut wrong_size = shm_input(0, "x", 2, "r", 0);
+        wrong_size.target.byte_size = 4;
+        assert_eq!(read(wrong_size).message, "input byte size mismatch for input 'x'. Expected 8, got 4");
+    }
 
     #[test]
     fn overlapping_shm_outputs_are_rejected() {
-        let key = format!("/tessera-frontend-{}", std::process::id());
-        let path = std::path::Path::new("/dev/shm").join(&key[1..]);
-        std::fs::write(&path, vec![0u8; 64]).unwrap();
+        let object = ShmObject::new("outputs", &[0u8; 64]);
         let f = Frontend::for_tests();
-        f.shm.register("a", &key, 0, 32).unwrap();
-        f.shm.register("b", &key, 16, 32).unwrap();
+        f.shm.register("a", &object.key, 0, 32).unwrap();
+        f.shm.register("b", &object.key, 16, 32).unwrap();
         let out = |name: &str, region: &str, offset, byte_size| RequestedOutput {
             name: name.into(),
             class_count: 0,
             shared_memory: Some(ShmTarget { region: region.into(), offset, byte_size }),
         };
         // Region b starts 16 bytes into the same object as a: a[8..24) and b[0..16) share bytes 16..24.
-        let mut request = InferRequest { outputs: vec![out("x", "a", 8, 16), out("y", "b", 0, 16)], ..Default::default() };
+        let mut request =
+            InferRequest { outputs: vec![out("x", "a", 8, 16), out("y", "b", 0, 16)], ..Default::default() };
         let err = f.shm_outputs(&request).err().unwrap();
         assert!(err.message.contains("overlap"), "{}", err.message);
         request.outputs[0] = out("x", "a", 0, 16);
         assert!(f.shm_outputs(&request).is_ok(), "adjacent ranges do not overlap");
         request.outputs[1] = out("y", "b", 20, 16);
         assert!(f.shm_outputs(&request).err().unwrap().message.contains("Invalid offset + byte size"));
-        let _ = std::fs::remove_file(path);
     }
 }

@@ -1,31 +1,68 @@
 //! Tessera: an inference server that speaks NVIDIA Triton's protocols and reads Triton model
-//! repositories. See the README for the architecture.
+//! repositories, with custom code as sandboxed WebAssembly components. See the README for the
+//! architecture.
 //!
-//! One core request type ([`infer::InferRequest`]) is reached from every front door; the
-//! [`repository::ModelManager`] owns models; [`backend`] turns model files into instances.
+//! As a library: build a [`ServerConfig`], [`Server::start`] it, and use the returned
+//! [`ServerHandle`] to run requests in-process ([`ServerHandle::infer`], the same [`Infer`] entry
+//! point the HTTP and gRPC doors use), to register models from code
+//! ([`ServerHandle::register_model`] with any [`Backend`], e.g. a [`CallableBackend`]) and to
+//! stop. `tessera serve` is built on exactly this API.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use tessera::{Listen, Server, ServerConfig};
+//! let config = ServerConfig::default().repository("model-repos/quickstart").http(Listen::new("127.0.0.1", 0));
+//! let server = Server::start(config).await?;
+//! println!("HTTP on {:?}", server.http_address());
+//! server.stop();
+//! server.wait().await?;
+//! # Ok(()) }
+//! ```
 
-pub mod backend;
-pub mod cache;
+// Layers, each using only the ones listed before it:
+//   core types:  error, tensor, infer (InferRequest/Response, the Infer trait), config, stats
+//   backend:     Backend / ModelInstance, ONNX Runtime, Wasm (BLS through Weak<dyn Infer>)
+//   scheduler:   instance pool, dynamic batcher, sequence batcher
+//   model:       a loaded version (validation, classification, warmup, cache, statistics)
+//   repository:  the model manager (implements Infer)
+//   frontend:    what both doors share (shared memory, metadata, settings)
+//   doors:       http, grpc, metrics
+//   server, cli: the library front door and the command line on top of it
+mod backend;
+mod cache;
+mod config;
+mod error;
+mod frontend;
+mod grpc;
+mod http;
+mod infer;
+mod metrics;
+mod model;
+mod repository;
+mod scheduler;
+mod server;
+mod shm;
+mod stats;
+mod tensor;
+
+/// The command line (`tessera serve`, `tessera guest build`), used by the binary.
 pub mod cli;
-pub mod config;
-pub mod error;
-pub mod frontend;
-pub mod grpc;
+/// `tessera guest build`: source to `model.wasm`.
 pub mod guest;
-pub mod http;
-pub mod infer;
-pub mod metrics;
-pub mod model;
-pub mod repository;
-pub mod scheduler;
-pub mod sequence;
-pub mod server;
-pub mod shm;
-pub mod stats;
-pub mod tensor;
+
+pub use backend::callable::CallableBackend;
+pub use backend::wasm::WasmOptions;
+pub use backend::{Backend, ExecRequest, InstanceContext, ModelInstance, RawResponse};
+pub use config::{ConfigError, ModelConfig, parse_json as parse_config_json, parse_pbtxt as parse_config_pbtxt, pb};
+pub use error::{CoreError, CoreResult, ErrorKind};
+pub use grpc::GrpcOptions;
+pub use infer::{Infer, InferFuture, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, ResponseStream};
+pub use repository::ControlMode;
+pub use server::{Listen, Server, ServerConfig, ServerHandle, StartError, StopHandle};
+pub use tensor::{DataType, Tensor};
 
 /// Types generated from the protobuf schemas in host/proto.
-pub mod proto {
+mod proto {
     /// Package `inference`: Triton's ModelConfig and the KServe v2 / Triton gRPC service.
     #[allow(clippy::all, clippy::pedantic, missing_docs)]
     pub mod inference {

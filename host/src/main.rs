@@ -7,7 +7,7 @@ static GLOBAL: MiMalloc = MiMalloc;
 fn main() -> std::process::ExitCode {
     let (cli, as_triton) = tessera::cli::parse_from_env();
     match cli.command {
-        tessera::cli::Command::Serve(args) => tessera::server::run(*args, as_triton),
+        tessera::cli::Command::Serve(args) => tessera::cli::serve(&args, as_triton),
         tessera::cli::Command::Guest(tessera::cli::GuestCommand::Build { path, output, root }) => {
             tessera::guest::build(&tessera::guest::BuildOptions { path, output, root })
         }

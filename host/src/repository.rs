@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 use std::time::UNIX_EPOCH;
 
 use crate::cache::ResponseCache;
-use crate::backend::BackendRegistry;
+use crate::backend::{Backend, BackendRegistry};
 use crate::config::{self, ModelConfig, pb::model_version_policy::PolicyChoice};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{Infer, InferFuture, InferRequest, InferResponse, ResponseStream};
@@ -56,6 +56,8 @@ struct ModelEntry {
     error: Option<CoreError>,
     /// Set after an explicit unload: the model stays in the index as UNAVAILABLE "unloaded".
     unloaded: bool,
+    /// Registered through the library API rather than found in a repository: polling keeps it.
+    registered: bool,
     fingerprint: u64,
 }
 
@@ -181,11 +183,45 @@ impl ModelManager {
         }
     }
 
+    /// Serves a model that is not a repository directory (the library API): the config is
+    /// normalised and validated as a config.pbtxt would be, and `backend` creates its instances.
+    /// It is served as version 1, replacing any model of that name.
+    pub async fn register(&self, config: ModelConfig, backend: Arc<dyn Backend>) -> CoreResult<()> {
+        let mut config = config;
+        let name = config.name.clone();
+        if name.is_empty() || name.contains('/') {
+            return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
+        }
+        config::normalize(&mut config);
+        if config.backend.is_empty() {
+            config.backend = backend.name().to_string();
+        }
+        config::validate(&config, &name).map_err(|e| CoreError::invalid_arg(e.to_string()))?;
+        let _guard = self.control.lock().await;
+        let cache = self.options.response_cache.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            LoadedModel::load(config, 1, backend.as_ref(), Path::new(""), Path::new(""))
+                .map(|m| m.with_response_cache(cache))
+        })
+        .await
+        .map_err(|e| CoreError::internal(format!("model load task failed: {e}")))?
+        .map_err(|e| CoreError::invalid_arg(format!("load failed for model '{name}': {}", e.message)))?;
+        let entry = ModelEntry {
+            versions: BTreeMap::from([(1, VersionState::Ready(Arc::new(loaded)))]),
+            registered: true,
+            ..Default::default()
+        };
+        let mut models = self.models.write().map_err(|_| CoreError::internal("model table poisoned"))?;
+        models.insert(name.clone(), entry);
+        tracing::info!(model = name.as_str(), "model registered");
+        Ok(())
+    }
+
     /// Poll mode: loads new or changed models and removes models whose directory is gone.
     pub async fn poll(self: &Arc<Self>) {
         let present = self.scan();
         let known: BTreeMap<String, u64> = match self.models.read() {
-            Ok(models) => models.iter().map(|(n, e)| (n.clone(), e.fingerprint)).collect(),
+            Ok(models) => models.iter().filter(|(_, e)| !e.registered).map(|(n, e)| (n.clone(), e.fingerprint)).collect(),
             Err(_) => return,
         };
         for (name, fingerprint) in &known {
@@ -201,7 +237,8 @@ impl ModelManager {
                 let _ = self.load(name, None).await;
             }
         }
-        for name in present.keys().filter(|n| !known.contains_key(*n)) {
+        let registered = |name: &str| self.models.read().is_ok_and(|m| m.get(name).is_some_and(|e| e.registered));
+        for name in present.keys().filter(|n| !known.contains_key(*n) && !registered(n)) {
             tracing::info!(model = name.as_str(), "new model found; loading");
             let _ = self.load(name, None).await;
         }

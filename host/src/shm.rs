@@ -21,10 +21,63 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 
 use crate::error::{CoreError, CoreResult};
-use crate::infer::ShmTarget;
+use crate::infer::{ParamValue, Parameters, ShmTarget};
+use crate::tensor::DataType;
 
 /// Where POSIX shared-memory objects live on Linux (`shm_open("/k")` is `/dev/shm/k`).
 const SHM_DIR: &str = "/dev/shm";
+
+/// The shared-memory parameters of a tensor (`shared_memory_region`, `shared_memory_offset`,
+/// `shared_memory_byte_size`) as a byte range, with Triton's messages; `None` when the tensor is
+/// not in shared memory. Both doors convert their tensor parameters to the core form and call this.
+pub fn parse_target(params: &Parameters, tensor: &str) -> CoreResult<Option<ShmTarget>> {
+    let uint = |key: &str| -> CoreResult<Option<u64>> {
+        match params.get(key) {
+            None => Ok(None),
+            Some(ParamValue::Int(i)) => u64::try_from(*i)
+                .map(Some)
+                .map_err(|_| CoreError::invalid_arg(format!("'{key}' for tensor '{tensor}' must not be negative"))),
+            Some(ParamValue::Uint(u)) => Ok(Some(*u)),
+            Some(_) => Err(CoreError::invalid_arg(format!("'{key}' for tensor '{tensor}' must be an integer"))),
+        }
+    };
+    let region = match params.get("shared_memory_region") {
+        None => {
+            if params.contains_key("shared_memory_offset") {
+                return Err(CoreError::invalid_arg(format!(
+                    "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter \
+                     for tensor '{tensor}'"
+                )));
+            }
+            return Ok(None);
+        }
+        Some(ParamValue::String(s)) => s.clone(),
+        Some(_) => {
+            return Err(CoreError::invalid_arg(format!(
+                "'shared_memory_region' for tensor '{tensor}' must be a string"
+            )));
+        }
+    };
+    let byte_size = uint("shared_memory_byte_size")?.ok_or_else(|| {
+        CoreError::invalid_arg(format!(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter \
+             for tensor '{tensor}'"
+        ))
+    })?;
+    Ok(Some(ShmTarget { region, offset: uint("shared_memory_offset")?.unwrap_or(0), byte_size }))
+}
+
+/// An input whose bytes are in shared memory, as a door decoded it: described, not yet read.
+/// The doors leave the reading to [`crate::frontend::Frontend`], which owns the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShmInput {
+    /// Where the tensor goes among the request's inputs (the index in the order the client sent them).
+    pub position: usize,
+    pub name: String,
+    pub datatype: DataType,
+    pub shape: Vec<i64>,
+    pub target: ShmTarget,
+}
 
 /// One registered region: `byte_size` bytes starting at `offset` of the shared-memory object `key`.
 #[derive(Debug)]
@@ -54,14 +107,16 @@ impl Region {
     fn file_offset(&self, offset: u64, len: u64, tensor: &str) -> CoreResult<u64> {
         if offset >= self.byte_size && len > 0 {
             return Err(CoreError::invalid_arg(format!(
-                "Invalid offset for shared memory region: '{}' (tensor '{tensor}' starts at byte {offset} of a {}-byte region)",
+                "Invalid offset for shared memory region: '{}' (tensor '{tensor}' starts at byte {offset} of a \
+                {}-byte region)",
                 self.name, self.byte_size
             )));
         }
         match offset.checked_add(len) {
             Some(end) if end <= self.byte_size => Ok(self.offset + offset),
             _ => Err(CoreError::invalid_arg(format!(
-                "Invalid offset + byte size for shared memory region: '{}' (tensor '{tensor}' asks for bytes {offset}..{} of a {}-byte region)",
+                "Invalid offset + byte size for shared memory region: '{}' (tensor '{tensor}' asks for bytes \
+                {offset}..{} of a {}-byte region)",
                 self.name,
                 offset.saturating_add(len),
                 self.byte_size
@@ -75,7 +130,10 @@ impl Region {
         let len = usize::try_from(len).map_err(|_| CoreError::invalid_arg(format!("input '{tensor}' is too large")))?;
         let mut buf = vec![0u8; len];
         self.file.read_exact_at(&mut buf, at).map_err(|e| {
-            CoreError::internal(format!("failed to read input '{tensor}' from shared memory region '{}': {e}", self.name))
+            CoreError::internal(format!(
+                "failed to read input '{tensor}' from shared memory region '{}': {e}",
+                self.name
+            ))
         })?;
         Ok(Bytes::from(buf))
     }
@@ -84,7 +142,10 @@ impl Region {
     pub fn write(&self, offset: u64, data: &[u8], tensor: &str) -> CoreResult<()> {
         let at = self.file_offset(offset, data.len() as u64, tensor)?;
         self.file.write_all_at(data, at).map_err(|e| {
-            CoreError::internal(format!("failed to write output '{tensor}' to shared memory region '{}': {e}", self.name))
+            CoreError::internal(format!(
+                "failed to write output '{tensor}' to shared memory region '{}': {e}",
+                self.name
+            ))
         })
     }
 }
@@ -133,7 +194,9 @@ impl SharedMemoryManager {
             .open(&path)
             .map_err(|e| CoreError::internal(format!("Unable to open shared memory region: '{key}': {e}")))?;
         if !file.metadata().is_ok_and(|m| m.is_file()) {
-            return Err(CoreError::internal(format!("Invalid shared memory region: '{key}' is not a shared memory object")));
+            return Err(CoreError::internal(format!(
+                "Invalid shared memory region: '{key}' is not a shared memory object"
+            )));
         }
         let size = file
             .metadata()
@@ -141,7 +204,8 @@ impl SharedMemoryManager {
             .len();
         if offset.checked_add(byte_size).is_none_or(|end| end > size) {
             return Err(CoreError::invalid_arg(format!(
-                "failed to register shared memory region '{name}': invalid args (offset {offset} + byte_size {byte_size} exceeds the {size} bytes of '{key}')"
+                "failed to register shared memory region '{name}': invalid args (offset {offset} + byte_size \
+                {byte_size} exceeds the {size} bytes of '{key}')"
             )));
         }
         regions.insert(
@@ -197,7 +261,8 @@ pub mod cuda {
 
     pub fn register(name: &str) -> CoreResult<()> {
         Err(CoreError::invalid_arg(format!(
-            "failed to register CUDA shared memory region: '{name}', GPUs not supported: no GPU is present on this server (use system shared memory)"
+            "failed to register CUDA shared memory region: '{name}', GPUs not supported: no GPU is present on this \
+            server (use system shared memory)"
         )))
     }
 
@@ -235,7 +300,7 @@ mod tests {
         let m = SharedMemoryManager::new();
         m.register("r", &shm.1, 16, 32).unwrap();
         let dup = m.register("r", &shm.1, 0, 8).unwrap_err();
-        assert_eq!(dup.http_status(), 409);
+        assert_eq!(dup.kind, crate::error::ErrorKind::AlreadyExists);
         assert!(dup.message.contains("already in manager"));
         let region = m.get("r").unwrap();
         region.write(4, &[1, 2, 3, 4], "y").unwrap();

@@ -144,10 +144,6 @@ impl ModelStats {
         self.inner.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
-    pub fn success_count(&self) -> u64 {
-        self.inner.lock().map_or(0, |s| s.success.count)
-    }
-
     /// One entry of the statistics extension's `model_stats` array.
     pub fn to_json(&self, name: &str, version: i64) -> Value {
         let Ok(s) = self.inner.lock() else { return Value::Null };

@@ -2,6 +2,7 @@
 //! [`ModelInstance`]; nothing here knows about HTTP or gRPC.
 
 pub mod batch;
+pub mod callable;
 pub mod onnx;
 pub mod wasm;
 

@@ -10,11 +10,14 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::error::{CoreError, CoreResult};
-use crate::frontend::Frontend;
+use crate::frontend::DecodedRequest;
 use crate::infer::{InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, ShmTarget};
 use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use crate::proto::inference::model_infer_response::InferOutputTensor;
-use crate::proto::inference::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse, infer_parameter::ParameterChoice};
+use crate::proto::inference::{
+    InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse, infer_parameter::ParameterChoice,
+};
+use crate::shm::ShmInput;
 use crate::tensor::{DataType, Tensor, element_count, push_bytes_element};
 
 fn bad(message: impl Into<String>) -> CoreError {
@@ -58,11 +61,15 @@ fn core_params(params: &BTreeMap<String, InferParameter>) -> Parameters {
 
 /// The `shared_memory_region` / `_offset` / `_byte_size` parameters of a tensor, if present.
 fn shm_target(params: &BTreeMap<String, InferParameter>, tensor: &str) -> CoreResult<Option<ShmTarget>> {
-    crate::frontend::shm_target(&core_params(params), tensor)
+    crate::shm::parse_target(&core_params(params), tensor)
 }
 
 /// Typed `contents` to the core's little-endian bytes.
-fn contents_to_bytes(input: &InferInputTensor, datatype: DataType, contents: &InferTensorContents) -> CoreResult<Bytes> {
+fn contents_to_bytes(
+    input: &InferInputTensor,
+    datatype: DataType,
+    contents: &InferTensorContents,
+) -> CoreResult<Bytes> {
     let name = &input.name;
     let expected = element_count(&input.shape)?;
     // Sized from what was sent, never from the (client-chosen) shape.
@@ -79,7 +86,8 @@ fn contents_to_bytes(input: &InferInputTensor, datatype: DataType, contents: &In
                 return Err(count_mismatch(contents.$field.len()));
             }
             for &v in &contents.$field {
-                let x = <$ty>::try_from(v).map_err(|_| bad(format!("value {v} does not fit {datatype} for input '{name}'")))?;
+                let x = <$ty>::try_from(v)
+                    .map_err(|_| bad(format!("value {v} does not fit {datatype} for input '{name}'")))?;
                 out.extend_from_slice(&x.to_le_bytes());
             }
         }};
@@ -111,21 +119,23 @@ fn contents_to_bytes(input: &InferInputTensor, datatype: DataType, contents: &In
         }
         DataType::Fp16 | DataType::Bf16 => {
             return Err(bad(format!(
-                "input '{name}' has datatype {datatype}, which has no typed 'contents' field: send it in raw_input_contents"
+                "input '{name}' has datatype {datatype}, which has no typed 'contents' field: send it in \
+                raw_input_contents"
             )));
         }
     }
     Ok(Bytes::from(out))
 }
 
-/// Decodes a gRPC infer request, reading shared-memory inputs through `frontend`.
-pub fn decode_request(frontend: &Frontend, request: ModelInferRequest) -> CoreResult<InferRequest> {
+/// Decodes a gRPC infer request. Shared-memory inputs are described, not read.
+pub fn decode_request(request: ModelInferRequest) -> CoreResult<DecodedRequest> {
     let model = request.model_name;
     let version = parse_version(&request.model_version)?;
     let raw = request.raw_input_contents;
     let mut raw_iter = raw.iter();
     let mut raw_used = 0usize;
     let mut inputs = Vec::with_capacity(request.inputs.len());
+    let mut shm_inputs = Vec::new();
     for input in request.inputs {
         let datatype = DataType::from_protocol(&input.datatype)
             .ok_or_else(|| bad(format!("invalid datatype for input {} ('{}')", input.name, input.datatype)))?;
@@ -136,14 +146,16 @@ pub fn decode_request(frontend: &Frontend, request: ModelInferRequest) -> CoreRe
                     input.name
                 )));
             }
-            inputs.push(frontend.input_from_shm(input.name, datatype, input.shape, &target)?);
+            let position = inputs.len() + shm_inputs.len();
+            shm_inputs.push(ShmInput { position, name: input.name, datatype, shape: input.shape, target });
             continue;
         }
         let data = match &input.contents {
             Some(contents) => {
                 if !raw.is_empty() {
                     return Err(bad(format!(
-                        "contents field must not be specified when using raw_input_contents for '{}' for model '{model}'",
+                        "contents field must not be specified when using raw_input_contents for '{}' for model \
+                        '{model}'",
                         input.name
                     )));
                 }
@@ -155,7 +167,10 @@ pub fn decode_request(frontend: &Frontend, request: ModelInferRequest) -> CoreRe
                     bytes.clone()
                 }
                 None => {
-                    return Err(bad(format!("unable to find data for input tensor '{}' for model '{model}' in request.", input.name)));
+                    return Err(bad(format!(
+                        "unable to find data for input tensor '{}' for model '{model}' in request.",
+                        input.name
+                    )));
                 }
             },
         };
@@ -169,21 +184,24 @@ pub fn decode_request(frontend: &Frontend, request: ModelInferRequest) -> CoreRe
     }
     let outputs = request.outputs.into_iter().map(decode_output).collect::<CoreResult<Vec<_>>>()?;
     let parameters = core_params(&request.parameters);
-    Ok(InferRequest {
+    let request = InferRequest {
         model_name: model,
         model_version: version,
         id: Some(request.id).filter(|id| !id.is_empty()),
         inputs,
         outputs,
         parameters,
-    })
+    };
+    Ok(DecodedRequest { request, shm_inputs })
 }
 
 fn decode_output(output: InferRequestedOutputTensor) -> CoreResult<RequestedOutput> {
     let class_count = match core_params(&output.parameters).get("classification") {
         None => 0,
-        Some(ParamValue::Int(c)) => u32::try_from(*c).map_err(|_| bad(format!("classification count for output '{}' must be in 0..2^32", output.name)))?,
-        Some(ParamValue::Uint(c)) => u32::try_from(*c).map_err(|_| bad(format!("classification count for output '{}' must be in 0..2^32", output.name)))?,
+        Some(ParamValue::Int(c)) => u32::try_from(*c)
+            .map_err(|_| bad(format!("classification count for output '{}' must be in 0..2^32", output.name)))?,
+        Some(ParamValue::Uint(c)) => u32::try_from(*c)
+            .map_err(|_| bad(format!("classification count for output '{}' must be in 0..2^32", output.name)))?,
         Some(_) => return Err(bad(format!("classification for output '{}' must be an integer", output.name))),
     };
     let shared_memory = shm_target(&output.parameters, &output.name)?;
@@ -221,43 +239,58 @@ mod tests {
     use super::*;
     use crate::proto::inference::model_infer_request::InferInputTensor;
 
-    fn frontend() -> Frontend {
-        Frontend::for_tests()
-    }
-
     fn input(name: &str, datatype: &str, shape: Vec<i64>, contents: Option<InferTensorContents>) -> InferInputTensor {
         InferInputTensor { name: name.into(), datatype: datatype.into(), shape, parameters: BTreeMap::new(), contents }
     }
 
     #[test]
     fn typed_and_raw_contents_decode() {
-        let f = frontend();
         let typed = ModelInferRequest {
             model_name: "m".into(),
             inputs: vec![
-                input("a", "INT16", vec![2], Some(InferTensorContents { int_contents: vec![-1, 2], ..Default::default() })),
-                input("s", "BYTES", vec![1], Some(InferTensorContents { bytes_contents: vec![b"hi".to_vec()], ..Default::default() })),
+                input(
+                    "a",
+                    "INT16",
+                    vec![2],
+                    Some(InferTensorContents { int_contents: vec![-1, 2], ..Default::default() }),
+                ),
+                input(
+                    "s",
+                    "BYTES",
+                    vec![1],
+                    Some(InferTensorContents { bytes_contents: vec![b"hi".to_vec()], ..Default::default() }),
+                ),
             ],
             ..Default::default()
         };
-        let r = decode_request(&f, typed).unwrap();
+        let r = decode_request(typed).unwrap().request;
         assert_eq!(&r.inputs[0].data[..], &[0xff, 0xff, 2, 0]);
         assert_eq!(&r.inputs[1].data[..], b"\x02\x00\x00\x00hi");
         assert_eq!(r.model_version, None);
 
         let overflow = ModelInferRequest {
-            inputs: vec![input("a", "INT8", vec![1], Some(InferTensorContents { int_contents: vec![300], ..Default::default() }))],
+            inputs: vec![input(
+                "a",
+                "INT8",
+                vec![1],
+                Some(InferTensorContents { int_contents: vec![300], ..Default::default() }),
+            )],
             ..Default::default()
         };
-        assert!(decode_request(&f, overflow).unwrap_err().message.contains("does not fit INT8"));
+        assert!(decode_request(overflow).unwrap_err().message.contains("does not fit INT8"));
 
         let both = ModelInferRequest {
             model_name: "m".into(),
-            inputs: vec![input("a", "INT32", vec![1], Some(InferTensorContents { int_contents: vec![1], ..Default::default() }))],
+            inputs: vec![input(
+                "a",
+                "INT32",
+                vec![1],
+                Some(InferTensorContents { int_contents: vec![1], ..Default::default() }),
+            )],
             raw_input_contents: vec![Bytes::from_static(&[1, 0, 0, 0])],
             ..Default::default()
         };
-        assert!(decode_request(&f, both).unwrap_err().message.contains("contents field must not be specified"));
+        assert!(decode_request(both).unwrap_err().message.contains("contents field must not be specified"));
 
         let extra_raw = ModelInferRequest {
             model_name: "m".into(),
@@ -265,7 +298,7 @@ mod tests {
             raw_input_contents: vec![Bytes::from_static(&[1, 0, 0, 0]), Bytes::from_static(&[1, 0, 0, 0])],
             ..Default::default()
         };
-        assert!(decode_request(&f, extra_raw).unwrap_err().message.contains("expected 1 raw_input_contents entries"));
+        assert!(decode_request(extra_raw).unwrap_err().message.contains("expected 1 raw_input_contents entries"));
 
         let short_raw = ModelInferRequest {
             model_name: "m".into(),
@@ -273,15 +306,50 @@ mod tests {
             raw_input_contents: vec![Bytes::from_static(&[1, 0, 0, 0])],
             ..Default::default()
         };
-        assert!(decode_request(&f, short_raw).unwrap_err().message.contains("Expected 8, got 4"));
+        assert!(decode_request(short_raw).unwrap_err().message.contains("Expected 8, got 4"));
 
         let fp16 = ModelInferRequest {
             inputs: vec![input("h", "FP16", vec![1], Some(InferTensorContents::default()))],
             ..Default::default()
         };
-        assert!(decode_request(&f, fp16).unwrap_err().message.contains("raw_input_contents"));
+        assert!(decode_request(fp16).unwrap_err().message.contains("raw_input_contents"));
         let version = ModelInferRequest { model_version: "x".into(), ..Default::default() };
-        assert!(decode_request(&f, version).is_err());
+        assert!(decode_request(version).is_err());
+    }
+
+    #[test]
+    fn shm_inputs_are_described_in_place_and_take_no_raw_entry() {
+        let shm_params = |offset: i64| {
+            BTreeMap::from([
+                ("shared_memory_region".to_string(), param_to_proto(&ParamValue::String("r".into()))),
+                ("shared_memory_offset".to_string(), param_to_proto(&ParamValue::Int(offset))),
+                ("shared_memory_byte_size".to_string(), param_to_proto(&ParamValue::Uint(4))),
+            ])
+        };
+        let in_shm = |name: &str, offset| InferInputTensor {
+            parameters: shm_params(offset),
+            ..input(name, "INT32", vec![1], None)
+        };
+        let request = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![in_shm("a", 0), input("b", "INT32", vec![1], None), in_shm("c", 4)],
+            raw_input_contents: vec![Bytes::from_static(&[2, 0, 0, 0])],
+            ..Default::default()
+        };
+        let decoded = decode_request(request).unwrap();
+        assert_eq!(decoded.request.inputs.len(), 1);
+        assert_eq!(decoded.request.inputs[0].name, "b");
+        let described: Vec<(usize, &str, u64)> =
+            decoded.shm_inputs.iter().map(|i| (i.position, i.name.as_str(), i.target.offset)).collect();
+        assert_eq!(described, [(0, "a", 0), (2, "c", 4)]);
+
+        let with_contents = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![InferInputTensor { contents: Some(InferTensorContents::default()), ..in_shm("a", 0) }],
+            ..Default::default()
+        };
+        let err = decode_request(with_contents).unwrap_err();
+        assert!(err.message.contains("unexpected 'content' provided when using shared memory"), "{}", err.message);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The gRPC front door: `inference.GRPCInferenceService` (KServe v2 plus Triton's extensions) and
 //! `grpc.health.v1.Health`, served by tonic. Like the HTTP door it only translates messages; every
-//! call lands in [`Frontend`], and errors map to gRPC codes once ([`CoreError::grpc_code`]).
+//! call lands in [`Frontend`], and errors map to gRPC codes in one place ([`status`]).
 //!
 //! Behaviour follows Triton 2.51 as observed (docs/triton-grpc-behaviour.md): errors on
 //! `ModelStreamInfer` travel in-stream as `error_message` and the stream stays open; every stream
@@ -9,6 +9,7 @@
 //! `triton_enable_empty_final_response`.
 
 pub mod codec;
+mod status;
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -25,6 +26,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::error::{CoreError, CoreResult};
 use crate::frontend::{EXTENSIONS, Frontend, SettingValue};
 use crate::infer::InferResponse;
+use crate::model::LoadedModel;
 use crate::proto::health::health_check_response::ServingStatus;
 use crate::proto::health::health_server::{Health, HealthServer};
 use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
@@ -81,10 +83,11 @@ pub async fn serve(
     let shutdown = async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
-    let mut inference = GrpcInferenceServiceServer::new(InferenceService { frontend: Arc::clone(&frontend), shutdown: stop })
-        .max_decoding_message_size(options.max_message_size)
-        .max_encoding_message_size(options.max_message_size)
-        .accept_compressed(CompressionEncoding::Gzip);
+    let mut inference =
+        GrpcInferenceServiceServer::new(InferenceService { frontend: Arc::clone(&frontend), shutdown: stop })
+            .max_decoding_message_size(options.max_message_size)
+            .max_encoding_message_size(options.max_message_size)
+            .accept_compressed(CompressionEncoding::Gzip);
     if options.compress_responses {
         inference = inference.send_compressed(CompressionEncoding::Gzip);
     }
@@ -118,6 +121,15 @@ fn non_empty(s: &str) -> Option<&str> {
     Some(s).filter(|s| !s.is_empty())
 }
 
+/// Models come from every repository together; a request naming one is refused, as in Triton.
+fn no_repository_name(repository_name: &str) -> CoreResult<()> {
+    if repository_name.is_empty() {
+        Ok(())
+    } else {
+        Err(CoreError::unsupported("'repository_name' specification is not supported"))
+    }
+}
+
 fn ok<T>(message: T) -> GrpcResult<T> {
     Ok(Response::new(message))
 }
@@ -130,7 +142,7 @@ fn duration(d: Duration2) -> Option<pb::StatisticDuration> {
     Some(pb::StatisticDuration { count: d.count, ns: d.ns })
 }
 
-fn model_statistics(model: &crate::model::LoadedModel) -> pb::ModelStatistics {
+fn model_statistics(model: &LoadedModel) -> pb::ModelStatistics {
     let s = model.stats.snapshot();
     pb::ModelStatistics {
         name: model.name.clone(),
@@ -172,7 +184,8 @@ fn reserved_parameters(request: &pb::ModelInferRequest) -> CoreResult<bool> {
             empty_final = matches!(value.parameter_choice, Some(ParameterChoice::BoolParam(true)));
         } else if key.starts_with("triton_") {
             return Err(CoreError::invalid_arg(format!(
-                "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: {EMPTY_FINAL_RESPONSE}"
+                "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys \
+                starting with 'triton_' are allowed: {EMPTY_FINAL_RESPONSE}"
             )));
         }
     }
@@ -203,12 +216,19 @@ impl GrpcInferenceService for InferenceService {
         })
     }
 
-    async fn model_metadata(&self, request: Request<pb::ModelMetadataRequest>) -> GrpcResult<pb::ModelMetadataResponse> {
+    async fn model_metadata(
+        &self,
+        request: Request<pb::ModelMetadataRequest>,
+    ) -> GrpcResult<pb::ModelMetadataResponse> {
         let request = request.into_inner();
         let metadata = self.frontend.metadata(&request.name, parse_version(&request.version)?)?;
         let tensors = |ts: Vec<crate::frontend::TensorMetadata>| {
             ts.into_iter()
-                .map(|t| pb::model_metadata_response::TensorMetadata { name: t.name, datatype: t.datatype.to_string(), shape: t.shape })
+                .map(|t| pb::model_metadata_response::TensorMetadata {
+                    name: t.name,
+                    datatype: t.datatype.to_string(),
+                    shape: t.shape,
+                })
                 .collect()
         };
         ok(pb::ModelMetadataResponse {
@@ -223,12 +243,13 @@ impl GrpcInferenceService for InferenceService {
     async fn model_infer(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
         let request = request.into_inner();
         reserved_parameters(&request)?;
-        let model = self.frontend.manager.get(&request.model_name, parse_version(&request.model_version)?)?;
+        let model = self.frontend.ready_model(&request.model_name, parse_version(&request.model_version)?)?;
         if model.is_decoupled() {
-            return Err(CoreError::unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy").into());
+            let message = "ModelInfer RPC doesn't support models with decoupled transaction policy";
+            return Err(CoreError::unsupported(message).into());
         }
-        let request = codec::decode_request(&self.frontend, request)?;
-        let response = self.frontend.infer_on(&model, request).await?;
+        let request = self.frontend.read_shm_inputs(codec::decode_request(request)?)?;
+        let response = self.frontend.infer(request).await?;
         ok(codec::encode_response(response))
     }
 
@@ -274,11 +295,14 @@ impl GrpcInferenceService for InferenceService {
 
     async fn model_config(&self, request: Request<pb::ModelConfigRequest>) -> GrpcResult<pb::ModelConfigResponse> {
         let request = request.into_inner();
-        let model = self.frontend.manager.get(&request.name, parse_version(&request.version)?)?;
+        let model = self.frontend.ready_model(&request.name, parse_version(&request.version)?)?;
         ok(pb::ModelConfigResponse { config: Some(model.config.clone()) })
     }
 
-    async fn model_statistics(&self, request: Request<pb::ModelStatisticsRequest>) -> GrpcResult<pb::ModelStatisticsResponse> {
+    async fn model_statistics(
+        &self,
+        request: Request<pb::ModelStatisticsRequest>,
+    ) -> GrpcResult<pb::ModelStatisticsResponse> {
         let request = request.into_inner();
         let name = non_empty(&request.name);
         let version = parse_version(&request.version)?;
@@ -286,15 +310,15 @@ impl GrpcInferenceService for InferenceService {
         ok(pb::ModelStatisticsResponse { model_stats: models.iter().map(|m| model_statistics(m)).collect() })
     }
 
-    async fn repository_index(&self, request: Request<pb::RepositoryIndexRequest>) -> GrpcResult<pb::RepositoryIndexResponse> {
+    async fn repository_index(
+        &self,
+        request: Request<pb::RepositoryIndexRequest>,
+    ) -> GrpcResult<pb::RepositoryIndexResponse> {
         let request = request.into_inner();
-        if !request.repository_name.is_empty() {
-            return Err(CoreError::unsupported("'repository_name' specification is not supported").into());
-        }
+        no_repository_name(&request.repository_name)?;
         let models = self
             .frontend
-            .manager
-            .index(request.ready)
+            .repository_index(request.ready)
             .into_iter()
             .map(|e| pb::repository_index_response::ModelIndex {
                 name: e.name,
@@ -312,16 +336,17 @@ impl GrpcInferenceService for InferenceService {
     ) -> GrpcResult<pb::RepositoryModelLoadResponse> {
         use pb::model_repository_parameter::ParameterChoice as P;
         let request = request.into_inner();
-        if !request.repository_name.is_empty() {
-            return Err(CoreError::unsupported("'repository_name' specification is not supported").into());
-        }
+        no_repository_name(&request.repository_name)?;
         let mut config = None;
         let mut file_override = None;
         for (key, value) in &request.parameters {
             match (key.as_str(), &value.parameter_choice) {
                 ("config", Some(P::StringParam(json))) => config = Some(json.clone()),
                 ("config", _) => {
-                    return Err(CoreError::invalid_arg("invalid value type for load parameter 'config', expected string_param.").into());
+                    return Err(CoreError::invalid_arg(
+                        "invalid value type for load parameter 'config', expected string_param.",
+                    )
+                    .into());
                 }
                 (file, Some(P::BytesParam(_))) if file.starts_with("file:") => file_override = Some(file.to_string()),
                 (file, _) if file.starts_with("file:") => {
@@ -330,7 +355,9 @@ impl GrpcInferenceService for InferenceService {
                     ))
                     .into());
                 }
-                (other, _) => return Err(CoreError::invalid_arg(format!("unrecognized load parameter '{other}'.")).into()),
+                (other, _) => {
+                    return Err(CoreError::invalid_arg(format!("unrecognized load parameter '{other}'.")).into());
+                }
             }
         }
         self.frontend.load(&request.model_name, config, file_override.as_deref()).await?;
@@ -342,9 +369,7 @@ impl GrpcInferenceService for InferenceService {
         request: Request<pb::RepositoryModelUnloadRequest>,
     ) -> GrpcResult<pb::RepositoryModelUnloadResponse> {
         let request = request.into_inner();
-        if !request.repository_name.is_empty() {
-            return Err(CoreError::unsupported("'repository_name' specification is not supported").into());
-        }
+        no_repository_name(&request.repository_name)?;
         self.frontend.unload(&request.model_name).await?;
         ok(pb::RepositoryModelUnloadResponse {})
     }
@@ -516,26 +541,27 @@ async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelInferRequest,
     };
     let prepared = (|| {
         let empty_final = reserved_parameters(&request)?;
-        let model = frontend.manager.get(&request.model_name, parse_version(&request.model_version)?)?;
-        let decoded = codec::decode_request(&frontend, request)?;
-        Ok::<_, CoreError>((empty_final, model, decoded))
+        let model = frontend.ready_model(&request.model_name, parse_version(&request.model_version)?)?;
+        // Shared-memory inputs are read here, so their errors come early too, as decoding errors do.
+        let request = frontend.read_shm_inputs(codec::decode_request(request)?)?;
+        Ok::<_, CoreError>((empty_final, model.is_decoupled(), request))
     })();
-    let (empty_final, model, decoded) = match prepared {
+    let (empty_final, decoupled, request) = match prepared {
         Ok(p) => p,
         Err(e) => {
             let _ = tx.send(Ok(fail_early(e))).await;
             return;
         }
     };
-    if !model.is_decoupled() {
-        let message = match frontend.infer_on(&model, decoded).await {
+    if !decoupled {
+        let message = match frontend.infer(request).await {
             Ok(response) => stream_response(response, true),
             Err(e) => fail(e),
         };
         let _ = tx.send(Ok(message)).await;
         return;
     }
-    let mut responses = match frontend.infer_stream(&model, decoded).await {
+    let mut responses = match frontend.infer_stream(request).await {
         Ok(r) => r,
         Err(e) => {
             let _ = tx.send(Ok(fail(e))).await;
@@ -568,7 +594,9 @@ async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelInferRequest,
     if !final_sent && empty_final {
         let mut empty = echo.clone();
         empty.parameters.insert(FINAL_RESPONSE.to_string(), bool_param(true));
-        let _ = tx.send(Ok(pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(empty) })).await;
+        let _ = tx
+            .send(Ok(pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(empty) }))
+            .await;
     }
 }
 

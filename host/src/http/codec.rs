@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{CoreError, CoreResult};
-use crate::frontend::Frontend;
+use crate::frontend::DecodedRequest;
 use crate::infer::{InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, ShmTarget};
+use crate::shm::ShmInput;
 use crate::tensor::{DataType, Tensor, bytes_elements, element_count, push_bytes_element};
 
 #[derive(Deserialize)]
@@ -42,7 +43,7 @@ struct JsonOutput {
 
 /// A decoded HTTP infer request plus the HTTP-only choice of which outputs travel as binary.
 pub struct HttpInferRequest {
-    pub request: InferRequest,
+    pub request: DecodedRequest,
     pub binary_outputs: BinaryOutputs,
 }
 
@@ -57,17 +58,16 @@ impl BinaryOutputs {
     }
 }
 
-const ONE_OF_DATA: &str =
-    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'";
+const ONE_OF_DATA: &str = "Input must set only one of the following fields: 'data', 'binary_data_size' in \
+    'parameters', 'shared_memory_region' in 'parameters'";
 
 fn bad(message: impl Into<String>) -> CoreError {
     CoreError::invalid_arg(message)
 }
 
 /// Splits `body` at `header_length` (the Inference-Header-Content-Length) into JSON and binary
-/// parts and decodes the request.
+/// parts and decodes the request. Shared-memory inputs are described, not read.
 pub fn decode_request(
-    frontend: &Frontend,
     body: Bytes,
     header_length: Option<i64>,
     model: &str,
@@ -91,7 +91,8 @@ pub fn decode_request(
         if json.is_empty() {
             // Triton would try a raw binary request here; we ask for the JSON the protocol needs.
             bad(format!(
-                "the request body for model '{model}' is empty: an inference request needs a JSON header (raw binary requests are not supported)"
+                "the request body for model '{model}' is empty: an inference request needs a JSON header (raw binary \
+                requests are not supported)"
             ))
         } else if matches!(e.classify(), Category::Data) {
             CoreError::internal(format!(
@@ -103,6 +104,7 @@ pub fn decode_request(
     })?;
 
     let mut inputs = Vec::with_capacity(parsed.inputs.len());
+    let mut shm_inputs = Vec::new();
     for input in parsed.inputs {
         let datatype = DataType::from_protocol(&input.datatype)
             .ok_or_else(|| bad(format!("invalid datatype for input {} ('{}')", input.name, input.datatype)))?;
@@ -110,16 +112,16 @@ pub fn decode_request(
             if input.data.is_some() || input.parameters.as_ref().is_some_and(|p| p.contains_key("binary_data_size")) {
                 return Err(bad(format!("{ONE_OF_DATA} for input '{}'. But multiple fields are set", input.name)));
             }
-            inputs.push(frontend.input_from_shm(input.name, datatype, input.shape, &target)?);
+            let position = inputs.len() + shm_inputs.len();
+            shm_inputs.push(ShmInput { position, name: input.name, datatype, shape: input.shape, target });
             continue;
         }
         let binary_size = input.parameters.as_ref().and_then(|p| p.get("binary_data_size"));
         let data = match (binary_size, input.data) {
             (Some(size), None) => {
-                let size = size
-                    .as_u64()
-                    .and_then(|s| usize::try_from(s).ok())
-                    .ok_or_else(|| bad(format!("binary_data_size for input '{}' must be a non-negative integer", input.name)))?;
+                let size = size.as_u64().and_then(|s| usize::try_from(s).ok()).ok_or_else(|| {
+                    bad(format!("binary_data_size for input '{}' must be a non-negative integer", input.name))
+                })?;
                 if size > binary.len() {
                     return Err(bad(format!(
                         "unexpected size for input '{}', expecting {} additional bytes for model '{model}'",
@@ -129,7 +131,9 @@ pub fn decode_request(
                 }
                 binary.split_to(size)
             }
-            (Some(_), Some(_)) => return Err(bad(format!("{ONE_OF_DATA} for input '{}'. But multiple fields are set", input.name))),
+            (Some(_), Some(_)) => {
+                return Err(bad(format!("{ONE_OF_DATA} for input '{}'. But multiple fields are set", input.name)));
+            }
             (None, Some(data)) => json_to_bytes(&input.name, datatype, &input.shape, &data)?,
             (None, None) => return Err(bad(format!("{ONE_OF_DATA} for input '{}'. But no field is set", input.name))),
         };
@@ -149,15 +153,16 @@ pub fn decode_request(
     for output in parsed.outputs {
         let params = output.parameters.unwrap_or_default();
         if let Some(b) = params.get("binary_data") {
-            let b = b.as_bool().ok_or_else(|| bad(format!("binary_data for output '{}' must be a boolean", output.name)))?;
+            let b = b
+                .as_bool()
+                .ok_or_else(|| bad(format!("binary_data for output '{}' must be a boolean", output.name)))?;
             overrides.push((output.name.clone(), b));
         }
         let class_count = match params.get("classification") {
             None => 0,
-            Some(v) => v
-                .as_u64()
-                .and_then(|c| u32::try_from(c).ok())
-                .ok_or_else(|| bad(format!("classification for output '{}' must be a non-negative integer", output.name)))?,
+            Some(v) => v.as_u64().and_then(|c| u32::try_from(c).ok()).ok_or_else(|| {
+                bad(format!("classification for output '{}' must be a non-negative integer", output.name))
+            })?,
         };
         let shared_memory = shm_target(Some(&params), &output.name)?;
         if shared_memory.is_some() && params.get("binary_data").and_then(Value::as_bool) == Some(true) {
@@ -165,15 +170,16 @@ pub fn decode_request(
         }
         outputs.push(RequestedOutput { name: output.name, class_count, shared_memory });
     }
+    let request = InferRequest {
+        model_name: model.to_string(),
+        model_version: version,
+        id: parsed.id,
+        inputs,
+        outputs,
+        parameters: convert_parameters(request_params),
+    };
     Ok(HttpInferRequest {
-        request: InferRequest {
-            model_name: model.to_string(),
-            model_version: version,
-            id: parsed.id,
-            inputs,
-            outputs,
-            parameters: convert_parameters(request_params),
-        },
+        request: DecodedRequest { request, shm_inputs },
         binary_outputs: BinaryOutputs { default: default_binary, overrides },
     })
 }
@@ -182,7 +188,7 @@ pub fn decode_request(
 fn shm_target(params: Option<&Map<String, Value>>, tensor: &str) -> CoreResult<Option<ShmTarget>> {
     match params {
         None => Ok(None),
-        Some(params) => crate::frontend::shm_target(&convert_parameters(params.clone()), tensor),
+        Some(params) => crate::shm::parse_target(&convert_parameters(params.clone()), tensor),
     }
 }
 
@@ -210,15 +216,21 @@ pub(crate) fn json_to_bytes(name: &str, datatype: DataType, shape: &[i64], data:
     let mut flat = Vec::new();
     flatten(data, &mut flat);
     let expected = element_count(shape).map_err(|e| {
-        CoreError::internal(format!("Unable to parse 'data': Shape does not match true shape of 'data' field ({})", e.message))
+        CoreError::internal(format!(
+            "Unable to parse 'data': Shape does not match true shape of 'data' field ({})",
+            e.message
+        ))
     })?;
     if flat.len() != expected {
         return Err(CoreError::internal(format!(
-            "Unable to parse 'data': Shape does not match true shape of 'data' field (input '{name}': shape {shape:?} needs {expected} elements, 'data' has {})",
+            "Unable to parse 'data': Shape does not match true shape of 'data' field (input '{name}': shape {shape:?} \
+            needs {expected} elements, 'data' has {})",
             flat.len()
         )));
     }
-    let wrong = |v: &Value| CoreError::internal(format!("Unable to parse 'data': {v} is not a valid {datatype} value for input '{name}'"));
+    let wrong = |v: &Value| {
+        CoreError::internal(format!("Unable to parse 'data': {v} is not a valid {datatype} value for input '{name}'"))
+    };
     let mut out = BytesMut::with_capacity(expected * datatype.element_size().unwrap_or(8));
     macro_rules! ints {
         ($ty:ty, $get:ident) => {
@@ -339,7 +351,13 @@ pub fn encode_response(response: &InferResponse, binary: &BinaryOutputs) -> Core
         .map(|t| {
             if response.shared_memory.contains_key(&t.name) {
                 // As in Triton: the bytes are in the region; the entry names the tensor only.
-                JsonTensor { name: &t.name, datatype: t.datatype.as_str(), shape: &t.shape, parameters: None, data: None }
+                JsonTensor {
+                    name: &t.name,
+                    datatype: t.datatype.as_str(),
+                    shape: &t.shape,
+                    parameters: None,
+                    data: None,
+                }
             } else if binary.is_binary(&t.name) {
                 binary_parts.push(&t.data);
                 JsonTensor {
@@ -350,7 +368,13 @@ pub fn encode_response(response: &InferResponse, binary: &BinaryOutputs) -> Core
                     data: None,
                 }
             } else {
-                JsonTensor { name: &t.name, datatype: t.datatype.as_str(), shape: &t.shape, parameters: None, data: Some(tensor_to_json(t)) }
+                JsonTensor {
+                    name: &t.name,
+                    datatype: t.datatype.as_str(),
+                    shape: &t.shape,
+                    parameters: None,
+                    data: Some(tensor_to_json(t)),
+                }
             }
         })
         .collect();
@@ -360,7 +384,8 @@ pub fn encode_response(response: &InferResponse, binary: &BinaryOutputs) -> Core
         id: response.id.as_deref(),
         outputs,
     };
-    let mut body = serde_json::to_vec(&json).map_err(|e| CoreError::internal(format!("failed to encode response: {e}")))?;
+    let mut body =
+        serde_json::to_vec(&json).map_err(|e| CoreError::internal(format!("failed to encode response: {e}")))?;
     if binary_parts.is_empty() {
         return Ok((body, None));
     }
@@ -375,9 +400,10 @@ pub fn encode_response(response: &InferResponse, binary: &BinaryOutputs) -> Core
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::error::status_code;
 
     fn decode(body: &str) -> CoreResult<HttpInferRequest> {
-        decode_request(&Frontend::for_tests(), Bytes::from(body.to_string()), None, "m", None)
+        decode_request(Bytes::from(body.to_string()), None, "m", None)
     }
 
     #[test]
@@ -388,53 +414,73 @@ mod tests {
             ("INT8", "[-1,2]", vec![255, 2]),
             ("UINT16", "[1,2]", vec![1, 0, 2, 0]),
             ("INT16", "[-1,2]", vec![255, 255, 2, 0]),
-            ("FP16", "[1.0,2.0]", [half::f16::from_f32(1.0).to_le_bytes(), half::f16::from_f32(2.0).to_le_bytes()].concat()),
-            ("BF16", "[1.0,2.0]", [half::bf16::from_f32(1.0).to_le_bytes(), half::bf16::from_f32(2.0).to_le_bytes()].concat()),
+            (
+                "FP16",
+                "[1.0,2.0]",
+                [half::f16::from_f32(1.0).to_le_bytes(), half::f16::from_f32(2.0).to_le_bytes()].concat(),
+            ),
+            (
+                "BF16",
+                "[1.0,2.0]",
+                [half::bf16::from_f32(1.0).to_le_bytes(), half::bf16::from_f32(2.0).to_le_bytes()].concat(),
+            ),
         ];
         for (dt, data, bytes) in cases {
             let body = format!(r#"{{"inputs":[{{"name":"x","shape":[1,2],"datatype":"{dt}","data":{data}}}]}}"#);
             let req = decode(&body).unwrap_or_else(|e| panic!("{dt}: {e}"));
-            assert_eq!(&req.request.inputs[0].data[..], &bytes[..], "{dt}");
+            assert_eq!(&req.request.request.inputs[0].data[..], &bytes[..], "{dt}");
         }
         let body = r#"{"inputs":[{"name":"x","shape":[2],"datatype":"BYTES","data":["ab",""]}]}"#;
         let req = decode(body).unwrap();
-        assert_eq!(&req.request.inputs[0].data[..], b"\x02\x00\x00\x00ab\x00\x00\x00\x00");
+        assert_eq!(&req.request.request.inputs[0].data[..], b"\x02\x00\x00\x00ab\x00\x00\x00\x00");
     }
 
     #[test]
     fn rejects_out_of_range_and_wrong_kinds() {
-        for (dt, data) in [("UINT8", "[256]"), ("INT8", "[-129]"), ("INT32", "[1.5]"), ("BOOL", "[1]"), ("FP32", "[\"a\"]"), ("BYTES", "[1]")] {
+        for (dt, data) in [
+            ("UINT8", "[256]"),
+            ("INT8", "[-129]"),
+            ("INT32", "[1.5]"),
+            ("BOOL", "[1]"),
+            ("FP32", "[\"a\"]"),
+            ("BYTES", "[1]"),
+        ] {
             let body = format!(r#"{{"inputs":[{{"name":"x","shape":[1],"datatype":"{dt}","data":{data}}}]}}"#);
             let err = decode(&body).err().unwrap_or_else(|| panic!("{dt} {data} accepted"));
             assert!(err.message.contains("input 'x'"), "{}", err.message);
         }
         let err = decode(r#"{"inputs":[{"name":"x","shape":[3],"datatype":"INT32","data":[1,2]}]}"#).err().unwrap();
         assert!(err.message.contains("Shape does not match") && err.message.contains("needs 3"), "{}", err.message);
-        assert_eq!(err.http_status(), 500, "Triton answers data/shape mismatches with 500");
+        assert_eq!(status_code(err.kind), 500, "Triton answers data/shape mismatches with 500");
         let err = decode(r#"{"inputs":[{"name":"x","shape":[1],"datatype":"FLOAT","data":[1]}]}"#).err().unwrap();
         assert!(err.message.contains("invalid datatype for input x"), "{}", err.message);
-        assert_eq!(err.http_status(), 400);
+        assert_eq!(status_code(err.kind), 400);
         let err = decode(r#"{"inputs":[{"name":"x","shape":[1],"datatype":"INT32"}]}"#).err().unwrap();
         assert!(err.message.contains("But no field is set"), "{}", err.message);
     }
 
     #[test]
     fn binary_extension_round_trip() {
-        let json = r#"{"inputs":[{"name":"x","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}],"outputs":[{"name":"y","parameters":{"binary_data":true}},{"name":"z"}]}"#;
+        let json = concat!(
+            r#"{"inputs":[{"name":"x","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}],"#,
+            r#""outputs":[{"name":"y","parameters":{"binary_data":true}},{"name":"z"}]}"#
+        );
         let mut body = json.as_bytes().to_vec();
         body.extend_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0]);
-        let req = decode_request(&Frontend::for_tests(), Bytes::from(body.clone()), Some(json.len() as i64), "m", Some(1)).unwrap();
-        assert_eq!(req.request.inputs[0].data.len(), 8);
+        let req = decode_request(Bytes::from(body.clone()), Some(json.len() as i64), "m", Some(1)).unwrap();
+        assert_eq!(req.request.request.inputs[0].data.len(), 8);
         assert!(req.binary_outputs.is_binary("y"));
         assert!(!req.binary_outputs.is_binary("z"));
 
-        let lying = decode_request(&Frontend::for_tests(), Bytes::from(body.clone()), Some(body.len() as i64 + 1), "m", None).err().unwrap();
+        let lying = decode_request(Bytes::from(body.clone()), Some(body.len() as i64 + 1), "m", None).err().unwrap();
         assert!(lying.message.contains("inference header size should be in range"), "{}", lying.message);
-        let short = decode_request(&Frontend::for_tests(), Bytes::from(body[..body.len() - 1].to_vec()), Some(json.len() as i64), "m", None).err().unwrap();
+        let short = decode_request(Bytes::from(body[..body.len() - 1].to_vec()), Some(json.len() as i64), "m", None)
+            .err()
+            .unwrap();
         assert!(short.message.contains("expecting 1 additional bytes for model 'm'"), "{}", short.message);
         let mut extra = body.clone();
         extra.push(0);
-        let extra = decode_request(&Frontend::for_tests(), Bytes::from(extra), Some(json.len() as i64), "m", None).err().unwrap();
+        let extra = decode_request(Bytes::from(extra), Some(json.len() as i64), "m", None).err().unwrap();
         assert!(extra.message.contains("unexpected additional input data for model 'm'"), "{}", extra.message);
 
         let response = InferResponse {
@@ -460,16 +506,43 @@ mod tests {
     }
 
     #[test]
+    fn shm_inputs_are_described_in_place_not_read() {
+        let shm = r#""parameters":{"shared_memory_region":"r","shared_memory_offset":8,"shared_memory_byte_size":4}"#;
+        let body = format!(
+            r#"{{"inputs":[{{"name":"a","shape":[1],"datatype":"INT32","data":[1]}},
+                {{"name":"b","shape":[1],"datatype":"FP32",{shm}}},
+                {{"name":"c","shape":[1],"datatype":"INT32","data":[3]}}]}}"#
+        );
+        let decoded = decode(&body).unwrap().request;
+        let names: Vec<&str> = decoded.request.inputs.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "c"]);
+        let target = ShmTarget { region: "r".into(), offset: 8, byte_size: 4 };
+        let b = ShmInput { position: 1, name: "b".into(), datatype: DataType::Fp32, shape: vec![1], target };
+        assert_eq!(decoded.shm_inputs, [b]);
+
+        let both = format!(r#"{{"inputs":[{{"name":"b","shape":[1],"datatype":"FP32","data":[1.0],{shm}}}]}}"#);
+        assert!(decode(&both).err().unwrap().message.contains("But multiple fields are set"));
+        let no_size =
+            r#"{"inputs":[{"name":"b","shape":[1],"datatype":"FP32","parameters":{"shared_memory_region":"r"}}]}"#;
+        let err = decode(no_size).err().unwrap();
+        assert!(err.message.starts_with("'shared_memory_byte_size' must be specified along with"), "{}", err.message);
+    }
+
+    #[test]
     fn malformed_and_deeply_nested_json_is_an_error_not_a_crash() {
         assert!(decode("").err().unwrap().message.contains("empty"));
         let syntax = decode("{").err().unwrap();
         assert!(syntax.message.contains("failed to parse the request JSON buffer"), "{}", syntax.message);
-        assert_eq!(syntax.http_status(), 500);
+        assert_eq!(status_code(syntax.kind), 500);
         assert!(decode("[]").err().unwrap().message.contains("Unable to parse"));
         assert!(decode("{}").err().unwrap().message.contains("inputs"));
         let deep = "[".repeat(100_000);
         assert!(decode(&deep).err().unwrap().message.contains("Unable to parse"));
-        let deep_data = format!(r#"{{"inputs":[{{"name":"x","shape":[1],"datatype":"INT32","data":{}1{}}}]}}"#, "[".repeat(5000), "]".repeat(5000));
+        let deep_data = format!(
+            r#"{{"inputs":[{{"name":"x","shape":[1],"datatype":"INT32","data":{}1{}}}]}}"#,
+            "[".repeat(5000),
+            "]".repeat(5000)
+        );
         assert!(decode(&deep_data).err().unwrap().message.contains("recursion limit"));
     }
 }

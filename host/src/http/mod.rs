@@ -1,10 +1,15 @@
 //! The HTTP/REST front door: KServe v2 plus Triton's extensions (model configuration, statistics,
-//! repository, classification, binary tensor data). It only translates the wire format; all
-//! inference goes through [`ModelManager`] and [`LoadedModel::infer`](crate::model::LoadedModel::infer).
+//! repository, classification, binary tensor data, shared memory, trace, logging, generate). It
+//! only translates the wire format: every call lands in [`Frontend`], and errors become HTTP
+//! statuses in one place ([`HttpError`]).
 
 pub mod codec;
+mod error;
 mod generate;
+mod path;
+mod response;
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;
 
@@ -13,13 +18,17 @@ use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use bytes::Bytes;
 use serde_json::{Value, json};
+use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::{DefaultPredicate, Predicate};
 
-use crate::error::{CoreError, CoreResult};
-use crate::frontend::{EXTENSIONS, Frontend, SettingValue};
+pub use self::error::HttpError;
+pub use self::path::ModelPath;
+use self::response::{empty_ok, error_json, ok_json};
+use crate::error::{CoreError, CoreResult, ErrorKind};
+use crate::frontend::{EXTENSIONS, Frontend, SettingValue, TensorMetadata};
 use crate::model::LoadedModel;
 
 #[derive(Clone)]
@@ -29,68 +38,39 @@ pub struct HttpState {
     pub max_input_size: usize,
 }
 
-impl IntoResponse for CoreError {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
-        json_response(status, &json!({ "error": self.message }))
-    }
-}
+type HttpResult = Result<Response, HttpError>;
 
-fn json_response(status: StatusCode, value: &Value) -> Response {
-    let mut response = (status, value.to_string()).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-fn ok_json(value: &Value) -> Response {
-    json_response(StatusCode::OK, value)
-}
-
-/// Server readiness: 200 with an empty body, or 400 with an empty body, as Triton answers.
-fn status_only(ok: bool) -> Response {
-    if ok { StatusCode::OK.into_response() } else { StatusCode::BAD_REQUEST.into_response() }
-}
-
-/// Model readiness: 200, or 400 with Triton's "Model version not ready".
-fn model_ready_response(ok: bool) -> Response {
-    if ok {
-        StatusCode::OK.into_response()
-    } else {
-        json_response(StatusCode::BAD_REQUEST, &json!({ "error": "Model version not ready" }))
-    }
+/// Routes `/v2/models/{model}<suffix>` and `/v2/models/{model}/versions/{version}<suffix>` to
+/// one handler, which reads both through [`ModelPath`].
+fn model_routes(router: Router<HttpState>, suffix: &str, handler: MethodRouter<HttpState>) -> Router<HttpState> {
+    router
+        .route(&format!("/v2/models/{{model}}{suffix}"), handler.clone())
+        .route(&format!("/v2/models/{{model}}/versions/{{version}}{suffix}"), handler)
 }
 
 pub fn router(state: HttpState) -> Router {
-    // Triton compresses infer responses only (when Accept-Encoding allows).
-    let infer_routes = Router::new()
-        .route("/v2/models/{model}/infer", post(infer))
-        .route("/v2/models/{model}/versions/{version}/infer", post(infer_version))
-        .layer(
-            tower_http::compression::CompressionLayer::new()
-                .gzip(true)
-                .deflate(true)
-                // Errors stay uncompressed: tritonclient's aio client reads error bodies raw.
-                .compress_when(DefaultPredicate::new().and(|status: StatusCode, _: http::Version, _: &HeaderMap, _: &http::Extensions| {
-                    status.is_success()
-                })),
-        );
-    Router::new()
+    // Triton compresses infer responses only (when Accept-Encoding allows). Errors stay
+    // uncompressed: tritonclient's aio client reads error bodies raw.
+    let successes = DefaultPredicate::new()
+        .and(|status: StatusCode, _: http::Version, _: &HeaderMap, _: &http::Extensions| status.is_success());
+    let compression = CompressionLayer::new().gzip(true).deflate(true).compress_when(successes);
+    let infer_routes = model_routes(Router::new(), "/infer", post(infer)).layer(compression);
+    let mut router = Router::new()
         .route("/v2", get(server_metadata))
-        .route("/v2/health/live", get(|| async { StatusCode::OK }))
+        .route("/v2/health/live", get(|| async { empty_ok() }))
         .route("/v2/health/ready", get(server_ready))
-        .route("/v2/models/stats", get(all_stats))
-        .route("/v2/models/{model}", get(model_metadata))
-        .route("/v2/models/{model}/versions/{version}", get(model_metadata_version))
-        .route("/v2/models/{model}/ready", get(model_ready))
-        .route("/v2/models/{model}/versions/{version}/ready", get(model_ready_version))
-        .route("/v2/models/{model}/config", get(model_config))
-        .route("/v2/models/{model}/versions/{version}/config", get(model_config_version))
-        .route("/v2/models/{model}/stats", get(model_stats))
-        .route("/v2/models/{model}/versions/{version}/stats", get(model_stats_version))
-        .route("/v2/models/{model}/generate", post(generate))
-        .route("/v2/models/{model}/versions/{version}/generate", post(generate_version))
-        .route("/v2/models/{model}/generate_stream", post(generate_stream))
-        .route("/v2/models/{model}/versions/{version}/generate_stream", post(generate_stream_version))
+        .route("/v2/models/stats", get(all_stats));
+    for (suffix, handler) in [
+        ("", get(model_metadata)),
+        ("/ready", get(model_ready)),
+        ("/config", get(model_config)),
+        ("/stats", get(model_stats)),
+        ("/generate", post(generate)),
+        ("/generate_stream", post(generate_stream)),
+    ] {
+        router = model_routes(router, suffix, handler);
+    }
+    router
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(repository_load))
         .route("/v2/repository/models/{model}/unload", post(repository_unload))
@@ -102,133 +82,97 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/cudasharedmemory/status", get(|| async { ok_json(&json!([])) }))
         .route("/v2/cudasharedmemory/region/{region}/status", get(cuda_shm_status))
         .route("/v2/cudasharedmemory/region/{region}/register", post(cuda_shm_register))
-        .route("/v2/cudasharedmemory/unregister", post(|| async { StatusCode::OK }))
-        .route("/v2/cudasharedmemory/region/{region}/unregister", post(|| async { StatusCode::OK }))
+        // No CUDA region can exist, so unregistering one (or all) has nothing to do.
+        .route("/v2/cudasharedmemory/unregister", post(|| async { empty_ok() }))
+        .route("/v2/cudasharedmemory/region/{region}/unregister", post(|| async { empty_ok() }))
         .route("/v2/trace/setting", get(trace_get).post(trace_update))
         .route("/v2/models/{model}/trace/setting", get(model_trace_get).post(model_trace_update))
         .route("/v2/logging", get(log_get).post(log_update))
         .merge(infer_routes)
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(|| async { error_json(StatusCode::NOT_FOUND, "Not Found") })
+        .method_not_allowed_fallback(|| async { error_json(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed") })
         .with_state(state)
 }
 
-async fn not_found() -> Response {
-    json_response(StatusCode::NOT_FOUND, &json!({ "error": "Not Found" }))
-}
-
-async fn method_not_allowed() -> Response {
-    json_response(StatusCode::METHOD_NOT_ALLOWED, &json!({ "error": "Method Not Allowed" }))
-}
-
-/// The `{version}` path segment. Triton's router does not match other paths at all: 404.
-fn parse_version(version: &str) -> CoreResult<Option<i64>> {
-    crate::infer::parse_version(version, || CoreError::not_found(format!("Not Found: '{version}' is not a model version")))
-}
-
-/// 200 with an empty body, or the error.
-fn empty_ok(result: CoreResult<()>) -> Response {
-    match result {
-        Ok(()) => StatusCode::OK.into_response(),
-        Err(e) => e.into_response(),
+/// A request's JSON body, `{}` when empty. Triton answers a malformed body with INTERNAL on the
+/// repository routes and INVALID_ARG on the others: `kind` says which.
+fn parse_json_body(body: &[u8], kind: ErrorKind) -> CoreResult<Value> {
+    if body.is_empty() {
+        return Ok(json!({}));
     }
+    serde_json::from_slice(body)
+        .map_err(|e| CoreError::new(kind, format!("failed to parse the request JSON buffer: {e}")))
 }
 
 async fn server_metadata(State(state): State<HttpState>) -> Response {
-    ok_json(&json!({ "name": state.frontend.server_id, "version": state.frontend.version, "extensions": EXTENSIONS }))
+    let frontend = &state.frontend;
+    ok_json(&json!({ "name": frontend.server_id, "version": frontend.version, "extensions": EXTENSIONS }))
 }
 
+/// 200 or 400, both with an empty body, as Triton answers.
 async fn server_ready(State(state): State<HttpState>) -> Response {
-    status_only(state.frontend.server_ready())
+    if state.frontend.server_ready() { empty_ok() } else { StatusCode::BAD_REQUEST.into_response() }
 }
 
-fn metadata_response(state: &HttpState, model: &str, version: Option<i64>) -> CoreResult<Response> {
-    let m = state.frontend.metadata(model, version)?;
-    let io = |ts: &[crate::frontend::TensorMetadata]| -> Vec<Value> {
+async fn model_metadata(State(state): State<HttpState>, ModelPath { model, version }: ModelPath) -> HttpResult {
+    let metadata = state.frontend.metadata(&model, version?)?;
+    let tensors = |ts: &[TensorMetadata]| -> Vec<Value> {
         ts.iter().map(|t| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape })).collect()
     };
     Ok(ok_json(&json!({
-        "name": m.name,
-        "versions": m.versions,
-        "platform": m.platform,
-        "inputs": io(&m.inputs),
-        "outputs": io(&m.outputs),
+        "name": metadata.name,
+        "versions": metadata.versions,
+        "platform": metadata.platform,
+        "inputs": tensors(&metadata.inputs),
+        "outputs": tensors(&metadata.outputs),
     })))
 }
 
-async fn model_metadata(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    metadata_response(&state, &model, None).unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn model_metadata_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>) -> Response {
-    parse_version(&version)
-        .and_then(|v| metadata_response(&state, &model, v))
-        .unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn model_ready(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    model_ready_response(state.frontend.model_ready(&model, None))
-}
-
-async fn model_ready_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>) -> Response {
-    model_ready_response(parse_version(&version).is_ok_and(|v| state.frontend.model_ready(&model, v)))
-}
-
-async fn model_config(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    state.frontend.manager.get(&model, None).map(|m| ok_json(&m.config_json)).unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn model_config_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>) -> Response {
-    parse_version(&version)
-        .and_then(|v| state.frontend.manager.get(&model, v))
-        .map(|m| ok_json(&m.config_json))
-        .unwrap_or_else(IntoResponse::into_response)
-}
-
-fn stats_json(models: &[Arc<LoadedModel>]) -> Value {
-    json!({ "model_stats": models.iter().map(|m| m.stats.to_json(&m.name, m.version)).collect::<Vec<_>>() })
-}
-
-async fn all_stats(State(state): State<HttpState>) -> Response {
-    state.frontend.stats_models(None, None).map(|m| ok_json(&stats_json(&m))).unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn model_stats(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    state.frontend.stats_models(Some(&model), None).map(|m| ok_json(&stats_json(&m))).unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn model_stats_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>) -> Response {
-    let models = match parse_version(&version) {
-        Ok(v) => state.frontend.stats_models(Some(&model), v),
-        Err(_) => Err(CoreError::invalid_arg(format!("requested model version is not available for model '{model}'"))),
-    };
-    models.map(|m| ok_json(&stats_json(&m))).unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn infer(State(state): State<HttpState>, Path(model): Path<String>, request: Request) -> Response {
-    infer_impl(state, model, None, request).await.unwrap_or_else(infer_error_response)
-}
-
-async fn infer_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>, request: Request) -> Response {
-    match parse_version(&version) {
-        Ok(v) => infer_impl(state, model, v, request).await.unwrap_or_else(infer_error_response),
-        Err(e) => e.into_response(),
+/// 200, or 400 with Triton's "Model version not ready" (also for a segment that is not a version).
+async fn model_ready(State(state): State<HttpState>, ModelPath { model, version }: ModelPath) -> Response {
+    if version.is_ok_and(|v| state.frontend.model_ready(&model, v)) {
+        empty_ok()
+    } else {
+        error_json(StatusCode::BAD_REQUEST, "Model version not ready")
     }
 }
 
-/// Like Triton, an unsupported Content-Encoding also says which encodings are accepted.
-fn infer_error_response(error: CoreError) -> Response {
-    let unsupported_encoding = error.message.starts_with(UNSUPPORTED_COMPRESSION);
-    let mut response = error.into_response();
-    if unsupported_encoding {
-        response.headers_mut().insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip, deflate"));
-    }
-    response
+async fn model_config(State(state): State<HttpState>, ModelPath { model, version }: ModelPath) -> HttpResult {
+    Ok(ok_json(&state.frontend.ready_model(&model, version?)?.config_json))
+}
+
+fn stats_json(models: &[Arc<LoadedModel>]) -> Response {
+    ok_json(&json!({ "model_stats": models.iter().map(|m| m.stats.to_json(&m.name, m.version)).collect::<Vec<_>>() }))
+}
+
+async fn all_stats(State(state): State<HttpState>) -> HttpResult {
+    Ok(stats_json(&state.frontend.stats_models(None, None)?))
+}
+
+async fn model_stats(State(state): State<HttpState>, ModelPath { model, version }: ModelPath) -> HttpResult {
+    // Triton's statistics answer a segment that is not a version as a version that is not there.
+    let version = version
+        .map_err(|_| CoreError::invalid_arg(format!("requested model version is not available for model '{model}'")))?;
+    Ok(stats_json(&state.frontend.stats_models(Some(&model), version)?))
 }
 
 const UNSUPPORTED_COMPRESSION: &str = "Unsupported compression type";
 
-async fn infer_impl(state: HttpState, model: String, version: Option<i64>, request: Request) -> CoreResult<Response> {
+async fn infer(
+    State(state): State<HttpState>,
+    ModelPath { model, version }: ModelPath,
+    request: Request,
+) -> HttpResult {
+    let version = version?;
+    infer_model(&state, &model, version, request).await.map_err(|error| {
+        // Like Triton, an unsupported Content-Encoding also says which encodings are accepted.
+        let unsupported_encoding = error.message.starts_with(UNSUPPORTED_COMPRESSION);
+        let error = HttpError::from(error);
+        if unsupported_encoding { error.with_accept_encoding("gzip, deflate") } else { error }
+    })
+}
+
+async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, request: Request) -> CoreResult<Response> {
     let (parts, body) = request.into_parts();
     let header_length = match parts.headers.get("inference-header-content-length") {
         None => None,
@@ -239,11 +183,11 @@ async fn infer_impl(state: HttpState, model: String, version: Option<i64>, reque
         })?),
     };
     let body = read_body(&parts.headers, body, state.max_input_size).await?;
-    // Resolve the model before decoding, so an unknown model is reported as such even when
-    // the body is also wrong.
-    let loaded = state.frontend.manager.get(&model, version)?;
-    let decoded = codec::decode_request(&state.frontend, body, header_length, &model, version)?;
-    let response = state.frontend.infer_on(&loaded, decoded.request).await?;
+    // Before decoding, so an unknown model is reported as such even when the body is wrong too.
+    state.frontend.require_ready(model, version)?;
+    let decoded = codec::decode_request(body, header_length, model, version)?;
+    let request = state.frontend.read_shm_inputs(decoded.request)?;
+    let response = state.frontend.infer(request).await?;
     let (body, header_length) = codec::encode_response(&response, &decoded.binary_outputs)?;
     let mut http = Response::new(Body::from(body));
     let headers = http.headers_mut();
@@ -262,8 +206,11 @@ async fn infer_impl(state: HttpState, model: String, version: Option<i64>, reque
 /// Reads the whole body, undoing Content-Encoding (gzip / deflate), never holding more than
 /// `limit` bytes of compressed or decompressed data.
 async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> CoreResult<Bytes> {
-    let too_large =
-        || CoreError::invalid_arg(format!("request body exceeds the maximum allowed size of {limit} bytes (--http-max-input-size)"));
+    let too_large = || {
+        CoreError::invalid_arg(format!(
+            "request body exceeds the maximum allowed size of {limit} bytes (--http-max-input-size)"
+        ))
+    };
     let raw = axum::body::to_bytes(body, limit).await.map_err(|e| {
         let source = std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default();
         if source.contains("length limit") || e.to_string().contains("length limit") {
@@ -278,169 +225,140 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> CoreResult<
         Some("gzip") => Box::new(flate2::read::GzDecoder::new(&raw[..])),
         Some("deflate") => Box::new(flate2::read::ZlibDecoder::new(&raw[..])),
         Some(other) => {
-            return Err(CoreError::unsupported(format!("{UNSUPPORTED_COMPRESSION} '{other}' (supported: gzip, deflate)")));
+            return Err(CoreError::unsupported(format!(
+                "{UNSUPPORTED_COMPRESSION} '{other}' (supported: gzip, deflate)"
+            )));
         }
     };
     let mut out = Vec::new();
-    decoder
-        .by_ref()
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| CoreError::invalid_arg(format!("failed to decompress the {} request body: {e}", encoding.unwrap_or_default())))?;
+    decoder.by_ref().take(limit as u64 + 1).read_to_end(&mut out).map_err(|e| {
+        CoreError::invalid_arg(format!("failed to decompress the {} request body: {e}", encoding.unwrap_or_default()))
+    })?;
     if out.len() > limit {
         return Err(too_large());
     }
     Ok(Bytes::from(out))
 }
 
-async fn generate_impl(state: HttpState, model: String, version: Option<i64>, request: Request, streaming: bool) -> CoreResult<Response> {
+async fn generate(State(state): State<HttpState>, path: ModelPath, request: Request) -> HttpResult {
+    generate_model(&state, path, request, false).await
+}
+
+async fn generate_stream(State(state): State<HttpState>, path: ModelPath, request: Request) -> HttpResult {
+    generate_model(&state, path, request, true).await
+}
+
+async fn generate_model(state: &HttpState, path: ModelPath, request: Request, streaming: bool) -> HttpResult {
+    let version = path.version?;
     let (parts, body) = request.into_parts();
     let body = read_body(&parts.headers, body, state.max_input_size).await?;
-    let loaded = state.frontend.manager.get(&model, version)?;
-    let request = generate::decode(&loaded, &body)?;
-    if streaming { generate::stream(loaded, request).await } else { generate::single(loaded, request).await }
-}
-
-async fn generate(State(state): State<HttpState>, Path(model): Path<String>, request: Request) -> Response {
-    generate_impl(state, model, None, request, false).await.unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn generate_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>, request: Request) -> Response {
-    match parse_version(&version) {
-        Ok(v) => generate_impl(state, model, v, request, false).await.unwrap_or_else(IntoResponse::into_response),
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn generate_stream(State(state): State<HttpState>, Path(model): Path<String>, request: Request) -> Response {
-    generate_impl(state, model, None, request, true).await.unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn generate_stream_version(State(state): State<HttpState>, Path((model, version)): Path<(String, String)>, request: Request) -> Response {
-    match parse_version(&version) {
-        Ok(v) => generate_impl(state, model, v, request, true).await.unwrap_or_else(IntoResponse::into_response),
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn repository_index(State(state): State<HttpState>, body: Bytes) -> Response {
-    let ready_only = if body.is_empty() {
-        false
+    let model = state.frontend.ready_model(&path.model, version)?;
+    let request = generate::decode(&model, &body)?;
+    let response = if streaming {
+        generate::stream(&state.frontend, request).await?
     } else {
-        match serde_json::from_slice::<Value>(&body) {
-            Ok(v) => v.get("ready").and_then(Value::as_bool).unwrap_or(false),
-            Err(e) => return CoreError::internal(format!("failed to parse the request JSON buffer: {e}")).into_response(),
-        }
+        generate::single(&state.frontend, request).await?
     };
+    Ok(response)
+}
+
+async fn repository_index(State(state): State<HttpState>, body: Bytes) -> HttpResult {
+    let ready_only =
+        parse_json_body(&body, ErrorKind::Internal)?.get("ready").and_then(Value::as_bool).unwrap_or(false);
     let entries: Vec<Value> = state
         .frontend
-        .manager
-        .index(ready_only)
+        .repository_index(ready_only)
         .into_iter()
         .map(|e| {
-            let mut v = json!({ "name": e.name });
+            let mut entry = json!({ "name": e.name });
             if let Some(version) = e.version {
-                v["version"] = json!(version);
+                entry["version"] = json!(version);
             }
             if let Some(state) = e.state {
-                v["state"] = json!(state);
+                entry["state"] = json!(state);
             }
             if !e.reason.is_empty() {
-                v["reason"] = json!(e.reason);
+                entry["reason"] = json!(e.reason);
             }
-            v
+            entry
         })
         .collect();
-    ok_json(&Value::Array(entries))
+    Ok(ok_json(&Value::Array(entries)))
 }
 
-async fn repository_load(State(state): State<HttpState>, Path(model): Path<String>, body: Bytes) -> Response {
-    let mut config = None;
-    let mut file_override = None;
-    if !body.is_empty() {
-        let parsed: Value = match serde_json::from_slice(&body) {
-            Ok(v) => v,
-            Err(e) => return CoreError::internal(format!("failed to parse the request JSON buffer: {e}")).into_response(),
-        };
-        let parameters = parsed.get("parameters").and_then(Value::as_object);
-        file_override = parameters.and_then(|p| p.keys().find(|k| k.starts_with("file:")).cloned());
-        config = match parameters.and_then(|p| p.get("config")) {
-            None => None,
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(_) => return CoreError::invalid_arg("load parameter 'config' must be a JSON string").into_response(),
-        };
-    }
-    empty_ok(state.frontend.load(&model, config, file_override.as_deref()).await)
+async fn repository_load(State(state): State<HttpState>, Path(model): Path<String>, body: Bytes) -> HttpResult {
+    let body = parse_json_body(&body, ErrorKind::Internal)?;
+    let parameters = body.get("parameters").and_then(Value::as_object);
+    let file_override = parameters.and_then(|p| p.keys().find(|k| k.starts_with("file:")));
+    let config = match parameters.and_then(|p| p.get("config")) {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(CoreError::invalid_arg("load parameter 'config' must be a JSON string").into()),
+    };
+    state.frontend.load(&model, config, file_override.map(String::as_str)).await?;
+    Ok(empty_ok())
 }
 
-async fn repository_unload(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    empty_ok(state.frontend.unload(&model).await)
-}
-
-fn parse_json_body(body: &[u8]) -> CoreResult<Value> {
-    if body.is_empty() {
-        return Ok(json!({}));
-    }
-    serde_json::from_slice(body).map_err(|e| CoreError::invalid_arg(format!("failed to parse the request JSON buffer: {e}")))
+async fn repository_unload(State(state): State<HttpState>, Path(model): Path<String>) -> HttpResult {
+    state.frontend.unload(&model).await?;
+    Ok(empty_ok())
 }
 
 fn shm_status_json(regions: Vec<crate::shm::RegionStatus>) -> Response {
-    ok_json(&Value::Array(
-        regions
-            .into_iter()
-            .map(|r| json!({ "name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size }))
-            .collect(),
-    ))
+    let regions = regions
+        .into_iter()
+        .map(|r| json!({ "name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size }))
+        .collect();
+    ok_json(&Value::Array(regions))
 }
 
-async fn shm_status_all(State(state): State<HttpState>) -> Response {
-    state.frontend.shm.status(None).map(shm_status_json).unwrap_or_else(IntoResponse::into_response)
+async fn shm_status_all(State(state): State<HttpState>) -> HttpResult {
+    Ok(shm_status_json(state.frontend.shm.status(None)?))
 }
 
-async fn shm_status(State(state): State<HttpState>, Path(region): Path<String>) -> Response {
-    state.frontend.shm.status(Some(&region)).map(shm_status_json).unwrap_or_else(IntoResponse::into_response)
+async fn shm_status(State(state): State<HttpState>, Path(region): Path<String>) -> HttpResult {
+    Ok(shm_status_json(state.frontend.shm.status(Some(&region))?))
 }
 
-async fn shm_register(State(state): State<HttpState>, Path(region): Path<String>, body: Bytes) -> Response {
-    let register = || -> CoreResult<()> {
-        let body = parse_json_body(&body)?;
-        let key = body
-            .get("key")
-            .and_then(Value::as_str)
-            .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'key' field"))?;
-        let byte_size = body
-            .get("byte_size")
-            .and_then(Value::as_u64)
-            .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'byte_size' field"))?;
-        let offset = match body.get("offset") {
-            None => 0,
-            Some(v) => v.as_u64().ok_or_else(|| CoreError::invalid_arg("'offset' must be a non-negative integer"))?,
-        };
-        state.frontend.shm.register(&region, key, offset, byte_size)
+async fn shm_register(State(state): State<HttpState>, Path(region): Path<String>, body: Bytes) -> HttpResult {
+    let body = parse_json_body(&body, ErrorKind::InvalidArg)?;
+    let key = body
+        .get("key")
+        .and_then(Value::as_str)
+        .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'key' field"))?;
+    let byte_size = body
+        .get("byte_size")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'byte_size' field"))?;
+    let offset = match body.get("offset") {
+        None => 0,
+        Some(v) => v.as_u64().ok_or_else(|| CoreError::invalid_arg("'offset' must be a non-negative integer"))?,
     };
-    empty_ok(register())
+    state.frontend.shm.register(&region, key, offset, byte_size)?;
+    Ok(empty_ok())
 }
 
-async fn shm_unregister_all(State(state): State<HttpState>) -> Response {
-    empty_ok(state.frontend.shm.unregister(None))
+async fn shm_unregister_all(State(state): State<HttpState>) -> HttpResult {
+    state.frontend.shm.unregister(None)?;
+    Ok(empty_ok())
 }
 
-async fn shm_unregister(State(state): State<HttpState>, Path(region): Path<String>) -> Response {
-    empty_ok(state.frontend.shm.unregister(Some(&region)))
+async fn shm_unregister(State(state): State<HttpState>, Path(region): Path<String>) -> HttpResult {
+    state.frontend.shm.unregister(Some(&region))?;
+    Ok(empty_ok())
 }
 
-async fn cuda_shm_status(Path(region): Path<String>) -> Response {
-    match crate::shm::cuda::status(Some(&region)) {
-        Ok(()) => ok_json(&json!([])),
-        Err(e) => e.into_response(),
-    }
+async fn cuda_shm_status(Path(region): Path<String>) -> HttpResult {
+    crate::shm::cuda::status(Some(&region))?;
+    Ok(ok_json(&json!([])))
 }
 
-async fn cuda_shm_register(Path(region): Path<String>) -> Response {
-    empty_ok(crate::shm::cuda::register(&region))
+async fn cuda_shm_register(Path(region): Path<String>) -> HttpResult {
+    crate::shm::cuda::register(&region)?;
+    Ok(empty_ok())
 }
 
-fn settings_json(settings: std::collections::BTreeMap<String, SettingValue>) -> Response {
+fn settings_json(settings: BTreeMap<String, SettingValue>) -> Response {
     let object: serde_json::Map<String, Value> = settings
         .into_iter()
         .map(|(k, v)| {
@@ -456,11 +374,14 @@ fn settings_json(settings: std::collections::BTreeMap<String, SettingValue>) -> 
     ok_json(&Value::Object(object))
 }
 
-fn trace_update_impl(state: &HttpState, model: Option<&str>, body: &[u8]) -> CoreResult<Response> {
-    let Value::Object(body) = parse_json_body(body)? else {
-        return Err(CoreError::invalid_arg("trace settings must be a JSON object"));
+/// Updates the server's trace settings (`model` `None`) or a model's. A `null` value restores
+/// the default.
+fn update_trace_settings(state: &HttpState, model: Option<&str>, body: &[u8]) -> HttpResult {
+    let Value::Object(body) = parse_json_body(body, ErrorKind::InvalidArg)? else {
+        return Err(CoreError::invalid_arg("trace settings must be a JSON object").into());
     };
-    let mut updates = std::collections::BTreeMap::new();
+    let not_a_string = |key: &str| CoreError::invalid_arg(format!("expect a string for '{key}'"));
+    let mut updates = BTreeMap::new();
     for (key, value) in body {
         let value = match value {
             Value::Null => None,
@@ -468,56 +389,169 @@ fn trace_update_impl(state: &HttpState, model: Option<&str>, body: &[u8]) -> Cor
             Value::Array(items) => Some(
                 items
                     .into_iter()
-                    .map(|i| i.as_str().map(str::to_owned).ok_or_else(|| CoreError::invalid_arg(format!("expect a string for '{key}'"))))
+                    .map(|i| i.as_str().map(str::to_owned).ok_or_else(|| not_a_string(&key)))
                     .collect::<CoreResult<Vec<_>>>()?,
             ),
             Value::Number(n) => Some(vec![n.to_string()]),
-            _ => return Err(CoreError::invalid_arg(format!("expect a string for '{key}'"))),
+            _ => return Err(not_a_string(&key).into()),
         };
         updates.insert(key, value);
     }
-    state.frontend.update_trace_settings(model, updates).map(settings_json)
+    Ok(settings_json(state.frontend.update_trace_settings(model, updates)?))
 }
 
-async fn trace_get(State(state): State<HttpState>) -> Response {
-    state.frontend.trace_settings(None).map(settings_json).unwrap_or_else(IntoResponse::into_response)
+async fn trace_get(State(state): State<HttpState>) -> HttpResult {
+    Ok(settings_json(state.frontend.trace_settings(None)?))
 }
 
-async fn trace_update(State(state): State<HttpState>, body: Bytes) -> Response {
-    trace_update_impl(&state, None, &body).unwrap_or_else(IntoResponse::into_response)
+async fn trace_update(State(state): State<HttpState>, body: Bytes) -> HttpResult {
+    update_trace_settings(&state, None, &body)
 }
 
-async fn model_trace_get(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    state.frontend.trace_settings(Some(&model)).map(settings_json).unwrap_or_else(IntoResponse::into_response)
+async fn model_trace_get(State(state): State<HttpState>, Path(model): Path<String>) -> HttpResult {
+    Ok(settings_json(state.frontend.trace_settings(Some(&model))?))
 }
 
-async fn model_trace_update(State(state): State<HttpState>, Path(model): Path<String>, body: Bytes) -> Response {
-    trace_update_impl(&state, Some(&model), &body).unwrap_or_else(IntoResponse::into_response)
+async fn model_trace_update(State(state): State<HttpState>, Path(model): Path<String>, body: Bytes) -> HttpResult {
+    update_trace_settings(&state, Some(&model), &body)
 }
 
-async fn log_get(State(state): State<HttpState>) -> Response {
-    state.frontend.log_settings().map(settings_json).unwrap_or_else(IntoResponse::into_response)
+async fn log_get(State(state): State<HttpState>) -> HttpResult {
+    Ok(settings_json(state.frontend.log_settings()?))
 }
 
-async fn log_update(State(state): State<HttpState>, body: Bytes) -> Response {
-    let update = || -> CoreResult<Response> {
-        let Value::Object(body) = parse_json_body(&body)? else {
-            return Err(CoreError::invalid_arg("log settings must be a JSON object"));
-        };
-        let mut updates = std::collections::BTreeMap::new();
-        for (key, value) in body {
-            let value = match value {
-                Value::Bool(b) => SettingValue::Bool(b),
-                Value::Number(n) => match n.as_u64().and_then(|u| u32::try_from(u).ok()) {
-                    Some(u) => SettingValue::Uint(u),
-                    None => return Err(CoreError::invalid_arg(format!("expect int32 for '{key}'"))),
-                },
-                Value::String(s) => SettingValue::Str(s),
-                other => return Err(CoreError::invalid_arg(format!("unexpected value {other} for '{key}'"))),
-            };
-            updates.insert(key, value);
-        }
-        state.frontend.update_log_settings(updates).map(settings_json)
+async fn log_update(State(state): State<HttpState>, body: Bytes) -> HttpResult {
+    let Value::Object(body) = parse_json_body(&body, ErrorKind::InvalidArg)? else {
+        return Err(CoreError::invalid_arg("log settings must be a JSON object").into());
     };
-    update().unwrap_or_else(IntoResponse::into_response)
+    let mut updates = BTreeMap::new();
+    for (key, value) in body {
+        let value = match value {
+            Value::Bool(b) => SettingValue::Bool(b),
+            Value::Number(n) => match n.as_u64().and_then(|u| u32::try_from(u).ok()) {
+                Some(u) => SettingValue::Uint(u),
+                None => return Err(CoreError::invalid_arg(format!("expect int32 for '{key}'")).into()),
+            },
+            Value::String(s) => SettingValue::Str(s),
+            other => return Err(CoreError::invalid_arg(format!("unexpected value {other} for '{key}'")).into()),
+        };
+        updates.insert(key, value);
+    }
+    Ok(settings_json(state.frontend.update_log_settings(updates)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{Method, Request as HttpRequest};
+    // tower's Service trait (re-exported by tonic; tower itself is no direct dependency).
+    use tonic::codegen::Service;
+
+    use super::*;
+
+    struct Answer {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: String,
+    }
+
+    /// Sends one request to a router over an empty repository.
+    async fn call(method: Method, uri: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+        let state = HttpState { frontend: Arc::new(Frontend::for_tests()), max_input_size: 1 << 20 };
+        let mut request = HttpRequest::builder().method(method).uri(uri);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = router(state).call(request.body(Body::from(body.to_string())).unwrap()).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        Answer { status: parts.status, headers: parts.headers, body: String::from_utf8_lossy(&body).into_owned() }
+    }
+
+    fn error_body(message: &str) -> String {
+        json!({ "error": message }).to_string()
+    }
+
+    #[tokio::test]
+    async fn a_segment_that_is_not_a_version_is_answered_per_route() {
+        let not_found = error_body("Not Found: 'x' is not a model version");
+        let cases = [
+            (Method::GET, "", StatusCode::NOT_FOUND, not_found.clone()),
+            (Method::GET, "/config", StatusCode::NOT_FOUND, not_found.clone()),
+            (Method::POST, "/infer", StatusCode::NOT_FOUND, not_found.clone()),
+            (Method::POST, "/generate", StatusCode::NOT_FOUND, not_found.clone()),
+            (Method::POST, "/generate_stream", StatusCode::NOT_FOUND, not_found),
+            (Method::GET, "/ready", StatusCode::BAD_REQUEST, error_body("Model version not ready")),
+            (
+                Method::GET,
+                "/stats",
+                StatusCode::BAD_REQUEST,
+                error_body("requested model version is not available for model 'm'"),
+            ),
+        ];
+        for (method, suffix, status, body) in cases {
+            let answer = call(method, &format!("/v2/models/m/versions/x{suffix}"), &[], "{}").await;
+            assert_eq!((answer.status, answer.body), (status, body), "{suffix}");
+            assert_eq!(answer.headers[header::CONTENT_TYPE], "application/json", "{suffix}");
+        }
+    }
+
+    #[tokio::test]
+    async fn versioned_and_unversioned_routes_share_their_handler() {
+        let unknown = error_body("Request for unknown model: 'm' is not found");
+        for uri in ["/v2/models/m", "/v2/models/m/versions/1", "/v2/models/m/config", "/v2/models/m/versions/1/config"]
+        {
+            let answer = call(Method::GET, uri, &[], "").await;
+            assert_eq!((answer.status, answer.body), (StatusCode::NOT_FOUND, unknown.clone()), "{uri}");
+        }
+        for uri in ["/v2/models/m/ready", "/v2/models/m/versions/1/ready"] {
+            assert_eq!(call(Method::GET, uri, &[], "").await.status, StatusCode::BAD_REQUEST, "{uri}");
+        }
+        let stats = call(Method::GET, "/v2/models/m/stats", &[], "").await;
+        assert_eq!(stats.body, error_body("requested model 'm' is not available"));
+        let stats = call(Method::GET, "/v2/models/m/versions/1/stats", &[], "").await;
+        assert_eq!(stats.body, error_body("requested model version is not available for model 'm'"));
+    }
+
+    #[tokio::test]
+    async fn infer_reports_an_unknown_model_before_a_bad_body() {
+        for uri in ["/v2/models/m/infer", "/v2/models/m/versions/2/infer"] {
+            let answer = call(Method::POST, uri, &[], "{not json").await;
+            assert_eq!(answer.status, StatusCode::NOT_FOUND, "{uri}: {}", answer.body);
+            assert!(answer.body.contains("Request for unknown model: 'm'"), "{uri}: {}", answer.body);
+        }
+    }
+
+    #[tokio::test]
+    async fn only_infer_advertises_encodings_after_an_unsupported_one() {
+        let br = [("content-encoding", "br")];
+        let infer = call(Method::POST, "/v2/models/m/infer", &br, "{}").await;
+        assert_eq!(infer.status, StatusCode::NOT_IMPLEMENTED);
+        assert_eq!(infer.headers[header::ACCEPT_ENCODING], "gzip, deflate");
+        assert_eq!(infer.body, error_body("Unsupported compression type 'br' (supported: gzip, deflate)"));
+        let generate = call(Method::POST, "/v2/models/m/generate", &br, "{}").await;
+        assert_eq!(generate.status, StatusCode::NOT_IMPLEMENTED);
+        assert!(generate.headers.get(header::ACCEPT_ENCODING).is_none());
+    }
+
+    #[tokio::test]
+    async fn fallbacks_health_and_repository() {
+        let missing = call(Method::GET, "/v2/nothing", &[], "").await;
+        assert_eq!((missing.status, missing.body), (StatusCode::NOT_FOUND, error_body("Not Found")));
+        let wrong_method = call(Method::POST, "/v2/health/live", &[], "").await;
+        assert_eq!(
+            (wrong_method.status, wrong_method.body),
+            (StatusCode::METHOD_NOT_ALLOWED, error_body("Method Not Allowed"))
+        );
+        for uri in ["/v2/health/live", "/v2/health/ready"] {
+            let answer = call(Method::GET, uri, &[], "").await;
+            assert_eq!((answer.status, answer.body.as_str()), (StatusCode::OK, ""), "{uri}");
+        }
+        let index = call(Method::POST, "/v2/repository/index", &[], "").await;
+        assert_eq!((index.status, index.body.as_str()), (StatusCode::OK, "[]"));
+        let malformed = call(Method::POST, "/v2/repository/index", &[], "{").await;
+        assert_eq!(malformed.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(malformed.body.contains("failed to parse the request JSON buffer"), "{}", malformed.body);
+        let malformed = call(Method::POST, "/v2/systemsharedmemory/region/r/register", &[], "{").await;
+        assert_eq!(malformed.status, StatusCode::BAD_REQUEST);
+    }
 }

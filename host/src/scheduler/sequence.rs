@@ -22,12 +22,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
+use super::compatible;
+use super::pool::InstancePool;
 use crate::backend::ExecRequest;
 use crate::config::pb::ModelSequenceBatching;
 use crate::config::pb::model_sequence_batching::{StrategyChoice, control::Kind, initial_state::StateData};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{ParamValue, Parameters};
-use crate::model::InstancePool;
 use crate::stats::ModelStats;
 use crate::tensor::{DataType, Tensor, push_bytes_element, zeros};
 
@@ -268,7 +269,8 @@ pub struct SequenceBatcher {
 }
 
 impl SequenceBatcher {
-    pub fn start(config: SequenceConfig, pool: Arc<InstancePool>, stats: Arc<ModelStats>) -> Self {
+    pub fn start(config: SequenceConfig, pool: Arc<InstancePool>) -> Self {
+        let stats = Arc::clone(pool.stats());
         let (tx, rx) = mpsc::unbounded_channel();
         let model = config.model.clone();
         let task = SequenceTask {
@@ -465,7 +467,7 @@ impl SequenceTask {
         for id in ids {
             let Some(seq) = self.sequences.get_mut(&id) else { continue };
             let Some(head) = seq.queue.front() else { continue };
-            if signature.as_ref().is_some_and(|first| !crate::scheduler::compatible(first, &head.exec)) {
+            if signature.as_ref().is_some_and(|first| !compatible(first, &head.exec)) {
                 continue;
             }
             let Some(p) = seq.queue.pop_front() else { continue };
@@ -512,19 +514,11 @@ impl SequenceTask {
             return;
         }
         let pool = Arc::clone(&self.pool);
-        let stats = Arc::clone(&self.stats);
         let done = self.done_tx.clone();
         tokio::spawn(async move {
             let total = execs.len();
-            let results = pool.execute_with(permit, execs).await;
-            let infer_done = Instant::now();
-            let mut results = match results {
-                Ok(r) => r.into_iter(),
-                Err(e) => vec![Err(e); total].into_iter(),
-            };
-            let mut all_ok = true;
-            for (id, end, reply) in replies {
-                let result = results.next().unwrap_or_else(|| Err(CoreError::internal("instance returned too few results")));
+            let results = pool.run(permit, execs, total).await;
+            for ((id, end, reply), result) in replies.into_iter().zip(results) {
                 let (outputs, state) = match result {
                     Ok(outputs) => {
                         let (state, outputs): (Vec<Tensor>, Vec<Tensor>) =
@@ -536,18 +530,13 @@ impl SequenceTask {
                     }
                     Err(e) => (Err(e), None),
                 };
-                all_ok &= outputs.is_ok();
                 let _ = reply.send(outputs);
                 if let Some(done) = done.upgrade() {
                     let _ = done.send(Message::Done { id, state, end });
                 }
             }
-            if all_ok {
-                stats.record_execution(total, Duration::ZERO, infer_done - started, Duration::ZERO);
-            }
         });
     }
-
 }
 
 impl SequenceConfig {

@@ -1,0 +1,57 @@
+//! A backend whose instances run a function: how code that embeds the server (the library API,
+//! the Python package binding Python callables) serves models that are not files. Every instance
+//! shares the function; the scheduler still gives each instance one batch at a time.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{Backend, ExecRequest, InstanceContext, ModelInstance};
+use crate::config::ModelConfig;
+use crate::error::CoreResult;
+use crate::tensor::Tensor;
+
+/// Runs a batch: one result per request, in order.
+pub type ExecuteFn = dyn Fn(Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> + Send + Sync;
+
+pub struct CallableBackend {
+    execute: Arc<ExecuteFn>,
+}
+
+impl CallableBackend {
+    pub fn new(execute: impl Fn(Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> + Send + Sync + 'static) -> Self {
+        Self { execute: Arc::new(execute) }
+    }
+}
+
+impl Backend for CallableBackend {
+    fn name(&self) -> &'static str {
+        "callable"
+    }
+
+    fn platforms(&self) -> &'static [&'static str] {
+        &["callable"]
+    }
+
+    fn default_model_filename(&self) -> &'static str {
+        ""
+    }
+
+    fn autocomplete(&self, _config: &mut ModelConfig, _model_path: &Path) -> CoreResult<()> {
+        // A function does not describe its tensors: the config must list them.
+        Ok(())
+    }
+
+    fn create_instance(&self, _ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
+        Ok(Box::new(CallableInstance { execute: Arc::clone(&self.execute) }))
+    }
+}
+
+struct CallableInstance {
+    execute: Arc<ExecuteFn>,
+}
+
+impl ModelInstance for CallableInstance {
+    fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+        (self.execute)(batch)
+    }
+}

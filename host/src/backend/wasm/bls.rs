@@ -1,0 +1,360 @@
+//! Business logic scripting: a guest calling a served model (`host.infer`, `host.infer-stream`)
+//! through the [`Infer`] the backend was connected to, as every other caller does.
+
+use std::future::Future;
+use std::sync::{Arc, Weak};
+
+use wasmtime::component::Resource;
+
+use super::convert::{params_from_wit, wit_error};
+use super::host::{GuestState, HostTensor, table_error};
+use super::{wit, wit_host};
+use crate::error::{CoreError, CoreResult, ErrorKind};
+use crate::infer::{Infer, InferRequest, RequestedOutput, ResponseStream};
+
+/// Responses of a BLS `infer-stream` call.
+pub struct HostResponseStream(ResponseStream);
+
+impl GuestState {
+    /// `host.infer`: runs a model and hands its output tensors to the guest.
+    pub(super) fn bls_infer(
+        &mut self,
+        model: String,
+        version: Option<i64>,
+        inputs: Vec<Resource<HostTensor>>,
+        outputs: Vec<String>,
+        parameters: Vec<wit::Parameter>,
+    ) -> wasmtime::Result<Result<Vec<Resource<HostTensor>>, wit::Error>> {
+        let called = self.bls(model, version, inputs, outputs, parameters, |infer, request| async move {
+            infer.infer(request).await
+        })?;
+        match called {
+            Ok(response) => Ok(Ok(self.new_tensors(response.outputs)?)),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    /// `host.infer-stream`: starts a request and hands the guest its response stream.
+    pub(super) fn bls_infer_stream(
+        &mut self,
+        model: String,
+        version: Option<i64>,
+        inputs: Vec<Resource<HostTensor>>,
+        outputs: Vec<String>,
+        parameters: Vec<wit::Parameter>,
+    ) -> wasmtime::Result<Result<Resource<HostResponseStream>, wit::Error>> {
+        let started = self.bls(model, version, inputs, outputs, parameters, |infer, request| async move {
+            infer.infer_stream(request).await
+        })?;
+        match started {
+            Ok(stream) => Ok(Ok(self.table.push(HostResponseStream(stream)).map_err(table_error)?)),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    /// BLS: runs `model`, blocking this (blocking-pool) thread. `call` (infer or infer_stream)
+    /// runs bounded by the caller's time limit.
+    fn bls<T, Fut>(
+        &mut self,
+        model: String,
+        version: Option<i64>,
+        inputs: Vec<Resource<HostTensor>>,
+        outputs: Vec<String>,
+        parameters: Vec<wit::Parameter>,
+        call: impl FnOnce(Arc<dyn Infer>, InferRequest) -> Fut,
+    ) -> wasmtime::Result<Result<T, wit::Error>>
+    where
+        Fut: Future<Output = CoreResult<T>>,
+    {
+        let shared = Arc::clone(&self.shared);
+        if !shared.allowed_models.allows(&model) {
+            return Ok(Err(wit_error(CoreError::new(
+                ErrorKind::InvalidArg,
+                format!(
+                    "model '{}' is not allowed to call model '{model}' (add it to the 'allowed_models' parameter)",
+                    shared.model_name
+                ),
+            ))));
+        }
+        let mut tensors = Vec::with_capacity(inputs.len());
+        for handle in &inputs {
+            tensors.push(self.tensor(handle)?.clone());
+        }
+        let infer = shared.infer.as_ref().and_then(Weak::upgrade);
+        let (Some(infer), Some(runtime)) = (infer, shared.runtime.clone()) else {
+            return Ok(Err(wit_error(CoreError::unavailable("the server is shutting down"))));
+        };
+        let request = InferRequest {
+            model_name: model.clone(),
+            model_version: version,
+            id: None,
+            inputs: tensors,
+            outputs: outputs.into_iter().map(RequestedOutput::named).collect(),
+            parameters: params_from_wit(parameters),
+        };
+        let timeout = shared.bls_timeout;
+        let result = runtime.block_on(async move {
+            tokio::time::timeout(timeout, call(infer, request)).await.unwrap_or_else(|_| {
+                Err(CoreError::unavailable(format!(
+                    "BLS call to model '{model}' timed out after {} ms",
+                    timeout.as_millis()
+                )))
+            })
+        });
+        Ok(result.map_err(wit_error))
+    }
+}
+
+impl wit_host::HostResponseStream for GuestState {
+    fn next(
+        &mut self,
+        handle: Resource<HostResponseStream>,
+    ) -> wasmtime::Result<Option<Result<Vec<Resource<HostTensor>>, wit::Error>>> {
+        let Some(runtime) = self.shared.runtime.clone() else {
+            return Ok(None);
+        };
+        let timeout = self.shared.bls_timeout;
+        let stream = self.table.get_mut(&handle).map_err(table_error)?;
+        let item = runtime.block_on(async { tokio::time::timeout(timeout, stream.0.recv()).await });
+        match item {
+            Ok(None) => Ok(None),
+            Ok(Some(Ok(response))) => Ok(Some(Ok(self.new_tensors(response.outputs)?))),
+            Ok(Some(Err(e))) => Ok(Some(Err(wit_error(e)))),
+            Err(_) => Ok(Some(Err(wit_error(CoreError::unavailable(format!(
+                "no response from the streaming BLS call within {} ms",
+                timeout.as_millis()
+            )))))),
+        }
+    }
+
+    fn drop(&mut self, handle: Resource<HostResponseStream>) -> wasmtime::Result<()> {
+        self.table.delete(handle).map(|_| ()).map_err(table_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use wit_host::{Host as _, HostResponseStream as _};
+
+    use super::super::host::tests::{shared, state};
+    use super::super::host::{GuestShared, GuestState};
+    use super::super::sandbox::AllowList;
+    use super::*;
+    use crate::infer::{InferFuture, InferResponse, ParamValue};
+    use crate::tensor::{DataType, Tensor};
+
+    /// Records requests; answers with the inputs renamed `OUT`, or per the model name: `slow`
+    /// never answers, `missing` is not found, and `stream` streams two responses and an error.
+    #[derive(Default)]
+    struct FakeInfer {
+        seen: Mutex<Vec<InferRequest>>,
+        /// Senders of streams kept open without responses.
+        open: Mutex<Vec<tokio::sync::mpsc::UnboundedSender<CoreResult<InferResponse>>>>,
+    }
+
+    impl FakeInfer {
+        fn answer(&self, request: InferRequest) -> CoreResult<InferResponse> {
+            self.seen.lock().expect("lock").push(request.clone());
+            if request.model_name == "missing" {
+                return Err(CoreError::not_found(format!("unknown model: '{}'", request.model_name)));
+            }
+            let outputs = request.inputs.into_iter().map(|t| Tensor { name: "OUT".into(), ..t }).collect();
+            Ok(InferResponse { model_name: request.model_name, outputs, is_final: true, ..Default::default() })
+        }
+    }
+
+    impl Infer for FakeInfer {
+        fn infer(&self, request: InferRequest) -> InferFuture<'_, InferResponse> {
+            Box::pin(async move {
+                if request.model_name == "slow" {
+                    std::future::pending::<()>().await;
+                }
+                self.answer(request)
+            })
+        }
+
+        fn infer_stream(&self, request: InferRequest) -> InferFuture<'_, ResponseStream> {
+            Box::pin(async move {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let slow = request.model_name == "slow";
+                let first = self.answer(request)?;
+                let _ = tx.send(Ok(first.clone()));
+                if slow {
+                    self.open.lock().expect("lock").push(tx);
+                    return Ok(rx);
+                }
+                let _ = tx.send(Ok(first));
+                let _ = tx.send(Err(CoreError::internal("stream broke")));
+                Ok(rx)
+            })
+        }
+    }
+
+    struct Fixture {
+        runtime: tokio::runtime::Runtime,
+        infer: Arc<FakeInfer>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let runtime =
+                tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_time().build().expect("runtime");
+            Self { runtime, infer: Arc::default() }
+        }
+
+        fn state(&self, allowed: AllowList) -> GuestState {
+            let infer: Arc<dyn Infer> = self.infer.clone();
+            let infer: Weak<dyn Infer> = Arc::downgrade(&infer);
+            state(Arc::new(GuestShared {
+                model_name: "caller".into(),
+                allowed_models: allowed,
+                bls_timeout: Duration::from_millis(100),
+                infer: Some(infer),
+                runtime: Some(self.runtime.handle().clone()),
+            }))
+        }
+    }
+
+    fn input(s: &mut GuestState) -> Resource<HostTensor> {
+        let t = Tensor::new("IN", DataType::Uint8, vec![2], Bytes::from_static(&[4, 5])).expect("tensor");
+        s.new_tensor(t).expect("push")
+    }
+
+    fn call(s: &mut GuestState, model: &str) -> Result<Vec<Resource<HostTensor>>, wit::Error> {
+        let t = input(s);
+        let params = vec![wit::Parameter { key: "p".into(), value: wit::ParamValue::Bool(true) }];
+        s.infer(model.into(), Some(2), vec![Resource::new_borrow(t.rep())], vec!["OUT".into()], params)
+            .expect("no trap")
+    }
+
+    #[test]
+    fn builds_the_request_and_returns_the_outputs() {
+        let f = Fixture::new();
+        let mut s = f.state(AllowList::Any);
+        let outputs = call(&mut s, "target").expect("answered");
+        assert_eq!(outputs.len(), 1);
+        let out = s.tensor(&outputs[0]).expect("output tensor");
+        assert_eq!((out.name.as_str(), out.data.as_ref()), ("OUT", &[4u8, 5][..]));
+
+        let seen = f.infer.seen.lock().expect("lock");
+        let request = &seen[0];
+        assert_eq!(request.model_name, "target");
+        assert_eq!(request.model_version, Some(2));
+        assert_eq!(request.id, None);
+        assert_eq!(request.inputs.len(), 1);
+        assert_eq!(request.inputs[0].name, "IN");
+        assert_eq!(request.outputs, vec![RequestedOutput::named("OUT")]);
+        assert_eq!(request.parameters.get("p"), Some(&ParamValue::Bool(true)));
+    }
+
+    #[test]
+    fn refuses_models_not_allowed_before_anything_else() {
+        let f = Fixture::new();
+        let mut s = f.state(AllowList::Only(vec!["other".into()]));
+        let e = call(&mut s, "target").expect_err("refused");
+        assert_eq!(e.code, wit::ErrorCode::InvalidArg);
+        assert_eq!(
+            e.message,
+            "model 'caller' is not allowed to call model 'target' (add it to the 'allowed_models' parameter)"
+        );
+        assert!(f.infer.seen.lock().expect("lock").is_empty());
+        // Even a bad input handle is not looked at first.
+        let refused = s.infer("target".into(), None, vec![Resource::new_borrow(999)], vec![], vec![]);
+        assert!(refused.expect("no trap").is_err());
+    }
+
+    #[test]
+    fn a_bad_input_handle_traps() {
+        let f = Fixture::new();
+        let mut s = f.state(AllowList::Any);
+        let trap = s.infer("target".into(), None, vec![Resource::new_borrow(999)], vec![], vec![]);
+        assert!(trap.is_err());
+    }
+
+    #[test]
+    fn errors_of_the_target_reach_the_guest() {
+        let f = Fixture::new();
+        let mut s = f.state(AllowList::Any);
+        let e = call(&mut s, "missing").expect_err("not found");
+        assert_eq!((e.code, e.message.as_str()), (wit::ErrorCode::NotFound, "unknown model: 'missing'"));
+    }
+
+    #[test]
+    fn calls_are_bounded_by_the_time_limit() {
+        let f = Fixture::new();
+        let mut s = f.state(AllowList::Any);
+        let e = call(&mut s, "slow").expect_err("timed out");
+        assert_eq!(e.code, wit::ErrorCode::Unavailable);
+        assert_eq!(e.message, "BLS call to model 'slow' timed out after 100 ms");
+    }
+
+    #[test]
+    fn without_a_connection_or_runtime_the_server_is_shutting_down() {
+        let mut s = state(shared(AllowList::Any, None));
+        let e = call(&mut s, "target").expect_err("unavailable");
+        assert_eq!((e.code, e.message.as_str()), (wit::ErrorCode::Unavailable, "the server is shutting down"));
+
+        // A manager that is gone is the same.
+        let gone: Weak<dyn Infer> = {
+            let infer: Arc<dyn Infer> = Arc::new(FakeInfer::default());
+            Arc::downgrade(&infer)
+        };
+        let f = Fixture::new();
+        let mut s = state(Arc::new(GuestShared {
+            model_name: "caller".into(),
+            allowed_models: AllowList::Any,
+            bls_timeout: Duration::from_millis(100),
+            infer: Some(gone),
+            runtime: Some(f.runtime.handle().clone()),
+        }));
+        let e = call(&mut s, "target").expect_err("unavailable");
+        assert_eq!(e.message, "the server is shutting down");
+    }
+
+    #[test]
+    fn streams_yield_every_response_then_end() {
+        let f = Fixture::new();
+        let mut s = f.state(AllowList::Any);
+        let t = input(&mut s);
+        let stream = s
+            .infer_stream("target".into(), None, vec![Resource::new_borrow(t.rep())], vec![], vec![])
+            .expect("no trap")
+            .expect("started");
+        let next = |s: &mut GuestState| s.next(Resource::new_borrow(stream.rep())).expect("no trap");
+        for _ in 0..2 {
+            let outputs = next(&mut s).expect("a response").expect("outputs");
+            assert_eq!(s.tensor(&outputs[0]).expect("tensor").name, "OUT");
+        }
+        let e = next(&mut s).expect("an error response").expect_err("error");
+        assert_eq!((e.code, e.message.as_str()), (wit::ErrorCode::Internal, "stream broke"));
+        assert!(next(&mut s).is_none());
+        wit_host::HostResponseStream::drop(&mut s, stream).expect("drop");
+        assert_eq!(f.infer.seen.lock().expect("lock")[0].model_version, None);
+    }
+
+    #[test]
+    fn a_silent_stream_times_out_per_response() {
+        let f = Fixture::new();
+        let mut s = f.state(AllowList::Any);
+        let stream = s.infer_stream("slow".into(), None, vec![], vec![], vec![]).expect("no trap").expect("started");
+        let borrow = || Resource::<HostResponseStream>::new_borrow(stream.rep());
+        assert!(s.next(borrow()).expect("no trap").expect("first").is_ok());
+        let e = s.next(borrow()).expect("no trap").expect("an error").expect_err("timed out");
+        assert_eq!(e.code, wit::ErrorCode::Unavailable);
+        assert_eq!(e.message, "no response from the streaming BLS call within 100 ms");
+    }
+
+    #[test]
+    fn a_stream_start_error_is_returned() {
+        let f = Fixture::new();
+        let mut s = f.state(AllowList::Any);
+        let Err(e) = s.infer_stream("missing".into(), None, vec![], vec![], vec![]).expect("no trap") else {
+            panic!("must fail");
+        };
+        assert_eq!(e.code, wit::ErrorCode::NotFound);
+    }
+}

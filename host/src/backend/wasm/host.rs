@@ -1,0 +1,396 @@
+//! The data of a guest's store and the host side of the WIT imports a guest calls: tensors,
+//! requests, response senders and logging. (BLS, the other import, is in `bls`.)
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bls::HostResponseStream;
+use super::convert::{datatype_from_wit, datatype_to_wit, kind_from_wit, params_to_wit, wit_error};
+use super::sandbox::{AllowList, GuestLimiter};
+use super::{wit, wit_host};
+use crate::backend::{RawResponse, Responder};
+use crate::error::{CoreError, CoreResult};
+use crate::infer::{Infer, Parameters};
+use crate::tensor::Tensor;
+
+/// A tensor resource: the core tensor, whose bytes are shared (`Bytes`), never copied by handles.
+pub struct HostTensor(pub(super) Tensor);
+
+/// A request resource handed to `execute`.
+pub struct HostRequest {
+    pub(super) id: String,
+    pub(super) inputs: Vec<Tensor>,
+    pub(super) outputs: Vec<String>,
+    pub(super) parameters: Parameters,
+    pub(super) responder: SharedResponder,
+}
+
+/// One request's responder, shared by the request and every sender made from it, so the host can
+/// close it when `execute` returns whatever handles the guest still holds. `None` once closed.
+pub(super) type SharedResponder = Arc<Mutex<Option<Responder>>>;
+
+/// A decoupled request's response sender.
+pub struct HostSender(SharedResponder);
+
+/// What every store of one model shares.
+pub(super) struct GuestShared {
+    pub(super) model_name: String,
+    pub(super) allowed_models: AllowList,
+    pub(super) bls_timeout: Duration,
+    /// Where BLS calls go; `None` if the backend was never connected.
+    pub(super) infer: Option<Weak<dyn Infer>>,
+    pub(super) runtime: Option<tokio::runtime::Handle>,
+}
+
+/// The data of one guest's store.
+pub struct GuestState {
+    pub(super) table: ResourceTable,
+    wasi: WasiCtx,
+    pub(super) limits: GuestLimiter,
+    pub(super) shared: Arc<GuestShared>,
+    /// Log lines the guest wrote during the current call (kept to explain traps).
+    pub(super) last_log: Vec<String>,
+    /// Responders of the current `execute` call, closed when it returns.
+    pub(super) call_responders: Vec<SharedResponder>,
+}
+
+/// How many of the guest's last log lines a trap message can quote from.
+const LOG_LINES_KEPT: usize = 16;
+
+impl GuestState {
+    pub(super) fn new(wasi: WasiCtx, limits: GuestLimiter, shared: Arc<GuestShared>) -> Self {
+        Self { table: ResourceTable::new(), wasi, limits, shared, last_log: Vec::new(), call_responders: Vec::new() }
+    }
+
+    pub(super) fn tensor(&self, handle: &Resource<HostTensor>) -> wasmtime::Result<&Tensor> {
+        self.table.get(handle).map(|t| &t.0).map_err(table_error)
+    }
+
+    pub(super) fn new_tensor(&mut self, tensor: Tensor) -> wasmtime::Result<Resource<HostTensor>> {
+        self.table.push(HostTensor(tensor)).map_err(table_error)
+    }
+
+    /// Hands response tensors to the guest as new handles.
+    pub(super) fn new_tensors(&mut self, tensors: Vec<Tensor>) -> wasmtime::Result<Vec<Resource<HostTensor>>> {
+        tensors.into_iter().map(|t| self.new_tensor(t)).collect()
+    }
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// A bad handle is the guest's bug: it traps the call rather than returning an error.
+pub(super) fn table_error(e: wasmtime::component::ResourceTableError) -> wasmtime::Error {
+    wasmtime::Error::msg(format!("resource table: {e}"))
+}
+
+impl wit::Host for GuestState {}
+
+impl wit::HostTensor for GuestState {
+    fn create(
+        &mut self,
+        name: String,
+        datatype: wit::DataType,
+        shape: Vec<i64>,
+        data: Vec<u8>,
+    ) -> wasmtime::Result<Result<Resource<HostTensor>, wit::Error>> {
+        match Tensor::new(name, datatype_from_wit(datatype), shape, Bytes::from(data)) {
+            Ok(t) => Ok(Ok(self.new_tensor(t)?)),
+            Err(e) => Ok(Err(wit_error(e))),
+        }
+    }
+
+    fn name(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<String> {
+        Ok(self.tensor(&handle)?.name.clone())
+    }
+
+    fn datatype(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<wit::DataType> {
+        Ok(datatype_to_wit(self.tensor(&handle)?.datatype))
+    }
+
+    fn shape(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<Vec<i64>> {
+        Ok(self.tensor(&handle)?.shape.clone())
+    }
+
+    fn byte_size(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<u64> {
+        Ok(self.tensor(&handle)?.data.len() as u64)
+    }
+
+    fn data(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<Vec<u8>> {
+        Ok(self.tensor(&handle)?.data.to_vec())
+    }
+
+    fn with_name(&mut self, handle: Resource<HostTensor>, name: String) -> wasmtime::Result<Resource<HostTensor>> {
+        let mut tensor = self.tensor(&handle)?.clone();
+        tensor.name = name;
+        self.new_tensor(tensor)
+    }
+
+    fn drop(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<()> {
+        self.table.delete(handle).map(|_| ()).map_err(table_error)
+    }
+}
+
+impl wit::HostRequest for GuestState {
+    fn id(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&handle).map_err(table_error)?.id.clone())
+    }
+
+    fn input(&mut self, handle: Resource<HostRequest>, name: String) -> wasmtime::Result<Option<Resource<HostTensor>>> {
+        let found = self.table.get(&handle).map_err(table_error)?.inputs.iter().find(|t| t.name == name).cloned();
+        found.map(|t| self.new_tensor(t)).transpose()
+    }
+
+    fn inputs(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<Vec<Resource<HostTensor>>> {
+        let inputs = self.table.get(&handle).map_err(table_error)?.inputs.clone();
+        self.new_tensors(inputs)
+    }
+
+    fn requested_outputs(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<Vec<String>> {
+        Ok(self.table.get(&handle).map_err(table_error)?.outputs.clone())
+    }
+
+    fn parameters(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<Vec<wit::Parameter>> {
+        Ok(params_to_wit(&self.table.get(&handle).map_err(table_error)?.parameters))
+    }
+
+    fn sender(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<Resource<HostSender>> {
+        let responder = Arc::clone(&self.table.get(&handle).map_err(table_error)?.responder);
+        self.table.push(HostSender(responder)).map_err(table_error)
+    }
+
+    fn drop(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<()> {
+        self.table.delete(handle).map(|_| ()).map_err(table_error)
+    }
+}
+
+impl wit::HostResponseSender for GuestState {
+    fn send(
+        &mut self,
+        handle: Resource<HostSender>,
+        outputs: Vec<Resource<HostTensor>>,
+        final_: bool,
+    ) -> wasmtime::Result<Result<(), wit::Error>> {
+        let mut tensors = Vec::with_capacity(outputs.len());
+        for t in outputs {
+            tensors.push(self.table.delete(t).map_err(table_error)?.0);
+        }
+        let sender = self.table.get_mut(&handle).map_err(table_error)?;
+        Ok(send_on(sender, Ok(tensors), final_))
+    }
+
+    fn send_error(
+        &mut self,
+        handle: Resource<HostSender>,
+        error: wit::Error,
+        final_: bool,
+    ) -> wasmtime::Result<Result<(), wit::Error>> {
+        let sender = self.table.get_mut(&handle).map_err(table_error)?;
+        Ok(send_on(sender, Err(CoreError::new(kind_from_wit(error.code), error.message)), final_))
+    }
+
+    fn drop(&mut self, handle: Resource<HostSender>) -> wasmtime::Result<()> {
+        self.table.delete(handle).map(|_| ()).map_err(table_error)
+    }
+}
+
+fn send_on(sender: &mut HostSender, item: CoreResult<Vec<Tensor>>, final_: bool) -> Result<(), wit::Error> {
+    let Ok(mut slot) = sender.0.lock() else {
+        return Err(wit_error(CoreError::internal("response sender state is poisoned")));
+    };
+    let Some(tx) = slot.as_ref() else {
+        return Err(wit_error(CoreError::unavailable(
+            "no more responses can be sent for this request \
+             (the final response was sent, or the model is not decoupled)",
+        )));
+    };
+    // An empty final response only carries the final flag (as Triton's repeat sends it).
+    let flag_only = final_ && matches!(&item, Ok(outputs) if outputs.is_empty());
+    if !flag_only {
+        // A gone receiver means the caller stopped listening; that is not the guest's error.
+        let _ = tx.send(RawResponse { outputs: item, is_final: final_ });
+    }
+    if final_ {
+        *slot = None;
+    }
+    Ok(())
+}
+
+impl wit_host::Host for GuestState {
+    fn log(&mut self, level: wit_host::LogLevel, message: String) -> wasmtime::Result<()> {
+        let model = self.shared.model_name.as_str();
+        match level {
+            wit_host::LogLevel::Error => tracing::error!(model, "{message}"),
+            wit_host::LogLevel::Warn => tracing::warn!(model, "{message}"),
+            wit_host::LogLevel::Info => tracing::info!(model, "{message}"),
+            wit_host::LogLevel::Verbose => tracing::debug!(model, "{message}"),
+        }
+        if self.last_log.len() >= LOG_LINES_KEPT {
+            self.last_log.remove(0);
+        }
+        self.last_log.push(message);
+        Ok(())
+    }
+
+    fn infer(
+        &mut self,
+        model: String,
+        version: Option<i64>,
+        inputs: Vec<Resource<HostTensor>>,
+        outputs: Vec<String>,
+        parameters: Vec<wit::Parameter>,
+    ) -> wasmtime::Result<Result<Vec<Resource<HostTensor>>, wit::Error>> {
+        self.bls_infer(model, version, inputs, outputs, parameters)
+    }
+
+    fn infer_stream(
+        &mut self,
+        model: String,
+        version: Option<i64>,
+        inputs: Vec<Resource<HostTensor>>,
+        outputs: Vec<String>,
+        parameters: Vec<wit::Parameter>,
+    ) -> wasmtime::Result<Result<Resource<HostResponseStream>, wit::Error>> {
+        self.bls_infer_stream(model, version, inputs, outputs, parameters)
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use wit::{HostRequest as _, HostResponseSender as _, HostTensor as _};
+    use wit_host::Host as _;
+
+    use super::*;
+    use crate::tensor::DataType;
+
+    pub(in super::super) fn shared(allowed_models: AllowList, infer: Option<Weak<dyn Infer>>) -> Arc<GuestShared> {
+        Arc::new(GuestShared {
+            model_name: "guest".into(),
+            allowed_models,
+            bls_timeout: Duration::from_millis(500),
+            infer,
+            runtime: None,
+        })
+    }
+
+    pub(in super::super) fn state(shared: Arc<GuestShared>) -> GuestState {
+        GuestState::new(WasiCtx::builder().build(), GuestLimiter::new(1 << 20), shared)
+    }
+
+    fn request(state: &mut GuestState, responder: Option<Responder>) -> (Resource<HostRequest>, SharedResponder) {
+        let responder: SharedResponder = Arc::new(Mutex::new(responder));
+        let input =
+            Tensor::new("IN", DataType::Int32, vec![2], Bytes::from_static(&[1, 0, 0, 0, 2, 0, 0, 0])).expect("tensor");
+        let handle = state
+            .table
+            .push(HostRequest {
+                id: "req-1".into(),
+                inputs: vec![input],
+                outputs: vec!["OUT".into()],
+                parameters: Parameters::from([("k".into(), crate::infer::ParamValue::Int(3))]),
+                responder: Arc::clone(&responder),
+            })
+            .expect("push request");
+        (handle, responder)
+    }
+
+    #[test]
+    fn tensors() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        let t = s.create("X".into(), wit::DataType::Uint8, vec![3], vec![1, 2, 3]).expect("no trap").expect("valid");
+        assert_eq!(s.name(Resource::new_borrow(t.rep())).expect("name"), "X");
+        assert_eq!(s.datatype(Resource::new_borrow(t.rep())).expect("datatype"), wit::DataType::Uint8);
+        assert_eq!(s.shape(Resource::new_borrow(t.rep())).expect("shape"), vec![3]);
+        assert_eq!(s.byte_size(Resource::new_borrow(t.rep())).expect("size"), 3);
+        assert_eq!(s.data(Resource::new_borrow(t.rep())).expect("data"), vec![1, 2, 3]);
+        let renamed = s.with_name(Resource::new_borrow(t.rep()), "Y".into()).expect("renamed");
+        assert_eq!(s.tensor(&renamed).expect("renamed tensor").name, "Y");
+        assert_eq!(s.tensor(&t).expect("original").name, "X", "renaming makes a new tensor");
+        // Data that does not fit the shape is the guest's error, not a trap.
+        let bad = s.create("X".into(), wit::DataType::Int32, vec![2], vec![0; 3]).expect("no trap");
+        assert!(bad.is_err());
+        wit::HostTensor::drop(&mut s, t).expect("drop");
+        wit::HostTensor::drop(&mut s, renamed).expect("drop");
+        assert!(s.table.is_empty());
+    }
+
+    #[test]
+    fn requests() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        let (r, _) = request(&mut s, None);
+        let borrow = || Resource::<HostRequest>::new_borrow(r.rep());
+        assert_eq!(s.id(borrow()).expect("id"), "req-1");
+        assert_eq!(s.requested_outputs(borrow()).expect("outputs"), vec!["OUT".to_string()]);
+        let params = s.parameters(borrow()).expect("parameters");
+        assert_eq!(params.len(), 1);
+        assert!(matches!(params[0].value, wit::ParamValue::Int(3)));
+        let found = s.input(borrow(), "IN".into()).expect("input").expect("present");
+        assert_eq!(s.tensor(&found).expect("tensor").shape, vec![2]);
+        assert!(s.input(borrow(), "NOPE".into()).expect("input").is_none());
+        assert_eq!(s.inputs(borrow()).expect("inputs").len(), 1);
+    }
+
+    #[test]
+    fn senders_close_after_the_final_response() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (r, _) = request(&mut s, Some(tx));
+        let sender = s.sender(Resource::new_borrow(r.rep())).expect("sender");
+        let out = s.create("OUT".into(), wit::DataType::Uint8, vec![1], vec![7]).expect("no trap").expect("valid");
+        s.send(Resource::new_borrow(sender.rep()), vec![out], false).expect("no trap").expect("sent");
+        let error = wit::Error { code: wit::ErrorCode::NotFound, message: "nope".into() };
+        s.send_error(Resource::new_borrow(sender.rep()), error, false).expect("no trap").expect("sent");
+        // An empty final response carries only the flag.
+        s.send(Resource::new_borrow(sender.rep()), vec![], true).expect("no trap").expect("sent");
+        let late = s.send(Resource::new_borrow(sender.rep()), vec![], true).expect("no trap").expect_err("closed");
+        assert_eq!(late.code, wit::ErrorCode::Unavailable);
+        assert_eq!(
+            late.message,
+            "no more responses can be sent for this request \
+             (the final response was sent, or the model is not decoupled)"
+        );
+
+        let first = rx.try_recv().expect("first response");
+        assert!(!first.is_final);
+        assert_eq!(first.outputs.expect("outputs")[0].data.as_ref(), &[7u8]);
+        let second = rx.try_recv().expect("error response");
+        let e = second.outputs.expect_err("an error");
+        assert_eq!((e.kind, e.message.as_str()), (crate::error::ErrorKind::NotFound, "nope"));
+        // The responder was dropped: the stream ends with no flag-only message.
+        assert!(matches!(rx.try_recv(), Err(tokio::sync::mpsc::error::TryRecvError::Disconnected)));
+    }
+
+    #[test]
+    fn a_non_decoupled_request_has_a_closed_sender() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        let (r, _) = request(&mut s, None);
+        let sender = s.sender(Resource::new_borrow(r.rep())).expect("sender");
+        let refused = s.send(sender, vec![], false).expect("no trap").expect_err("closed");
+        assert_eq!(refused.code, wit::ErrorCode::Unavailable);
+    }
+
+    #[test]
+    fn bad_handles_trap() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        let e = s.name(Resource::new_borrow(12345)).expect_err("a trap");
+        assert!(e.to_string().starts_with("resource table: "), "{e}");
+    }
+
+    #[test]
+    fn log_keeps_the_last_lines() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        for i in 0..20 {
+            s.log(wit_host::LogLevel::Info, format!("line {i}")).expect("log");
+        }
+        assert_eq!(s.last_log.len(), LOG_LINES_KEPT);
+        assert_eq!(s.last_log.first().map(String::as_str), Some("line 4"));
+        assert_eq!(s.last_log.last().map(String::as_str), Some("line 19"));
+    }
+}

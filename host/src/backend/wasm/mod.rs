@@ -1,0 +1,256 @@
+//! The WebAssembly backend (`backend: "wasm"`, or a `model.wasm` in the version directory): custom
+//! pre/post-processing and business logic as sandboxed components implementing `wit/model.wit`.
+//!
+//! Sandbox, per model, from config `parameters` (string values):
+//! - `max_memory_bytes` (default 256 MiB): linear memory cap; growing past it traps.
+//! - `max_execute_ms` (default 10000): wall time per `execute` (epoch interruption), and the
+//!   bound on each BLS call the guest makes.
+//! - `allowed_models` (default none): comma-separated models the guest may call through BLS
+//!   (`*` = any).
+//! - `filesystem` = `read-only`: the model's version directory, read-only, at `/model`.
+//! - `clocks` = `true`: real wall and monotonic clocks (otherwise both read zero).
+//!
+//! No network, environment or other files are ever visible. A trap (panic, `unreachable`, time or
+//! memory limit) fails only that batch's requests; the instance is then rebuilt from the
+//! pre-instantiated component and re-initialised, and the model stays ready.
+//!
+//! Execution is synchronous on the blocking thread the instance pool runs it on; BLS calls
+//! re-enter the async core through the runtime handle, which blocking threads may block on.
+//!
+//! Files: `engine` (engine, linker, compile cache), `sandbox` (per-model limits and grants),
+//! `instance` (one guest instance's life), `host` (the store data and the host side of the WIT
+//! imports), `bls` (guests calling models), `convert` (core types <-> WIT types).
+
+mod bls;
+mod convert;
+mod engine;
+mod host;
+mod instance;
+mod sandbox;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, Weak};
+
+use wasmtime::Engine;
+use wasmtime::component::Linker;
+
+use super::{Backend, InstanceContext, ModelInstance};
+use crate::config::ModelConfig;
+use crate::error::{CoreError, CoreResult};
+use crate::infer::Infer;
+use engine::CompileCache;
+use host::{GuestShared, GuestState};
+use instance::WasmInstance;
+use sandbox::Sandbox;
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "model",
+        with: {
+            "tessera:model/types.tensor": super::host::HostTensor,
+            "tessera:model/types.request": super::host::HostRequest,
+            "tessera:model/types.response-sender": super::host::HostSender,
+            "tessera:model/host.response-stream": super::bls::HostResponseStream,
+        },
+        imports: { default: trappable },
+    });
+}
+
+use bindings::tessera::model::{host as wit_host, types as wit};
+
+/// Engine-wide settings for Wasm models.
+#[derive(Debug, Clone)]
+pub struct WasmOptions {
+    /// Where compiled components are cached (keyed by content hash and engine settings).
+    pub cache_dir: Option<PathBuf>,
+    /// Upper bound on live guest instances (sizes the pooling allocator).
+    pub max_instances: u32,
+}
+
+impl Default for WasmOptions {
+    fn default() -> Self {
+        Self { cache_dir: default_cache_dir(), max_instances: 200 }
+    }
+}
+
+fn default_cache_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .map(|d| d.join("tessera").join("wasm"))
+}
+
+pub struct WasmBackend {
+    engine: Engine,
+    linker: Linker<GuestState>,
+    /// Compiled components, shared by every instance and version.
+    components: CompileCache,
+    /// Set once the model manager exists: BLS calls go through it.
+    infer: OnceLock<Weak<dyn Infer>>,
+    runtime: Option<tokio::runtime::Handle>,
+    /// Why the engine could not be built; every model load then fails with it.
+    engine_error: Option<String>,
+}
+
+impl WasmBackend {
+    pub fn new(options: WasmOptions) -> Self {
+        let (engine, linker, engine_error) = engine::build(&options);
+        Self {
+            engine,
+            linker,
+            components: CompileCache::new(options.cache_dir),
+            infer: OnceLock::new(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+            engine_error,
+        }
+    }
+
+    /// Lets guests call models (BLS). Called once at startup; a `Weak` so the backend does not
+    /// keep the model manager (which owns the backends) alive.
+    pub fn connect(&self, infer: Weak<dyn Infer>) {
+        let _ = self.infer.set(infer);
+    }
+}
+
+impl Backend for WasmBackend {
+    fn name(&self) -> &'static str {
+        "wasm"
+    }
+
+    fn platforms(&self) -> &'static [&'static str] {
+        &["wasm"]
+    }
+
+    fn default_model_filename(&self) -> &'static str {
+        "model.wasm"
+    }
+
+    fn autocomplete(&self, _config: &mut ModelConfig, _model_path: &Path) -> CoreResult<()> {
+        // A component does not describe its tensors: the config must list inputs and outputs.
+        Ok(())
+    }
+
+    fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
+        if let Some(e) = &self.engine_error {
+            return Err(CoreError::unavailable(format!("WebAssembly engine unavailable: {e}")));
+        }
+        let pre = self.components.prepare(&self.engine, &self.linker, ctx.model_path)?;
+        let sandbox = Sandbox::from_config(ctx.config, ctx.version_dir)?;
+        let shared = Arc::new(GuestShared {
+            model_name: ctx.config.name.clone(),
+            allowed_models: sandbox.allowed_models.clone(),
+            bls_timeout: sandbox.max_execute,
+            infer: self.infer.get().cloned(),
+            runtime: self.runtime.clone().or_else(|| tokio::runtime::Handle::try_current().ok()),
+        });
+        let args = wit::InitializeArgs {
+            model_config: crate::config::to_json(ctx.config).to_string(),
+            model_name: ctx.config.name.clone(),
+            model_version: ctx.version.to_string(),
+            model_repository: ctx.model_dir.display().to_string(),
+            model_instance_kind: "CPU".into(),
+            model_instance_name: ctx.instance_name.clone(),
+            model_instance_device_id: "0".into(),
+        };
+        let decoupled = ctx.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+        let instance = WasmInstance::start(self.engine.clone(), pre, sandbox, shared, args, decoupled)?;
+        Ok(Box::new(instance))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::engine::tests::{EMPTY_COMPONENT, TempDir};
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::infer::{InferFuture, InferRequest, InferResponse, ResponseStream};
+
+    fn backend() -> WasmBackend {
+        WasmBackend::new(WasmOptions { cache_dir: None, max_instances: 1 })
+    }
+
+    fn create(backend: &WasmBackend, dir: &Path) -> CoreResult<Box<dyn ModelInstance>> {
+        let config = sandbox::tests::config(&[]);
+        let version_dir = dir.join("1");
+        let model_path = version_dir.join("model.wasm");
+        let ctx = InstanceContext {
+            config: &config,
+            model_dir: dir,
+            version_dir: &version_dir,
+            model_path: &model_path,
+            version: 1,
+            instance_name: "guest_0".into(),
+        };
+        backend.create_instance(&ctx)
+    }
+
+    fn error(result: CoreResult<Box<dyn ModelInstance>>) -> crate::error::CoreError {
+        match result {
+            Ok(_) => panic!("creating the instance must fail"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn describes_itself() {
+        let b = backend();
+        assert_eq!(b.name(), "wasm");
+        assert_eq!(b.platforms(), &["wasm"]);
+        assert_eq!(b.platform(), "wasm");
+        assert_eq!(b.default_model_filename(), "model.wasm");
+        let mut config = sandbox::tests::config(&[("clocks", "true")]);
+        let before = config.clone();
+        b.autocomplete(&mut config, Path::new("/nonexistent/model.wasm")).expect("autocomplete");
+        assert_eq!(config, before, "a component does not describe its tensors");
+    }
+
+    #[test]
+    fn reports_a_missing_or_incomplete_component() {
+        let b = backend();
+        let tmp = TempDir::new("backend");
+        let e = error(create(&b, &tmp.0));
+        assert_eq!(e.kind, ErrorKind::InvalidArg);
+        assert!(e.message.starts_with("failed to read "), "{}", e.message);
+
+        std::fs::create_dir_all(tmp.0.join("1")).expect("version dir");
+        std::fs::write(tmp.0.join("1").join("model.wasm"), EMPTY_COMPONENT).expect("write");
+        let e = error(create(&b, &tmp.0));
+        assert!(e.message.contains("does not implement the tessera:model world"), "{}", e.message);
+    }
+
+    #[test]
+    fn an_engine_that_failed_fails_every_load() {
+        let mut b = backend();
+        b.engine_error = Some("no virtual memory".into());
+        let tmp = TempDir::new("engine-error");
+        let e = error(create(&b, &tmp.0));
+        assert_eq!(e.kind, ErrorKind::Unavailable);
+        assert_eq!(e.message, "WebAssembly engine unavailable: no virtual memory");
+    }
+
+    struct Nothing;
+
+    impl Infer for Nothing {
+        fn infer(&self, _request: InferRequest) -> InferFuture<'_, InferResponse> {
+            Box::pin(async { Err(CoreError::internal("unused")) })
+        }
+        fn infer_stream(&self, _request: InferRequest) -> InferFuture<'_, ResponseStream> {
+            Box::pin(async { Err(CoreError::internal("unused")) })
+        }
+    }
+
+    #[test]
+    fn connect_holds_the_first_target_weakly() {
+        let b = backend();
+        assert!(b.infer.get().is_none());
+        let first: Arc<dyn Infer> = Arc::new(Nothing);
+        let second: Arc<dyn Infer> = Arc::new(Nothing);
+        b.connect(Arc::downgrade(&first));
+        b.connect(Arc::downgrade(&second));
+        let held = b.infer.get().and_then(Weak::upgrade).expect("connected");
+        assert!(Arc::ptr_eq(&held, &first));
+        drop((held, first));
+        assert!(b.infer.get().and_then(Weak::upgrade).is_none(), "the backend does not keep it alive");
+    }
+}

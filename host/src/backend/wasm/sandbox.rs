@@ -1,0 +1,321 @@
+//! What a guest may use, per model, from its config `parameters`: memory and time limits, the
+//! models it may call, a read-only view of its version directory, and real clocks. Everything
+//! else (network, environment, other files) is never granted.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use wasmtime::ResourceLimiter;
+use wasmtime_wasi::WasiCtx;
+
+use crate::config::ModelConfig;
+use crate::error::{CoreError, CoreResult};
+
+const DEFAULT_MAX_MEMORY: usize = 256 << 20;
+const DEFAULT_MAX_EXECUTE_MS: u64 = 10_000;
+/// The pooling allocator's per-memory reservation: no model may ask for more.
+const MAX_MEMORY_CAP: usize = 4 << 30;
+
+/// Per-model sandbox settings, read from config parameters.
+#[derive(Clone, Debug)]
+pub(super) struct Sandbox {
+    pub(super) max_memory: usize,
+    pub(super) max_execute: Duration,
+    pub(super) allowed_models: AllowList,
+    read_only_dir: Option<PathBuf>,
+    clocks: bool,
+}
+
+/// The models a guest may call through BLS (`allowed_models`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) enum AllowList {
+    #[default]
+    Nothing,
+    Any,
+    Only(Vec<String>),
+}
+
+impl AllowList {
+    pub(super) fn allows(&self, model: &str) -> bool {
+        match self {
+            AllowList::Nothing => false,
+            AllowList::Any => true,
+            AllowList::Only(list) => list.iter().any(|m| m == model),
+        }
+    }
+}
+
+impl Sandbox {
+    pub(super) fn from_config(config: &ModelConfig, version_dir: &Path) -> CoreResult<Self> {
+        let param = |key: &str| config.parameters.get(key).map(|p| p.string_value.trim().to_string());
+        let number = |key: &str, default: u64| -> CoreResult<u64> {
+            match param(key) {
+                None => Ok(default),
+                Some(v) => v.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    CoreError::invalid_arg(format!("parameter '{key}' must be a positive integer, got '{v}'"))
+                }),
+            }
+        };
+        let max_memory = usize::try_from(number("max_memory_bytes", DEFAULT_MAX_MEMORY as u64)?).unwrap_or(usize::MAX);
+        if max_memory > MAX_MEMORY_CAP {
+            return Err(CoreError::invalid_arg("parameter 'max_memory_bytes' must be at most 4 GiB"));
+        }
+        let allowed_models = match param("allowed_models").as_deref() {
+            None | Some("") => AllowList::Nothing,
+            Some("*") => AllowList::Any,
+            Some(list) => {
+                AllowList::Only(list.split(',').map(|m| m.trim().to_string()).filter(|m| !m.is_empty()).collect())
+            }
+        };
+        let read_only_dir = match param("filesystem").as_deref() {
+            None | Some("" | "none") => None,
+            Some("read-only") => Some(version_dir.to_path_buf()),
+            Some(other) => {
+                return Err(CoreError::invalid_arg(format!(
+                    "parameter 'filesystem' must be 'none' or 'read-only', got '{other}'"
+                )));
+            }
+        };
+        let clocks = match param("clocks").as_deref() {
+            None | Some("" | "false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(CoreError::invalid_arg(format!("parameter 'clocks' must be true or false, got '{other}'")));
+            }
+        };
+        Ok(Self {
+            max_memory,
+            max_execute: Duration::from_millis(number("max_execute_ms", DEFAULT_MAX_EXECUTE_MS)?),
+            allowed_models,
+            read_only_dir,
+            clocks,
+        })
+    }
+
+    /// The WASI context of one store: only the grants above.
+    pub(super) fn wasi(&self) -> CoreResult<WasiCtx> {
+        let mut builder = WasiCtx::builder();
+        if !self.clocks {
+            builder.wall_clock(FrozenClock).monotonic_clock(FrozenClock);
+        }
+        builder.allow_ip_name_lookup(false);
+        if let Some(dir) = &self.read_only_dir {
+            builder.preopened_dir(dir, "/model", wasmtime_wasi::FsPerms::ReadOnly).map_err(|e| {
+                CoreError::internal(format!("failed to grant read-only access to {}: {e}", dir.display()))
+            })?;
+        }
+        Ok(builder.build())
+    }
+}
+
+/// The clock a guest sees without the `clocks` grant: always zero.
+struct FrozenClock;
+
+impl wasmtime_wasi::HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl wasmtime_wasi::HostMonotonicClock for FrozenClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+/// Caps linear memory (a grow past the cap traps) and remembers the high-water mark, so an
+/// instance that leaks (componentize-py leaks every `list<u8>` a guest passes to the host) is
+/// recycled between calls before it hits the cap.
+pub(super) struct GuestLimiter {
+    max_memory: usize,
+    peak: usize,
+}
+
+impl GuestLimiter {
+    pub(super) fn new(max_memory: usize) -> Self {
+        Self { max_memory, peak: 0 }
+    }
+
+    /// The largest linear memory size any grow asked for (and got).
+    pub(super) fn peak(&self) -> usize {
+        self.peak
+    }
+}
+
+impl ResourceLimiter for GuestLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.max_memory {
+            return Err(wasmtime::Error::msg(format!(
+                "linear memory would grow to {desired} bytes, beyond the model's limit of {} bytes",
+                self.max_memory
+            )));
+        }
+        self.peak = self.peak.max(desired);
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::config::pb;
+
+    pub(in super::super) fn config(params: &[(&str, &str)]) -> ModelConfig {
+        let mut config = ModelConfig { name: "guest".into(), ..ModelConfig::default() };
+        for (key, value) in params {
+            config.parameters.insert((*key).into(), pb::ModelParameter { string_value: (*value).into() });
+        }
+        config
+    }
+
+    fn sandbox(params: &[(&str, &str)]) -> CoreResult<Sandbox> {
+        Sandbox::from_config(&config(params), Path::new("/models/guest/1"))
+    }
+
+    fn error(params: &[(&str, &str)]) -> String {
+        match sandbox(params) {
+            Ok(s) => panic!("{params:?} must be refused, got {s:?}"),
+            Err(e) => {
+                assert_eq!(e.kind, crate::error::ErrorKind::InvalidArg);
+                e.message
+            }
+        }
+    }
+
+    #[test]
+    fn defaults_grant_nothing() {
+        let s = sandbox(&[]).expect("defaults");
+        assert_eq!(s.max_memory, 256 << 20);
+        assert_eq!(s.max_execute, Duration::from_secs(10));
+        assert_eq!(s.allowed_models, AllowList::Nothing);
+        assert_eq!(s.read_only_dir, None);
+        assert!(!s.clocks);
+        // Empty values (and surrounding spaces) mean the default too.
+        let s = sandbox(&[("allowed_models", " "), ("filesystem", ""), ("clocks", "  ")]).expect("empty values");
+        assert_eq!(s.allowed_models, AllowList::Nothing);
+        assert_eq!(s.read_only_dir, None);
+        assert!(!s.clocks);
+    }
+
+    #[test]
+    fn max_memory_bytes() {
+        assert_eq!(sandbox(&[("max_memory_bytes", "1048576")]).expect("valid").max_memory, 1 << 20);
+        assert_eq!(sandbox(&[("max_memory_bytes", " 65536 ")]).expect("trimmed").max_memory, 65536);
+        assert_eq!(sandbox(&[("max_memory_bytes", "4294967296")]).expect("4 GiB").max_memory, 4 << 30);
+        for bad in ["0", "-1", "1.5", "lots", "1 MiB"] {
+            assert_eq!(
+                error(&[("max_memory_bytes", bad)]),
+                format!("parameter 'max_memory_bytes' must be a positive integer, got '{bad}'")
+            );
+        }
+        for too_big in ["4294967297", "18446744073709551615"] {
+            assert_eq!(error(&[("max_memory_bytes", too_big)]), "parameter 'max_memory_bytes' must be at most 4 GiB");
+        }
+    }
+
+    #[test]
+    fn max_execute_ms() {
+        assert_eq!(sandbox(&[("max_execute_ms", "250")]).expect("valid").max_execute, Duration::from_millis(250));
+        assert_eq!(error(&[("max_execute_ms", "0")]), "parameter 'max_execute_ms' must be a positive integer, got '0'");
+        assert_eq!(
+            error(&[("max_execute_ms", "soon")]),
+            "parameter 'max_execute_ms' must be a positive integer, got 'soon'"
+        );
+    }
+
+    #[test]
+    fn allowed_models() {
+        assert_eq!(sandbox(&[("allowed_models", "*")]).expect("any").allowed_models, AllowList::Any);
+        assert_eq!(
+            sandbox(&[("allowed_models", " a, b ,,c ")]).expect("list").allowed_models,
+            AllowList::Only(vec!["a".into(), "b".into(), "c".into()])
+        );
+        assert_eq!(sandbox(&[("allowed_models", ",")]).expect("no names").allowed_models, AllowList::Only(vec![]));
+    }
+
+    #[test]
+    fn filesystem() {
+        assert_eq!(sandbox(&[("filesystem", "none")]).expect("none").read_only_dir, None);
+        assert_eq!(
+            sandbox(&[("filesystem", "read-only")]).expect("read-only").read_only_dir,
+            Some(PathBuf::from("/models/guest/1"))
+        );
+        assert_eq!(
+            error(&[("filesystem", "read-write")]),
+            "parameter 'filesystem' must be 'none' or 'read-only', got 'read-write'"
+        );
+    }
+
+    #[test]
+    fn clocks() {
+        assert!(sandbox(&[("clocks", "true")]).expect("true").clocks);
+        assert!(!sandbox(&[("clocks", "false")]).expect("false").clocks);
+        assert_eq!(error(&[("clocks", "yes")]), "parameter 'clocks' must be true or false, got 'yes'");
+    }
+
+    #[test]
+    fn allow_list_matching() {
+        assert!(!AllowList::Nothing.allows("a"));
+        assert!(!AllowList::Nothing.allows(""));
+        assert!(AllowList::Any.allows("a"));
+        assert!(AllowList::Any.allows("anything at all"));
+        let only = sandbox(&[("allowed_models", "add_sub , identity")]).expect("list").allowed_models;
+        assert!(only.allows("add_sub"));
+        assert!(only.allows("identity"));
+        assert!(!only.allows("add"), "names match whole");
+        assert!(!only.allows(" identity"), "the caller's name is not trimmed");
+        assert!(!only.allows("*"), "'*' is only special on its own");
+        assert!(!sandbox(&[("allowed_models", "a,*")]).expect("list").allowed_models.allows("b"));
+    }
+
+    #[test]
+    fn limiter_refuses_growth_past_the_cap_and_tracks_the_peak() {
+        let mut limiter = GuestLimiter::new(1 << 20);
+        assert_eq!(limiter.peak(), 0);
+        assert!(limiter.memory_growing(0, 65536, None).expect("within the cap"));
+        assert!(limiter.memory_growing(65536, 1 << 20, None).expect("exactly the cap"));
+        assert_eq!(limiter.peak(), 1 << 20);
+        let refused = limiter.memory_growing(1 << 20, (1 << 20) + 65536, None).expect_err("past the cap");
+        assert_eq!(
+            refused.to_string(),
+            "linear memory would grow to 1114112 bytes, beyond the model's limit of 1048576 bytes"
+        );
+        assert_eq!(limiter.peak(), 1 << 20, "a refused grow is not a peak");
+        // Another memory of the same store growing less does not lower the peak.
+        assert!(limiter.memory_growing(0, 65536, None).expect("small"));
+        assert_eq!(limiter.peak(), 1 << 20);
+        assert!(limiter.table_growing(0, 1_000_000, None).expect("table within bounds"));
+        assert!(!limiter.table_growing(0, 1_000_001, None).expect("table past bounds"));
+    }
+
+    #[test]
+    fn frozen_clocks_read_zero() {
+        use wasmtime_wasi::{HostMonotonicClock, HostWallClock};
+        assert_eq!(HostWallClock::now(&FrozenClock), Duration::ZERO);
+        assert_eq!(HostMonotonicClock::now(&FrozenClock), 0);
+    }
+
+    #[test]
+    fn wasi_context_builds_with_and_without_grants() {
+        assert!(sandbox(&[]).expect("defaults").wasi().is_ok());
+        assert!(sandbox(&[("clocks", "true")]).expect("clocks").wasi().is_ok());
+        let s = Sandbox::from_config(&config(&[("filesystem", "read-only")]), Path::new("/nonexistent/tessera/dir"))
+            .expect("parse");
+        let Err(e) = s.wasi() else { panic!("a missing directory cannot be granted") };
+        assert!(
+            e.message.starts_with("failed to grant read-only access to /nonexistent/tessera/dir: "),
+            "{}",
+            e.message
+        );
+    }
+}

@@ -1,0 +1,238 @@
+//! A loaded model version: its config, the checks its requests pass ([`io`]), its scheduler
+//! (which owns the instances), the response cache and the per-request statistics.
+//!
+//! Files by job: [`io`] validation and reshape, [`classify`] the classification extension,
+//! [`warmup`] warmup samples.
+
+pub mod classify;
+pub mod io;
+pub mod warmup;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::backend::{Backend, ExecRequest, InstanceContext, ModelInstance, RawResponse};
+use crate::cache::ResponseCache;
+use crate::config::ModelConfig;
+use crate::error::{CoreError, CoreResult};
+use crate::infer::{InferRequest, InferResponse, ResponseStream};
+use crate::scheduler::Scheduler;
+use crate::stats::{FailureReason, ModelStats};
+pub use io::{IoSpec, ModelIo};
+
+pub struct LoadedModel {
+    pub name: String,
+    pub version: i64,
+    pub config: ModelConfig,
+    /// The config as `/config` returns it, computed once at load.
+    pub config_json: serde_json::Value,
+    pub platform: &'static str,
+    /// Inputs and outputs, and the checks requests pass against them.
+    pub io: ModelIo,
+    pub stats: Arc<ModelStats>,
+    scheduler: Scheduler,
+    /// The server's response cache, when this model enables it.
+    cache: Option<Arc<ResponseCache>>,
+}
+
+impl LoadedModel {
+    /// Creates every instance of every instance group with `backend`, then runs warmup.
+    /// Blocking (sessions take tens of ms).
+    pub fn load(
+        config: ModelConfig,
+        version: i64,
+        backend: &dyn Backend,
+        model_dir: &Path,
+        model_path: &Path,
+    ) -> CoreResult<Self> {
+        let version_dir = model_path.parent().unwrap_or(model_dir);
+        let mut instances = Vec::new();
+        for group in &config.instance_group {
+            for index in 0..group.count.max(0) {
+                let ctx = InstanceContext {
+                    config: &config,
+                    model_dir,
+                    version_dir,
+                    model_path,
+                    version,
+                    instance_name: format!("{}_{index}", group.name),
+                };
+                instances.push(backend.create_instance(&ctx)?);
+            }
+        }
+        Self::from_instances(config, version, backend.platform(), instances, model_dir)
+    }
+
+    /// A model version over instances that already exist (created by a backend, or handed in
+    /// through the library API). `model_dir` holds label, warmup and initial-state files.
+    pub fn from_instances(
+        config: ModelConfig,
+        version: i64,
+        platform: &'static str,
+        instances: Vec<Box<dyn ModelInstance>>,
+        model_dir: &Path,
+    ) -> CoreResult<Self> {
+        let io = ModelIo::from_config(&config, model_dir)?;
+        let stats = Arc::new(ModelStats::default());
+        let scheduler = Scheduler::new(&config, instances, Arc::clone(&stats), model_dir)?;
+        warmup::run(&io, &scheduler, &config.model_warmup, model_dir)?;
+        Ok(Self {
+            name: config.name.clone(),
+            version,
+            config_json: crate::config::to_json(&config),
+            platform,
+            io,
+            stats,
+            scheduler,
+            cache: None,
+            config,
+        })
+    }
+
+    /// Uses the server's response cache when the config enables it (`response_cache { enable:
+    /// true }`); without a server cache (`--cache-config`) the setting has no effect.
+    pub fn with_response_cache(mut self, cache: Option<Arc<ResponseCache>>) -> Self {
+        // Sequence models depend on state, not only on their inputs: never cached.
+        if self.response_cache_enabled() && !self.is_decoupled() && !self.scheduler.is_stateful() {
+            if cache.is_none() {
+                tracing::warn!(
+                    model = self.name.as_str(),
+                    "response_cache is enabled but the server has no cache (--cache-config local,size=N): not caching"
+                );
+            }
+            self.cache = cache;
+        }
+        self
+    }
+
+    pub fn max_batch_size(&self) -> i64 {
+        i64::from(self.config.max_batch_size)
+    }
+
+    /// `response_cache { enable: true }` in the config.
+    pub fn response_cache_enabled(&self) -> bool {
+        self.config.response_cache.as_ref().is_some_and(|c| c.enable)
+    }
+
+    /// Decoupled models (`model_transaction_policy { decoupled: true }`) answer 0..n times per
+    /// request, so they are reached through [`LoadedModel::infer_stream`] only.
+    pub fn is_decoupled(&self) -> bool {
+        self.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
+    }
+
+    fn response(&self, id: Option<String>, outputs: Vec<crate::tensor::Tensor>, is_final: bool) -> InferResponse {
+        InferResponse { model_name: self.name.clone(), model_version: self.version, id, outputs, is_final, ..Default::default() }
+    }
+
+    /// Records a finished request (the one place request statistics are kept).
+    fn record_request(&self, result: Result<(), &CoreError>, start: Instant) {
+        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        self.stats.record_request(result.is_ok(), start.elapsed(), now_ms);
+        if let Err(e) = result {
+            self.stats.record_failure(FailureReason::of(e));
+        }
+    }
+
+    /// Checks a request and turns it into what an instance sees; returns its batch size too.
+    fn prepare(&self, request: &InferRequest) -> CoreResult<(ExecRequest, usize, Vec<crate::infer::RequestedOutput>)> {
+        let (exec, batch_size) = self.io.prepare(request).map_err(|e| with_request_id(request, e))?;
+        let wanted = self.io.check_outputs(request)?;
+        let exec = ExecRequest { outputs: wanted.iter().map(|o| o.name.clone()).collect(), ..exec };
+        Ok((exec, batch_size, wanted))
+    }
+
+    /// Runs one request and streams its responses: one for a regular model, 0..n for a decoupled
+    /// one. The stream ends after the final response.
+    pub async fn infer_stream(self: &Arc<Self>, request: InferRequest) -> CoreResult<ResponseStream> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        if !self.is_decoupled() {
+            let _ = tx.send(self.infer(request).await);
+            return Ok(rx);
+        }
+        let start = Instant::now();
+        let (exec, batch_size, wanted) = self.prepare(&request)?;
+        let (raw_tx, mut raw_rx) = tokio::sync::mpsc::unbounded_channel();
+        // Kept until execute returns, so an instance failure still reaches the caller's stream.
+        let error_tx = raw_tx.clone();
+        let exec = ExecRequest { responder: Some(raw_tx), ..exec };
+        let model = Arc::clone(self);
+        let id = request.id;
+        // Post-process each raw response while the instance may still be producing more.
+        let forward = tokio::spawn(async move {
+            let mut ok = true;
+            while let Some(RawResponse { outputs, is_final }) = raw_rx.recv().await {
+                let response = outputs
+                    .and_then(|outputs| model.io.postprocess(outputs, batch_size, &wanted))
+                    .map(|outputs| model.response(id.clone(), outputs, is_final));
+                ok &= response.is_ok();
+                if tx.send(response).is_err() {
+                    break;
+                }
+            }
+            ok
+        });
+        let model = Arc::clone(self);
+        // Execute on its own task, so responses stream to the caller while the instance runs.
+        tokio::spawn(async move {
+            // A decoupled instance answers through the responder; a failed execute (a trap, say)
+            // ends the stream with that error.
+            let executed = model.scheduler.execute_decoupled(exec, batch_size).await;
+            if let Err(e) = &executed {
+                let _ = error_tx.send(RawResponse { outputs: Err(e.clone()), is_final: true });
+            }
+            drop(error_tx);
+            let streamed_ok = forward.await.unwrap_or(false);
+            let ok = streamed_ok && executed.is_ok();
+            let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+            model.stats.record_request(ok, start.elapsed(), now_ms);
+        });
+        Ok(rx)
+    }
+
+    /// Runs one request end to end, recording statistics.
+    pub async fn infer(&self, request: InferRequest) -> CoreResult<InferResponse> {
+        let start = Instant::now();
+        let result = match &self.cache {
+            None => self.infer_uncached(request).await,
+            Some(cache) => {
+                let key = ResponseCache::key(&self.name, self.version, &request);
+                if let Some(outputs) = cache.get(&key) {
+                    // A hit counts as a success (recorded below) and a cache hit, not as an execution.
+                    self.stats.record_cache(true, start.elapsed());
+                    Ok(self.response(request.id, outputs, true))
+                } else {
+                    let result = self.infer_uncached(request).await;
+                    if let Ok(response) = &result {
+                        let inserting = Instant::now();
+                        cache.insert(key, response.outputs.clone());
+                        self.stats.record_cache(false, inserting.elapsed());
+                    }
+                    result
+                }
+            }
+        };
+        self.record_request(result.as_ref().map(drop), start);
+        result
+    }
+
+    async fn infer_uncached(&self, request: InferRequest) -> CoreResult<InferResponse> {
+        if self.is_decoupled() {
+            return Err(CoreError::invalid_arg(format!(
+                "model '{}' is decoupled (it may send any number of responses) and this endpoint doesn't support \
+                 models with decoupled transaction policy: use generate_stream over HTTP, or infer-stream from a guest",
+                self.name
+            )));
+        }
+        let (exec, batch_size, wanted) = self.prepare(&request)?;
+        let outputs = self.scheduler.execute(exec, batch_size).await?;
+        let outputs = self.io.postprocess(outputs, batch_size, &wanted)?;
+        Ok(self.response(request.id, outputs, true))
+    }
+}
+
+/// Triton prefixes the core's input-validation errors with the request id.
+fn with_request_id(request: &InferRequest, e: CoreError) -> CoreError {
+    let id = request.id.as_deref().filter(|id| !id.is_empty()).unwrap_or("<id_unknown>");
+    CoreError::new(e.kind, format!("[request id: {id}] {}", e.message))
+}

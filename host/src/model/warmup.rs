@@ -1,0 +1,103 @@
+//! Model warmup (`model_warmup` in the config): sample requests run on every instance before
+//! the version is served; a failing sample fails the load with its error.
+
+use std::path::Path;
+
+use bytes::Bytes;
+
+use super::io::ModelIo;
+use crate::backend::ExecRequest;
+use crate::config::pb::ModelWarmup;
+use crate::config::pb::model_warmup::input::InputDataType;
+use crate::error::{CoreError, CoreResult};
+use crate::infer::InferRequest;
+use crate::scheduler::Scheduler;
+use crate::tensor::{DataType, Tensor, push_bytes_element};
+
+/// Runs each sample `count` times on every instance, checking the outputs as a request's would be.
+pub fn run(io: &ModelIo, scheduler: &Scheduler, samples: &[ModelWarmup], model_dir: &Path) -> CoreResult<()> {
+    for sample in samples {
+        let fail = |e: CoreError| {
+            CoreError::new(e.kind, format!("model '{}' failed warmup sample '{}': {}", io.name, sample.name, e.message))
+        };
+        let request = request(io, sample, model_dir).map_err(fail)?;
+        let (exec, batch_size) = io.prepare(&request).map_err(fail)?;
+        let wanted = io.check_outputs(&request).map_err(fail)?;
+        let exec = ExecRequest { outputs: wanted.iter().map(|o| o.name.clone()).collect(), ..exec };
+        scheduler.on_each_instance(|instance| {
+            for _ in 0..sample.count.max(1) {
+                let outputs = instance
+                    .execute(vec![exec.clone()])
+                    .pop()
+                    .unwrap_or_else(|| Err(CoreError::internal("instance returned too few results")))
+                    .map_err(fail)?;
+                io.postprocess(outputs, batch_size, &wanted).map_err(fail)?;
+            }
+            Ok(())
+        })?;
+        tracing::info!(model = io.name.as_str(), sample = sample.name.as_str(), "warmup done");
+    }
+    Ok(())
+}
+
+/// The sample as a request: zero, random (deterministic) or file data for each input.
+fn request(io: &ModelIo, sample: &ModelWarmup, model_dir: &Path) -> CoreResult<InferRequest> {
+    let mut request = InferRequest { model_name: io.name.clone(), id: Some(format!("warmup:{}", sample.name)), ..Default::default() };
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut random = move || {
+        // xorshift64*: deterministic, dependency-free filler
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        seed.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    for (name, input) in &sample.inputs {
+        let datatype = super::io::config_datatype(name, input.data_type)?;
+        let mut shape = if io.max_batch_size > 0 { vec![i64::from(sample.batch_size.max(1))] } else { Vec::new() };
+        shape.extend(&input.dims);
+        let count = crate::tensor::element_count(&shape)?;
+        let data: Bytes = match &input.input_data_type {
+            Some(InputDataType::InputDataFile(file)) => {
+                let path = model_dir.join("warmup").join(file);
+                Bytes::from(std::fs::read(&path).map_err(|e| {
+                    CoreError::invalid_arg(format!("cannot read warmup data file {}: {e}", path.display()))
+                })?)
+            }
+            Some(InputDataType::RandomData(true)) => match datatype.element_size() {
+                None => {
+                    let mut out = Vec::new();
+                    for _ in 0..count {
+                        let word: Vec<u8> = (0..8).map(|_| b'a' + (random() % 26) as u8).collect();
+                        push_bytes_element(&mut out, &word)?;
+                    }
+                    Bytes::from(out)
+                }
+                Some(size) => {
+                    let mut out = Vec::with_capacity(count * size);
+                    for _ in 0..count {
+                        let r = random();
+                        match datatype {
+                            DataType::Fp32 => out.extend_from_slice(&((r >> 40) as f32 / (1u64 << 24) as f32).to_le_bytes()),
+                            DataType::Fp64 => out.extend_from_slice(&((r >> 11) as f64 / (1u64 << 53) as f64).to_le_bytes()),
+                            DataType::Fp16 => out.extend_from_slice(&half::f16::from_f32((r >> 40) as f32 / (1u64 << 24) as f32).to_le_bytes()),
+                            DataType::Bf16 => out.extend_from_slice(&half::bf16::from_f32((r >> 40) as f32 / (1u64 << 24) as f32).to_le_bytes()),
+                            DataType::Bool => out.push((r & 1) as u8),
+                            // small non-negative integers are valid for every integer type
+                            _ => {
+                                let mut v = vec![0u8; size];
+                                v[0] = (r % 100) as u8;
+                                out.extend_from_slice(&v);
+                            }
+                        }
+                    }
+                    Bytes::from(out)
+                }
+            },
+            // zero_data, or nothing chosen
+            _ => crate::tensor::zeros(datatype, &shape)?,
+        };
+        request.inputs.push(Tensor::new(name.clone(), datatype, shape, data)?);
+    }
+    Ok(request)
+}
+

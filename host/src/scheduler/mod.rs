@@ -1,0 +1,137 @@
+//! Execution: how a validated request reaches a model instance. A loaded model version picks one
+//! [`Scheduler`] from its config, as Triton does:
+//! - [`Scheduler::Direct`]: Triton's default scheduler; each request runs alone on the next free
+//!   instance of the [`pool::InstancePool`].
+//! - [`Scheduler::Dynamic`]: `dynamic_batching`, the queue task in [`dynamic`].
+//! - [`Scheduler::Sequence`]: `sequence_batching`, correlation ids and implicit state in
+//!   [`sequence`].
+//!
+//! The instances live inside the scheduler, so a model whose scheduler needs none (an ensemble
+//! runs other models) has none. Statistics for executions are recorded by the pool, once per
+//! execution, whichever scheduler formed the batch.
+
+pub mod dynamic;
+pub mod pool;
+pub mod sequence;
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use crate::backend::{ExecRequest, ModelInstance};
+use crate::config::ModelConfig;
+use crate::config::pb::model_config::SchedulingChoice;
+use crate::error::{CoreError, CoreResult};
+use crate::stats::ModelStats;
+use crate::tensor::Tensor;
+use dynamic::{BatcherConfig, DynamicBatcher};
+use pool::InstancePool;
+use sequence::{SequenceBatcher, SequenceConfig};
+
+pub enum Scheduler {
+    Direct(Arc<InstancePool>),
+    Dynamic {
+        config: BatcherConfig,
+        pool: Arc<InstancePool>,
+        model: String,
+        /// Started on the first request (inside the async runtime).
+        batcher: OnceLock<DynamicBatcher>,
+    },
+    Sequence {
+        config: SequenceConfig,
+        pool: Arc<InstancePool>,
+        sequencer: OnceLock<SequenceBatcher>,
+    },
+}
+
+impl Scheduler {
+    /// The scheduler the config asks for, over `instances`. `model_dir` holds sequence
+    /// batching's initial-state files.
+    pub fn new(
+        config: &ModelConfig,
+        instances: Vec<Box<dyn ModelInstance>>,
+        stats: Arc<ModelStats>,
+        model_dir: &Path,
+    ) -> CoreResult<Self> {
+        if instances.is_empty() {
+            return Err(CoreError::invalid_arg(format!(
+                "model '{}' has no instances (instance_group count is 0)",
+                config.name
+            )));
+        }
+        let count = instances.len();
+        let pool = Arc::new(InstancePool::new(instances, stats));
+        let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+        Ok(match &config.scheduling_choice {
+            Some(SchedulingChoice::SequenceBatching(_)) if decoupled => {
+                return Err(CoreError::unsupported(format!(
+                    "model '{}': sequence batching for decoupled models is not supported",
+                    config.name
+                )));
+            }
+            Some(SchedulingChoice::SequenceBatching(sb)) => Self::Sequence {
+                config: SequenceConfig::new(&config.name, config.max_batch_size, count, sb, model_dir)?,
+                pool,
+                sequencer: OnceLock::new(),
+            },
+            Some(SchedulingChoice::DynamicBatching(d)) if config.max_batch_size > 0 => Self::Dynamic {
+                config: BatcherConfig::new(config.max_batch_size, d),
+                pool,
+                model: config.name.clone(),
+                batcher: OnceLock::new(),
+            },
+            _ => Self::Direct(pool),
+        })
+    }
+
+    fn pool(&self) -> &Arc<InstancePool> {
+        match self {
+            Self::Direct(pool) | Self::Dynamic { pool, .. } | Self::Sequence { pool, .. } => pool,
+        }
+    }
+
+    /// Whether requests depend on state kept between them (never cached).
+    pub fn is_stateful(&self) -> bool {
+        matches!(self, Self::Sequence { .. })
+    }
+
+    /// Runs `f` on every instance, outside scheduling (warmup, before the version is served).
+    pub fn on_each_instance(&self, f: impl FnMut(&mut dyn ModelInstance) -> CoreResult<()>) -> CoreResult<()> {
+        self.pool().on_each_instance(f)
+    }
+
+    /// Runs one validated request of `batch_size` rows and returns its outputs.
+    pub async fn execute(&self, exec: ExecRequest, batch_size: usize) -> CoreResult<Vec<Tensor>> {
+        match self {
+            Self::Direct(pool) => first_result(pool.execute(vec![exec], batch_size).await),
+            Self::Dynamic { config, pool, model, batcher } => {
+                let batcher =
+                    batcher.get_or_init(|| DynamicBatcher::start(config.clone(), Arc::clone(pool), model.clone()));
+                batcher.submit(exec, batch_size).await
+            }
+            Self::Sequence { config, pool, sequencer } => {
+                let sequencer = sequencer.get_or_init(|| SequenceBatcher::start(config.clone(), Arc::clone(pool)));
+                sequencer.submit(exec, batch_size).await
+            }
+        }
+    }
+
+    /// Runs one request of a decoupled model, whose responses go through `exec.responder`;
+    /// returns once the instance is done with it. Decoupled models are scheduled directly.
+    pub async fn execute_decoupled(&self, exec: ExecRequest, batch_size: usize) -> CoreResult<()> {
+        first_result(self.pool().execute(vec![exec], batch_size).await).map(drop)
+    }
+}
+
+fn first_result(mut results: pool::BatchResults) -> CoreResult<Vec<Tensor>> {
+    // The pool always answers one result per request.
+    results.pop().unwrap_or_else(|| Err(CoreError::internal("instance returned too few results")))
+}
+
+/// Whether two requests can share a batch: same inputs, datatypes and non-batch dims (ragged
+/// batching is not supported).
+pub(crate) fn compatible(a: &ExecRequest, b: &ExecRequest) -> bool {
+    a.inputs.len() == b.inputs.len()
+        && a.inputs.iter().all(|x| {
+            b.inputs.iter().any(|y| x.name == y.name && x.datatype == y.datatype && x.shape.get(1..) == y.shape.get(1..))
+        })
+}

@@ -1,0 +1,259 @@
+//! The instances of one model version. A semaphore with one permit per idle instance means a
+//! request waits (rather than fails) when all instances are busy, and no instance ever runs two
+//! batches at once. Execution statistics are recorded here, once per execution, whichever
+//! scheduler formed the batch.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::backend::{ExecRequest, ModelInstance};
+use crate::error::{CoreError, CoreResult};
+use crate::stats::ModelStats;
+use crate::tensor::Tensor;
+
+/// One result per request of a batch, always as many as the batch had.
+pub type BatchResults = Vec<CoreResult<Vec<Tensor>>>;
+
+pub struct InstancePool {
+    idle: Arc<Mutex<Vec<Box<dyn ModelInstance>>>>,
+    available: Arc<Semaphore>,
+    /// Instances not retired after a panic; at zero the semaphore is closed so that waiting and
+    /// later requests fail instead of waiting forever.
+    alive: Arc<AtomicUsize>,
+    stats: Arc<ModelStats>,
+}
+
+impl InstancePool {
+    pub fn new(instances: Vec<Box<dyn ModelInstance>>, stats: Arc<ModelStats>) -> Self {
+        let available = Arc::new(Semaphore::new(instances.len()));
+        let alive = Arc::new(AtomicUsize::new(instances.len()));
+        Self { idle: Arc::new(Mutex::new(instances)), available, alive, stats }
+    }
+
+    pub fn stats(&self) -> &Arc<ModelStats> {
+        &self.stats
+    }
+
+    /// An idle instance's slot, if one is free right now.
+    pub fn try_acquire(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.available).try_acquire_owned().ok()
+    }
+
+    /// Waits for an idle instance's slot.
+    pub fn acquire(&self) -> impl std::future::Future<Output = CoreResult<OwnedSemaphorePermit>> + 'static {
+        let available = Arc::clone(&self.available);
+        async move {
+            available.acquire_owned().await.map_err(|_| {
+                CoreError::unavailable(
+                    "no model instance is left (every instance panicked and was retired): reload the model",
+                )
+            })
+        }
+    }
+
+    /// Runs `f` on every instance in turn, outside the scheduler (warmup before the version is
+    /// served). Blocking.
+    pub fn on_each_instance(&self, mut f: impl FnMut(&mut dyn ModelInstance) -> CoreResult<()>) -> CoreResult<()> {
+        let Ok(mut idle) = self.idle.lock() else {
+            return Err(CoreError::internal("instance pool poisoned"));
+        };
+        idle.iter_mut().try_for_each(|instance| f(instance.as_mut()))
+    }
+
+    /// Waits for an idle instance (counting the request as pending and its queue time meanwhile),
+    /// then runs the batch on it.
+    pub async fn execute(&self, batch: Vec<ExecRequest>, rows: usize) -> BatchResults {
+        let queued = Instant::now();
+        let pending = PendingGuard::new(&self.stats);
+        let permit = self.acquire().await;
+        pending.release();
+        self.stats.record_queue(queued.elapsed());
+        match permit {
+            Ok(permit) => self.run(permit, batch, rows).await,
+            Err(e) => vec![Err(e); batch.len()],
+        }
+    }
+
+    /// Runs a batch of `rows` inferences on an idle instance; `permit` is that instance's slot
+    /// (from [`Self::acquire`]). A successful execution is recorded in the statistics.
+    pub async fn run(&self, permit: OwnedSemaphorePermit, batch: Vec<ExecRequest>, rows: usize) -> BatchResults {
+        let count = batch.len();
+        let started = Instant::now();
+        let results = match self.run_on_instance(permit, batch).await {
+            Ok(mut results) => {
+                // A backend that answers too few (or too many) results fails the missing ones.
+                results.truncate(count);
+                while results.len() < count {
+                    results.push(Err(CoreError::internal("instance returned too few results")));
+                }
+                results
+            }
+            Err(e) => vec![Err(e); count],
+        };
+        if results.iter().all(Result::is_ok) {
+            self.stats.record_execution(rows, Duration::ZERO, started.elapsed(), Duration::ZERO);
+        }
+        results
+    }
+
+    async fn run_on_instance(&self, permit: OwnedSemaphorePermit, batch: Vec<ExecRequest>) -> CoreResult<BatchResults> {
+        let instance = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let Some(mut instance) = instance else {
+            return Err(CoreError::internal("no idle model instance despite a free slot"));
+        };
+        let idle = Arc::clone(&self.idle);
+        let alive = Arc::clone(&self.alive);
+        let available = Arc::clone(&self.available);
+        // The blocking task itself returns the instance and its slot, so a caller that goes away
+        // mid-execution (client disconnect, BLS timeout) cannot lose the instance.
+        let joined = tokio::task::spawn_blocking(move || {
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| instance.execute(batch)));
+            match result {
+                Ok(results) => {
+                    if let Ok(mut idle) = idle.lock() {
+                        idle.push(instance);
+                    }
+                    drop(permit);
+                    Some(results)
+                }
+                Err(_) => {
+                    // The instance may be in an inconsistent state: retire it and its slot.
+                    permit.forget();
+                    tracing::error!("model instance panicked during execution and was retired");
+                    if alive.fetch_sub(1, Ordering::SeqCst) == 1 {
+                        available.close();
+                    }
+                    None
+                }
+            }
+        })
+        .await;
+        match joined {
+            Ok(Some(results)) => Ok(results),
+            Ok(None) | Err(_) => Err(CoreError::internal("model instance failed during execution")),
+        }
+    }
+}
+
+/// Counts a request as pending (waiting for an instance) until released or dropped, so a caller
+/// that goes away while waiting does not leave the gauge high.
+pub struct PendingGuard<'a> {
+    stats: &'a ModelStats,
+    counted: AtomicBool,
+}
+
+impl<'a> PendingGuard<'a> {
+    pub fn new(stats: &'a ModelStats) -> Self {
+        stats.pending_add(1);
+        Self { stats, counted: AtomicBool::new(true) }
+    }
+
+    pub fn release(&self) {
+        if self.counted.swap(false, Ordering::Relaxed) {
+            self.stats.pending_add(-1);
+        }
+    }
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An instance that stays inside execute until `target` executions overlap (or `patience`
+    /// passes), counting how many run at once.
+    struct GatedInstance {
+        running: Arc<AtomicUsize>,
+        peak: Arc<AtomicUsize>,
+        target: usize,
+        patience: Duration,
+    }
+
+    impl ModelInstance for GatedInstance {
+        fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.peak.fetch_max(now, Ordering::SeqCst);
+            let deadline = Instant::now() + self.patience;
+            while self.peak.load(Ordering::SeqCst) < self.target && Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            self.running.fetch_sub(1, Ordering::SeqCst);
+            batch.into_iter().map(|_| Ok(Vec::new())).collect()
+        }
+    }
+
+    async fn peak_concurrency(instances: usize, requests: usize, target: usize, patience_ms: u64) -> usize {
+        let patience = Duration::from_millis(patience_ms);
+        let running = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let instances = (0..instances)
+            .map(|_| {
+                let instance = GatedInstance { running: running.clone(), peak: peak.clone(), target, patience };
+                Box::new(instance) as Box<dyn ModelInstance>
+            })
+            .collect();
+        let pool = Arc::new(InstancePool::new(instances, Arc::default()));
+        let tasks: Vec<_> = (0..requests)
+            .map(|_| {
+                let pool = pool.clone();
+                tokio::spawn(async move { pool.execute(vec![ExecRequest::default()], 1).await })
+            })
+            .collect();
+        for task in tasks {
+            assert!(task.await.unwrap().iter().all(Result::is_ok));
+        }
+        assert_eq!(pool.stats().snapshot().execution_count, requests as u64);
+        peak.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn instances_run_concurrently_but_never_twice_at_once() {
+        // Two instances, two requests that wait for each other: they overlap.
+        assert_eq!(peak_concurrency(2, 2, 2, 5000).await, 2);
+        // One instance, three requests that would wait for an overlap: it never comes.
+        assert_eq!(peak_concurrency(1, 3, 2, 200).await, 1);
+    }
+
+    struct ShortInstance;
+
+    impl ModelInstance for ShortInstance {
+        fn execute(&mut self, _batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+            vec![Ok(Vec::new())]
+        }
+    }
+
+    #[tokio::test]
+    async fn missing_results_fail_their_requests_and_the_execution_is_not_counted() {
+        let pool = InstancePool::new(vec![Box::new(ShortInstance)], Arc::default());
+        let results = pool.execute(vec![ExecRequest::default(), ExecRequest::default()], 2).await;
+        assert!(results[0].is_ok());
+        assert_eq!(results[1].as_ref().err().map(|e| e.message.as_str()), Some("instance returned too few results"));
+        assert_eq!(pool.stats().snapshot().execution_count, 0);
+    }
+
+    struct PanickingInstance;
+
+    impl ModelInstance for PanickingInstance {
+        fn execute(&mut self, _batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+            panic!("backend bug")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_instance_is_retired_and_later_requests_fail_cleanly() {
+        let pool = InstancePool::new(vec![Box::new(PanickingInstance)], Arc::default());
+        let first = pool.execute(vec![ExecRequest::default()], 1).await;
+        assert!(first[0].as_ref().is_err_and(|e| e.message.contains("failed during execution")));
+        let second = pool.execute(vec![ExecRequest::default()], 1).await;
+        assert!(second[0].as_ref().is_err_and(|e| e.message.contains("no model instance is left")));
+    }
+}

@@ -1,0 +1,368 @@
+//! The library front door: a [`ServerConfig`] in, a running [`ServerHandle`] out. `tessera serve`
+//! is one user (it maps its flags onto a config, see [`crate::cli`]); the Python package and Rust
+//! embedders are others. Through the handle, models can also be registered from code
+//! ([`ServerHandle::register_model`]) rather than read from repository directories, and run
+//! in-process ([`ServerHandle::infer`]).
+
+pub mod logging;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::backend::onnx::OnnxBackend;
+use crate::backend::wasm::{WasmBackend, WasmOptions};
+use crate::backend::{Backend, BackendRegistry};
+use crate::cache::ResponseCache;
+use crate::config::ModelConfig;
+use crate::error::CoreResult;
+use crate::frontend::{Frontend, LogApplier, SettingValue};
+use crate::grpc::GrpcOptions;
+use crate::http::{HttpState, router};
+use crate::infer::Infer;
+use crate::metrics::{HostSampler, MetricsState};
+use crate::repository::{ControlMode, ModelManager, RepositoryOptions};
+
+/// Where a front door listens. Port 0 picks a free port ([`ServerHandle`] reports it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listen {
+    pub address: String,
+    pub port: u16,
+}
+
+impl Listen {
+    pub fn new(address: impl Into<String>, port: u16) -> Self {
+        Self { address: address.into(), port }
+    }
+}
+
+/// Everything a server is started with. [`ServerConfig::default`] serves nothing on the network
+/// (no doors) and loads models only when asked (explicit control mode): embedders turn on what
+/// they need.
+pub struct ServerConfig {
+    /// Model repositories (directories of `<model>/config.pbtxt` and `<model>/<version>/`).
+    pub repositories: Vec<PathBuf>,
+    pub control_mode: ControlMode,
+    /// Models loaded at startup in explicit mode (`*` = all).
+    pub startup_models: Vec<String>,
+    /// How often poll mode rescans the repositories.
+    pub poll_interval: Duration,
+    /// When true, every model needs a complete config.pbtxt (no auto-complete).
+    pub strict_model_config: bool,
+    /// When true, server readiness requires every loaded model to be ready.
+    pub strict_readiness: bool,
+    /// Fail [`Server::start`] if a model fails to load at startup.
+    pub exit_on_error: bool,
+    /// Reported as the server name in server metadata.
+    pub server_id: String,
+    pub http: Option<Listen>,
+    /// Largest HTTP request body accepted, after decompression.
+    pub http_max_input_size: usize,
+    pub grpc: Option<Listen>,
+    pub grpc_options: GrpcOptions,
+    pub metrics: Option<Listen>,
+    /// Sampling interval of the CPU and memory gauges; `None` leaves them out.
+    pub cpu_metrics_interval: Option<Duration>,
+    /// Size of the response cache in bytes, for models that enable it.
+    pub response_cache_bytes: Option<usize>,
+    /// libonnxruntime.so; `None` searches the usual places.
+    pub onnxruntime_library: Option<PathBuf>,
+    pub wasm: WasmOptions,
+    /// After [`ServerHandle::stop`], how long open connections get before [`ServerHandle::wait`]
+    /// gives up on them.
+    pub exit_timeout: Duration,
+    /// The logging extension's initial settings and what applies later updates to the logger.
+    pub log_settings: BTreeMap<String, SettingValue>,
+    pub log_applier: Option<LogApplier>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            repositories: Vec::new(),
+            control_mode: ControlMode::Explicit,
+            startup_models: Vec::new(),
+            poll_interval: Duration::from_secs(15),
+            strict_model_config: false,
+            strict_readiness: true,
+            exit_on_error: true,
+            server_id: "tessera".into(),
+            http: None,
+            http_max_input_size: 64 << 20,
+            grpc: None,
+            grpc_options: GrpcOptions::default(),
+            metrics: None,
+            cpu_metrics_interval: None,
+            response_cache_bytes: None,
+            onnxruntime_library: None,
+            wasm: WasmOptions::default(),
+            exit_timeout: Duration::from_secs(30),
+            log_settings: BTreeMap::new(),
+            log_applier: None,
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn repository(mut self, path: impl Into<PathBuf>) -> Self {
+        self.repositories.push(path.into());
+        self
+    }
+
+    pub fn control_mode(mut self, mode: ControlMode) -> Self {
+        self.control_mode = mode;
+        self
+    }
+
+    pub fn http(mut self, listen: Listen) -> Self {
+        self.http = Some(listen);
+        self
+    }
+
+    pub fn grpc(mut self, listen: Listen) -> Self {
+        self.grpc = Some(listen);
+        self
+    }
+
+    pub fn metrics(mut self, listen: Listen) -> Self {
+        self.metrics = Some(listen);
+        self
+    }
+}
+
+/// Why a server did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("model repository {0} is not a directory")]
+    RepositoryMissing(PathBuf),
+    #[error("failed to load all models: {}", .0.iter().map(|(m, r)| format!("{m}: {r}")).collect::<Vec<_>>().join("; "))]
+    ModelLoad(Vec<(String, String)>),
+    #[error("failed to bind the {what} to {address}: {source}")]
+    Bind { what: &'static str, address: String, source: std::io::Error },
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Starts servers from a [`ServerConfig`].
+pub struct Server;
+
+impl Server {
+    /// Loads the startup models, binds the configured doors and starts serving. Must be called
+    /// inside a multi-threaded tokio runtime.
+    pub async fn start(config: ServerConfig) -> Result<ServerHandle, StartError> {
+        for repo in &config.repositories {
+            if !repo.is_dir() {
+                tracing::error!(repository = %repo.display(), "model repository is not a directory");
+                if config.exit_on_error {
+                    return Err(StartError::RepositoryMissing(repo.clone()));
+                }
+            }
+        }
+        let wasm = Arc::new(WasmBackend::new(config.wasm.clone()));
+        let backends = BackendRegistry::new()
+            .with(Arc::new(OnnxBackend::new(config.onnxruntime_library.as_deref())))
+            .with(Arc::clone(&wasm) as Arc<dyn Backend>);
+        let manager = Arc::new(ModelManager::new(
+            RepositoryOptions {
+                repositories: config.repositories.clone(),
+                control_mode: config.control_mode,
+                strict_config: config.strict_model_config,
+                response_cache: config.response_cache_bytes.map(|bytes| Arc::new(ResponseCache::new(bytes))),
+            },
+            backends,
+        ));
+        // Guests reach other models (BLS) through the one in-process entry point.
+        let infer: Weak<dyn Infer> = Arc::downgrade(&(Arc::clone(&manager) as Arc<dyn Infer>));
+        wasm.connect(infer);
+        let failures = manager.load_startup_models(&config.startup_models).await;
+        for (model, reason) in &failures {
+            tracing::error!(model = model.as_str(), "{reason}");
+        }
+        if !failures.is_empty() && config.exit_on_error {
+            return Err(StartError::ModelLoad(failures));
+        }
+
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut tasks = tokio::task::JoinSet::new();
+        if config.control_mode == ControlMode::Poll {
+            let poller = Arc::downgrade(&manager);
+            let every = config.poll_interval.max(Duration::from_secs(1));
+            let mut stopped = stop_rx.clone();
+            tokio::spawn(async move {
+                let mut ticker = tokio::time::interval(every);
+                ticker.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = ticker.tick() => {}
+                        _ = stopped.wait_for(|s| *s) => return,
+                    }
+                    let Some(manager) = poller.upgrade() else { return };
+                    manager.poll().await;
+                }
+            });
+        }
+
+        let mut frontend = Frontend::new(Arc::clone(&manager), config.server_id.clone(), config.strict_readiness);
+        if let Some(applier) = config.log_applier {
+            frontend = frontend.with_log_settings(config.log_settings, applier);
+        }
+        let frontend = Arc::new(frontend);
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+
+        let mut addresses = Addresses::default();
+        if let Some(listen) = &config.http {
+            let listener = bind("HTTPService", listen).await?;
+            addresses.http = listener.local_addr().ok();
+            let state = HttpState { frontend: Arc::clone(&frontend), max_input_size: config.http_max_input_size };
+            let shutdown = stopped(stop_rx.clone());
+            tasks.spawn(async move {
+                axum::serve(listener, router(state))
+                    .with_graceful_shutdown(shutdown)
+                    .await
+                    .map_err(|e| format!("HTTP server failed: {e}"))
+            });
+        }
+        if let Some(listen) = &config.grpc {
+            let listener = bind("GRPCInferenceService", listen).await?;
+            addresses.grpc = listener.local_addr().ok();
+            let (stop, frontend, options) = (stop_rx.clone(), Arc::clone(&frontend), config.grpc_options.clone());
+            tasks.spawn(async move {
+                crate::grpc::serve(frontend, listener, options, stop).await.map_err(|e| format!("gRPC server failed: {e}"))
+            });
+        }
+        if let Some(listen) = &config.metrics {
+            let listener = bind("Metrics Service", listen).await?;
+            addresses.metrics = listener.local_addr().ok();
+            let host = config.cpu_metrics_interval.map(HostSampler::start);
+            let state = MetricsState { manager: Arc::clone(&manager), host };
+            let shutdown = stopped(stop_rx.clone());
+            tasks.spawn(async move {
+                axum::serve(listener, crate::metrics::router(state))
+                    .with_graceful_shutdown(shutdown)
+                    .await
+                    .map_err(|e| format!("metrics server failed: {e}"))
+            });
+        }
+        Ok(ServerHandle { manager, addresses, stop_tx: Arc::new(stop_tx), tasks, exit_timeout: config.exit_timeout })
+    }
+}
+
+async fn bind(what: &'static str, listen: &Listen) -> Result<tokio::net::TcpListener, StartError> {
+    let address = format!("{}:{}", listen.address, listen.port);
+    let listener = match address.parse::<SocketAddr>() {
+        Ok(addr) => tokio::net::TcpListener::bind(addr).await,
+        Err(_) => tokio::net::TcpListener::bind(address.as_str()).await,
+    };
+    match listener {
+        Ok(l) => {
+            let at = l.local_addr().map_or_else(|_| address.clone(), |a| a.to_string());
+            tracing::info!("Started {what} at {at}");
+            Ok(l)
+        }
+        Err(source) => Err(StartError::Bind { what, address, source }),
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Addresses {
+    http: Option<SocketAddr>,
+    grpc: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+}
+
+/// A running server: in-process inference, programmatic models, its addresses, and shutdown.
+pub struct ServerHandle {
+    manager: Arc<ModelManager>,
+    addresses: Addresses,
+    stop_tx: Arc<tokio::sync::watch::Sender<bool>>,
+    tasks: tokio::task::JoinSet<Result<(), String>>,
+    exit_timeout: Duration,
+}
+
+impl ServerHandle {
+    /// The in-process entry point: the same path the doors and BLS take.
+    pub fn infer(&self) -> Arc<dyn Infer> {
+        Arc::clone(&self.manager) as Arc<dyn Infer>
+    }
+
+    /// Serves a model that is not a repository directory: `config` describes it (validated as a
+    /// config.pbtxt would be) and `backend` creates its instances. It is served as version 1 and
+    /// stays until [`Self::unload_model`]; repository polling leaves it alone.
+    pub async fn register_model(&self, config: ModelConfig, backend: Arc<dyn Backend>) -> CoreResult<()> {
+        self.manager.register(config, backend).await
+    }
+
+    /// Unloads a model (registered or from a repository), as the repository extension does.
+    pub async fn unload_model(&self, name: &str) -> CoreResult<()> {
+        self.manager.unload(name).await
+    }
+
+    pub fn http_address(&self) -> Option<SocketAddr> {
+        self.addresses.http
+    }
+
+    pub fn grpc_address(&self) -> Option<SocketAddr> {
+        self.addresses.grpc
+    }
+
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.addresses.metrics
+    }
+
+    /// Asks every door to stop taking requests; [`Self::wait`] returns once they are done.
+    pub fn stop(&self) {
+        let _ = self.stop_tx.send(true);
+    }
+
+    /// Something that can call [`Self::stop`] from elsewhere (a signal handler) while another
+    /// task waits.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(Arc::clone(&self.stop_tx))
+    }
+
+    /// Waits until the doors have stopped (after [`Self::stop`], or a door failing). Connections
+    /// still open `exit_timeout` after the stop are dropped.
+    pub async fn wait(mut self) -> Result<(), String> {
+        let mut result = Ok(());
+        let exit_timeout = self.exit_timeout;
+        let mut stop_seen = self.stop_tx.subscribe();
+        let deadline = async move {
+            let _ = stop_seen.wait_for(|s| *s).await;
+            tokio::time::sleep(exit_timeout).await;
+        };
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                joined = self.tasks.join_next() => match joined {
+                    None => break,
+                    Some(joined) => {
+                        if let Err(e) = joined.map_err(|e| e.to_string()).and_then(|r| r) {
+                            tracing::error!("{e}");
+                            result = Err(e);
+                        }
+                    }
+                },
+                () = &mut deadline => {
+                    tracing::warn!("connections still open {}s after the stop signal; exiting", exit_timeout.as_secs());
+                    self.tasks.abort_all();
+                    break;
+                }
+            }
+        }
+        result
+    }
+}
+
+/// Stops a server from another task; see [`ServerHandle::stop_handle`].
+#[derive(Clone)]
+pub struct StopHandle(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl StopHandle {
+    pub fn stop(&self) {
+        let _ = self.0.send(true);
+    }
+}

@@ -1,0 +1,140 @@
+//! The library front door, as an embedder (the Python package, a Rust program) uses it: start a
+//! server from a config, register models from code, run them in-process and over HTTP, stop.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use tessera::{
+    CallableBackend, DataType, ErrorKind, ExecRequest, InferRequest, Listen, Server, ServerConfig, Tensor,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn config(text: &str) -> tessera::ModelConfig {
+    tessera::parse_config_pbtxt(text, Path::new("config.pbtxt")).expect("valid config")
+}
+
+/// Doubles INPUT0 into OUTPUT0 and counts how many times it ran.
+fn doubler(calls: Arc<AtomicUsize>) -> CallableBackend {
+    CallableBackend::new(move |batch: Vec<ExecRequest>| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        tessera_batch(batch)
+    })
+}
+
+fn tessera_batch(batch: Vec<ExecRequest>) -> Vec<tessera::CoreResult<Vec<Tensor>>> {
+    batch
+        .into_iter()
+        .map(|request| {
+            let input = &request.inputs[0];
+            let doubled: Vec<u8> = input
+                .data
+                .chunks_exact(4)
+                .flat_map(|c| (f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * 2.0).to_le_bytes())
+                .collect();
+            Tensor::new("OUTPUT0", DataType::Fp32, input.shape.clone(), Bytes::from(doubled)).map(|t| vec![t])
+        })
+        .collect()
+}
+
+fn floats(values: &[f32]) -> Bytes {
+    Bytes::from(values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())
+}
+
+fn request(model: &str, values: &[f32]) -> InferRequest {
+    let input = Tensor::new("INPUT0", DataType::Fp32, vec![1, values.len() as i64], floats(values)).unwrap();
+    InferRequest { model_name: model.into(), inputs: vec![input], ..Default::default() }
+}
+
+const DOUBLER: &str = r#"
+name: "double"
+max_batch_size: 8
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] } ]
+"#;
+
+/// A whole HTTP/1.1 exchange over a fresh connection (`Connection: close`); returns the status
+/// line and the body.
+async fn http_post(address: std::net::SocketAddr, path: &str, body: &str) -> (String, String) {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response.lines().next().unwrap_or_default().to_string();
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registered_models_serve_in_process_and_over_http_until_unloaded() {
+    let config = ServerConfig::default().http(Listen::new("127.0.0.1", 0));
+    let server = Server::start(config).await.expect("server starts");
+    let calls = Arc::new(AtomicUsize::new(0));
+    server.register_model(config_for_test(), Arc::new(doubler(Arc::clone(&calls)))).await.expect("registers");
+
+    // In-process: the same entry point the doors use.
+    let infer = server.infer();
+    let response = infer.infer(request("double", &[1.0, 2.0, 3.0, 4.0])).await.expect("infers");
+    assert_eq!(response.model_version, 1);
+    assert_eq!(response.outputs[0].data, floats(&[2.0, 4.0, 6.0, 8.0]));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // Validation applies to registered models as to repository ones.
+    let wrong = infer.infer(request("double", &[1.0, 2.0])).await.expect_err("wrong shape");
+    assert_eq!(wrong.kind, ErrorKind::InvalidArg);
+    assert!(wrong.message.contains("unexpected shape for input 'INPUT0'"), "{}", wrong.message);
+
+    // Over HTTP, on the port the handle reports.
+    let address = server.http_address().expect("HTTP is on");
+    let body = r#"{"inputs":[{"name":"INPUT0","shape":[1,4],"datatype":"FP32","data":[0.5,1,1.5,2]}]}"#;
+    let (status, text) = http_post(address, "/v2/models/double/infer", body).await;
+    assert!(status.contains("200"), "{status} {text}");
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["outputs"][0]["data"], serde_json::json!([1.0, 2.0, 3.0, 4.0]));
+
+    server.unload_model("double").await.expect("unloads");
+    let gone = infer.infer(request("double", &[1.0, 2.0, 3.0, 4.0])).await.expect_err("unloaded");
+    assert_eq!(gone.kind, ErrorKind::NotFound, "{}", gone.message);
+
+    server.stop();
+    server.wait().await.expect("stops cleanly");
+}
+
+fn config_for_test() -> tessera::ModelConfig {
+    config(&format!("{DOUBLER}\ndynamic_batching {{ max_queue_delay_microseconds: 20000 }}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_model_gets_the_dynamic_batcher_its_config_asks_for() {
+    let server = Server::start(ServerConfig::default()).await.expect("server starts");
+    let calls = Arc::new(AtomicUsize::new(0));
+    server.register_model(config_for_test(), Arc::new(doubler(Arc::clone(&calls)))).await.expect("registers");
+    let infer = server.infer();
+    let requests = (0..8).map(|i| {
+        let infer = Arc::clone(&infer);
+        tokio::spawn(async move { infer.infer(request("double", &[i as f32; 4])).await })
+    });
+    let requests: Vec<_> = requests.collect();
+    for (i, task) in requests.into_iter().enumerate() {
+        let response = task.await.unwrap().expect("infers");
+        assert_eq!(response.outputs[0].data, floats(&[2.0 * i as f32; 4]), "each caller gets its own rows");
+    }
+    assert!(calls.load(Ordering::SeqCst) < 8, "8 requests within the queue delay ran as fewer executions");
+}
+
+#[tokio::test]
+async fn a_bad_config_is_refused_with_the_reason() {
+    let server = Server::start(ServerConfig::default()).await.expect("server starts");
+    let mut bad = config(DOUBLER);
+    bad.input[0].dims = vec![0];
+    let err = server.register_model(bad, Arc::new(doubler(Arc::default()))).await.expect_err("invalid dims");
+    assert_eq!(err.kind, ErrorKind::InvalidArg);
+    assert!(err.message.contains("INPUT0"), "{}", err.message);
+}
