@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Sets up (idempotently) and runs every test: Rust unit tests, then the integration suite that
-# drives the real binary with the real tritonclient over 127.0.0.1.
+# Sets up (idempotently) and runs every test: style (rustfmt, clippy, line width), the Rust unit
+# and integration tests, then the suite that drives the real binary with the real tritonclient
+# over 127.0.0.1.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 bash scripts/setup.sh
+bash scripts/check-style.sh
 cargo test --workspace
 export TESSERA_BIN="$ROOT/target/debug/tessera"
 exec .venv/bin/python -m pytest "$@"

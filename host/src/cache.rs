@@ -38,13 +38,19 @@ pub struct ResponseCache {
 pub fn parse_cache_config(values: &[String]) -> Result<Option<usize>, String> {
     let mut size = None;
     for value in values {
-        let (cache, setting) = value.split_once(',').ok_or_else(|| format!("--cache-config '{value}': expected <cache>,<key>=<value>"))?;
+        let (cache, setting) =
+            value.split_once(',').ok_or_else(|| format!("--cache-config '{value}': expected <cache>,<key>=<value>"))?;
         if cache != "local" {
             return Err(format!("--cache-config '{value}': only the 'local' cache is supported"));
         }
-        let (key, v) = setting.split_once('=').ok_or_else(|| format!("--cache-config '{value}': expected <key>=<value>"))?;
+        let (key, v) =
+            setting.split_once('=').ok_or_else(|| format!("--cache-config '{value}': expected <key>=<value>"))?;
         match key {
-            "size" => size = Some(v.parse::<usize>().map_err(|_| format!("--cache-config '{value}': size must be a byte count"))?),
+            "size" => {
+                size = Some(
+                    v.parse::<usize>().map_err(|_| format!("--cache-config '{value}': size must be a byte count"))?,
+                )
+            }
             other => return Err(format!("--cache-config '{value}': unknown local cache setting '{other}'")),
         }
     }
@@ -95,8 +101,11 @@ impl ResponseCache {
             field(o.name.as_bytes());
             field(&o.class_count.to_le_bytes());
         }
-        let params: Vec<_> =
-            request.parameters.iter().filter(|(k, _)| !matches!(k.as_str(), "priority" | "timeout" | "binary_data_output")).collect();
+        let params: Vec<_> = request
+            .parameters
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "priority" | "timeout" | "binary_data_output"))
+            .collect();
         field(&(params.len() as u64).to_le_bytes());
         for (k, v) in params {
             field(k.as_bytes());

@@ -14,7 +14,11 @@ use crate::server::logging::{self, LogFlags};
 use crate::server::{Listen, Server, ServerConfig};
 
 #[derive(Debug, Parser)]
-#[command(name = "tessera", version, about = "Triton-compatible inference server with sandboxed WebAssembly custom backends")]
+#[command(
+    name = "tessera",
+    version,
+    about = "Triton-compatible inference server with sandboxed WebAssembly custom backends"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -117,13 +117,18 @@ fn build_rust(root: &Path, dir: &Path) -> Result<PathBuf, String> {
     let mut artifacts: Vec<PathBuf> = stdout
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|msg| msg["reason"] == "compiler-artifact" && msg["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "cdylib")))
+        .filter(|msg| {
+            msg["reason"] == "compiler-artifact"
+                && msg["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "cdylib"))
+        })
         .filter_map(|msg| msg["filenames"].as_array().cloned())
         .flatten()
         .filter_map(|f| f.as_str().map(PathBuf::from))
         .filter(|f| f.extension().is_some_and(|e| e == "wasm"))
         .collect();
-    artifacts.pop().ok_or_else(|| format!("cargo produced no cdylib .wasm for {} (is crate-type = [\"cdylib\"] set?)", dir.display()))
+    artifacts.pop().ok_or_else(|| {
+        format!("cargo produced no cdylib .wasm for {} (is crate-type = [\"cdylib\"] set?)", dir.display())
+    })
 }
 
 /// Componentizes a Triton-style model.py with componentize-py.
@@ -132,7 +137,14 @@ fn build_python(root: &Path, model_py: &Path, out: &Path) -> Result<(), String> 
         .into_iter()
         .map(PathBuf::from)
         .chain(std::iter::once(root.join(".venv/bin/componentize-py")))
-        .find(|p| Command::new(p).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success()))
+        .find(|p| {
+            Command::new(p)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
         .ok_or("componentize-py not found: run scripts/setup.sh (it installs it into .venv)")?;
     let script = root.join("scripts/build-python-guest.sh");
     let status = Command::new("bash")

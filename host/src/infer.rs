@@ -23,7 +23,10 @@ pub type Parameters = BTreeMap<String, ParamValue>;
 
 /// A model version as both doors receive it, as text: empty means "the server's choice" (the
 /// newest ready version). Anything but a non-negative integer gets the door's own `invalid` error.
-pub fn parse_version(version: &str, invalid: impl FnOnce() -> crate::error::CoreError) -> crate::error::CoreResult<Option<i64>> {
+pub fn parse_version(
+    version: &str,
+    invalid: impl FnOnce() -> crate::error::CoreError,
+) -> crate::error::CoreResult<Option<i64>> {
     if version.is_empty() {
         return Ok(None);
     }

@@ -56,7 +56,9 @@ pub use backend::{Backend, ExecRequest, InstanceContext, ModelInstance, RawRespo
 pub use config::{ConfigError, ModelConfig, parse_json as parse_config_json, parse_pbtxt as parse_config_pbtxt, pb};
 pub use error::{CoreError, CoreResult, ErrorKind};
 pub use grpc::GrpcOptions;
-pub use infer::{Infer, InferFuture, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, ResponseStream};
+pub use infer::{
+    Infer, InferFuture, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, ResponseStream,
+};
 pub use repository::ControlMode;
 pub use server::{Listen, Server, ServerConfig, ServerHandle, StartError, StopHandle};
 pub use tensor::{DataType, Tensor};

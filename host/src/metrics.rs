@@ -107,7 +107,9 @@ pub fn router(state: MetricsState) -> Router {
 async fn scrape(State(state): State<MetricsState>) -> Response {
     let body = render(&state.manager.ready_models(), state.host.as_deref());
     let mut response = body.into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
     response
 }
 
@@ -123,17 +125,51 @@ pub fn render(models: &[Arc<LoadedModel>], host: Option<&HostSampler>) -> String
         describe_counter!("nv_inference_request_success", "Number of successful inference requests, all batch sizes");
         describe_counter!("nv_inference_request_failure", "Number of failed inference requests, all batch sizes");
         describe_counter!("nv_inference_count", "Number of inferences performed (does not include cached requests)");
-        describe_counter!("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)");
-        describe_counter!("nv_inference_request_duration_us", Unit::Microseconds, "Cumulative inference request duration in microseconds (includes cached requests)");
-        describe_counter!("nv_inference_queue_duration_us", Unit::Microseconds, "Cumulative inference queuing duration in microseconds (includes cached requests)");
-        describe_counter!("nv_inference_compute_input_duration_us", Unit::Microseconds, "Cumulative compute input duration in microseconds (does not include cached requests)");
-        describe_counter!("nv_inference_compute_infer_duration_us", Unit::Microseconds, "Cumulative compute inference duration in microseconds (does not include cached requests)");
-        describe_counter!("nv_inference_compute_output_duration_us", Unit::Microseconds, "Cumulative inference compute output duration in microseconds (does not include cached requests)");
-        describe_gauge!("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model.");
+        describe_counter!(
+            "nv_inference_exec_count",
+            "Number of model executions performed (does not include cached requests)"
+        );
+        describe_counter!(
+            "nv_inference_request_duration_us",
+            Unit::Microseconds,
+            "Cumulative inference request duration in microseconds (includes cached requests)"
+        );
+        describe_counter!(
+            "nv_inference_queue_duration_us",
+            Unit::Microseconds,
+            "Cumulative inference queuing duration in microseconds (includes cached requests)"
+        );
+        describe_counter!(
+            "nv_inference_compute_input_duration_us",
+            Unit::Microseconds,
+            "Cumulative compute input duration in microseconds (does not include cached requests)"
+        );
+        describe_counter!(
+            "nv_inference_compute_infer_duration_us",
+            Unit::Microseconds,
+            "Cumulative compute inference duration in microseconds (does not include cached requests)"
+        );
+        describe_counter!(
+            "nv_inference_compute_output_duration_us",
+            Unit::Microseconds,
+            "Cumulative inference compute output duration in microseconds (does not include cached requests)"
+        );
+        describe_gauge!(
+            "nv_inference_pending_request_count",
+            "Instantaneous number of pending requests awaiting execution per-model."
+        );
         describe_counter!("nv_cache_num_hits_per_model", "Number of cache hits per model");
         describe_counter!("nv_cache_num_misses_per_model", "Number of cache misses per model");
-        describe_counter!("nv_cache_hit_duration_per_model", Unit::Microseconds, "Total cache hit duration per model, in microseconds");
-        describe_counter!("nv_cache_miss_duration_per_model", Unit::Microseconds, "Total cache miss (insertion) duration per model, in microseconds");
+        describe_counter!(
+            "nv_cache_hit_duration_per_model",
+            Unit::Microseconds,
+            "Total cache hit duration per model, in microseconds"
+        );
+        describe_counter!(
+            "nv_cache_miss_duration_per_model",
+            Unit::Microseconds,
+            "Total cache miss (insertion) duration per model, in microseconds"
+        );
         for model in models {
             let s = model.stats.snapshot();
             let labels = [("model", model.name.clone()), ("version", model.version.to_string())];
@@ -141,7 +177,8 @@ pub fn render(models: &[Arc<LoadedModel>], host: Option<&HostSampler>) -> String
             for reason in FailureReason::ALL {
                 let mut with_reason = labels.to_vec();
                 with_reason.push(("reason", reason.as_str().to_string()));
-                counter!("nv_inference_request_failure", &with_reason).absolute(s.failures.get(&reason).copied().unwrap_or(0));
+                counter!("nv_inference_request_failure", &with_reason)
+                    .absolute(s.failures.get(&reason).copied().unwrap_or(0));
             }
             counter!("nv_inference_count", &labels).absolute(s.inference_count);
             counter!("nv_inference_exec_count", &labels).absolute(s.execution_count);

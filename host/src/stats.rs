@@ -98,7 +98,11 @@ impl ModelStats {
     /// A request finished (successfully or not) after `total` time.
     pub fn record_request(&self, ok: bool, total: Duration, now_ms: u64) {
         self.with(|s| {
-            if ok { s.success.add(total) } else { s.fail.add(total) }
+            if ok {
+                s.success.add(total)
+            } else {
+                s.fail.add(total)
+            }
             s.last_inference_ms = now_ms;
         });
     }
@@ -151,7 +155,12 @@ impl ModelStats {
             .batches
             .iter()
             .map(|(size, [i, c, o])| {
-                json!({ "batch_size": size, "compute_input": i.json(), "compute_infer": c.json(), "compute_output": o.json() })
+                json!({
+                    "batch_size": size,
+                    "compute_input": i.json(),
+                    "compute_infer": c.json(),
+                    "compute_output": o.json(),
+                })
             })
             .collect();
         json!({

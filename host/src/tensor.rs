@@ -94,7 +94,8 @@ impl std::fmt::Display for DataType {
 /// Number of elements of a fully specified shape, or an error when it overflows or is negative.
 pub fn element_count(shape: &[i64]) -> CoreResult<usize> {
     shape.iter().try_fold(1usize, |acc, &d| {
-        let d = usize::try_from(d).map_err(|_| CoreError::invalid_arg(format!("invalid dimension {d} in shape {shape:?}")))?;
+        let d = usize::try_from(d)
+            .map_err(|_| CoreError::invalid_arg(format!("invalid dimension {d} in shape {shape:?}")))?;
         acc.checked_mul(d).ok_or_else(|| CoreError::invalid_arg(format!("shape {shape:?} has too many elements")))
     })
 }
@@ -124,9 +125,8 @@ impl Tensor {
                 }
             }
             None => {
-                let found = bytes_element_count(&data).map_err(|e| {
-                    CoreError::invalid_arg(format!("invalid BYTES data for input '{name}': {e}"))
-                })?;
+                let found = bytes_element_count(&data)
+                    .map_err(|e| CoreError::invalid_arg(format!("invalid BYTES data for input '{name}': {e}")))?;
                 if found != count {
                     return Err(CoreError::invalid_arg(format!(
                         "unexpected number of string elements {found} for input '{name}', expecting {count}"
@@ -264,7 +264,12 @@ pub fn split_batch(tensor: &Tensor, rows: &[usize]) -> CoreResult<Vec<Tensor>> {
         }
         let mut shape = tensor.shape.clone();
         shape[0] = n as i64;
-        parts.push(Tensor { name: tensor.name.clone(), datatype: tensor.datatype, shape, data: tensor.data.slice(from..to) });
+        parts.push(Tensor {
+            name: tensor.name.clone(),
+            datatype: tensor.datatype,
+            shape,
+            data: tensor.data.slice(from..to),
+        });
         offset += n;
     }
     Ok(parts)

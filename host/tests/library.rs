@@ -1,14 +1,15 @@
 //! The library front door, as an embedder (the Python package, a Rust program) uses it: start a
 //! server from a config, register models from code, run them in-process and over HTTP, stop.
 
+// A test binary: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use tessera::{
-    CallableBackend, DataType, ErrorKind, ExecRequest, InferRequest, Listen, Server, ServerConfig, Tensor,
-};
+use tessera::{CallableBackend, DataType, ErrorKind, ExecRequest, InferRequest, Listen, Server, ServerConfig, Tensor};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn config(text: &str) -> tessera::ModelConfig {

@@ -37,9 +37,10 @@ pub fn merge(batch: &[ExecRequest]) -> CoreResult<(ExecRequest, Vec<usize>)> {
         let parts: Vec<&Tensor> = batch
             .iter()
             .map(|r| {
-                r.inputs.iter().find(|t| t.name == tensor.name).ok_or_else(|| {
-                    CoreError::internal(format!("batched request lacks input '{}'", tensor.name))
-                })
+                r.inputs
+                    .iter()
+                    .find(|t| t.name == tensor.name)
+                    .ok_or_else(|| CoreError::internal(format!("batched request lacks input '{}'", tensor.name)))
             })
             .collect::<CoreResult<_>>()?;
         inputs.push(concat_batch(&parts)?);

@@ -113,7 +113,8 @@ impl BackendRegistry {
                 };
                 return self.backends.iter().find(has).cloned().ok_or_else(|| {
                     CoreError::invalid_arg(
-                        "model configuration must specify 'backend' or 'platform' (no model file from which to infer it)",
+                        "model configuration must specify 'backend' or 'platform' (no model file from which \
+                        to infer it)",
                     )
                 });
             }

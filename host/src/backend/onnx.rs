@@ -47,7 +47,8 @@ impl OnnxBackend {
         let environment = self.environment.as_ref().map_err(|e| CoreError::unavailable(e.clone()))?;
         let threads = thread_param(config, "intra_op_thread_count")?.unwrap_or(1);
         let inter_threads = thread_param(config, "inter_op_thread_count")?.unwrap_or(1);
-        let fail = |e: ort::Error| CoreError::internal(format!("failed to load ONNX model {}: {e}", model_path.display()));
+        let fail =
+            |e: ort::Error| CoreError::internal(format!("failed to load ONNX model {}: {e}", model_path.display()));
         let options = |e: ort::Error<ort::session::builder::SessionBuilder>| fail(e.into());
         Session::builder(environment)
             .map_err(fail)?
@@ -65,7 +66,10 @@ impl OnnxBackend {
 fn thread_param(config: &ModelConfig, key: &str) -> CoreResult<Option<usize>> {
     let Some(param) = config.parameters.get(key) else { return Ok(None) };
     let value: usize = param.string_value.trim().parse().map_err(|_| {
-        CoreError::invalid_arg(format!("parameter '{key}' must be a non-negative integer, got '{}'", param.string_value))
+        CoreError::invalid_arg(format!(
+            "parameter '{key}' must be a non-negative integer, got '{}'",
+            param.string_value
+        ))
     })?;
     // 0 means "ONNX Runtime's default" in Triton; we keep our 1-thread default for it.
     Ok(Some(value.max(1)))
@@ -108,7 +112,9 @@ fn find_library(explicit: Option<&Path>) -> Result<PathBuf, String> {
             .flatten()
             .map(|e| e.path())
             .filter(|p| {
-                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n == "libonnxruntime.so" || n.starts_with("libonnxruntime.so."))
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n == "libonnxruntime.so" || n.starts_with("libonnxruntime.so."))
             })
             .collect();
         found.sort();
@@ -118,7 +124,8 @@ fn find_library(explicit: Option<&Path>) -> Result<PathBuf, String> {
     }
     let searched: Vec<String> = candidates.iter().map(|d| d.display().to_string()).collect();
     Err(format!(
-        "ONNX Runtime library (libonnxruntime.so) not found; run scripts/setup.sh, pass --onnxruntime-library, or set ORT_DYLIB_PATH. Searched: {}",
+        "ONNX Runtime library (libonnxruntime.so) not found; run scripts/setup.sh, pass \
+        --onnxruntime-library, or set ORT_DYLIB_PATH. Searched: {}",
         searched.join(", ")
     ))
 }
@@ -183,7 +190,8 @@ impl Backend for OnnxBackend {
         if config.max_batch_size == 0 && config.input.is_empty() && config.output.is_empty() && all_batchable {
             config.max_batch_size = DEFAULT_MAX_BATCH_SIZE;
             if config.scheduling_choice.is_none() {
-                config.scheduling_choice = Some(pb::model_config::SchedulingChoice::DynamicBatching(Default::default()));
+                config.scheduling_choice =
+                    Some(pb::model_config::SchedulingChoice::DynamicBatching(Default::default()));
             }
         }
         let batching = config.max_batch_size > 0;
@@ -295,10 +303,8 @@ impl OnnxInstance {
         for tensor in &request.inputs {
             inputs.push((tensor.name.clone(), to_ort(tensor)?.into()));
         }
-        let outputs = self
-            .session
-            .run(inputs)
-            .map_err(|e| CoreError::internal(format!("onnxruntime execution failure: {e}")))?;
+        let outputs =
+            self.session.run(inputs).map_err(|e| CoreError::internal(format!("onnxruntime execution failure: {e}")))?;
         request
             .outputs
             .iter()
@@ -329,9 +335,13 @@ fn to_ort(tensor: &Tensor) -> CoreResult<DynValue> {
     let d = &tensor.data[..];
     let e = ort_err(&tensor.name);
     Ok(match tensor.datatype {
-        DataType::Bool => T::from_array((shape, d.iter().map(|&b| b != 0).collect::<Vec<bool>>())).map_err(e)?.into_dyn(),
+        DataType::Bool => {
+            T::from_array((shape, d.iter().map(|&b| b != 0).collect::<Vec<bool>>())).map_err(e)?.into_dyn()
+        }
         DataType::Uint8 => T::from_array((shape, d.to_vec())).map_err(e)?.into_dyn(),
-        DataType::Int8 => T::from_array((shape, d.iter().map(|&b| b as i8).collect::<Vec<i8>>())).map_err(e)?.into_dyn(),
+        DataType::Int8 => {
+            T::from_array((shape, d.iter().map(|&b| b as i8).collect::<Vec<i8>>())).map_err(e)?.into_dyn()
+        }
         DataType::Uint16 => T::from_array((shape, decode!(d, u16, 2))).map_err(e)?.into_dyn(),
         DataType::Int16 => T::from_array((shape, decode!(d, i16, 2))).map_err(e)?.into_dyn(),
         DataType::Uint32 => T::from_array((shape, decode!(d, u32, 4))).map_err(e)?.into_dyn(),
@@ -340,17 +350,24 @@ fn to_ort(tensor: &Tensor) -> CoreResult<DynValue> {
         DataType::Int64 => T::from_array((shape, decode!(d, i64, 8))).map_err(e)?.into_dyn(),
         DataType::Fp32 => T::from_array((shape, decode!(d, f32, 4))).map_err(e)?.into_dyn(),
         DataType::Fp64 => T::from_array((shape, decode!(d, f64, 8))).map_err(e)?.into_dyn(),
-        DataType::Fp16 => T::from_array((shape, decode!(d, u16, 2).into_iter().map(half::f16::from_bits).collect::<Vec<_>>()))
-            .map_err(e)?
-            .into_dyn(),
-        DataType::Bf16 => T::from_array((shape, decode!(d, u16, 2).into_iter().map(half::bf16::from_bits).collect::<Vec<_>>()))
-            .map_err(e)?
-            .into_dyn(),
+        DataType::Fp16 => {
+            T::from_array((shape, decode!(d, u16, 2).into_iter().map(half::f16::from_bits).collect::<Vec<_>>()))
+                .map_err(e)?
+                .into_dyn()
+        }
+        DataType::Bf16 => {
+            T::from_array((shape, decode!(d, u16, 2).into_iter().map(half::bf16::from_bits).collect::<Vec<_>>()))
+                .map_err(e)?
+                .into_dyn()
+        }
         DataType::Bytes => {
             let strings = bytes_elements(d)
                 .map(|s| {
                     std::str::from_utf8(s).map(str::to_owned).map_err(|_| {
-                        CoreError::invalid_arg(format!("BYTES input '{}' must be valid UTF-8 for an ONNX string tensor", tensor.name))
+                        CoreError::invalid_arg(format!(
+                            "BYTES input '{}' must be valid UTF-8 for an ONNX string tensor",
+                            tensor.name
+                        ))
                     })
                 })
                 .collect::<CoreResult<Vec<String>>>()?;

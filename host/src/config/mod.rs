@@ -29,9 +29,7 @@ static DESCRIPTORS: LazyLock<DescriptorPool> = LazyLock::new(|| {
 
 fn model_config_descriptor() -> MessageDescriptor {
     #[allow(clippy::expect_used)]
-    DESCRIPTORS
-        .get_message_by_name("inference.ModelConfig")
-        .expect("inference.ModelConfig is in the embedded schema")
+    DESCRIPTORS.get_message_by_name("inference.ModelConfig").expect("inference.ModelConfig is in the embedded schema")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,10 +72,8 @@ pub fn to_json(config: &ModelConfig) -> serde_json::Value {
         // Cannot happen: the generated type and the descriptor come from the same .proto.
         return serde_json::Value::Null;
     }
-    let options = SerializeOptions::new()
-        .use_proto_field_name(true)
-        .skip_default_fields(false)
-        .stringify_64_bit_integers(false);
+    let options =
+        SerializeOptions::new().use_proto_field_name(true).skip_default_fields(false).stringify_64_bit_integers(false);
     message.serialize_with_options(serde_json::value::Serializer, &options).unwrap_or(serde_json::Value::Null)
 }
 
@@ -356,7 +352,8 @@ dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 
 
     #[test]
     fn json_round_trip_prints_defaults_and_numbers() {
-        let cfg = parse("name: \"a\" max_batch_size: 4 input { name: \"i\" data_type: TYPE_FP32 dims: [ -1, 3 ] }").unwrap();
+        let cfg =
+            parse("name: \"a\" max_batch_size: 4 input { name: \"i\" data_type: TYPE_FP32 dims: [ -1, 3 ] }").unwrap();
         let json = to_json(&cfg);
         assert_eq!(json["name"], "a");
         assert_eq!(json["max_batch_size"], 4);

@@ -142,7 +142,10 @@ mod tests {
         Ok(cfg)
     }
 
-    const IO: &str = r#"input [ { name: "i" data_type: TYPE_FP32 dims: [ 16 ] } ] output [ { name: "o" data_type: TYPE_FP32 dims: [ 16 ] } ]"#;
+    const IO: &str = concat!(
+        r#"input [ { name: "i" data_type: TYPE_FP32 dims: [ 16 ] } ] "#,
+        r#"output [ { name: "o" data_type: TYPE_FP32 dims: [ 16 ] } ]"#
+    );
 
     #[test]
     fn normalisation_fills_triton_defaults() {
@@ -164,7 +167,10 @@ mod tests {
 
     #[test]
     fn rejects_duplicates_bad_types_and_dims() {
-        let dup = r#"name: "m" input [ { name: "i" data_type: TYPE_FP32 dims: [1] }, { name: "i" data_type: TYPE_FP32 dims: [1] } ]"#;
+        let dup = concat!(
+            r#"name: "m" input [ { name: "i" data_type: TYPE_FP32 dims: [1] }, "#,
+            r#"{ name: "i" data_type: TYPE_FP32 dims: [1] } ]"#
+        );
         assert!(load(dup).unwrap_err().to_string().contains("duplicate input name 'i'"));
         let no_type = r#"name: "m" input [ { name: "i" dims: [1] } ]"#;
         assert!(load(no_type).unwrap_err().to_string().contains("'data_type'"));

@@ -75,13 +75,15 @@ mod tests {
         let labels = vec!["a".to_string(), "b".to_string(), "c".to_string()];
         let out = classify(&t, 2, Some(&labels), Some(2)).unwrap();
         assert_eq!(out.shape, vec![2, 2]);
-        let strings: Vec<_> = crate::tensor::bytes_elements(&out.data).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
+        let strings: Vec<_> =
+            crate::tensor::bytes_elements(&out.data).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
         assert_eq!(strings, vec!["0.700000:1:b", "0.200000:2:c", "0.900000:2:c", "0.500000:0:a"]);
         let ints: Vec<u8> = [3i32, 9, 1].iter().flat_map(|v| v.to_le_bytes()).collect();
         let t = Tensor::new("o", DataType::Int32, vec![3], Bytes::from(ints)).unwrap();
         let out = classify(&t, 5, None, None).unwrap();
         assert_eq!(out.shape, vec![3]);
-        let strings: Vec<_> = crate::tensor::bytes_elements(&out.data).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
+        let strings: Vec<_> =
+            crate::tensor::bytes_elements(&out.data).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
         assert_eq!(strings, vec!["9:1", "3:0", "1:2"]);
     }
 }

@@ -87,7 +87,8 @@ impl ModelIo {
                     None => batch_size = Some((b, &tensor.name)),
                     Some((prev, first)) if prev != b => {
                         return Err(CoreError::invalid_arg(format!(
-                            "input '{}' batch size does not match other inputs for '{model}' (input '{first}' has batch size {prev}, '{}' has {b})",
+                            "input '{}' batch size does not match other inputs for '{model}' (input \
+                            '{first}' has batch size {prev}, '{}' has {b})",
                             tensor.name, tensor.name
                         )));
                     }
@@ -125,7 +126,8 @@ impl ModelIo {
                 &tensor.shape[..]
             };
             if !shape_matches(dims, &spec.dims) {
-                let expected: Vec<i64> = if batching { [-1].iter().chain(&spec.dims).copied().collect() } else { spec.dims.clone() };
+                let expected: Vec<i64> =
+                    if batching { [-1].iter().chain(&spec.dims).copied().collect() } else { spec.dims.clone() };
                 return Err(CoreError::invalid_arg(format!(
                     "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}. {}",
                     tensor.name,
@@ -149,9 +151,11 @@ impl ModelIo {
             .map(|s| s.name.as_str())
             .collect();
         if !missing.is_empty() {
-            let quoted = |names: &mut dyn Iterator<Item = &str>| names.map(|n| format!("'{n}'")).collect::<Vec<_>>().join(",");
+            let quoted =
+                |names: &mut dyn Iterator<Item = &str>| names.map(|n| format!("'{n}'")).collect::<Vec<_>>().join(",");
             return Err(CoreError::invalid_arg(format!(
-                "expected {} inputs but got {} inputs for model '{model}'. Got input(s) [{}], but missing required input(s) [{}]. Please provide all required input(s).",
+                "expected {} inputs but got {} inputs for model '{model}'. Got input(s) [{}], but missing \
+                required input(s) [{}]. Please provide all required input(s).",
                 self.inputs.iter().filter(|s| !s.optional).count(),
                 request.inputs.len(),
                 quoted(&mut request.inputs.iter().map(|t| t.name.as_str())),
@@ -200,7 +204,12 @@ impl ModelIo {
     }
 
     /// Checks outputs against the config, undoes output reshapes and applies classification.
-    pub fn postprocess(&self, outputs: Vec<Tensor>, batch_size: usize, wanted: &[RequestedOutput]) -> CoreResult<Vec<Tensor>> {
+    pub fn postprocess(
+        &self,
+        outputs: Vec<Tensor>,
+        batch_size: usize,
+        wanted: &[RequestedOutput],
+    ) -> CoreResult<Vec<Tensor>> {
         let batching = self.max_batch_size > 0;
         let mut outputs = outputs;
         let mut result = Vec::with_capacity(wanted.len());
@@ -209,11 +218,10 @@ impl ModelIo {
                 CoreError::internal(format!("model '{}' did not produce requested output '{}'", self.name, want.name))
             })?;
             let mut tensor = outputs.swap_remove(position);
-            let spec = self
-                .outputs
-                .iter()
-                .find(|s| s.name == tensor.name)
-                .ok_or_else(|| CoreError::internal(format!("model produced unexpected output '{}'", tensor.name)))?;
+            let spec =
+                self.outputs.iter().find(|s| s.name == tensor.name).ok_or_else(|| {
+                    CoreError::internal(format!("model produced unexpected output '{}'", tensor.name))
+                })?;
             let model_dims = spec.reshape.as_ref().unwrap_or(&spec.dims);
             let (batch_ok, dims) = match tensor.shape.split_first() {
                 Some((&b, rest)) if batching => (b == batch_size as i64, rest),
@@ -236,8 +244,11 @@ impl ModelIo {
                 )));
             }
             if let Some(reshape) = &spec.reshape {
-                let (prefix, model_dims) =
-                    if batching { tensor.shape.split_at(1.min(tensor.shape.len())) } else { (&[][..], &tensor.shape[..]) };
+                let (prefix, model_dims) = if batching {
+                    tensor.shape.split_at(1.min(tensor.shape.len()))
+                } else {
+                    (&[][..], &tensor.shape[..])
+                };
                 let mut shape = prefix.to_vec();
                 shape.extend(fill_variable_dims(&spec.dims, reshape, model_dims));
                 if crate::tensor::element_count(&shape)? != tensor.element_count() {
@@ -260,7 +271,10 @@ impl ModelIo {
     }
 }
 
-const BATCH_NOTE: &str = "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size.";
+const BATCH_NOTE: &str = "NOTE: Setting a non-zero max_batch_size in the model config requires a batch \
+    dimension to be prepended to each input shape. If you want to specify the full shape including the \
+    batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration \
+    docs for more info on max_batch_size.";
 
 /// `actual` matches `expected` when ranks agree and every fixed dim is equal (-1 is a wildcard).
 fn shape_matches(actual: &[i64], expected: &[i64]) -> bool {
@@ -273,8 +287,6 @@ fn fill_variable_dims(target: &[i64], source: &[i64], actual: &[i64]) -> Vec<i64
     let mut variable = source.iter().zip(actual).filter(|&(&s, _)| s == -1).map(|(_, &a)| a);
     target.iter().map(|&d| if d == -1 { variable.next().unwrap_or(-1) } else { d }).collect()
 }
-
-
 
 #[cfg(test)]
 mod tests {

@@ -122,7 +122,14 @@ impl LoadedModel {
     }
 
     fn response(&self, id: Option<String>, outputs: Vec<crate::tensor::Tensor>, is_final: bool) -> InferResponse {
-        InferResponse { model_name: self.name.clone(), model_version: self.version, id, outputs, is_final, ..Default::default() }
+        InferResponse {
+            model_name: self.name.clone(),
+            model_version: self.version,
+            id,
+            outputs,
+            is_final,
+            ..Default::default()
+        }
     }
 
     /// Records a finished request (the one place request statistics are kept).

@@ -42,7 +42,8 @@ pub fn run(io: &ModelIo, scheduler: &Scheduler, samples: &[ModelWarmup], model_d
 
 /// The sample as a request: zero, random (deterministic) or file data for each input.
 fn request(io: &ModelIo, sample: &ModelWarmup, model_dir: &Path) -> CoreResult<InferRequest> {
-    let mut request = InferRequest { model_name: io.name.clone(), id: Some(format!("warmup:{}", sample.name)), ..Default::default() };
+    let mut request =
+        InferRequest { model_name: io.name.clone(), id: Some(format!("warmup:{}", sample.name)), ..Default::default() };
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut random = move || {
         // xorshift64*: deterministic, dependency-free filler
@@ -77,10 +78,18 @@ fn request(io: &ModelIo, sample: &ModelWarmup, model_dir: &Path) -> CoreResult<I
                     for _ in 0..count {
                         let r = random();
                         match datatype {
-                            DataType::Fp32 => out.extend_from_slice(&((r >> 40) as f32 / (1u64 << 24) as f32).to_le_bytes()),
-                            DataType::Fp64 => out.extend_from_slice(&((r >> 11) as f64 / (1u64 << 53) as f64).to_le_bytes()),
-                            DataType::Fp16 => out.extend_from_slice(&half::f16::from_f32((r >> 40) as f32 / (1u64 << 24) as f32).to_le_bytes()),
-                            DataType::Bf16 => out.extend_from_slice(&half::bf16::from_f32((r >> 40) as f32 / (1u64 << 24) as f32).to_le_bytes()),
+                            DataType::Fp32 => {
+                                out.extend_from_slice(&((r >> 40) as f32 / (1u64 << 24) as f32).to_le_bytes())
+                            }
+                            DataType::Fp64 => {
+                                out.extend_from_slice(&((r >> 11) as f64 / (1u64 << 53) as f64).to_le_bytes())
+                            }
+                            DataType::Fp16 => out.extend_from_slice(
+                                &half::f16::from_f32((r >> 40) as f32 / (1u64 << 24) as f32).to_le_bytes(),
+                            ),
+                            DataType::Bf16 => out.extend_from_slice(
+                                &half::bf16::from_f32((r >> 40) as f32 / (1u64 << 24) as f32).to_le_bytes(),
+                            ),
                             DataType::Bool => out.push((r & 1) as u8),
                             // small non-negative integers are valid for every integer type
                             _ => {
@@ -100,4 +109,3 @@ fn request(io: &ModelIo, sample: &ModelWarmup, model_dir: &Path) -> CoreResult<I
     }
     Ok(request)
 }
-

@@ -102,7 +102,7 @@ impl Scheduler {
     /// Runs one validated request of `batch_size` rows and returns its outputs.
     pub async fn execute(&self, exec: ExecRequest, batch_size: usize) -> CoreResult<Vec<Tensor>> {
         match self {
-            Self::Direct(pool) => first_result(pool.execute(vec![exec], batch_size).await),
+            Self::Direct(pool) => pool.execute_one(exec, batch_size).await,
             Self::Dynamic { config, pool, model, batcher } => {
                 let batcher =
                     batcher.get_or_init(|| DynamicBatcher::start(config.clone(), Arc::clone(pool), model.clone()));
@@ -118,13 +118,8 @@ impl Scheduler {
     /// Runs one request of a decoupled model, whose responses go through `exec.responder`;
     /// returns once the instance is done with it. Decoupled models are scheduled directly.
     pub async fn execute_decoupled(&self, exec: ExecRequest, batch_size: usize) -> CoreResult<()> {
-        first_result(self.pool().execute(vec![exec], batch_size).await).map(drop)
+        self.pool().execute_one(exec, batch_size).await.map(drop)
     }
-}
-
-fn first_result(mut results: pool::BatchResults) -> CoreResult<Vec<Tensor>> {
-    // The pool always answers one result per request.
-    results.pop().unwrap_or_else(|| Err(CoreError::internal("instance returned too few results")))
 }
 
 /// Whether two requests can share a batch: same inputs, datatypes and non-batch dims (ragged
@@ -132,6 +127,8 @@ fn first_result(mut results: pool::BatchResults) -> CoreResult<Vec<Tensor>> {
 pub(crate) fn compatible(a: &ExecRequest, b: &ExecRequest) -> bool {
     a.inputs.len() == b.inputs.len()
         && a.inputs.iter().all(|x| {
-            b.inputs.iter().any(|y| x.name == y.name && x.datatype == y.datatype && x.shape.get(1..) == y.shape.get(1..))
+            b.inputs
+                .iter()
+                .any(|y| x.name == y.name && x.datatype == y.datatype && x.shape.get(1..) == y.shape.get(1..))
         })
 }

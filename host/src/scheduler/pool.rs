@@ -78,6 +78,21 @@ impl InstancePool {
         }
     }
 
+    /// Runs one request alone on an idle instance; see [`Self::run`].
+    pub async fn run_one(
+        &self,
+        permit: OwnedSemaphorePermit,
+        request: ExecRequest,
+        rows: usize,
+    ) -> CoreResult<Vec<Tensor>> {
+        only_result(self.run(permit, vec![request], rows).await)
+    }
+
+    /// Waits for an idle instance and runs one request alone on it; see [`Self::execute`].
+    pub async fn execute_one(&self, request: ExecRequest, rows: usize) -> CoreResult<Vec<Tensor>> {
+        only_result(self.execute(vec![request], rows).await)
+    }
+
     /// Runs a batch of `rows` inferences on an idle instance; `permit` is that instance's slot
     /// (from [`Self::acquire`]). A successful execution is recorded in the statistics.
     pub async fn run(&self, permit: OwnedSemaphorePermit, batch: Vec<ExecRequest>, rows: usize) -> BatchResults {
@@ -137,6 +152,10 @@ impl InstancePool {
             Ok(None) | Err(_) => Err(CoreError::internal("model instance failed during execution")),
         }
     }
+}
+
+fn only_result(mut results: BatchResults) -> CoreResult<Vec<Tensor>> {
+    results.pop().unwrap_or_else(|| Err(CoreError::internal("instance returned too few results")))
 }
 
 /// Counts a request as pending (waiting for an instance) until released or dropped, so a caller

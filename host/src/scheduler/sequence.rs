@@ -60,16 +60,24 @@ pub struct SequenceFlags {
 
 impl SequenceFlags {
     pub fn from_parameters(params: &Parameters, model: &str) -> CoreResult<Self> {
-        let missing = || CoreError::invalid_arg(format!("inference request to model '{model}' must specify a non-zero or non-empty correlation ID"));
+        let missing = || {
+            CoreError::invalid_arg(format!(
+                "inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
+            ))
+        };
         let id = match params.get("sequence_id") {
             Some(ParamValue::Int(i)) if *i > 0 => CorrelationId::Uint(*i as u64),
             Some(ParamValue::Uint(u)) if *u > 0 => CorrelationId::Uint(*u),
             Some(ParamValue::String(s)) if !s.is_empty() => CorrelationId::Str(s.clone()),
             Some(ParamValue::Int(i)) if *i < 0 => {
-                return Err(CoreError::invalid_arg(format!("sequence_id {i} for model '{model}' must not be negative")));
+                return Err(CoreError::invalid_arg(format!(
+                    "sequence_id {i} for model '{model}' must not be negative"
+                )));
             }
             Some(ParamValue::Bool(_) | ParamValue::Double(_)) => {
-                return Err(CoreError::invalid_arg(format!("sequence_id for model '{model}' must be an unsigned integer or a string")));
+                return Err(CoreError::invalid_arg(format!(
+                    "sequence_id for model '{model}' must be an unsigned integer or a string"
+                )));
             }
             _ => return Err(missing()),
         };
@@ -133,19 +141,27 @@ impl SequenceConfig {
         let mut controls = Vec::new();
         for input in &config.control_input {
             for control in &input.control {
-                let kind = Kind::try_from(control.kind)
-                    .map_err(|_| CoreError::invalid_arg(format!("control input '{}' has an unknown kind", input.name)))?;
+                let kind = Kind::try_from(control.kind).map_err(|_| {
+                    CoreError::invalid_arg(format!("control input '{}' has an unknown kind", input.name))
+                })?;
                 let (datatype, values) = if kind == Kind::ControlSequenceCorrid {
                     (config_type(&input.name, control.data_type)?, [Bytes::new(), Bytes::new()])
                 } else if let [f, t] = control.int32_false_true[..] {
-                    (DataType::Int32, [Bytes::copy_from_slice(&f.to_le_bytes()), Bytes::copy_from_slice(&t.to_le_bytes())])
+                    (
+                        DataType::Int32,
+                        [Bytes::copy_from_slice(&f.to_le_bytes()), Bytes::copy_from_slice(&t.to_le_bytes())],
+                    )
                 } else if let [f, t] = control.fp32_false_true[..] {
-                    (DataType::Fp32, [Bytes::copy_from_slice(&f.to_le_bytes()), Bytes::copy_from_slice(&t.to_le_bytes())])
+                    (
+                        DataType::Fp32,
+                        [Bytes::copy_from_slice(&f.to_le_bytes()), Bytes::copy_from_slice(&t.to_le_bytes())],
+                    )
                 } else if let [f, t] = control.bool_false_true[..] {
                     (DataType::Bool, [Bytes::copy_from_slice(&[u8::from(f)]), Bytes::copy_from_slice(&[u8::from(t)])])
                 } else {
                     return Err(CoreError::invalid_arg(format!(
-                        "control input '{}' ({}) needs exactly two values in int32_false_true, fp32_false_true or bool_false_true",
+                        "control input '{}' ({}) needs exactly two values in int32_false_true, \
+                        fp32_false_true or bool_false_true",
                         input.name,
                         kind.as_str_name()
                     )));
@@ -164,13 +180,19 @@ impl SequenceConfig {
                         Some(StateData::DataFile(file)) => {
                             let path = model_dir.join("initial_state").join(file);
                             Bytes::from(std::fs::read(&path).map_err(|e| {
-                                CoreError::invalid_arg(format!("cannot read initial state file {}: {e}", path.display()))
+                                CoreError::invalid_arg(format!(
+                                    "cannot read initial state file {}: {e}",
+                                    path.display()
+                                ))
                             })?)
                         }
                         _ => zeros(datatype, &shape)?,
                     };
                     Tensor::new(state.input_name.clone(), datatype, shape, data).map_err(|e| {
-                        CoreError::invalid_arg(format!("initial state '{}' of state '{}': {}", init.name, state.input_name, e.message))
+                        CoreError::invalid_arg(format!(
+                            "initial state '{}' of state '{}': {}",
+                            init.name, state.input_name, e.message
+                        ))
                     })?
                 }
                 None => {
@@ -231,9 +253,15 @@ fn corrid_bytes(id: &CorrelationId, datatype: DataType, input: &str, model: &str
             Bytes::from(out)
         }
         (CorrelationId::Uint(u), DataType::Uint64) => Bytes::copy_from_slice(&u.to_le_bytes()),
-        (CorrelationId::Uint(u), DataType::Int64) => Bytes::copy_from_slice(&i64::try_from(*u).map_err(|_| mismatch())?.to_le_bytes()),
-        (CorrelationId::Uint(u), DataType::Uint32) => Bytes::copy_from_slice(&u32::try_from(*u).map_err(|_| mismatch())?.to_le_bytes()),
-        (CorrelationId::Uint(u), DataType::Int32) => Bytes::copy_from_slice(&i32::try_from(*u).map_err(|_| mismatch())?.to_le_bytes()),
+        (CorrelationId::Uint(u), DataType::Int64) => {
+            Bytes::copy_from_slice(&i64::try_from(*u).map_err(|_| mismatch())?.to_le_bytes())
+        }
+        (CorrelationId::Uint(u), DataType::Uint32) => {
+            Bytes::copy_from_slice(&u32::try_from(*u).map_err(|_| mismatch())?.to_le_bytes())
+        }
+        (CorrelationId::Uint(u), DataType::Int32) => {
+            Bytes::copy_from_slice(&i32::try_from(*u).map_err(|_| mismatch())?.to_le_bytes())
+        }
         _ => return Err(mismatch()),
     })
 }
@@ -248,7 +276,11 @@ struct SeqPending {
 enum Message {
     Request(SeqPending),
     /// A request of this sequence finished: its new state (None: keep the old one).
-    Done { id: CorrelationId, state: Option<Vec<Tensor>>, end: bool },
+    Done {
+        id: CorrelationId,
+        state: Option<Vec<Tensor>>,
+        end: bool,
+    },
 }
 
 struct Sequence {
@@ -297,7 +329,8 @@ impl SequenceBatcher {
         let sent = flags.and_then(|flags| {
             if batch_size != 1 {
                 return Err(CoreError::invalid_arg(format!(
-                    "inference request to model '{}' has batch size {batch_size}: requests of a sequence must have batch size 1",
+                    "inference request to model '{}' has batch size {batch_size}: requests of a sequence \
+                    must have batch size 1",
                     self.model
                 )));
             }
@@ -332,7 +365,8 @@ impl SequenceTask {
         if !p.flags.start && !self.sequences.contains_key(&p.flags.id) {
             self.stats.pending_add(-1);
             let _ = p.reply.send(Err(CoreError::invalid_arg(format!(
-                "inference request for sequence {} to model '{}' must specify the START flag on the first request of the sequence",
+                "inference request for sequence {} to model '{}' must specify the START flag on the first \
+                request of the sequence",
                 p.flags.id, self.config.model
             ))));
             return;
@@ -347,7 +381,14 @@ impl SequenceTask {
             }
             self.sequences.insert(
                 id.clone(),
-                Sequence { queue: VecDeque::new(), state: Vec::new(), busy: false, has_slot, last_active: now, ended: false },
+                Sequence {
+                    queue: VecDeque::new(),
+                    state: Vec::new(),
+                    busy: false,
+                    has_slot,
+                    last_active: now,
+                    ended: false,
+                },
             );
         }
         if let Some(seq) = self.sequences.get_mut(&id) {
@@ -395,7 +436,9 @@ impl SequenceTask {
         let idle: Vec<CorrelationId> = self
             .sequences
             .iter()
-            .filter(|(_, s)| !s.busy && s.queue.is_empty() && now.saturating_duration_since(s.last_active) >= self.config.idle)
+            .filter(|(_, s)| {
+                !s.busy && s.queue.is_empty() && now.saturating_duration_since(s.last_active) >= self.config.idle
+            })
             .map(|(id, _)| id.clone())
             .collect();
         for id in idle {
@@ -478,7 +521,8 @@ impl SequenceTask {
                     seq.ended = false;
                 } else {
                     let _ = p.reply.send(Err(CoreError::invalid_arg(format!(
-                        "inference request for sequence {} to model '{}' must specify the START flag on the first request of the sequence",
+                        "inference request for sequence {} to model '{}' must specify the START flag on the \
+                        first request of the sequence",
                         p.flags.id, config.model
                     ))));
                     if seq.queue.is_empty() {
@@ -563,7 +607,10 @@ impl SequenceConfig {
             .iter()
             .map(|spec| {
                 let i = outputs.iter().position(|t| t.name == spec.output).ok_or_else(|| {
-                    CoreError::internal(format!("model '{}' did not produce state output '{}'", self.model, spec.output))
+                    CoreError::internal(format!(
+                        "model '{}' did not produce state output '{}'",
+                        self.model, spec.output
+                    ))
                 })?;
                 Ok(outputs.swap_remove(i))
             })
@@ -605,6 +652,9 @@ mod tests {
         assert_eq!(&corrid_bytes(&id, DataType::Int32, "c", "m").unwrap()[..], &5i32.to_le_bytes());
         assert!(corrid_bytes(&CorrelationId::Uint(u64::MAX), DataType::Int64, "c", "m").is_err());
         assert!(corrid_bytes(&CorrelationId::Str("x".into()), DataType::Uint64, "c", "m").is_err());
-        assert_eq!(&corrid_bytes(&CorrelationId::Str("ab".into()), DataType::Bytes, "c", "m").unwrap()[..], b"\x02\0\0\0ab");
+        assert_eq!(
+            &corrid_bytes(&CorrelationId::Str("ab".into()), DataType::Bytes, "c", "m").unwrap()[..],
+            b"\x02\0\0\0ab"
+        );
     }
 }

@@ -71,7 +71,8 @@ fn applier(handle: Option<FilterHandle>) -> LogApplier {
             Some(SettingValue::Uint(v)) => *v,
             _ => 0,
         };
-        let flags = LogFlags { verbose, info: flag("log_info"), warning: flag("log_warning"), error: flag("log_error") };
+        let flags =
+            LogFlags { verbose, info: flag("log_info"), warning: flag("log_warning"), error: flag("log_error") };
         if let Some(handle) = &handle {
             let _ = handle.reload(filter_for(flags.level()));
         }

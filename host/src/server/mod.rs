@@ -137,12 +137,16 @@ impl ServerConfig {
 pub enum StartError {
     #[error("model repository {0} is not a directory")]
     RepositoryMissing(PathBuf),
-    #[error("failed to load all models: {}", .0.iter().map(|(m, r)| format!("{m}: {r}")).collect::<Vec<_>>().join("; "))]
+    #[error("failed to load all models: {}", failures(.0))]
     ModelLoad(Vec<(String, String)>),
     #[error("failed to bind the {what} to {address}: {source}")]
     Bind { what: &'static str, address: String, source: std::io::Error },
     #[error("{0}")]
     Config(String),
+}
+
+fn failures(failed: &[(String, String)]) -> String {
+    failed.iter().map(|(model, reason)| format!("{model}: {reason}")).collect::<Vec<_>>().join("; ")
 }
 
 /// Starts servers from a [`ServerConfig`].
@@ -231,7 +235,9 @@ impl Server {
             addresses.grpc = listener.local_addr().ok();
             let (stop, frontend, options) = (stop_rx.clone(), Arc::clone(&frontend), config.grpc_options.clone());
             tasks.spawn(async move {
-                crate::grpc::serve(frontend, listener, options, stop).await.map_err(|e| format!("gRPC server failed: {e}"))
+                crate::grpc::serve(frontend, listener, options, stop)
+                    .await
+                    .map_err(|e| format!("gRPC server failed: {e}"))
             });
         }
         if let Some(listen) = &config.metrics {

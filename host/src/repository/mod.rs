@@ -1,18 +1,21 @@
 //! The model manager: owns the model repositories, versions and version policy, load / unload /
-//! poll, and readiness. Front doors only ask it for a ready [`LoadedModel`].
+//! poll, readiness, and models registered from code. It implements [`Infer`], the one in-process
+//! entry point: every caller (doors, BLS, the library API) runs models through it.
 //!
 //! Loads build a whole new set of versions off to the side and swap it in at the end, so requests
 //! in flight keep the `Arc` of the version they started on and never fail because of a reload.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::UNIX_EPOCH;
 
-use crate::cache::ResponseCache;
+mod layout;
+
+use layout::{fingerprint_dir, select_versions, version_dirs};
+
 use crate::backend::{Backend, BackendRegistry};
-use crate::config::{self, ModelConfig, pb::model_version_policy::PolicyChoice};
+use crate::cache::ResponseCache;
+use crate::config::{self, ModelConfig};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{Infer, InferFuture, InferRequest, InferResponse, ResponseStream};
 use crate::model::LoadedModel;
@@ -115,13 +118,8 @@ impl ModelManager {
     }
 
     fn locate(&self, name: &str) -> CoreResult<PathBuf> {
-        let dirs: Vec<PathBuf> = self
-            .options
-            .repositories
-            .iter()
-            .map(|r| r.join(name))
-            .filter(|p| p.is_dir())
-            .collect();
+        let dirs: Vec<PathBuf> =
+            self.options.repositories.iter().map(|r| r.join(name)).filter(|p| p.is_dir()).collect();
         match dirs.as_slice() {
             [] => Err(CoreError::internal(format!("failed to load '{name}', failed to poll from model repository"))),
             [one] => Ok(one.clone()),
@@ -142,15 +140,18 @@ impl ModelManager {
         let dir = self.locate(name)?;
         let this = Arc::clone(self);
         let model_name = name.to_string();
-        let entry = tokio::task::spawn_blocking(move || this.build_entry(&model_name, &dir, config_override.as_deref()))
-            .await
-            .map_err(|e| CoreError::internal(format!("model load task failed: {e}")))?;
+        let entry =
+            tokio::task::spawn_blocking(move || this.build_entry(&model_name, &dir, config_override.as_deref()))
+                .await
+                .map_err(|e| CoreError::internal(format!("model load task failed: {e}")))?;
         let outcome = entry_outcome(name, &entry);
         if let Ok(mut models) = self.models.write() {
             match models.get_mut(name) {
                 // As Triton: a failed reload leaves the versions already serving in place. The new
                 // fingerprint is kept so polling does not retry the same broken files forever.
-                Some(current) if outcome.is_err() && current.versions.values().any(|s| matches!(s, VersionState::Ready(_))) => {
+                Some(current)
+                    if outcome.is_err() && current.versions.values().any(|s| matches!(s, VersionState::Ready(_))) =>
+                {
                     current.fingerprint = entry.fingerprint;
                 }
                 _ => {
@@ -221,7 +222,9 @@ impl ModelManager {
     pub async fn poll(self: &Arc<Self>) {
         let present = self.scan();
         let known: BTreeMap<String, u64> = match self.models.read() {
-            Ok(models) => models.iter().filter(|(_, e)| !e.registered).map(|(n, e)| (n.clone(), e.fingerprint)).collect(),
+            Ok(models) => {
+                models.iter().filter(|(_, e)| !e.registered).map(|(n, e)| (n.clone(), e.fingerprint)).collect()
+            }
             Err(_) => return,
         };
         for (name, fingerprint) in &known {
@@ -282,7 +285,12 @@ impl ModelManager {
 
     /// Reads, auto-completes, normalises and validates the config; returns it with the versions
     /// its policy selects.
-    fn prepare_config(&self, name: &str, dir: &Path, config_override: Option<&str>) -> CoreResult<(ModelConfig, Vec<i64>)> {
+    fn prepare_config(
+        &self,
+        name: &str,
+        dir: &Path,
+        config_override: Option<&str>,
+    ) -> CoreResult<(ModelConfig, Vec<i64>)> {
         let config_path = dir.join("config.pbtxt");
         let mut config = match config_override {
             // Unparsable configs are INTERNAL errors in Triton ("failed to poll from model repository").
@@ -313,7 +321,8 @@ impl ModelManager {
             )));
         }
         if !self.options.strict_config {
-            let backend = self.backends.resolve(&config, versions.last().map(|v| dir.join(v.to_string())).as_deref())?;
+            let backend =
+                self.backends.resolve(&config, versions.last().map(|v| dir.join(v.to_string())).as_deref())?;
             if let Some(latest) = versions.last() {
                 let path = dir.join(latest.to_string()).join(model_filename(&config, backend.default_model_filename()));
                 if path.is_file() {
@@ -335,7 +344,9 @@ impl ModelManager {
                 Some(VersionState::Unavailable(_)) => Err(CoreError::unavailable(format!(
                     "Request for unknown model: '{name}' version {v} is not at ready state"
                 ))),
-                None => Err(CoreError::not_found(format!("Request for unknown model: '{name}' version {v} is not found"))),
+                None => {
+                    Err(CoreError::not_found(format!("Request for unknown model: '{name}' version {v} is not found")))
+                }
             },
             None => entry
                 .versions
@@ -345,7 +356,9 @@ impl ModelManager {
                     VersionState::Ready(m) => Some(Arc::clone(m)),
                     VersionState::Unavailable(_) => None,
                 })
-                .ok_or_else(|| CoreError::not_found(format!("Request for unknown model: '{name}' has no available versions"))),
+                .ok_or_else(|| {
+                    CoreError::not_found(format!("Request for unknown model: '{name}' has no available versions"))
+                }),
         }
     }
 
@@ -381,7 +394,9 @@ impl ModelManager {
     pub fn all_ready(&self) -> bool {
         let Ok(models) = self.models.read() else { return false };
         models.values().filter(|e| !e.unloaded).all(|e| {
-            e.error.is_none() && !e.versions.is_empty() && e.versions.values().all(|s| matches!(s, VersionState::Ready(_)))
+            e.error.is_none()
+                && !e.versions.is_empty()
+                && e.versions.values().all(|s| matches!(s, VersionState::Ready(_)))
         })
     }
 
@@ -418,7 +433,12 @@ impl ModelManager {
                 if ready_only && state != "READY" {
                     continue;
                 }
-                out.push(IndexEntry { name: name.clone(), version: Some(version.to_string()), state: Some(state), reason });
+                out.push(IndexEntry {
+                    name: name.clone(),
+                    version: Some(version.to_string()),
+                    state: Some(state),
+                    reason,
+                });
             }
         }
         out
@@ -444,7 +464,10 @@ impl Infer for ModelManager {
 fn entry_outcome(name: &str, entry: &ModelEntry) -> CoreResult<()> {
     if let Some(error) = &entry.error {
         return Err(if error.kind == crate::error::ErrorKind::Internal {
-            CoreError::internal(format!("failed to load '{name}', failed to poll from model repository: {}", error.message))
+            CoreError::internal(format!(
+                "failed to load '{name}', failed to poll from model repository: {}",
+                error.message
+            ))
         } else {
             CoreError::invalid_arg(format!("load failed for model '{name}': {}", error.message))
         });
@@ -466,77 +489,4 @@ fn entry_outcome(name: &str, entry: &ModelEntry) -> CoreResult<()> {
 
 fn model_filename<'a>(config: &'a ModelConfig, default: &'a str) -> &'a str {
     if config.default_model_filename.is_empty() { default } else { &config.default_model_filename }
-}
-
-/// Numeric subdirectories of a model directory, ascending.
-fn version_dirs(dir: &Path) -> Vec<i64> {
-    let mut versions: Vec<i64> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i64>().ok()))
-        .filter(|&v| v >= 0)
-        .collect();
-    versions.sort_unstable();
-    versions
-}
-
-/// Applies the version policy to the versions found on disk.
-fn select_versions(config: &ModelConfig, available: &[i64]) -> Vec<i64> {
-    match config.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()) {
-        Some(PolicyChoice::All(_)) => available.to_vec(),
-        Some(PolicyChoice::Specific(s)) => available.iter().copied().filter(|v| s.versions.contains(v)).collect(),
-        Some(PolicyChoice::Latest(l)) => {
-            let keep = usize::try_from(l.num_versions).unwrap_or(1);
-            available[available.len().saturating_sub(keep)..].to_vec()
-        }
-        None => available.last().copied().into_iter().collect(),
-    }
-}
-
-/// A cheap hash of everything that makes a reload necessary: file names, sizes and mtimes two
-/// levels deep (config.pbtxt, labels, version directories and their files).
-fn fingerprint_dir(dir: &Path) -> u64 {
-    fn walk(dir: &Path, depth: u32, hasher: &mut DefaultHasher) {
-        let Ok(entries) = std::fs::read_dir(dir) else { return };
-        let mut entries: Vec<_> = entries.flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            entry.file_name().hash(hasher);
-            if let Ok(meta) = entry.metadata() {
-                meta.len().hash(hasher);
-                meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).hash(hasher);
-                if meta.is_dir() && depth > 0 {
-                    walk(&entry.path(), depth - 1, hasher);
-                }
-            }
-        }
-    }
-    let mut hasher = DefaultHasher::new();
-    walk(dir, 1, &mut hasher);
-    hasher.finish()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::pb;
-
-    fn with_policy(policy: PolicyChoice) -> ModelConfig {
-        ModelConfig { version_policy: Some(pb::ModelVersionPolicy { policy_choice: Some(policy) }), ..Default::default() }
-    }
-
-    #[test]
-    fn version_policies_select_like_triton() {
-        let available = [1, 2, 3];
-        let latest2 = with_policy(PolicyChoice::Latest(pb::model_version_policy::Latest { num_versions: 2 }));
-        assert_eq!(select_versions(&latest2, &available), vec![2, 3]);
-        let all = with_policy(PolicyChoice::All(pb::model_version_policy::All {}));
-        assert_eq!(select_versions(&all, &available), vec![1, 2, 3]);
-        let specific = with_policy(PolicyChoice::Specific(pb::model_version_policy::Specific { versions: vec![1, 3, 7] }));
-        assert_eq!(select_versions(&specific, &available), vec![1, 3]);
-        assert_eq!(select_versions(&ModelConfig::default(), &available), vec![3]);
-        assert!(select_versions(&latest2, &[]).is_empty());
-    }
 }
