@@ -300,4 +300,72 @@ mod tests {
         assert!(!shape_matches(&[16], &[-1, 16]));
         assert!(!shape_matches(&[1, 15], &[1, 16]));
     }
+
+    fn io(config: &str) -> ModelIo {
+        let config = crate::config::parse_pbtxt(config, std::path::Path::new("config.pbtxt")).unwrap();
+        ModelIo::from_config(&config, std::path::Path::new("/nonexistent")).unwrap()
+    }
+
+    const RESHAPED: &str = r#"
+        name: "m"
+        max_batch_size: 4
+        input [ { name: "a" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } },
+                { name: "b" data_type: TYPE_INT32 dims: [ -1 ] optional: true } ]
+        output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]
+    "#;
+
+    fn tensor(name: &str, datatype: DataType, shape: Vec<i64>) -> Tensor {
+        let data = crate::tensor::zeros(datatype, &shape).unwrap();
+        Tensor::new(name, datatype, shape, data).unwrap()
+    }
+
+    fn request(inputs: Vec<Tensor>) -> InferRequest {
+        InferRequest { model_name: "m".into(), inputs, ..Default::default() }
+    }
+
+    #[test]
+    fn inputs_are_reshaped_and_the_batch_size_found() {
+        let io = io(RESHAPED);
+        let (exec, batch) = io.prepare(&request(vec![tensor("a", DataType::Fp32, vec![3, 4])])).unwrap();
+        assert_eq!(batch, 3);
+        assert_eq!(exec.inputs[0].shape, vec![3, 2, 2], "the model sees the reshaped input");
+    }
+
+    #[test]
+    fn bad_inputs_get_tritons_messages() {
+        let io = io(RESHAPED);
+        let err = |inputs| io.prepare(&request(inputs)).unwrap_err().message;
+        let a = |shape| tensor("a", DataType::Fp32, shape);
+        assert!(err(vec![a(vec![1, 5])]).starts_with("unexpected shape for input 'a' for model 'm'. Expected [-1,4]"));
+        assert!(err(vec![a(vec![5, 4])]).contains("batch-size must be <= 4"));
+        assert!(err(vec![tensor("a", DataType::Int32, vec![1, 4])]).contains("data-type is 'INT32'"));
+        assert!(err(vec![a(vec![1, 4]), tensor("c", DataType::Fp32, vec![1])]).contains("unexpected inference input 'c'"));
+        assert!(err(vec![a(vec![1, 4]), a(vec![1, 4])]).contains("already exists"));
+        assert!(err(vec![tensor("b", DataType::Int32, vec![1, 2])]).contains("missing required input(s) ['a']"));
+        let mismatch = err(vec![a(vec![1, 4]), tensor("b", DataType::Int32, vec![2, 2])]);
+        assert!(mismatch.contains("batch size does not match"), "{mismatch}");
+    }
+
+    #[test]
+    fn outputs_are_checked_reshaped_back_and_classified() {
+        let io = io(RESHAPED);
+        let all = io.check_outputs(&request(Vec::new())).unwrap();
+        assert_eq!(all.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), vec!["y"]);
+        let mut twice = request(Vec::new());
+        twice.outputs = vec![RequestedOutput::named("y"), RequestedOutput::named("y")];
+        assert!(io.check_outputs(&twice).unwrap_err().message.contains("requested more than once"));
+
+        let produced = vec![tensor("y", DataType::Fp32, vec![2, 2, 2])];
+        let out = io.postprocess(produced, 2, &all).unwrap();
+        assert_eq!(out[0].shape, vec![2, 4], "the caller sees the configured dims");
+
+        let wrong_rows = io.postprocess(vec![tensor("y", DataType::Fp32, vec![3, 2, 2])], 2, &all).unwrap_err();
+        assert!(wrong_rows.message.contains("does not match its configuration"), "{}", wrong_rows.message);
+        let missing = io.postprocess(Vec::new(), 2, &all).unwrap_err();
+        assert!(missing.message.contains("did not produce requested output 'y'"));
+
+        let classified = vec![RequestedOutput { class_count: 1, ..RequestedOutput::named("y") }];
+        let out = io.postprocess(vec![tensor("y", DataType::Fp32, vec![1, 2, 2])], 1, &classified).unwrap();
+        assert_eq!((out[0].datatype, out[0].shape.clone()), (DataType::Bytes, vec![1, 1]));
+    }
 }

@@ -109,3 +109,46 @@ fn request(io: &ModelIo, sample: &ModelWarmup, model_dir: &Path) -> CoreResult<I
     }
     Ok(request)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io_and_samples(extra: &str) -> (ModelIo, Vec<ModelWarmup>) {
+        let text = format!(
+            r#"name: "m" max_batch_size: 4
+            input [ {{ name: "a" data_type: TYPE_FP32 dims: [ 3 ] }}, {{ name: "s" data_type: TYPE_STRING dims: [ 2 ] }} ]
+            output [ {{ name: "a" data_type: TYPE_FP32 dims: [ 3 ] }} ]
+            {extra}"#
+        );
+        let config = crate::config::parse_pbtxt(&text, Path::new("config.pbtxt")).unwrap();
+        (ModelIo::from_config(&config, Path::new("/nonexistent")).unwrap(), config.model_warmup)
+    }
+
+    #[test]
+    fn samples_become_requests_with_the_batch_dimension() {
+        let (io, samples) = io_and_samples(
+            r#"model_warmup [ { name: "w" batch_size: 2
+                inputs { key: "a" value: { data_type: TYPE_FP32 dims: [ 3 ] random_data: true } }
+                inputs { key: "s" value: { data_type: TYPE_STRING dims: [ 2 ] zero_data: true } } } ]"#,
+        );
+        let request = request(&io, &samples[0], Path::new("/nonexistent")).unwrap();
+        assert_eq!(request.id.as_deref(), Some("warmup:w"));
+        let a = request.inputs.iter().find(|t| t.name == "a").unwrap();
+        assert_eq!((a.shape.clone(), a.data.len()), (vec![2, 3], 24));
+        assert!(a.data.chunks_exact(4).any(|c| c != [0; 4]), "random data is not all zero");
+        let s = request.inputs.iter().find(|t| t.name == "s").unwrap();
+        assert_eq!(crate::tensor::bytes_elements(&s.data).count(), 4);
+        io.prepare(&request).expect("a warmup request passes the model's own checks");
+    }
+
+    #[test]
+    fn a_missing_data_file_names_the_file() {
+        let (io, samples) = io_and_samples(
+            r#"model_warmup [ { name: "w" batch_size: 1
+                inputs { key: "a" value: { data_type: TYPE_FP32 dims: [ 3 ] input_data_file: "a.bin" } } } ]"#,
+        );
+        let err = request(&io, &samples[0], Path::new("/nonexistent")).unwrap_err();
+        assert!(err.message.contains("/nonexistent/warmup/a.bin"), "{}", err.message);
+    }
+}

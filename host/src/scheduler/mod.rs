@@ -132,3 +132,54 @@ pub(crate) fn compatible(a: &ExecRequest, b: &ExecRequest) -> bool {
                 .any(|y| x.name == y.name && x.datatype == y.datatype && x.shape.get(1..) == y.shape.get(1..))
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Echo;
+
+    impl ModelInstance for Echo {
+        fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+            batch.into_iter().map(|r| Ok(r.inputs)).collect()
+        }
+    }
+
+    fn scheduler(config: &str, instances: usize) -> CoreResult<Scheduler> {
+        let config = crate::config::parse_pbtxt(config, Path::new("config.pbtxt")).unwrap();
+        let instances = (0..instances).map(|_| Box::new(Echo) as Box<dyn ModelInstance>).collect();
+        Scheduler::new(&config, instances, Arc::default(), Path::new("/nonexistent"))
+    }
+
+    const IO: &str = r#"input [ { name: "x" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "x" data_type: TYPE_INT32 dims: [ 1 ] } ]"#;
+
+    #[test]
+    fn the_config_picks_the_scheduler() {
+        let kind = |extra: &str| match scheduler(&format!("name: \"m\" {IO} {extra}"), 1) {
+            Ok(Scheduler::Direct(_)) => "direct",
+            Ok(Scheduler::Dynamic { .. }) => "dynamic",
+            Ok(Scheduler::Sequence { .. }) => "sequence",
+            Err(_) => "error",
+        };
+        assert_eq!(kind(""), "direct");
+        assert_eq!(kind("max_batch_size: 4 dynamic_batching { }"), "dynamic");
+        // Without a batch dimension there is nothing to batch: Triton's default scheduler.
+        assert_eq!(kind("dynamic_batching { }"), "direct");
+        assert_eq!(kind("max_batch_size: 4 sequence_batching { }"), "sequence");
+        assert_eq!(kind("sequence_batching { } model_transaction_policy { decoupled: true }"), "error");
+        let none = scheduler(&format!("name: \"m\" {IO}"), 0).err().unwrap();
+        assert!(none.message.contains("has no instances"), "{}", none.message);
+    }
+
+    #[tokio::test]
+    async fn direct_requests_run_and_are_counted_once() {
+        let scheduler = scheduler(&format!("name: \"m\" {IO}"), 1).unwrap();
+        let x = Tensor::new("x", crate::tensor::DataType::Int32, vec![1], bytes::Bytes::from_static(&[7, 0, 0, 0]));
+        let exec = ExecRequest { inputs: vec![x.unwrap()], ..Default::default() };
+        let out = scheduler.execute(exec, 1).await.unwrap();
+        assert_eq!(&out[0].data[..], &[7, 0, 0, 0]);
+        let stats = scheduler.pool().stats().snapshot();
+        assert_eq!((stats.execution_count, stats.inference_count, stats.queue.count), (1, 1, 1));
+    }
+}
