@@ -264,6 +264,7 @@ impl ServeArgs {
             response_cache_bytes: crate::cache::parse_cache_config(&self.cache_config)?,
             onnxruntime_library: self.onnxruntime_library.clone(),
             wasm,
+            backends: Vec::new(),
             exit_timeout: Duration::from_secs(self.exit_timeout_secs),
             log_settings: self.log_flags().settings(),
             log_applier: None,
@@ -299,9 +300,6 @@ pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
             Ok(server) => server,
             Err(e) => {
                 tracing::error!("{e}");
-                if matches!(e, crate::server::StartError::ModelLoad(_)) {
-                    tracing::error!("exiting (pass --exit-on-error=false to serve the others)");
-                }
                 return ExitCode::FAILURE;
             }
         };
@@ -310,7 +308,7 @@ pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
             shutdown_signal().await;
             stop.stop();
         });
-        // Returns after a stop signal, or when a door fails on its own.
+        // Returns after a stop signal, or once every door has ended on its own.
         let code = match server.wait().await {
             Ok(()) => ExitCode::SUCCESS,
             Err(_) => ExitCode::FAILURE,

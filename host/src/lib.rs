@@ -11,7 +11,11 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use tessera::{Listen, Server, ServerConfig};
-//! let config = ServerConfig::default().repository("model-repos/quickstart").http(Listen::new("127.0.0.1", 0));
+//! use tessera::ControlMode;
+//! let config = ServerConfig::default()
+//!     .repository("model-repos/quickstart")
+//!     .control_mode(ControlMode::None) // load every model found (default: explicit, none)
+//!     .http(Listen::new("127.0.0.1", 0));
 //! let server = Server::start(config).await?;
 //! println!("HTTP on {:?}", server.http_address());
 //! server.stop();
@@ -20,7 +24,8 @@
 //! ```
 
 // Layers, each using only the ones listed before it:
-//   core types:  error, tensor, infer (InferRequest/Response, the Infer trait), config, stats
+//   core types:  error, tensor, infer (InferRequest/Response, the Infer trait), config, stats,
+//                cache (response cache), shm (shared-memory registry)
 //   backend:     Backend / ModelInstance, ONNX Runtime, Wasm (BLS through Weak<dyn Infer>)
 //   scheduler:   instance pool, dynamic batcher, sequence batcher
 //   model:       a loaded version (validation, classification, warmup, cache, statistics)
@@ -55,6 +60,7 @@ pub use backend::wasm::WasmOptions;
 pub use backend::{Backend, ExecRequest, InstanceContext, ModelInstance, RawResponse};
 pub use config::{ConfigError, ModelConfig, parse_json as parse_config_json, parse_pbtxt as parse_config_pbtxt, pb};
 pub use error::{CoreError, CoreResult, ErrorKind};
+pub use frontend::{LogApplier, SettingValue};
 pub use grpc::GrpcOptions;
 pub use infer::{
     Infer, InferFuture, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, ResponseStream,

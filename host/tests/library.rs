@@ -109,7 +109,7 @@ async fn registered_models_serve_in_process_and_over_http_until_unloaded() {
 }
 
 fn config_for_test() -> tessera::ModelConfig {
-    config(&format!("{DOUBLER}\ndynamic_batching {{ max_queue_delay_microseconds: 20000 }}"))
+    config(&format!("{DOUBLER}\ndynamic_batching {{ max_queue_delay_microseconds: 100000 }}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,4 +138,9 @@ async fn a_bad_config_is_refused_with_the_reason() {
     let err = server.register_model(bad, Arc::new(doubler(Arc::default()))).await.expect_err("invalid dims");
     assert_eq!(err.kind, ErrorKind::InvalidArg);
     assert!(err.message.contains("INPUT0"), "{}", err.message);
+    // A registered model has no directory: a config naming files in one is refused up front.
+    let mut labelled = config(DOUBLER);
+    labelled.output[0].label_filename = "labels.txt".into();
+    let err = server.register_model(labelled, Arc::new(doubler(Arc::default()))).await.expect_err("names a file");
+    assert!(err.message.contains("cannot name files (label_filename)"), "{}", err.message);
 }

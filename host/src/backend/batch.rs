@@ -16,7 +16,11 @@ pub fn execute_merged(
         return batch.into_iter().map(run).collect();
     }
     let n = batch.len();
-    let merged = merge(&batch).and_then(|(request, rows)| split(&batch, &rows, run(request)?));
+    let merged = merge(&batch).and_then(|(request, rows)| {
+        let wanted = request.outputs.clone();
+        let outputs = run(request)?.into_iter().filter(|t| wanted.contains(&t.name)).collect();
+        split(&batch, &rows, outputs)
+    });
     merged.unwrap_or_else(|e| vec![Err(e); n])
 }
 
@@ -55,7 +59,7 @@ pub fn merge(batch: &[ExecRequest]) -> CoreResult<(ExecRequest, Vec<usize>)> {
 }
 
 /// The inverse of [`merge`]: each request gets its rows of the outputs it asked for, in the
-/// order it asked for them.
+/// order it asked for them. Every tensor in `outputs` must have the merged batch's rows.
 pub fn split(batch: &[ExecRequest], rows: &[usize], outputs: Vec<Tensor>) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
     let mut split: Vec<Vec<Tensor>> = vec![Vec::new(); batch.len()];
     for tensor in &outputs {

@@ -1,5 +1,5 @@
-//! A backend whose instances run a function: how code that embeds the server (the library API,
-//! the Python package binding Python callables) serves models that are not files. Every instance
+//! A backend whose instances run a function: how code that embeds the server (through the library
+//! API; later the Python package binding Python callables) serves models that are not files. Every instance
 //! shares the function; the scheduler still gives each instance one batch at a time.
 
 use std::path::Path;

@@ -132,15 +132,9 @@ impl BackendRegistry {
             })?,
             (backend, platform) => match by_name(backend) {
                 Some(b) if b.platforms().contains(&platform) => b,
-                Some(_) => {
+                _ => {
                     return Err(CoreError::invalid_arg(format!(
                         "backend '{backend}' and platform '{platform}' do not agree"
-                    )));
-                }
-                None => {
-                    return Err(CoreError::unsupported(format!(
-                        "backend '{backend}' is not supported by this server (supported: {})",
-                        self.names()
                     )));
                 }
             },

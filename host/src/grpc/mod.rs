@@ -248,7 +248,9 @@ impl GrpcInferenceService for InferenceService {
             let message = "ModelInfer RPC doesn't support models with decoupled transaction policy";
             return Err(CoreError::unsupported(message).into());
         }
-        let request = self.frontend.read_shm_inputs(codec::decode_request(request)?)?;
+        let mut request = self.frontend.read_shm_inputs(codec::decode_request(request)?)?;
+        // The version checked above serves it, even if a newer one turns ready meanwhile.
+        request.model_version = Some(model.version);
         let response = self.frontend.infer(request).await?;
         ok(codec::encode_response(response))
     }
@@ -543,7 +545,8 @@ async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelInferRequest,
         let empty_final = reserved_parameters(&request)?;
         let model = frontend.ready_model(&request.model_name, parse_version(&request.model_version)?)?;
         // Shared-memory inputs are read here, so their errors come early too, as decoding errors do.
-        let request = frontend.read_shm_inputs(codec::decode_request(request)?)?;
+        let mut request = frontend.read_shm_inputs(codec::decode_request(request)?)?;
+        request.model_version = Some(model.version);
         Ok::<_, CoreError>((empty_final, model.is_decoupled(), request))
     })();
     let (empty_final, decoupled, request) = match prepared {

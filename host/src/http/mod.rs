@@ -184,9 +184,11 @@ async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, reque
     };
     let body = read_body(&parts.headers, body, state.max_input_size).await?;
     // Before decoding, so an unknown model is reported as such even when the body is wrong too.
-    state.frontend.require_ready(model, version)?;
+    let serving = state.frontend.require_ready(model, version)?;
     let decoded = codec::decode_request(body, header_length, model, version)?;
-    let request = state.frontend.read_shm_inputs(decoded.request)?;
+    let mut request = state.frontend.read_shm_inputs(decoded.request)?;
+    // The version checked above serves it, even if a newer one turns ready meanwhile.
+    request.model_version = Some(serving);
     let response = state.frontend.infer(request).await?;
     let (body, header_length) = codec::encode_response(&response, &decoded.binary_outputs)?;
     let mut http = Response::new(Body::from(body));

@@ -339,7 +339,9 @@ mod tests {
         assert!(err(vec![a(vec![1, 5])]).starts_with("unexpected shape for input 'a' for model 'm'. Expected [-1,4]"));
         assert!(err(vec![a(vec![5, 4])]).contains("batch-size must be <= 4"));
         assert!(err(vec![tensor("a", DataType::Int32, vec![1, 4])]).contains("data-type is 'INT32'"));
-        assert!(err(vec![a(vec![1, 4]), tensor("c", DataType::Fp32, vec![1])]).contains("unexpected inference input 'c'"));
+        assert!(
+            err(vec![a(vec![1, 4]), tensor("c", DataType::Fp32, vec![1])]).contains("unexpected inference input 'c'")
+        );
         assert!(err(vec![a(vec![1, 4]), a(vec![1, 4])]).contains("already exists"));
         assert!(err(vec![tensor("b", DataType::Int32, vec![1, 2])]).contains("missing required input(s) ['a']"));
         let mismatch = err(vec![a(vec![1, 4]), tensor("b", DataType::Int32, vec![2, 2])]);

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::backend::{Backend, ExecRequest, InstanceContext, ModelInstance, RawResponse};
+use crate::backend::{Backend, ExecRequest, InstanceContext, RawResponse};
 use crate::cache::ResponseCache;
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};
@@ -37,8 +37,9 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
-    /// Creates every instance of every instance group with `backend`, then runs warmup.
-    /// Blocking (sessions take tens of ms).
+    /// Reads the config's tensors (and label files in `model_dir`), creates every instance of
+    /// every instance group with `backend`, picks the scheduler and runs warmup. Blocking
+    /// (sessions take tens of ms).
     pub fn load(
         config: ModelConfig,
         version: i64,
@@ -46,6 +47,8 @@ impl LoadedModel {
         model_dir: &Path,
         model_path: &Path,
     ) -> CoreResult<Self> {
+        // Cheap checks first: a bad label file fails before any session is created.
+        let io = ModelIo::from_config(&config, model_dir)?;
         let version_dir = model_path.parent().unwrap_or(model_dir);
         let mut instances = Vec::new();
         for group in &config.instance_group {
@@ -61,19 +64,6 @@ impl LoadedModel {
                 instances.push(backend.create_instance(&ctx)?);
             }
         }
-        Self::from_instances(config, version, backend.platform(), instances, model_dir)
-    }
-
-    /// A model version over instances that already exist (created by a backend, or handed in
-    /// through the library API). `model_dir` holds label, warmup and initial-state files.
-    pub fn from_instances(
-        config: ModelConfig,
-        version: i64,
-        platform: &'static str,
-        instances: Vec<Box<dyn ModelInstance>>,
-        model_dir: &Path,
-    ) -> CoreResult<Self> {
-        let io = ModelIo::from_config(&config, model_dir)?;
         let stats = Arc::new(ModelStats::default());
         let scheduler = Scheduler::new(&config, instances, Arc::clone(&stats), model_dir)?;
         warmup::run(&io, &scheduler, &config.model_warmup, model_dir)?;
@@ -81,7 +71,7 @@ impl LoadedModel {
             name: config.name.clone(),
             version,
             config_json: crate::config::to_json(&config),
-            platform,
+            platform: backend.platform(),
             io,
             stats,
             scheduler,

@@ -24,14 +24,10 @@ pub fn run(io: &ModelIo, scheduler: &Scheduler, samples: &[ModelWarmup], model_d
         let (exec, batch_size) = io.prepare(&request).map_err(fail)?;
         let wanted = io.check_outputs(&request).map_err(fail)?;
         let exec = ExecRequest { outputs: wanted.iter().map(|o| o.name.clone()).collect(), ..exec };
-        scheduler.on_each_instance(|instance| {
-            for _ in 0..sample.count.max(1) {
-                let outputs = instance
-                    .execute(vec![exec.clone()])
-                    .pop()
-                    .unwrap_or_else(|| Err(CoreError::internal("instance returned too few results")))
-                    .map_err(fail)?;
-                io.postprocess(outputs, batch_size, &wanted).map_err(fail)?;
+        let times = usize::try_from(sample.count.max(1)).unwrap_or(1);
+        scheduler.execute_on_each(&[exec], times, |results| {
+            for outputs in results {
+                io.postprocess(outputs.map_err(fail)?, batch_size, &wanted).map_err(fail)?;
             }
             Ok(())
         })?;
@@ -117,7 +113,8 @@ mod tests {
     fn io_and_samples(extra: &str) -> (ModelIo, Vec<ModelWarmup>) {
         let text = format!(
             r#"name: "m" max_batch_size: 4
-            input [ {{ name: "a" data_type: TYPE_FP32 dims: [ 3 ] }}, {{ name: "s" data_type: TYPE_STRING dims: [ 2 ] }} ]
+            input [ {{ name: "a" data_type: TYPE_FP32 dims: [ 3 ] }},
+                    {{ name: "s" data_type: TYPE_STRING dims: [ 2 ] }} ]
             output [ {{ name: "a" data_type: TYPE_FP32 dims: [ 3 ] }} ]
             {extra}"#
         );

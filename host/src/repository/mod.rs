@@ -190,8 +190,13 @@ impl ModelManager {
     pub async fn register(&self, config: ModelConfig, backend: Arc<dyn Backend>) -> CoreResult<()> {
         let mut config = config;
         let name = config.name.clone();
-        if name.is_empty() || name.contains('/') {
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
             return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
+        }
+        if let Some(field) = file_reference(&config) {
+            return Err(CoreError::invalid_arg(format!(
+                "model '{name}' is registered without a model directory, so its config cannot name files ({field})"
+            )));
         }
         config::normalize(&mut config);
         if config.backend.is_empty() {
@@ -459,6 +464,27 @@ impl Infer for ModelManager {
             model.infer_stream(request).await
         })
     }
+}
+
+/// The first config field that names a file in the model directory, if any.
+fn file_reference(config: &ModelConfig) -> Option<&'static str> {
+    use crate::config::pb::model_config::SchedulingChoice;
+    use crate::config::pb::model_sequence_batching::initial_state::StateData;
+    use crate::config::pb::model_warmup::input::InputDataType;
+    if config.output.iter().any(|o| !o.label_filename.is_empty()) {
+        return Some("label_filename");
+    }
+    let warmup_file =
+        |i: &crate::config::pb::model_warmup::Input| matches!(i.input_data_type, Some(InputDataType::InputDataFile(_)));
+    if config.model_warmup.iter().any(|w| w.inputs.values().any(warmup_file)) {
+        return Some("model_warmup input_data_file");
+    }
+    if let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice
+        && sb.state.iter().flat_map(|s| &s.initial_state).any(|i| matches!(i.state_data, Some(StateData::DataFile(_))))
+    {
+        return Some("initial_state data_file");
+    }
+    None
 }
 
 fn entry_outcome(name: &str, entry: &ModelEntry) -> CoreResult<()> {

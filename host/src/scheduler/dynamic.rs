@@ -313,6 +313,20 @@ impl BatcherTask {
         batch
     }
 
+    /// No instance is left (every one panicked and was retired): answers every queued and
+    /// later request with `error` until the model is dropped, keeping the pending count right.
+    async fn fail_all(mut self, error: CoreError, mut rx: mpsc::UnboundedReceiver<(u64, Pending)>) {
+        let queued = std::mem::take(&mut self.queues).into_values().flatten();
+        for p in queued {
+            self.stats.pending_add(-1);
+            let _ = p.reply.send(Err(error.clone()));
+        }
+        while let Some((_, p)) = rx.recv().await {
+            self.stats.pending_add(-1);
+            let _ = p.reply.send(Err(error.clone()));
+        }
+    }
+
     fn full(&self, size: usize) -> bool {
         size >= self.config.max_batch_size || self.config.preferred.contains(&size)
     }
@@ -337,7 +351,10 @@ impl BatcherTask {
                     },
                 }
             };
-            let Ok(permit) = permit else { return };
+            let permit = match permit {
+                Ok(permit) => permit,
+                Err(e) => return self.fail_all(e, rx).await,
+            };
             while let Ok((level, p)) = rx.try_recv() {
                 self.enqueue(level, p);
             }
@@ -691,5 +708,31 @@ mod tests {
         }
         let order: Vec<String> = h.batches().into_iter().flatten().collect();
         assert_eq!(order, vec!["blocker", "on_time", "late"], "a timed-out request waits behind the others");
+    }
+
+    struct PanickingInstance;
+
+    impl ModelInstance for PanickingInstance {
+        fn execute(&mut self, _batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+            panic!("backend bug")
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_instances_left_requests_fail_and_nothing_stays_pending() {
+        let stats = Arc::new(ModelStats::default());
+        let pool = Arc::new(InstancePool::new(vec![Box::new(PanickingInstance)], Arc::clone(&stats)));
+        let batcher = DynamicBatcher::start(BatcherConfig::new(4, &ModelDynamicBatching::default()), pool, "m".into());
+        let exec = || {
+            let tensor = Tensor::new("x", DataType::Uint8, vec![1, 1], Bytes::from_static(&[1])).unwrap();
+            ExecRequest { inputs: vec![tensor], outputs: vec!["x".into()], ..Default::default() }
+        };
+        let first = batcher.submit(exec(), 1).await.unwrap_err();
+        assert!(first.message.contains("failed during execution"), "{}", first.message);
+        for _ in 0..3 {
+            let later = batcher.submit(exec(), 1).await.unwrap_err();
+            assert!(later.message.contains("no model instance is left"), "{}", later.message);
+        }
+        assert_eq!(stats.pending(), 0);
     }
 }

@@ -94,9 +94,15 @@ impl Scheduler {
         matches!(self, Self::Sequence { .. })
     }
 
-    /// Runs `f` on every instance, outside scheduling (warmup, before the version is served).
-    pub fn on_each_instance(&self, f: impl FnMut(&mut dyn ModelInstance) -> CoreResult<()>) -> CoreResult<()> {
-        self.pool().on_each_instance(f)
+    /// Runs `batch` `times` times on every instance, outside scheduling (warmup, before the
+    /// version is served), handing each result to `check`.
+    pub fn execute_on_each(
+        &self,
+        batch: &[ExecRequest],
+        times: usize,
+        check: impl FnMut(pool::BatchResults) -> CoreResult<()>,
+    ) -> CoreResult<()> {
+        self.pool().execute_on_each(batch, times, check)
     }
 
     /// Runs one validated request of `batch_size` rows and returns its outputs.

@@ -55,13 +55,25 @@ impl InstancePool {
         }
     }
 
-    /// Runs `f` on every instance in turn, outside the scheduler (warmup before the version is
-    /// served). Blocking.
-    pub fn on_each_instance(&self, mut f: impl FnMut(&mut dyn ModelInstance) -> CoreResult<()>) -> CoreResult<()> {
+    /// Runs `batch` `times` times on every instance in turn, outside the scheduler (warmup,
+    /// before the version is served), handing each result to `check`. Blocking.
+    pub fn execute_on_each(
+        &self,
+        batch: &[ExecRequest],
+        times: usize,
+        mut check: impl FnMut(BatchResults) -> CoreResult<()>,
+    ) -> CoreResult<()> {
         let Ok(mut idle) = self.idle.lock() else {
             return Err(CoreError::internal("instance pool poisoned"));
         };
-        idle.iter_mut().try_for_each(|instance| f(instance.as_mut()))
+        for instance in idle.iter_mut() {
+            for _ in 0..times {
+                let results = execute_on(instance.as_mut(), batch.to_vec())
+                    .ok_or_else(|| CoreError::internal("model instance failed during execution"))?;
+                check(results)?;
+            }
+        }
+        Ok(())
     }
 
     /// Waits for an idle instance (counting the request as pending and its queue time meanwhile),
@@ -71,9 +83,11 @@ impl InstancePool {
         let pending = PendingGuard::new(&self.stats);
         let permit = self.acquire().await;
         pending.release();
-        self.stats.record_queue(queued.elapsed());
         match permit {
-            Ok(permit) => self.run(permit, batch, rows).await,
+            Ok(permit) => {
+                self.stats.record_queue(queued.elapsed());
+                self.run(permit, batch, rows).await
+            }
             Err(e) => vec![Err(e); batch.len()],
         }
     }
@@ -99,14 +113,7 @@ impl InstancePool {
         let count = batch.len();
         let started = Instant::now();
         let results = match self.run_on_instance(permit, batch).await {
-            Ok(mut results) => {
-                // A backend that answers too few (or too many) results fails the missing ones.
-                results.truncate(count);
-                while results.len() < count {
-                    results.push(Err(CoreError::internal("instance returned too few results")));
-                }
-                results
-            }
+            Ok(results) => results,
             Err(e) => vec![Err(e); count],
         };
         if results.iter().all(Result::is_ok) {
@@ -126,16 +133,15 @@ impl InstancePool {
         // The blocking task itself returns the instance and its slot, so a caller that goes away
         // mid-execution (client disconnect, BLS timeout) cannot lose the instance.
         let joined = tokio::task::spawn_blocking(move || {
-            let result = std::panic::catch_unwind(AssertUnwindSafe(|| instance.execute(batch)));
-            match result {
-                Ok(results) => {
+            match execute_on(instance.as_mut(), batch) {
+                Some(results) => {
                     if let Ok(mut idle) = idle.lock() {
                         idle.push(instance);
                     }
                     drop(permit);
                     Some(results)
                 }
-                Err(_) => {
+                None => {
                     // The instance may be in an inconsistent state: retire it and its slot.
                     permit.forget();
                     tracing::error!("model instance panicked during execution and was retired");
@@ -154,8 +160,22 @@ impl InstancePool {
     }
 }
 
+/// One batch on one instance. A panic gives `None` (the caller decides what happens to the
+/// instance); otherwise exactly one result per request: a backend that answers too few results
+/// fails the missing requests here, the one place that is checked.
+fn execute_on(instance: &mut dyn ModelInstance, batch: Vec<ExecRequest>) -> Option<BatchResults> {
+    let count = batch.len();
+    let mut results = std::panic::catch_unwind(AssertUnwindSafe(|| instance.execute(batch))).ok()?;
+    results.truncate(count);
+    while results.len() < count {
+        results.push(Err(CoreError::internal("instance returned too few results")));
+    }
+    Some(results)
+}
+
+/// The result of a one-request batch ([`execute_on`] guarantees there is one).
 fn only_result(mut results: BatchResults) -> CoreResult<Vec<Tensor>> {
-    results.pop().unwrap_or_else(|| Err(CoreError::internal("instance returned too few results")))
+    results.pop().unwrap_or_else(|| Err(CoreError::internal("instance returned no result")))
 }
 
 /// Counts a request as pending (waiting for an instance) until released or dropped, so a caller

@@ -487,9 +487,24 @@ impl SequenceTask {
                         }
                         self.dispatch(permit);
                     }
-                    Err(_) => return,
+                    Err(e) => return self.fail_all(e, rx).await,
                 },
                 _ = idle_tick.tick() => self.expire_idle(),
+            }
+        }
+    }
+
+    /// No instance is left (every one panicked and was retired): answers every queued and later
+    /// request with `error` until the model is dropped, keeping the pending count right.
+    async fn fail_all(mut self, error: CoreError, mut rx: mpsc::UnboundedReceiver<Message>) {
+        let fail = |p: SeqPending| {
+            self.stats.pending_add(-1);
+            let _ = p.reply.send(Err(error.clone()));
+        };
+        std::mem::take(&mut self.sequences).into_values().flat_map(|s| s.queue).for_each(fail);
+        while let Some(message) = rx.recv().await {
+            if let Message::Request(p) = message {
+                fail(p);
             }
         }
     }

@@ -1,6 +1,6 @@
 //! The library front door: a [`ServerConfig`] in, a running [`ServerHandle`] out. `tessera serve`
-//! is one user (it maps its flags onto a config, see [`crate::cli`]); the Python package and Rust
-//! embedders are others. Through the handle, models can also be registered from code
+//! is one user (it maps its flags onto a config, see [`crate::cli`]); Rust programs that embed
+//! the server, and the planned Python package, are others. Through the handle, models can also be registered from code
 //! ([`ServerHandle::register_model`]) rather than read from repository directories, and run
 //! in-process ([`ServerHandle::infer`]).
 
@@ -70,6 +70,9 @@ pub struct ServerConfig {
     /// libonnxruntime.so; `None` searches the usual places.
     pub onnxruntime_library: Option<PathBuf>,
     pub wasm: WasmOptions,
+    /// Backends beyond the built-in ONNX Runtime and Wasm ones, for repository models whose
+    /// `backend:` names them (tried after the built-in ones when detecting by file).
+    pub backends: Vec<Arc<dyn Backend>>,
     /// After [`ServerHandle::stop`], how long open connections get before [`ServerHandle::wait`]
     /// gives up on them.
     pub exit_timeout: Duration,
@@ -98,6 +101,7 @@ impl Default for ServerConfig {
             response_cache_bytes: None,
             onnxruntime_library: None,
             wasm: WasmOptions::default(),
+            backends: Vec::new(),
             exit_timeout: Duration::from_secs(30),
             log_settings: BTreeMap::new(),
             log_applier: None,
@@ -130,6 +134,19 @@ impl ServerConfig {
         self.metrics = Some(listen);
         self
     }
+
+    /// Adds a backend for repository models (see [`ServerConfig::backends`]).
+    pub fn backend(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.backends.push(backend);
+        self
+    }
+
+    /// The logging extension's initial settings and what applies later updates to the logger.
+    pub fn log_settings(mut self, initial: BTreeMap<String, SettingValue>, applier: LogApplier) -> Self {
+        self.log_settings = initial;
+        self.log_applier = Some(applier);
+        self
+    }
 }
 
 /// Why a server did not start.
@@ -137,7 +154,7 @@ impl ServerConfig {
 pub enum StartError {
     #[error("model repository {0} is not a directory")]
     RepositoryMissing(PathBuf),
-    #[error("failed to load all models: {}", failures(.0))]
+    #[error("failed to load all models ({}); exiting (pass --exit-on-error=false to serve the others)", names(.0))]
     ModelLoad(Vec<(String, String)>),
     #[error("failed to bind the {what} to {address}: {source}")]
     Bind { what: &'static str, address: String, source: std::io::Error },
@@ -145,29 +162,33 @@ pub enum StartError {
     Config(String),
 }
 
-fn failures(failed: &[(String, String)]) -> String {
-    failed.iter().map(|(model, reason)| format!("{model}: {reason}")).collect::<Vec<_>>().join("; ")
+/// The models that failed; each failure's reason was already logged as it happened.
+fn names(failed: &[(String, String)]) -> String {
+    failed.iter().map(|(model, _)| model.as_str()).collect::<Vec<_>>().join(", ")
 }
 
 /// Starts servers from a [`ServerConfig`].
 pub struct Server;
 
 impl Server {
-    /// Loads the startup models, binds the configured doors and starts serving. Must be called
-    /// inside a multi-threaded tokio runtime.
+    /// Loads the startup models, binds the configured doors and starts serving. Call it inside a
+    /// tokio runtime; the server's tasks run on that runtime.
     pub async fn start(config: ServerConfig) -> Result<ServerHandle, StartError> {
         for repo in &config.repositories {
             if !repo.is_dir() {
-                tracing::error!(repository = %repo.display(), "model repository is not a directory");
                 if config.exit_on_error {
                     return Err(StartError::RepositoryMissing(repo.clone()));
                 }
+                tracing::error!(repository = %repo.display(), "model repository is not a directory");
             }
         }
         let wasm = Arc::new(WasmBackend::new(config.wasm.clone()));
-        let backends = BackendRegistry::new()
+        let mut backends = BackendRegistry::new()
             .with(Arc::new(OnnxBackend::new(config.onnxruntime_library.as_deref())))
             .with(Arc::clone(&wasm) as Arc<dyn Backend>);
+        for backend in &config.backends {
+            backends.register(Arc::clone(backend));
+        }
         let manager = Arc::new(ModelManager::new(
             RepositoryOptions {
                 repositories: config.repositories.clone(),
@@ -302,6 +323,11 @@ impl ServerHandle {
         self.manager.register(config, backend).await
     }
 
+    /// Loads (or reloads) a model from the repositories, whatever the control mode.
+    pub async fn load_model(&self, name: &str) -> CoreResult<()> {
+        self.manager.load(name, None).await
+    }
+
     /// Unloads a model (registered or from a repository), as the repository extension does.
     pub async fn unload_model(&self, name: &str) -> CoreResult<()> {
         self.manager.unload(name).await
@@ -330,8 +356,8 @@ impl ServerHandle {
         StopHandle(Arc::clone(&self.stop_tx))
     }
 
-    /// Waits until the doors have stopped (after [`Self::stop`], or a door failing). Connections
-    /// still open `exit_timeout` after the stop are dropped.
+    /// Waits until every door has ended (after [`Self::stop`], or each failing on its own).
+    /// Connections still open `exit_timeout` after the stop are dropped.
     pub async fn wait(mut self) -> Result<(), String> {
         let mut result = Ok(());
         let exit_timeout = self.exit_timeout;

@@ -225,9 +225,9 @@ impl ModelInstance for WasmInstance {
 
 impl Drop for WasmInstance {
     fn drop(&mut self) {
+        let ticks = deadline_ticks(&self.sandbox);
         if let Some(live) = self.live.as_mut() {
-            live.store
-                .set_epoch_deadline(self.sandbox.max_execute.as_millis() as u64 / EPOCH_TICK.as_millis() as u64 + 1);
+            live.store.set_epoch_deadline(ticks);
             if let Err(e) = live.model.call_finalize(&mut live.store) {
                 tracing::warn!(model = self.shared.model_name.as_str(), "finalize trapped: {e}");
             }
