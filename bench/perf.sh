@@ -32,6 +32,7 @@
 #   PA_TIMEOUT=60         seconds per perf_analyzer run (one retry after a failure or timeout)
 #   READY_TIMEOUT=60      seconds for each server to become ready
 #   TRITON_REF_DIR=<repo>/../shared/reference/triton   (falls back to /work/shared/reference/triton)
+#   TRITON_REPO=$TRITON_REF_DIR/model_repository   (served from a copy under OUT_DIR)
 #   OUT_DIR=$(mktemp -d /tmp/tessera-perf-http.XXXXXX)
 #
 # Everything listens on 127.0.0.1. Time: about (REPEATS x servers x concurrencies) x (4-5 windows of
@@ -65,10 +66,19 @@ if [ -z "${TRITON_REF_DIR:-}" ]; then
   [ -d "$TRITON_REF_DIR" ] || TRITON_REF_DIR=/work/shared/reference/triton
 fi
 TRITON_REF_DIR=$(cd "$TRITON_REF_DIR" && pwd)
-TRITON_REPO=$TRITON_REF_DIR/model_repository
+TRITON_REPO=${TRITON_REPO:-$TRITON_REF_DIR/model_repository}
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/tessera-perf-$PROTOCOL.XXXXXX)}
 mkdir -p "$OUT_DIR/raw"
 TRITON_RUN_DIR=$OUT_DIR/triton-run
+# Triton needs a version directory even for an ensemble, and git keeps no empty directory: serve a
+# copy of the reference repository in which every model has one.
+if [ -d "$TRITON_REPO" ]; then
+  cp -r "$TRITON_REPO" "$OUT_DIR/triton-repo"
+  for model in "$OUT_DIR"/triton-repo/*/; do
+    compgen -G "$model[0-9]*" >/dev/null || mkdir -p "${model}1"
+  done
+  TRITON_REPO=$OUT_DIR/triton-repo
+fi
 
 case "$ONLY" in
   "") SERVERS=(tessera triton) ;;

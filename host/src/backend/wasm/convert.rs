@@ -107,23 +107,6 @@ pub(super) fn params_from_wit(params: Vec<wit::Parameter>) -> Parameters {
 mod tests {
     use super::*;
 
-    const DATATYPES: [DataType; 14] = [
-        DataType::Bool,
-        DataType::Uint8,
-        DataType::Uint16,
-        DataType::Uint32,
-        DataType::Uint64,
-        DataType::Int8,
-        DataType::Int16,
-        DataType::Int32,
-        DataType::Int64,
-        DataType::Fp16,
-        DataType::Bf16,
-        DataType::Fp32,
-        DataType::Fp64,
-        DataType::Bytes,
-    ];
-
     const KINDS: [ErrorKind; 8] = [
         ErrorKind::Unknown,
         ErrorKind::Internal,
@@ -138,7 +121,7 @@ mod tests {
     #[test]
     fn every_datatype_round_trips() {
         let mut seen = Vec::new();
-        for d in DATATYPES {
+        for d in DataType::ALL {
             let w = datatype_to_wit(d);
             assert_eq!(datatype_from_wit(w), d);
             assert!(!seen.contains(&w), "{d:?} maps to a WIT type another datatype maps to");
