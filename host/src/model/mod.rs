@@ -122,11 +122,13 @@ impl LoadedModel {
         }
     }
 
-    /// Records a finished request (the one place request statistics are kept).
-    fn record_request(&self, result: Result<(), &CoreError>, start: Instant) {
+    /// Records a finished request (the one place request statistics are kept): success or
+    /// failure, and the failure's reason when the caller has the error (a decoupled request's
+    /// failures reach its stream instead, so it has none).
+    fn record_request(&self, ok: bool, failure: Option<&CoreError>, start: Instant) {
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        self.stats.record_request(result.is_ok(), start.elapsed(), now_ms);
-        if let Err(e) = result {
+        self.stats.record_request(ok, start.elapsed(), now_ms);
+        if let Some(e) = failure {
             self.stats.record_failure(FailureReason::of(e));
         }
     }
@@ -181,8 +183,7 @@ impl LoadedModel {
             drop(error_tx);
             let streamed_ok = forward.await.unwrap_or(false);
             let ok = streamed_ok && executed.is_ok();
-            let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-            model.stats.record_request(ok, start.elapsed(), now_ms);
+            model.record_request(ok, None, start);
         });
         Ok(rx)
     }
@@ -209,7 +210,7 @@ impl LoadedModel {
                 }
             }
         };
-        self.record_request(result.as_ref().map(drop), start);
+        self.record_request(result.is_ok(), result.as_ref().err(), start);
         result
     }
 

@@ -180,18 +180,18 @@ fn only_result(mut results: BatchResults) -> CoreResult<Vec<Tensor>> {
 
 /// Counts a request as pending (waiting for an instance) until released or dropped, so a caller
 /// that goes away while waiting does not leave the gauge high.
-pub struct PendingGuard<'a> {
+struct PendingGuard<'a> {
     stats: &'a ModelStats,
     counted: AtomicBool,
 }
 
 impl<'a> PendingGuard<'a> {
-    pub fn new(stats: &'a ModelStats) -> Self {
+    fn new(stats: &'a ModelStats) -> Self {
         stats.pending_add(1);
         Self { stats, counted: AtomicBool::new(true) }
     }
 
-    pub fn release(&self) {
+    fn release(&self) {
         if self.counted.swap(false, Ordering::Relaxed) {
             self.stats.pending_add(-1);
         }

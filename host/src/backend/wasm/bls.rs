@@ -13,48 +13,12 @@ use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::infer::{Infer, InferRequest, RequestedOutput, ResponseStream};
 
 /// Responses of a BLS `infer-stream` call.
-pub struct HostResponseStream(ResponseStream);
+pub struct HostResponseStream(pub(super) ResponseStream);
 
 impl GuestState {
-    /// `host.infer`: runs a model and hands its output tensors to the guest.
-    pub(super) fn bls_infer(
-        &mut self,
-        model: String,
-        version: Option<i64>,
-        inputs: Vec<Resource<HostTensor>>,
-        outputs: Vec<String>,
-        parameters: Vec<wit::Parameter>,
-    ) -> wasmtime::Result<Result<Vec<Resource<HostTensor>>, wit::Error>> {
-        let called = self.bls(model, version, inputs, outputs, parameters, |infer, request| async move {
-            infer.infer(request).await
-        })?;
-        match called {
-            Ok(response) => Ok(Ok(self.new_tensors(response.outputs)?)),
-            Err(e) => Ok(Err(e)),
-        }
-    }
-
-    /// `host.infer-stream`: starts a request and hands the guest its response stream.
-    pub(super) fn bls_infer_stream(
-        &mut self,
-        model: String,
-        version: Option<i64>,
-        inputs: Vec<Resource<HostTensor>>,
-        outputs: Vec<String>,
-        parameters: Vec<wit::Parameter>,
-    ) -> wasmtime::Result<Result<Resource<HostResponseStream>, wit::Error>> {
-        let started = self.bls(model, version, inputs, outputs, parameters, |infer, request| async move {
-            infer.infer_stream(request).await
-        })?;
-        match started {
-            Ok(stream) => Ok(Ok(self.table.push(HostResponseStream(stream)).map_err(table_error)?)),
-            Err(e) => Ok(Err(e)),
-        }
-    }
-
     /// BLS: runs `model`, blocking this (blocking-pool) thread. `call` (infer or infer_stream)
     /// runs bounded by the caller's time limit.
-    fn bls<T, Fut>(
+    pub(super) fn bls<T, Fut>(
         &mut self,
         model: String,
         version: Option<i64>,

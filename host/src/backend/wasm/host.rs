@@ -1,5 +1,6 @@
 //! The data of a guest's store and the host side of the WIT imports a guest calls: tensors,
-//! requests, response senders and logging. (BLS, the other import, is in `bls`.)
+//! requests, response senders, logging, and the entry points of BLS (`infer`, `infer-stream`),
+//! whose mechanism is in `bls`.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -247,7 +248,13 @@ impl wit_host::Host for GuestState {
         outputs: Vec<String>,
         parameters: Vec<wit::Parameter>,
     ) -> wasmtime::Result<Result<Vec<Resource<HostTensor>>, wit::Error>> {
-        self.bls_infer(model, version, inputs, outputs, parameters)
+        let called = self.bls(model, version, inputs, outputs, parameters, |infer, request| async move {
+            infer.infer(request).await
+        })?;
+        match called {
+            Ok(response) => Ok(Ok(self.new_tensors(response.outputs)?)),
+            Err(e) => Ok(Err(e)),
+        }
     }
 
     fn infer_stream(
@@ -258,7 +265,13 @@ impl wit_host::Host for GuestState {
         outputs: Vec<String>,
         parameters: Vec<wit::Parameter>,
     ) -> wasmtime::Result<Result<Resource<HostResponseStream>, wit::Error>> {
-        self.bls_infer_stream(model, version, inputs, outputs, parameters)
+        let started = self.bls(model, version, inputs, outputs, parameters, |infer, request| async move {
+            infer.infer_stream(request).await
+        })?;
+        match started {
+            Ok(stream) => Ok(Ok(self.table.push(HostResponseStream(stream)).map_err(table_error)?)),
+            Err(e) => Ok(Err(e)),
+        }
     }
 }
 
