@@ -22,8 +22,9 @@ build() {  # SRC SDK OUT
   touch "$out"
 }
 
-for guest in add_sub_rust tokenizer bls_router repeat; do
+for guest in add_sub_rust tokenizer bls_router repeat bls_fanout score_label text_pipeline_bls; do
   build "example-guests/$guest" guest-sdk/rust "$Q/$guest/1/model.wasm"
 done
 build example-guests/faulty guest-sdk/rust target/guests/faulty/model.wasm
 build example-guests/add_sub_python/model.py guest-sdk/python "$Q/add_sub_python/1/model.wasm"
+build example-guests/bls_fanout_python/model.py guest-sdk/python "$Q/bls_fanout_python/1/model.wasm"

@@ -7,6 +7,7 @@ Writes only the model files; config.pbtxt and labels.txt are hand-written files 
 
   add_sub/1/model.onnx     INPUT0, INPUT1  FP32  [batch, 16]  ->  OUTPUT0 = INPUT0 + INPUT1,
                                                                    OUTPUT1 = INPUT0 - INPUT1
+  fanout_target/1/model.onnx  the add_sub graph again, for the bls_fanout guest to call
   simple/1/model.onnx      the same with INT32 (the model tritonclient's examples call "simple")
   classifier/1/model.onnx  INPUT0 FP32 [batch, 4]  ->  OUTPUT0 FP32 [batch, 5] = INPUT0 @ W + b
   text_scorer/1/model.onnx INPUT_IDS, ATTENTION_MASK INT64 [batch, 16]  ->  TOKEN_COUNT FP32 [batch, 1]
@@ -252,6 +253,9 @@ def main(argv: list[str]) -> int:
 
     models = [
         ("add_sub", add_sub("add_sub", TensorProto.FLOAT),
+         lambda d: validate_add_sub(d, np.float32, "tensor(float)")),
+        # The same graph again: the model the bls_fanout guest calls (its own dynamic batcher).
+        ("fanout_target", add_sub("fanout_target", TensorProto.FLOAT),
          lambda d: validate_add_sub(d, np.float32, "tensor(float)")),
         ("simple", add_sub("simple", TensorProto.INT32),
          lambda d: validate_add_sub(d, np.int32, "tensor(int32)")),

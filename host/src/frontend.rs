@@ -16,7 +16,9 @@ use crate::tensor::Tensor;
 /// Extensions reported in server metadata: only what this server implements.
 pub const EXTENSIONS: &[&str] = &[
     "classification",
+    "sequence",
     "model_repository",
+    "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
     "system_shared_memory",
@@ -249,9 +251,10 @@ impl Frontend {
         self.manager.load(name, config).await
     }
 
-    pub async fn unload(&self, name: &str) -> CoreResult<()> {
+    /// Unloads a model; with `unload_dependents`, the ensembles that use it too.
+    pub async fn unload(&self, name: &str, unload_dependents: bool) -> CoreResult<()> {
         self.explicit_only()?;
-        self.manager.unload(name).await
+        self.manager.unload(name, unload_dependents).await
     }
 
     /// The repository index: every model directory, with the state of each known version.

@@ -81,6 +81,9 @@ pub struct InferResponse {
     /// Whether this is the request's last response (always true for non-decoupled models; a
     /// decoupled model may also end a request with a final flag and no response).
     pub is_final: bool,
+    /// Compute time of the execution(s) behind this response (an ensemble: its steps' sum).
+    /// Server-internal: the doors do not send it.
+    pub compute: std::time::Duration,
 }
 
 /// Responses of one request, in order; the stream ends after the final one.

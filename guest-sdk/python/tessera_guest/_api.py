@@ -291,9 +291,57 @@ class InferenceRequest:
             return _ResponseIterator(error=TritonError(e.message(), e.code()))
         return _ResponseIterator(stream)
 
-    async def async_exec(self, decoupled=False):
-        """Awaitable exec(); runs synchronously (a guest has one thread)."""
-        return self.exec(decoupled=decoupled)
+    def async_exec(self, decoupled=False):
+        """Awaitable exec(), as in Triton: `await asyncio.gather(*[r.async_exec() for r in ...])`
+        inside `async def execute` runs the calls concurrently on the host. The call starts here,
+        not when awaited. Errors come back as an InferenceResponse with has_error(), as from
+        exec(). decoupled=True returns (awaitably) the response iterator of stream_exec()."""
+        if decoupled:
+            return _ready(self.stream_exec())
+        loop = _running_host_loop()
+        if loop is None:
+            # Not under the guest's event loop (e.g. a coroutine driven by hand): run now.
+            return _ready(self.exec())
+        try:
+            handle = _host.wit_host.infer_async(*self._bls_args())
+        except _host.Err as e:
+            return _ready(InferenceResponse(error=_error_from_wit(e.value)))
+        except TritonModelException as e:
+            return _ready(InferenceResponse(error=TritonError(e.message(), e.code())))
+        return loop.wait_for_call(handle, _response_of)
+
+
+def _response_of(result):
+    """An InferenceResponse from a finished infer-async call (its outputs, or the host's error)."""
+    if isinstance(result, _host.Err):
+        return InferenceResponse(error=_error_from_wit(result.value))
+    return InferenceResponse(output_tensors=[Tensor._from_handle(h) for h in result])
+
+
+class _ready:
+    """An awaitable that is already done (async_exec without a host call in flight)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value):
+        self._value = value
+
+    def __await__(self):
+        return self._value
+        yield  # noqa: unreachable: makes this a generator
+
+
+def _running_host_loop():
+    """The guest's event loop when `async def execute` is running on it, else None."""
+    import asyncio  # already loaded by the glue (app.py), at build time
+
+    from . import _aio
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return loop if isinstance(loop, _aio.HostLoop) else None
 
 
 class LogLevel:

@@ -11,7 +11,9 @@ import json
 import sys
 import traceback
 
-from . import _api, _dtypes, _host
+# _aio (and asyncio) are imported here, at build time: componentize-py bundles only the modules
+# imported while it pre-initializes the guest.
+from . import _aio, _api, _dtypes, _host
 from ._errors import TritonError, TritonModelException
 
 import model as _user_model  # noqa: E402  the user's model.py (the build puts it on the path)
@@ -188,14 +190,6 @@ class WitWorld(_WitWorldProtocol):
 
 
 def _run_coroutine(coro):
-    """Runs `async def execute` to completion without an event loop: a guest has one thread and
-    asyncio cannot run in it, but the SDK's awaitables (InferenceRequest.async_exec) finish at
-    once, so an execute that only awaits those never suspends."""
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        return stop.value
-    coro.close()
-    raise TritonModelException(
-        "async execute() awaited something that suspends; inside a Wasm guest only "
-        "`await request.async_exec()` is supported (no asyncio event loop, no threads)")
+    """Runs `async def execute` on the guest's asyncio loop (tessera_guest._aio), where
+    `asyncio.gather(*[r.async_exec() ...])` runs BLS calls concurrently on the host."""
+    return _aio.run(coro)

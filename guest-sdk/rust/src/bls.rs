@@ -17,6 +17,46 @@ pub fn infer(model: &str, inputs: &[&Tensor], outputs: &[&str]) -> Result<Vec<Te
         .run()
 }
 
+/// Starts a call and returns at once (fan-out): calls started one after another run
+/// concurrently on the host. Collect the outputs with [`PendingInfer::get`] or [`wait_all`].
+///
+/// ```ignore
+/// let calls: Vec<PendingInfer> = inputs.iter().map(|x| infer_async("model", &[x], &[])).collect::<Result<_, _>>()?;
+/// for outputs in wait_all(calls) { let outputs = outputs?; /* ... */ }
+/// ```
+pub fn infer_async(model: &str, inputs: &[&Tensor], outputs: &[&str]) -> Result<PendingInfer, Error> {
+    InferRequest::new(model).inputs(inputs).outputs(outputs).start()
+}
+
+/// Waits for every call, in order, and returns each one's outputs (or error).
+pub fn wait_all(calls: Vec<PendingInfer>) -> Vec<Result<Vec<Tensor>, Error>> {
+    calls.into_iter().map(PendingInfer::get).collect()
+}
+
+/// Blocks until one of `calls` has finished and returns its index (none: the list is empty, or
+/// nothing finished within the model's BLS time limit).
+pub fn wait_any(calls: &[&PendingInfer]) -> Option<usize> {
+    let handles: Vec<&host::PendingInfer> = calls.iter().map(|c| &c.0).collect();
+    host::wait_any(&handles).map(|i| i as usize)
+}
+
+/// A BLS call running on the host, started by [`infer_async`] or [`InferRequest::start`].
+/// Dropping it without [`PendingInfer::get`] lets the call finish unobserved.
+#[derive(Debug)]
+pub struct PendingInfer(host::PendingInfer);
+
+impl PendingInfer {
+    /// Whether the call has finished (never blocks).
+    pub fn is_ready(&self) -> bool {
+        self.0.ready()
+    }
+
+    /// Waits for the call and returns its outputs.
+    pub fn get(self) -> Result<Vec<Tensor>, Error> {
+        self.0.get().map(|ts| ts.into_iter().map(Tensor).collect())
+    }
+}
+
 /// Calls a decoupled model and returns its responses as an iterator.
 pub fn infer_stream(
     model: &str,
@@ -100,6 +140,18 @@ impl<'a> InferRequest<'a> {
             &self.parameters,
         )
         .map(|ts| ts.into_iter().map(Tensor).collect())
+    }
+
+    /// Starts the call without waiting for it (see [`infer_async`]).
+    pub fn start(self) -> Result<PendingInfer, Error> {
+        host::infer_async(
+            &self.model,
+            self.version,
+            &self.inputs,
+            &self.outputs,
+            &self.parameters,
+        )
+        .map(PendingInfer)
     }
 
     /// Runs the call on a decoupled model: its responses, in order.

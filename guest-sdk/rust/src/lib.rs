@@ -9,7 +9,9 @@
 //!   ([`Tensor::from_f32`], [`Tensor::from_strings`], ...) and readers ([`Tensor::as_f32`], ...);
 //! * [`Request`]: inputs ([`Request::input`] fails with an `invalid-arg` error naming the missing
 //!   input), requested outputs, parameters and, for decoupled models, the [`ResponseSender`];
-//! * BLS: [`infer`], [`infer_stream`] and the [`InferRequest`] builder;
+//! * BLS: [`infer`], [`infer_stream`] and the [`InferRequest`] builder; parallel BLS (fan-out):
+//!   [`infer_async`] / [`InferRequest::start`] return a [`PendingInfer`], collected with
+//!   [`PendingInfer::get`], [`wait_all`] or [`wait_any`];
 //! * logging to the host log: [`log`] and the [`info!`], [`warn!`], [`error!`], [`verbose!`] macros;
 //! * a panic hook that writes the panic message to the host log before the guest aborts, so a trap
 //!   in the server log comes with its reason.
@@ -46,7 +48,7 @@ mod request;
 mod runtime;
 mod tensor;
 
-pub use bls::{InferRequest, ResponseStream, infer, infer_stream};
+pub use bls::{InferRequest, PendingInfer, ResponseStream, infer, infer_async, infer_stream, wait_all, wait_any};
 pub use request::{Request, ResponseSender};
 pub use tensor::{Element, Tensor, TensorsExt, decode_bytes_elements, encode_bytes_elements};
 

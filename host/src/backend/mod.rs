@@ -35,6 +35,24 @@ pub struct ExecRequest {
     pub parameters: Parameters,
     /// Set for decoupled models only.
     pub responder: Option<Responder>,
+    /// Where the scheduler adds the compute time of the execution(s) that served this request,
+    /// so a caller (an ensemble summing its steps) learns it whatever batch the request joined.
+    pub compute: Option<Arc<ComputeTime>>,
+}
+
+/// Compute time spent for one request, in nanoseconds (added to from the scheduler's tasks).
+#[derive(Debug, Default)]
+pub struct ComputeTime(std::sync::atomic::AtomicU64);
+
+impl ComputeTime {
+    pub fn add(&self, d: std::time::Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.0.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
 }
 
 /// What a backend gets to create one instance.

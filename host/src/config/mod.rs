@@ -180,6 +180,7 @@ const IMPLEMENTED_FIELDS: &[&str] = &[
     "response_cache",
     "model_warmup",
     "sequence_batching",
+    "ensemble_scheduling",
 ];
 
 fn log_ignored_fields(message: &DynamicMessage) {

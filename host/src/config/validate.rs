@@ -10,7 +10,8 @@ use super::{ConfigError, ModelConfig, TensorConfig, datatype_from_config};
 /// given, count 1 for groups that say 0, group names, KIND_AUTO resolved to KIND_CPU (no GPU
 /// support yet), latest-1 version policy.
 pub fn normalize(config: &mut ModelConfig) {
-    if config.instance_group.is_empty() {
+    // An ensemble has no instances of its own (Triton leaves its instance_group empty).
+    if config.instance_group.is_empty() && config.platform != "ensemble" {
         config.instance_group.push(pb::ModelInstanceGroup { count: 1, kind: Kind::Cpu as i32, ..Default::default() });
     }
     let model_name = config.name.clone();
@@ -45,6 +46,20 @@ pub fn validate(config: &ModelConfig, dir_name: &str) -> Result<(), ConfigError>
         return invalid(format!("max_batch_size must be >= 0, got {}", config.max_batch_size));
     }
     let batching = config.max_batch_size > 0;
+    let ensemble_scheduling =
+        matches!(config.scheduling_choice, Some(pb::model_config::SchedulingChoice::EnsembleScheduling(_)));
+    if config.platform == "ensemble" && !ensemble_scheduling {
+        return invalid(format!(
+            "ensemble scheduling must be set for ensemble {} whose platform is ensemble",
+            config.name
+        ));
+    }
+    if config.platform != "ensemble" && ensemble_scheduling {
+        return invalid(format!(
+            "ensemble scheduling cannot be set for model {} whose platform is not ensemble",
+            config.name
+        ));
+    }
 
     let mut names = HashSet::new();
     for input in &config.input {

@@ -372,7 +372,23 @@ impl GrpcInferenceService for InferenceService {
     ) -> GrpcResult<pb::RepositoryModelUnloadResponse> {
         let request = request.into_inner();
         no_repository_name(&request.repository_name)?;
-        self.frontend.unload(&request.model_name).await?;
+        use pb::model_repository_parameter::ParameterChoice as P;
+        let mut unload_dependents = false;
+        for (key, value) in &request.parameters {
+            match (key.as_str(), &value.parameter_choice) {
+                ("unload_dependents", Some(P::BoolParam(b))) => unload_dependents = *b,
+                ("unload_dependents", _) => {
+                    return Err(CoreError::invalid_arg(
+                        "invalid value type for unload parameter 'unload_dependents', expected bool_param.",
+                    )
+                    .into());
+                }
+                (other, _) => {
+                    return Err(CoreError::invalid_arg(format!("unrecognized unload parameter '{other}'.")).into());
+                }
+            }
+        }
+        self.frontend.unload(&request.model_name, unload_dependents).await?;
         ok(pb::RepositoryModelUnloadResponse {})
     }
 

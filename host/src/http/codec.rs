@@ -492,6 +492,7 @@ mod tests {
                 Tensor::new("z", DataType::Fp32, vec![1], Bytes::from(0.1f32.to_le_bytes().to_vec())).unwrap(),
             ],
             parameters: Default::default(),
+            compute: Default::default(),
             shared_memory: Default::default(),
             is_final: true,
         };

@@ -301,8 +301,15 @@ async fn repository_load(State(state): State<HttpState>, Path(model): Path<Strin
     Ok(empty_ok())
 }
 
-async fn repository_unload(State(state): State<HttpState>, Path(model): Path<String>) -> HttpResult {
-    state.frontend.unload(&model).await?;
+async fn repository_unload(State(state): State<HttpState>, Path(model): Path<String>, body: Bytes) -> HttpResult {
+    // The body is optional: `{"parameters": {"unload_dependents": true}}`.
+    let body = if body.is_empty() { Value::Null } else { parse_json_body(&body, ErrorKind::Internal)? };
+    let unload_dependents = match body.get("parameters").and_then(|p| p.get("unload_dependents")) {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(CoreError::invalid_arg("unload parameter 'unload_dependents' must be a boolean").into()),
+    };
+    state.frontend.unload(&model, unload_dependents).await?;
     Ok(empty_ok())
 }
 

@@ -10,14 +10,15 @@ pub mod warmup;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::backend::{Backend, ExecRequest, InstanceContext, RawResponse};
+use crate::backend::{Backend, ComputeTime, ExecRequest, InstanceContext, RawResponse};
 use crate::cache::ResponseCache;
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{InferRequest, InferResponse, ResponseStream};
 use crate::scheduler::Scheduler;
+use crate::scheduler::ensemble::EnsembleScheduler;
 use crate::stats::{FailureReason, ModelStats};
 pub use io::{IoSpec, ModelIo};
 
@@ -80,6 +81,34 @@ impl LoadedModel {
         })
     }
 
+    /// Serves an ensemble: its config's tensors and the checked graph of its steps. Nothing is
+    /// created: the steps are models already loaded.
+    pub fn load_ensemble(
+        config: ModelConfig,
+        version: i64,
+        ensemble: EnsembleScheduler,
+        model_dir: &Path,
+    ) -> CoreResult<Self> {
+        let io = ModelIo::from_config(&config, model_dir)?;
+        if !config.model_warmup.is_empty() {
+            return Err(CoreError::unsupported(format!(
+                "ensemble '{}': model_warmup is not supported for ensembles (warm up the composing models)",
+                config.name
+            )));
+        }
+        Ok(Self {
+            name: config.name.clone(),
+            version,
+            config_json: crate::config::to_json(&config),
+            platform: "ensemble",
+            io,
+            stats: Arc::new(ModelStats::default()),
+            scheduler: Scheduler::Ensemble(ensemble),
+            cache: None,
+            config,
+        })
+    }
+
     /// Uses the server's response cache when the config enables it (`response_cache { enable:
     /// true }`); without a server cache (`--cache-config`) the setting has no effect.
     pub fn with_response_cache(mut self, cache: Option<Arc<ResponseCache>>) -> Self {
@@ -133,6 +162,14 @@ impl LoadedModel {
         }
     }
 
+    /// An ensemble executes nothing itself. As Triton does, it reports each request as one
+    /// execution whose compute is its steps' summed compute, and a queue entry of zero time
+    /// (clients such as perf_analyzer find the version they measure by its queue count).
+    fn record_ensemble_execution(&self, batch_size: usize, compute: Duration) {
+        self.stats.record_queue(Duration::ZERO);
+        self.stats.record_execution(batch_size, Duration::ZERO, compute, Duration::ZERO);
+    }
+
     /// Checks a request and turns it into what an instance sees; returns its batch size too.
     fn prepare(&self, request: &InferRequest) -> CoreResult<(ExecRequest, usize, Vec<crate::infer::RequestedOutput>)> {
         let (exec, batch_size) = self.io.prepare(request).map_err(|e| with_request_id(request, e))?;
@@ -154,7 +191,8 @@ impl LoadedModel {
         let (raw_tx, mut raw_rx) = tokio::sync::mpsc::unbounded_channel();
         // Kept until execute returns, so an instance failure still reaches the caller's stream.
         let error_tx = raw_tx.clone();
-        let exec = ExecRequest { responder: Some(raw_tx), ..exec };
+        let compute = Arc::new(ComputeTime::default());
+        let exec = ExecRequest { responder: Some(raw_tx), compute: Some(Arc::clone(&compute)), ..exec };
         let model = Arc::clone(self);
         let id = request.id;
         // Post-process each raw response while the instance may still be producing more.
@@ -183,6 +221,9 @@ impl LoadedModel {
             drop(error_tx);
             let streamed_ok = forward.await.unwrap_or(false);
             let ok = streamed_ok && executed.is_ok();
+            if ok && model.scheduler.ensemble().is_some() {
+                model.record_ensemble_execution(batch_size, compute.get());
+            }
             model.record_request(ok, None, start);
         });
         Ok(rx)
@@ -223,9 +264,14 @@ impl LoadedModel {
             )));
         }
         let (exec, batch_size, wanted) = self.prepare(&request)?;
+        let compute = Arc::new(ComputeTime::default());
+        let exec = ExecRequest { compute: Some(Arc::clone(&compute)), ..exec };
         let outputs = self.scheduler.execute(exec, batch_size).await?;
         let outputs = self.io.postprocess(outputs, batch_size, &wanted)?;
-        Ok(self.response(request.id, outputs, true))
+        if self.scheduler.ensemble().is_some() {
+            self.record_ensemble_execution(batch_size, compute.get());
+        }
+        Ok(InferResponse { compute: compute.get(), ..self.response(request.id, outputs, true) })
     }
 }
 

@@ -4,11 +4,16 @@
 //!
 //! Loads build a whole new set of versions off to the side and swap it in at the end, so requests
 //! in flight keep the `Arc` of the version they started on and never fail because of a reload.
+//!
+//! Ensembles depend on other models: loading one first loads the composing models it needs, a
+//! cycle between ensembles is refused, and after every change ([`ModelManager::refresh_ensembles`])
+//! an ensemble is ready exactly while all of its steps are (the logic is in `dependencies`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+mod dependencies;
 mod layout;
 
 use layout::{fingerprint_dir, select_versions, version_dirs};
@@ -19,6 +24,7 @@ use crate::config::{self, ModelConfig};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{Infer, InferFuture, InferRequest, InferResponse, ResponseStream};
 use crate::model::LoadedModel;
+use crate::scheduler::ensemble::is_ensemble;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ControlMode {
@@ -62,6 +68,8 @@ struct ModelEntry {
     /// Registered through the library API rather than found in a repository: polling keeps it.
     registered: bool,
     fingerprint: u64,
+    /// For an ensemble: what rebuilding its versions needs when its steps come and go.
+    ensemble: Option<dependencies::EnsembleSource>,
 }
 
 pub struct ModelManager {
@@ -90,6 +98,10 @@ impl ModelManager {
         };
         let mut failures = Vec::new();
         for name in names {
+            // Already loaded in this pass as an ensemble's composing model.
+            if self.models.read().is_ok_and(|m| m.contains_key(&name)) {
+                continue;
+            }
             if let Err(e) = self.load(&name, None).await {
                 failures.push((name, e.message));
             }
@@ -137,6 +149,33 @@ impl ModelManager {
             return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
         }
         let _guard = self.control.lock().await;
+        let outcome = self.load_locked(name, config_override).await;
+        self.refresh_ensembles(Some(name));
+        outcome
+    }
+
+    /// `load` under the control lock: an ensemble's missing composing models load first.
+    async fn load_locked(self: &Arc<Self>, name: &str, config_override: Option<String>) -> CoreResult<()> {
+        let dir = self.locate(name)?;
+        let mut order = Vec::new();
+        if let Err(cycle) = self.missing_dependencies(name, &dir, config_override.as_deref(), &mut order) {
+            let entry =
+                ModelEntry { error: Some(cycle.clone()), fingerprint: fingerprint_dir(&dir), ..Default::default() };
+            if let Ok(mut models) = self.models.write() {
+                models.insert(name.to_string(), entry);
+            }
+            tracing::error!(model = name, "failed to load model: {}", cycle.message);
+            return Err(CoreError::invalid_arg(format!("load failed for model '{name}': {}", cycle.message)));
+        }
+        for dependency in order {
+            // Its own failure shows in the ensemble's message ("not available").
+            let _ = Box::pin(self.load_one(&dependency, None)).await;
+        }
+        self.load_one(name, config_override).await
+    }
+
+    /// Loads one model directory (no dependencies) and swaps it in.
+    async fn load_one(self: &Arc<Self>, name: &str, config_override: Option<String>) -> CoreResult<()> {
         let dir = self.locate(name)?;
         let this = Arc::clone(self);
         let model_name = name.to_string();
@@ -166,28 +205,35 @@ impl ModelManager {
         outcome
     }
 
-    pub async fn unload(&self, name: &str) -> CoreResult<()> {
+    /// Unloads a model. Ensembles that use it become unavailable until it is loaded again, or
+    /// with `unload_dependents` (Triton's repository unload parameter) are unloaded too.
+    pub async fn unload(self: &Arc<Self>, name: &str, unload_dependents: bool) -> CoreResult<()> {
         let _guard = self.control.lock().await;
-        let mut models = self.models.write().map_err(|_| CoreError::internal("model table poisoned"))?;
-        match models.get_mut(name) {
-            Some(entry) => {
+        let mut names = vec![name.to_string()];
+        if unload_dependents {
+            names.extend(self.dependents(name));
+        }
+        {
+            let mut models = self.models.write().map_err(|_| CoreError::internal("model table poisoned"))?;
+            for name in &names {
+                // Triton answers 200 for unloading a model that is not loaded.
+                let Some(entry) = models.get_mut(name) else { continue };
                 for state in entry.versions.values_mut() {
                     *state = VersionState::Unavailable("unloaded".into());
                 }
                 entry.error = None;
                 entry.unloaded = true;
-                tracing::info!(model = name, "model unloaded");
-                Ok(())
+                tracing::info!(model = name.as_str(), "model unloaded");
             }
-            // Triton answers 200 for unloading a model that is not loaded.
-            None => Ok(()),
         }
+        self.refresh_ensembles(None);
+        Ok(())
     }
 
     /// Serves a model that is not a repository directory (the library API): the config is
     /// normalised and validated as a config.pbtxt would be, and `backend` creates its instances.
     /// It is served as version 1, replacing any model of that name.
-    pub async fn register(&self, config: ModelConfig, backend: Arc<dyn Backend>) -> CoreResult<()> {
+    pub async fn register(self: &Arc<Self>, config: ModelConfig, backend: Arc<dyn Backend>) -> CoreResult<()> {
         let mut config = config;
         let name = config.name.clone();
         if name.is_empty() || name.contains('/') || name == "." || name == ".." {
@@ -217,9 +263,9 @@ impl ModelManager {
             registered: true,
             ..Default::default()
         };
-        let mut models = self.models.write().map_err(|_| CoreError::internal("model table poisoned"))?;
-        models.insert(name.clone(), entry);
+        self.models.write().map_err(|_| CoreError::internal("model table poisoned"))?.insert(name.clone(), entry);
         tracing::info!(model = name.as_str(), "model registered");
+        self.refresh_ensembles(Some(&name));
         Ok(())
     }
 
@@ -238,6 +284,7 @@ impl ModelManager {
                 if let Ok(mut models) = self.models.write() {
                     models.remove(name);
                 }
+                self.refresh_ensembles(None);
             } else if let Some(dir) = present.get(name)
                 && fingerprint_dir(dir) != *fingerprint
             {
@@ -252,7 +299,7 @@ impl ModelManager {
         }
     }
 
-    fn build_entry(&self, name: &str, dir: &Path, config_override: Option<&str>) -> ModelEntry {
+    fn build_entry(self: &Arc<Self>, name: &str, dir: &Path, config_override: Option<&str>) -> ModelEntry {
         let fingerprint = fingerprint_dir(dir);
         let mut entry = ModelEntry { fingerprint, ..Default::default() };
         let (config, versions) = match self.prepare_config(name, dir, config_override) {
@@ -262,6 +309,14 @@ impl ModelManager {
                 return entry;
             }
         };
+        if is_ensemble(&config) {
+            let source = dependencies::EnsembleSource { config, dir: dir.to_path_buf() };
+            for version in versions {
+                entry.versions.insert(version, self.build_ensemble(&source, version));
+            }
+            entry.ensemble = Some(source);
+            return entry;
+        }
         let backend = match self.backends.resolve(&config, None) {
             Ok(b) => b,
             Err(e) => {
@@ -325,7 +380,7 @@ impl ModelManager {
                 available
             )));
         }
-        if !self.options.strict_config {
+        if !self.options.strict_config && !is_ensemble(&config) {
             let backend =
                 self.backends.resolve(&config, versions.last().map(|v| dir.join(v.to_string())).as_deref())?;
             if let Some(latest) = versions.last() {
@@ -342,6 +397,13 @@ impl ModelManager {
     /// The model version to serve a request: the given version, or the newest ready one.
     pub fn get(&self, name: &str, version: Option<i64>) -> CoreResult<Arc<LoadedModel>> {
         let models = self.models.read().map_err(|_| CoreError::internal("model table poisoned"))?;
+        lookup(&models, name, version)
+    }
+}
+
+/// The model version to serve a request, in a model table.
+fn lookup(models: &BTreeMap<String, ModelEntry>, name: &str, version: Option<i64>) -> CoreResult<Arc<LoadedModel>> {
+    {
         let entry = models.get(name).ok_or_else(|| CoreError::unknown_model(name))?;
         match version {
             Some(v) => match entry.versions.get(&v) {
@@ -366,7 +428,9 @@ impl ModelManager {
                 }),
         }
     }
+}
 
+impl ModelManager {
     /// Every ready version, oldest first (for `/v2/models/stats`).
     pub fn ready_models(&self) -> Vec<Arc<LoadedModel>> {
         let Ok(models) = self.models.read() else { return Vec::new() };

@@ -490,7 +490,7 @@ mod tests {
                 inputs: vec![tensor],
                 outputs: vec!["x".into()],
                 parameters: params.iter().map(|(k, v)| (k.to_string(), ParamValue::Int(*v))).collect(),
-                responder: None,
+                ..Default::default()
             };
             tokio::spawn(self.batcher.submit(exec, 1))
         }

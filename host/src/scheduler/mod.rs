@@ -5,12 +5,15 @@
 //! - [`Scheduler::Dynamic`]: `dynamic_batching`, the queue task in [`dynamic`].
 //! - [`Scheduler::Sequence`]: `sequence_batching`, correlation ids and implicit state in
 //!   [`sequence`].
+//! - [`Scheduler::Ensemble`]: `ensemble_scheduling`, a graph of other models run through
+//!   [`crate::infer::Infer`] in [`ensemble`]; it has no instances.
 //!
 //! The instances live inside the scheduler, so a model whose scheduler needs none (an ensemble
 //! runs other models) has none. Statistics for executions are recorded by the pool, once per
 //! execution, whichever scheduler formed the batch.
 
 pub mod dynamic;
+pub mod ensemble;
 pub mod pool;
 pub mod sequence;
 
@@ -24,6 +27,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::stats::ModelStats;
 use crate::tensor::Tensor;
 use dynamic::{BatcherConfig, DynamicBatcher};
+use ensemble::EnsembleScheduler;
 use pool::InstancePool;
 use sequence::{SequenceBatcher, SequenceConfig};
 
@@ -41,6 +45,7 @@ pub enum Scheduler {
         pool: Arc<InstancePool>,
         sequencer: OnceLock<SequenceBatcher>,
     },
+    Ensemble(EnsembleScheduler),
 }
 
 impl Scheduler {
@@ -83,9 +88,20 @@ impl Scheduler {
         })
     }
 
-    fn pool(&self) -> &Arc<InstancePool> {
+    fn pool(&self) -> CoreResult<&Arc<InstancePool>> {
         match self {
-            Self::Direct(pool) | Self::Dynamic { pool, .. } | Self::Sequence { pool, .. } => pool,
+            Self::Direct(pool) | Self::Dynamic { pool, .. } | Self::Sequence { pool, .. } => Ok(pool),
+            Self::Ensemble(e) => {
+                Err(CoreError::unsupported(format!("ensemble '{}' has no instances of its own", e.plan().name)))
+            }
+        }
+    }
+
+    /// The ensemble's graph, for an ensemble.
+    pub fn ensemble(&self) -> Option<&EnsembleScheduler> {
+        match self {
+            Self::Ensemble(e) => Some(e),
+            _ => None,
         }
     }
 
@@ -102,7 +118,7 @@ impl Scheduler {
         times: usize,
         check: impl FnMut(pool::BatchResults) -> CoreResult<()>,
     ) -> CoreResult<()> {
-        self.pool().execute_on_each(batch, times, check)
+        self.pool()?.execute_on_each(batch, times, check)
     }
 
     /// Runs one validated request of `batch_size` rows and returns its outputs.
@@ -118,13 +134,31 @@ impl Scheduler {
                 let sequencer = sequencer.get_or_init(|| SequenceBatcher::start(config.clone(), Arc::clone(pool)));
                 sequencer.submit(exec, batch_size).await
             }
+            Self::Ensemble(ensemble) => {
+                let sink = exec.compute.clone();
+                let (outputs, compute) = ensemble.execute(exec).await?;
+                if let Some(sink) = sink {
+                    sink.add(compute);
+                }
+                Ok(outputs)
+            }
         }
     }
 
     /// Runs one request of a decoupled model, whose responses go through `exec.responder`;
     /// returns once the instance is done with it. Decoupled models are scheduled directly.
     pub async fn execute_decoupled(&self, exec: ExecRequest, batch_size: usize) -> CoreResult<()> {
-        self.pool().execute_one(exec, batch_size).await.map(drop)
+        match self {
+            Self::Ensemble(ensemble) => {
+                let sink = exec.compute.clone();
+                let compute = ensemble.execute_decoupled(exec).await?;
+                if let Some(sink) = sink {
+                    sink.add(compute);
+                }
+                Ok(())
+            }
+            _ => self.pool()?.execute_one(exec, batch_size).await.map(drop),
+        }
     }
 }
 
@@ -166,6 +200,7 @@ mod tests {
             Ok(Scheduler::Direct(_)) => "direct",
             Ok(Scheduler::Dynamic { .. }) => "dynamic",
             Ok(Scheduler::Sequence { .. }) => "sequence",
+            Ok(Scheduler::Ensemble(_)) => "ensemble",
             Err(_) => "error",
         };
         assert_eq!(kind(""), "direct");
@@ -185,7 +220,7 @@ mod tests {
         let exec = ExecRequest { inputs: vec![x.unwrap()], ..Default::default() };
         let out = scheduler.execute(exec, 1).await.unwrap();
         assert_eq!(&out[0].data[..], &[7, 0, 0, 0]);
-        let stats = scheduler.pool().stats().snapshot();
+        let stats = scheduler.pool().unwrap().stats().snapshot();
         assert_eq!((stats.execution_count, stats.inference_count, stats.queue.count), (1, 1, 1));
     }
 }

@@ -330,7 +330,7 @@ impl ServerHandle {
 
     /// Unloads a model (registered or from a repository), as the repository extension does.
     pub async fn unload_model(&self, name: &str) -> CoreResult<()> {
-        self.manager.unload(name).await
+        self.manager.unload(name, false).await
     }
 
     pub fn http_address(&self) -> Option<SocketAddr> {

@@ -2,7 +2,9 @@
 //! through the [`Infer`] the backend was connected to, as every other caller does.
 
 use std::future::Future;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use wasmtime::component::Resource;
 
@@ -10,26 +12,70 @@ use super::convert::{params_from_wit, wit_error};
 use super::host::{GuestState, HostTensor, table_error};
 use super::{wit, wit_host};
 use crate::error::{CoreError, CoreResult, ErrorKind};
-use crate::infer::{Infer, InferRequest, RequestedOutput, ResponseStream};
+use crate::infer::{Infer, InferRequest, InferResponse, RequestedOutput, ResponseStream};
 
 /// Responses of a BLS `infer-stream` call.
 pub struct HostResponseStream(pub(super) ResponseStream);
 
+/// A BLS call started by `infer-async`: the spawned call fills `slot` and wakes the store's
+/// waiters (`GuestShared::bls_done`).
+pub struct HostPendingInfer {
+    slot: Arc<Mutex<Option<CoreResult<InferResponse>>>>,
+    /// Set once `get` handed the result out.
+    taken: bool,
+    /// Released when the call finishes, so the store's in-flight count stays true.
+    _in_flight: InFlight,
+}
+
+/// The most `infer-async` calls one store may have running at once: a guest cannot flood the
+/// host with spawned calls.
+pub(super) const MAX_CALLS_IN_FLIGHT: usize = 64;
+
+/// One running `infer-async` call of a store, counted until dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A checked BLS call, ready to run: the request and what running it needs.
+pub(super) struct BlsCall {
+    infer: Arc<dyn Infer>,
+    runtime: tokio::runtime::Handle,
+    request: InferRequest,
+    timeout: Duration,
+}
+
+impl BlsCall {
+    /// Runs the call (`infer` or `infer_stream`) bounded by the caller's BLS time limit.
+    async fn run<T, Fut>(self, call: impl FnOnce(Arc<dyn Infer>, InferRequest) -> Fut) -> CoreResult<T>
+    where
+        Fut: Future<Output = CoreResult<T>>,
+    {
+        let model = self.request.model_name.clone();
+        let timeout = self.timeout;
+        tokio::time::timeout(timeout, call(self.infer, self.request)).await.unwrap_or_else(|_| {
+            Err(CoreError::unavailable(format!(
+                "BLS call to model '{model}' timed out after {} ms",
+                timeout.as_millis()
+            )))
+        })
+    }
+}
+
 impl GuestState {
-    /// BLS: runs `model`, blocking this (blocking-pool) thread. `call` (infer or infer_stream)
-    /// runs bounded by the caller's time limit.
-    pub(super) fn bls<T, Fut>(
+    /// Checks a BLS call (allowed model, input handles, a live server) and builds its request.
+    /// `Ok(Err(_))` is the guest's error; `Err(_)` traps (a bad handle).
+    fn bls_call(
         &mut self,
         model: String,
         version: Option<i64>,
         inputs: Vec<Resource<HostTensor>>,
         outputs: Vec<String>,
         parameters: Vec<wit::Parameter>,
-        call: impl FnOnce(Arc<dyn Infer>, InferRequest) -> Fut,
-    ) -> wasmtime::Result<Result<T, wit::Error>>
-    where
-        Fut: Future<Output = CoreResult<T>>,
-    {
+    ) -> wasmtime::Result<Result<BlsCall, wit::Error>> {
         let shared = Arc::clone(&self.shared);
         if !shared.allowed_models.allows(&model) {
             return Ok(Err(wit_error(CoreError::new(
@@ -49,24 +95,154 @@ impl GuestState {
             return Ok(Err(wit_error(CoreError::unavailable("the server is shutting down"))));
         };
         let request = InferRequest {
-            model_name: model.clone(),
+            model_name: model,
             model_version: version,
             id: None,
             inputs: tensors,
             outputs: outputs.into_iter().map(RequestedOutput::named).collect(),
             parameters: params_from_wit(parameters),
         };
-        let timeout = shared.bls_timeout;
-        let result = runtime.block_on(async move {
-            tokio::time::timeout(timeout, call(infer, request)).await.unwrap_or_else(|_| {
-                Err(CoreError::unavailable(format!(
-                    "BLS call to model '{model}' timed out after {} ms",
-                    timeout.as_millis()
-                )))
-            })
-        });
-        Ok(result.map_err(wit_error))
+        Ok(Ok(BlsCall { infer, runtime, request, timeout: shared.bls_timeout }))
     }
+
+    /// BLS: runs `model`, blocking this (blocking-pool) thread. `call` (infer or infer_stream)
+    /// runs bounded by the caller's time limit.
+    pub(super) fn bls<T, Fut>(
+        &mut self,
+        model: String,
+        version: Option<i64>,
+        inputs: Vec<Resource<HostTensor>>,
+        outputs: Vec<String>,
+        parameters: Vec<wit::Parameter>,
+        call: impl FnOnce(Arc<dyn Infer>, InferRequest) -> Fut,
+    ) -> wasmtime::Result<Result<T, wit::Error>>
+    where
+        Fut: Future<Output = CoreResult<T>>,
+    {
+        let bls = match self.bls_call(model, version, inputs, outputs, parameters)? {
+            Ok(bls) => bls,
+            Err(e) => return Ok(Err(e)),
+        };
+        let runtime = bls.runtime.clone();
+        Ok(runtime.block_on(bls.run(call)).map_err(wit_error))
+    }
+
+    /// `infer-async`: checks the call like `infer`, then runs it on the runtime and returns at once.
+    pub(super) fn bls_start(
+        &mut self,
+        model: String,
+        version: Option<i64>,
+        inputs: Vec<Resource<HostTensor>>,
+        outputs: Vec<String>,
+        parameters: Vec<wit::Parameter>,
+    ) -> wasmtime::Result<Result<Resource<HostPendingInfer>, wit::Error>> {
+        let counter = Arc::clone(&self.calls_in_flight);
+        if counter.fetch_add(1, Ordering::SeqCst) >= MAX_CALLS_IN_FLIGHT {
+            counter.fetch_sub(1, Ordering::SeqCst);
+            return Ok(Err(wit_error(CoreError::unavailable(format!(
+                "model '{}' has {MAX_CALLS_IN_FLIGHT} BLS calls in flight; wait for some before starting more",
+                self.shared.model_name
+            )))));
+        }
+        let in_flight = InFlight(counter);
+        let bls = match self.bls_call(model, version, inputs, outputs, parameters)? {
+            Ok(bls) => bls,
+            Err(e) => return Ok(Err(e)),
+        };
+        let slot = Arc::new(Mutex::new(None));
+        let filled = Arc::clone(&slot);
+        let done = Arc::clone(&self.bls_done);
+        bls.runtime.clone().spawn(async move {
+            let result = bls.run(|infer, request| async move { infer.infer(request).await }).await;
+            if let Ok(mut slot) = filled.lock() {
+                *slot = Some(result);
+            }
+            done.notify_waiters();
+        });
+        let pending = HostPendingInfer { slot, taken: false, _in_flight: in_flight };
+        Ok(Ok(self.table.push(pending).map_err(table_error)?))
+    }
+
+    fn pending(&self, handle: &Resource<HostPendingInfer>) -> wasmtime::Result<&HostPendingInfer> {
+        self.table.get(handle).map_err(table_error)
+    }
+
+    /// Blocks until `finished` says yes or the BLS time limit passes; woken by every call that
+    /// finishes. Returns `finished`'s last answer.
+    fn wait_until<T>(&self, mut finished: impl FnMut(&Self) -> Option<T>) -> wasmtime::Result<Option<T>> {
+        if let Some(found) = finished(self) {
+            return Ok(Some(found));
+        }
+        let Some(runtime) = self.shared.runtime.clone() else { return Ok(None) };
+        let done = Arc::clone(&self.bls_done);
+        let deadline = tokio::time::Instant::now() + self.shared.bls_timeout;
+        runtime.block_on(async {
+            loop {
+                // Registered before checking, so a call finishing in between still wakes us.
+                let notified = done.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if let Some(found) = finished(self) {
+                    return Ok(Some(found));
+                }
+                if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                    return Ok(finished(self));
+                }
+            }
+        })
+    }
+}
+
+impl HostPendingInfer {
+    fn is_ready(&self) -> bool {
+        self.taken || self.slot.lock().is_ok_and(|slot| slot.is_some())
+    }
+}
+
+impl wit_host::HostPendingInfer for GuestState {
+    fn ready(&mut self, handle: Resource<HostPendingInfer>) -> wasmtime::Result<bool> {
+        Ok(self.pending(&handle)?.is_ready())
+    }
+
+    fn get(
+        &mut self,
+        handle: Resource<HostPendingInfer>,
+    ) -> wasmtime::Result<Result<Vec<Resource<HostTensor>>, wit::Error>> {
+        if self.pending(&handle)?.taken {
+            return Ok(Err(wit_error(CoreError::invalid_arg("the result of this BLS call was already taken"))));
+        }
+        let slot = Arc::clone(&self.pending(&handle)?.slot);
+        let take = |_: &Self| slot.lock().ok().and_then(|mut s| s.take());
+        // The spawned call is itself bounded by the time limit, so it always fills the slot; the
+        // wait's own limit only guards against a runtime that stopped.
+        let result =
+            self.wait_until(take)?.unwrap_or_else(|| Err(CoreError::unavailable("the server is shutting down")));
+        self.table.get_mut(&handle).map_err(table_error)?.taken = true;
+        match result {
+            Ok(response) => Ok(Ok(self.new_tensors(response.outputs)?)),
+            Err(e) => Ok(Err(wit_error(e))),
+        }
+    }
+
+    fn drop(&mut self, handle: Resource<HostPendingInfer>) -> wasmtime::Result<()> {
+        // A call the guest no longer waits for runs to its end (bounded by the time limit).
+        self.table.delete(handle).map(|_| ()).map_err(table_error)
+    }
+}
+
+/// `wait-any`: the index of a finished call among `calls`.
+pub(super) fn wait_any(state: &mut GuestState, calls: &[Resource<HostPendingInfer>]) -> wasmtime::Result<Option<u32>> {
+    let mut slots = Vec::with_capacity(calls.len());
+    for call in calls {
+        let pending = state.pending(call)?;
+        slots.push((pending.taken, Arc::clone(&pending.slot)));
+    }
+    if slots.is_empty() {
+        return Ok(None);
+    }
+    let finished =
+        |_: &GuestState| slots.iter().position(|(taken, slot)| *taken || slot.lock().is_ok_and(|s| s.is_some()));
+    Ok(state.wait_until(finished)?.and_then(|i| u32::try_from(i).ok()))
 }
 
 impl wit_host::HostResponseStream for GuestState {

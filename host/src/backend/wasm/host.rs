@@ -1,7 +1,8 @@
 //! The data of a guest's store and the host side of the WIT imports a guest calls: tensors,
-//! requests, response senders, logging, and the entry points of BLS (`infer`, `infer-stream`),
-//! whose mechanism is in `bls`.
+//! requests, response senders, logging, and the entry points of BLS (`infer`, `infer-async`,
+//! `wait-any`, `infer-stream`), whose mechanism is in `bls`.
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use bytes::Bytes;
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::bls::HostResponseStream;
+use super::bls::{HostPendingInfer, HostResponseStream};
 use super::convert::{datatype_from_wit, datatype_to_wit, kind_from_wit, params_to_wit, wit_error};
 use super::sandbox::{AllowList, GuestLimiter};
 use super::{wit, wit_host};
@@ -57,6 +58,10 @@ pub struct GuestState {
     pub(super) last_log: Vec<String>,
     /// Responders of the current `execute` call, closed when it returns.
     pub(super) call_responders: Vec<SharedResponder>,
+    /// `infer-async` calls of this store still running (bounded by `bls::MAX_CALLS_IN_FLIGHT`).
+    pub(super) calls_in_flight: Arc<AtomicUsize>,
+    /// Woken whenever one of this store's `infer-async` calls finishes.
+    pub(super) bls_done: Arc<tokio::sync::Notify>,
 }
 
 /// How many of the guest's last log lines a trap message can quote from.
@@ -64,7 +69,16 @@ const LOG_LINES_KEPT: usize = 16;
 
 impl GuestState {
     pub(super) fn new(wasi: WasiCtx, limits: GuestLimiter, shared: Arc<GuestShared>) -> Self {
-        Self { table: ResourceTable::new(), wasi, limits, shared, last_log: Vec::new(), call_responders: Vec::new() }
+        Self {
+            table: ResourceTable::new(),
+            wasi,
+            limits,
+            shared,
+            last_log: Vec::new(),
+            call_responders: Vec::new(),
+            calls_in_flight: Arc::default(),
+            bls_done: Arc::default(),
+        }
     }
 
     pub(super) fn tensor(&self, handle: &Resource<HostTensor>) -> wasmtime::Result<&Tensor> {
@@ -255,6 +269,21 @@ impl wit_host::Host for GuestState {
             Ok(response) => Ok(Ok(self.new_tensors(response.outputs)?)),
             Err(e) => Ok(Err(e)),
         }
+    }
+
+    fn infer_async(
+        &mut self,
+        model: String,
+        version: Option<i64>,
+        inputs: Vec<Resource<HostTensor>>,
+        outputs: Vec<String>,
+        parameters: Vec<wit::Parameter>,
+    ) -> wasmtime::Result<Result<Resource<HostPendingInfer>, wit::Error>> {
+        self.bls_start(model, version, inputs, outputs, parameters)
+    }
+
+    fn wait_any(&mut self, calls: Vec<Resource<HostPendingInfer>>) -> wasmtime::Result<Option<u32>> {
+        super::bls::wait_any(self, &calls)
     }
 
     fn infer_stream(

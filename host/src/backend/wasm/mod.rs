@@ -52,6 +52,7 @@ mod bindings {
             "tessera:model/types.request": super::host::HostRequest,
             "tessera:model/types.response-sender": super::host::HostSender,
             "tessera:model/host.response-stream": super::bls::HostResponseStream,
+            "tessera:model/host.pending-infer": super::bls::HostPendingInfer,
         },
         imports: { default: trappable },
     });

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Ensemble and BLS fan-out overhead, Tessera beside the reference NVIDIA Triton, in one run.
+
+What it measures (server-side time from the statistics extension, so the load generator sharing
+the 2 cores does not blur it; plus server CPU per inference from /proc):
+
+  1. Ensemble step overhead. Under perf_analyzer load on an ensemble whose steps are all `add_sub`,
+     the ensemble's mean request time minus its steps' mean request time (both from the same
+     measurement window: the steps' statistics count the requests the ensemble made), divided by
+     the number of steps. `ens_add_sub` has one step (the reference repository's own ensemble);
+     `ens_add_sub_x4` chains four. Triton's side is the same ensembles over its python-backend
+     add_sub; Tessera's over its ONNX add_sub.
+  2. BLS fan-out (Tessera): the `bls_fanout` guest calls `fanout_target` 4 times, in parallel
+     (infer-async) or one after another (request parameter mode=sequential); `calls=1` makes one
+     call, the baseline. Reported: mean request time of each and the ratios parallel / one call
+     and parallel / sequential.
+
+usage: bench/ensemble.py [--tessera-bin target/release/tessera] [--secs 4] [--repeats 3] [--conc 1]
+                         [--only tessera|triton]
+Prints a markdown table; everything listens on 127.0.0.1 (Tessera 18300-18302, Triton 18400-18402).
+Needs scripts/setup.sh (models, guests) and ../shared/reference/triton/setup.sh (perf_analyzer and
+tritonserver); about 4 minutes with the defaults.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "model-repos" / "quickstart"
+REF = next((p for p in (ROOT.parent / "shared" / "reference" / "triton", Path("/work/shared/reference/triton"))
+            if p.is_dir()), None)
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def env_sh() -> dict:
+    out = {}
+    for line in open("/opt/triton-reference/triton/env.sh"):
+        if line.startswith("export "):
+            k, v = line[7:].strip().split("=", 1)
+            out[k] = v.strip('"')
+    return out
+
+
+def chain_config(name: str, steps: int) -> str:
+    """An ensemble of `steps` add_sub steps: (A, B) -> (A+B, A-B) -> (2A, 2B) -> ..."""
+    parts = []
+    a, b = "INPUT0", "INPUT1"
+    for i in range(steps):
+        last = i == steps - 1
+        x, y = ("OUTPUT0", "OUTPUT1") if last else (f"s{i}", f"d{i}")
+        parts.append(
+            f'{{ model_name: "add_sub" model_version: -1 input_map {{ key: "INPUT0" value: "{a}" }} '
+            f'input_map {{ key: "INPUT1" value: "{b}" }} output_map {{ key: "OUTPUT0" value: "{x}" }} '
+            f'output_map {{ key: "OUTPUT1" value: "{y}" }} }}')
+        a, b = x, y
+    io = ('input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, '
+          '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+          'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, '
+          '{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]\n')
+    return (f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 8\n{io}'
+            f'ensemble_scheduling {{ step [ {", ".join(parts)} ] }}\n')
+
+
+def add_ensembles(repo: Path) -> None:
+    for name, steps in (("ens_add_sub", 1), ("ens_add_sub_x4", 4)):
+        d = repo / name
+        if d.exists():
+            shutil.rmtree(d)
+        (d / "1").mkdir(parents=True)
+        (d / "config.pbtxt").write_text(chain_config(name, steps))
+
+
+def tessera_repo(work: Path) -> Path:
+    repo = work / "tessera-repo"
+    repo.mkdir()
+    for model in ("add_sub", "bls_fanout", "fanout_target"):
+        if (QUICKSTART / model).is_dir():
+            shutil.copytree(QUICKSTART / model, repo / model)
+    add_ensembles(repo)
+    return repo
+
+
+def triton_repo(work: Path) -> Path:
+    repo = work / "triton-repo"
+    shutil.copytree(REF / "model_repository", repo)
+    for d in repo.iterdir():
+        if d.is_dir():
+            (d / "1").mkdir(exist_ok=True)  # the reference ens_add_sub has no version directory
+    add_ensembles(repo)
+    return repo
+
+
+def wait_ready(port: int, proc: subprocess.Popen | None, what: str, timeout: float = 90) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            sys.exit(f"{what} exited with {proc.returncode} before becoming ready")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    sys.exit(f"{what} not ready within {timeout:.0f} s")
+
+
+def tree(pid: int) -> set[int]:
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        out.add(p)
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                todo.extend(int(c) for c in open(f"/proc/{p}/task/{t}/children").read().split())
+        except OSError:
+            pass
+    return out
+
+
+def cpu_s(pid: int) -> float:
+    total = 0
+    for p in tree(pid):
+        try:
+            f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            total += int(f[11]) + int(f[12])
+        except OSError:
+            pass
+    return total / TICK
+
+
+def stats(port: int, model: str) -> tuple[int, int]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/stats", timeout=10) as r:
+        s = json.load(r)["model_stats"]
+    return (sum(m["inference_stats"]["success"]["count"] for m in s),
+            sum(m["inference_stats"]["success"]["ns"] for m in s))
+
+
+def perf(env: dict, port: int, model: str, conc: int, secs: float, params: list[str]) -> float | None:
+    cmd = [env["PERF_ANALYZER"], "-m", model, "-u", f"127.0.0.1:{port}", "-i", "http", "-b", "1",
+           "--concurrency-range", str(conc), "--measurement-interval", str(int(secs * 1000)),
+           "--max-trials", "3", "-s", "100"]
+    for p in params:
+        cmd += ["--request-parameter", p]
+    r = subprocess.run(cmd, env=dict(os.environ, LD_LIBRARY_PATH=env["PERF_ANALYZER_LD_LIBRARY_PATH"]),
+                       capture_output=True, text=True, timeout=120)
+    for line in r.stdout.splitlines():
+        if "throughput:" in line.lower():
+            return float(line.lower().split("throughput:")[1].split()[0])
+    print(f"perf_analyzer failed for {model} on {port}: {(r.stdout + r.stderr)[-300:]}", file=sys.stderr)
+    return None
+
+
+def window(env, port, pid, model, steps_model, conc, secs, params=()):
+    """One measurement window: (mean request µs of model, mean request µs of steps_model or None,
+    CPU µs per request of the whole server, client infer/s)."""
+    perf(env, port, model, conc, 1, list(params))  # warm-up
+    n0, ns0 = stats(port, model)
+    m0 = stats(port, steps_model) if steps_model else (0, 0)
+    c0 = cpu_s(pid)
+    thr = perf(env, port, model, conc, secs, list(params))
+    c1 = cpu_s(pid)
+    n1, ns1 = stats(port, model)
+    m1 = stats(port, steps_model) if steps_model else (0, 0)
+    n = max(n1 - n0, 1)
+    step_us = (m1[1] - m0[1]) / max(m1[0] - m0[0], 1) / 1000 if steps_model else None
+    return (ns1 - ns0) / n / 1000, step_us, m1[0] - m0[0], n, (c1 - c0) * 1e6 / n, thr
+
+
+def fmt(values: list[float], digits: int = 1) -> str:
+    if not values:
+        return "n/a"
+    med = statistics.median(values)
+    return f"{med:,.{digits}f} ({min(values):,.{digits}f}-{max(values):,.{digits}f})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tessera-bin", default=str(ROOT / "target" / "release" / "tessera"))
+    ap.add_argument("--secs", type=float, default=4)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--conc", type=int, default=1)
+    ap.add_argument("--only", choices=["tessera", "triton"])
+    args = ap.parse_args()
+    env = env_sh()
+    work = Path(tempfile.mkdtemp(prefix="tessera-bench-ensemble."))
+    procs = []
+    servers = {}
+    try:
+        if args.only != "triton":
+            repo = tessera_repo(work)
+            ort = ROOT / ".venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1"
+            log = open(work / "tessera.log", "w")
+            p = subprocess.Popen([args.tessera_bin, "serve", "--model-repository", str(repo),
+                                  "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
+                                  "--metrics-address", "127.0.0.1", "--http-port", "18300",
+                                  "--grpc-port", "18301", "--metrics-port", "18302"],
+                                 env=dict(os.environ, ORT_DYLIB_PATH=os.environ.get("ORT_DYLIB_PATH", str(ort))),
+                                 stdout=log, stderr=subprocess.STDOUT)
+            procs.append(p)
+            wait_ready(18300, p, "tessera")
+            servers["tessera"] = (18300, p.pid)
+        if args.only != "tessera":
+            if REF is None:
+                sys.exit("../shared/reference/triton not found")
+            out = subprocess.run(["bash", str(REF / "run.sh"), str(triton_repo(work))], capture_output=True, text=True,
+                                 env=dict(os.environ, HTTP_PORT="18400", GRPC_PORT="18401", METRICS_PORT="18402",
+                                          RUN_DIR=str(work / "triton-run")))
+            if out.returncode != 0:
+                sys.exit(f"reference triton failed to start: {out.stderr[-500:]}")
+            servers["triton"] = (18400, int(out.stdout.split()[-1]))
+
+        rows: dict[tuple[str, str], list] = {}
+        for rep in range(args.repeats):
+            order = list(servers) if rep % 2 == 0 else list(reversed(servers))
+            for name in order:
+                port, pid = servers[name]
+                for model, steps in (("add_sub", 0), ("ens_add_sub", 1), ("ens_add_sub_x4", 4)):
+                    rows.setdefault((name, model), []).append(
+                        window(env, port, pid, model, "add_sub" if steps else None, args.conc, args.secs))
+                if name == "tessera" and (QUICKSTART / "bls_fanout").is_dir():
+                    for label, params in (("bls_fanout 1 call", ["calls:1:int"]),
+                                          ("bls_fanout 4 parallel", []),
+                                          ("bls_fanout 4 sequential", ["mode:sequential:string"])):
+                        rows.setdefault((name, label), []).append(
+                            window(env, port, pid, "bls_fanout", "fanout_target", args.conc, args.secs, params))
+
+        print(f"\nconcurrency {args.conc}, {args.repeats} windows of {args.secs:.0f} s each; median (min-max); "
+              "server-side µs from the statistics extension\n")
+        print("| server | model | request µs | steps' own µs / call | overhead µs per step | server CPU µs / request "
+              "| client infer/s |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        for (name, model), ws in rows.items():
+            steps = {"ens_add_sub": 1, "ens_add_sub_x4": 4}.get(model)
+            overhead = [(w[0] - w[1] * w[2] / w[3]) / steps for w in ws] if steps else []
+            print(f"| {name} | {model} | {fmt([w[0] for w in ws])} | "
+                  f"{fmt([w[1] for w in ws if w[1] is not None]) if ws[0][1] is not None else ''} | "
+                  f"{fmt(overhead) if steps else ''} | {fmt([w[4] for w in ws])} | "
+                  f"{fmt([w[5] for w in ws if w[5]], 0)} |")
+        fan = {k[1]: [w[0] for w in v] for k, v in rows.items() if k[1].startswith("bls_fanout")}
+        if fan:
+            one = statistics.median(fan["bls_fanout 1 call"])
+            par = statistics.median(fan["bls_fanout 4 parallel"])
+            seq = statistics.median(fan["bls_fanout 4 sequential"])
+            print(f"\nBLS fan-out (medians): 4 parallel / 1 call = {par / one:.2f}x; "
+                  f"4 sequential / 1 call = {seq / one:.2f}x; parallel / sequential = {par / seq:.2f}x")
+        print(f"\nmachine: {os.cpu_count()} cores; {subprocess.run(['uname', '-r'], capture_output=True, text=True).stdout.strip()}; "
+              f"tessera binary {args.tessera_bin}")
+    finally:
+        for p in procs:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if "triton" in servers:
+            subprocess.run(["bash", str(REF / "stop.sh")], capture_output=True,
+                           env=dict(os.environ, RUN_DIR=str(work / "triton-run")))
+        print(f"logs: {work}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

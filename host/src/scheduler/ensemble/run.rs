@@ -1,0 +1,339 @@
+//! Running one ensemble request: data-driven, as Triton's ensemble scheduler. A step starts as
+//! soon as all of its inputs exist, so independent steps run at the same time; steps that no
+//! requested output needs never start. Each response of a decoupled step is a new value of its
+//! outputs, identified by a key (the response indices along the decoupled steps upstream), and
+//! drives the steps downstream again.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+
+use super::plan::{EnsemblePlan, TensorId};
+use crate::backend::ExecRequest;
+use crate::error::{CoreError, CoreResult};
+use crate::infer::{Infer, InferRequest, InferResponse, RequestedOutput, ResponseStream};
+use crate::tensor::Tensor;
+
+/// Which value of a tensor (or which run of a step): the response index of each decoupled step
+/// in the lineage. Empty for everything upstream of any decoupled step.
+type Key = Vec<u32>;
+
+/// What a finished piece of step work reports.
+enum Event {
+    /// A regular step answered.
+    Answered { step: usize, key: Key, result: CoreResult<InferResponse>, compute: Duration },
+    /// A decoupled step's stream produced its next item (none: the stream ended).
+    Streamed { step: usize, key: Key, index: u32, item: Option<CoreResult<InferResponse>>, stream: ResponseStream },
+}
+
+type Work = Pin<Box<dyn Future<Output = Event> + Send>>;
+
+/// A step run waiting for the in-flight limit.
+struct Waiting {
+    step: usize,
+    request: InferRequest,
+    key: Key,
+}
+
+/// A decoupled step's stream not polled until downstream work drains (backpressure).
+struct Parked {
+    step: usize,
+    key: Key,
+    index: u32,
+    stream: ResponseStream,
+}
+
+/// One ensemble request in progress.
+pub(super) struct Run<'a> {
+    plan: &'a EnsemblePlan,
+    infer: Arc<dyn Infer>,
+    exec: ExecRequest,
+    needed: Vec<bool>,
+    /// Ensemble outputs the caller asked for, with the names it knows them by.
+    wanted: Vec<(String, TensorId)>,
+    /// Each tensor's values by key; `None` for an optional ensemble input the caller left out.
+    /// Vectors, not maps: a regular ensemble has one value per tensor, and a decoupled one a
+    /// handful, so a scan beats hashing.
+    values: Vec<Vec<(Key, Option<Tensor>)>>,
+    started: Vec<(usize, Key)>,
+    emitted: Vec<Key>,
+    work: FuturesUnordered<Work>,
+    /// Regular step runs in flight (what `max_inflight_responses` bounds).
+    active: usize,
+    waiting: VecDeque<Waiting>,
+    parked: Vec<Parked>,
+    /// Summed compute time of the steps' executions.
+    pub(super) compute: Duration,
+}
+
+impl<'a> Run<'a> {
+    pub(super) fn new(plan: &'a EnsemblePlan, infer: Arc<dyn Infer>, exec: ExecRequest) -> Self {
+        let wanted: Vec<(String, TensorId)> =
+            exec.outputs.iter().filter_map(|name| plan.outputs.get(name).map(|&t| (name.clone(), t))).collect();
+        let needed = plan.needed_steps(&wanted.iter().map(|(_, t)| *t).collect::<Vec<_>>());
+        Self {
+            plan,
+            infer,
+            exec,
+            needed,
+            wanted,
+            values: vec![Vec::new(); plan.tensors.len()],
+            started: Vec::new(),
+            emitted: Vec::new(),
+            work: FuturesUnordered::new(),
+            active: 0,
+            waiting: VecDeque::new(),
+            parked: Vec::new(),
+            compute: Duration::ZERO,
+        }
+    }
+
+    fn error(&self, e: CoreError) -> CoreError {
+        CoreError::new(e.kind, format!("in ensemble '{}', {}", self.plan.name, e.message))
+    }
+
+    /// Runs the request to its end, handing each complete set of requested outputs to `emit`
+    /// (once for a regular ensemble; once per value for a decoupled one). `emit` returns false
+    /// when nobody listens any more, which ends the run.
+    pub(super) async fn run(mut self, emit: &mut (dyn FnMut(Vec<Tensor>) -> bool + Send)) -> CoreResult<Duration> {
+        let inputs = std::mem::take(&mut self.exec.inputs);
+        let plan = self.plan;
+        for (name, &tensor) in &plan.inputs {
+            let value = inputs.iter().find(|t| &t.name == name).cloned();
+            if self.add_value(tensor, Key::new(), value, emit)? {
+                return Ok(self.compute);
+            }
+        }
+        loop {
+            let Some(event) = self.work.next().await else {
+                if self.emitted.is_empty() && !plan.decoupled {
+                    return Err(self.error(CoreError::internal("the steps ended without producing the outputs")));
+                }
+                return Ok(self.compute);
+            };
+            let stop = match event {
+                Event::Answered { step, key, result, compute } => {
+                    self.active -= 1;
+                    self.compute += compute;
+                    let response = result.map_err(|e| self.error(e))?;
+                    let stop = self.add_outputs(step, &key, response, emit)?;
+                    self.release();
+                    stop
+                }
+                Event::Streamed { step, key, index, item, stream } => match item {
+                    None => false,
+                    Some(Err(e)) => return Err(self.error(e)),
+                    Some(Ok(response)) => {
+                        let mut value_key = key.clone();
+                        value_key.push(index);
+                        let stop = self.add_outputs(step, &value_key, response, emit)?;
+                        self.poll_stream(Parked { step, key, index: index + 1, stream });
+                        stop
+                    }
+                },
+            };
+            if stop {
+                return Ok(self.compute);
+            }
+        }
+    }
+
+    /// A step's response: each output it was asked for becomes a value of its ensemble tensor.
+    fn add_outputs(
+        &mut self,
+        step: usize,
+        key: &Key,
+        response: InferResponse,
+        emit: &mut (dyn FnMut(Vec<Tensor>) -> bool + Send),
+    ) -> CoreResult<bool> {
+        let plan = self.plan;
+        let mut outputs = response.outputs;
+        for output in &plan.steps[step].outputs {
+            let Some(position) = outputs.iter().position(|t| t.name == output.model_output) else { continue };
+            let mut tensor = outputs.swap_remove(position);
+            if output.add_batch {
+                tensor.shape.insert(0, 1);
+            }
+            tensor.name.clone_from(&plan.tensors[output.tensor].name);
+            if self.add_value(output.tensor, key.clone(), Some(tensor), emit)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Records a tensor value, starts every step run it completes, and emits the outputs it
+    /// completes. Returns true when the run is over (everything emitted, or nobody listens).
+    fn add_value(
+        &mut self,
+        tensor: TensorId,
+        key: Key,
+        value: Option<Tensor>,
+        emit: &mut (dyn FnMut(Vec<Tensor>) -> bool + Send),
+    ) -> CoreResult<bool> {
+        self.values[tensor].push((key.clone(), value));
+        let plan = self.plan;
+        for &step in &plan.tensors[tensor].consumers {
+            if !self.needed[step] {
+                continue;
+            }
+            let depth = plan.step_depth(step);
+            for run_key in self.candidate_keys(plan.steps[step].inputs.iter().map(|i| i.tensor), depth, &key) {
+                self.try_start(step, run_key)?;
+            }
+        }
+        if self.wanted.iter().any(|(_, t)| *t == tensor) {
+            let depth = self.wanted.iter().map(|(_, t)| plan.tensors[*t].lineage.len()).max().unwrap_or(0);
+            for out_key in self.candidate_keys(self.wanted.iter().map(|(_, t)| *t), depth, &key) {
+                if self.emitted.contains(&out_key) {
+                    continue;
+                }
+                let Some(outputs) = self.gather(self.wanted.iter().map(|(_, t)| *t), &out_key) else { continue };
+                self.emitted.push(out_key);
+                let outputs: Vec<Tensor> = outputs
+                    .into_iter()
+                    .zip(&self.wanted)
+                    .filter_map(|(t, (name, _))| t.map(|t| Tensor { name: name.clone(), ..t }))
+                    .collect();
+                if !emit(outputs) || !plan.decoupled {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Keys of length `depth` that a new value at `key` may complete, among `tensors`' values.
+    fn candidate_keys(&self, tensors: impl Iterator<Item = TensorId>, depth: usize, key: &Key) -> Vec<Key> {
+        if key.len() >= depth {
+            return vec![key[..depth].to_vec()];
+        }
+        // A value with a shorter key pairs with every deeper value that extends it.
+        let mut keys: Vec<Key> = Vec::new();
+        for tensor in tensors.filter(|&t| self.plan.tensors[t].lineage.len() == depth) {
+            keys.extend(self.values[tensor].iter().map(|(k, _)| k).filter(|k| k.starts_with(key)).cloned());
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
+    /// The value of each tensor for run key `key` (each tensor's own key is a prefix of it), or
+    /// none while one is missing.
+    fn gather(&self, tensors: impl Iterator<Item = TensorId>, key: &Key) -> Option<Vec<Option<Tensor>>> {
+        tensors
+            .map(|t| {
+                let own = &key[..self.plan.tensors[t].lineage.len().min(key.len())];
+                self.values[t].iter().find(|(k, _)| k.as_slice() == own).map(|(_, v)| v.clone())
+            })
+            .collect()
+    }
+
+    fn try_start(&mut self, step: usize, key: Key) -> CoreResult<()> {
+        if self.started.iter().any(|(s, k)| *s == step && *k == key) {
+            return Ok(());
+        }
+        let plan = self.plan;
+        let spec = &plan.steps[step];
+        let Some(values) = self.gather(spec.inputs.iter().map(|i| i.tensor), &key) else { return Ok(()) };
+        self.started.push((step, key.clone()));
+        let mut inputs = Vec::with_capacity(values.len());
+        for (input, value) in spec.inputs.iter().zip(values) {
+            let Some(mut tensor) = value else { continue };
+            if input.strip_batch {
+                if tensor.shape.first() != Some(&1) {
+                    return Err(self.error(CoreError::invalid_arg(format!(
+                        "model {} does not support batching, so it can only run a batch of 1 (got shape {} for {})",
+                        spec.model,
+                        crate::tensor::format_shape(&tensor.shape),
+                        input.model_input
+                    ))));
+                }
+                tensor.shape.remove(0);
+            }
+            tensor.name.clone_from(&input.model_input);
+            inputs.push(tensor);
+        }
+        // Only the outputs something downstream (or the caller) reads.
+        let outputs = spec
+            .outputs
+            .iter()
+            .filter(|o| {
+                self.wanted.iter().any(|(_, t)| *t == o.tensor)
+                    || plan.tensors[o.tensor].consumers.iter().any(|&c| self.needed[c])
+            })
+            .map(|o| RequestedOutput::named(o.model_output.clone()))
+            .collect();
+        let request = InferRequest {
+            model_name: spec.model.clone(),
+            model_version: spec.version,
+            id: self.exec.id.clone(),
+            inputs,
+            outputs,
+            // Sequence ids and flags, priorities, timeouts: every composing request gets them.
+            parameters: self.exec.parameters.clone(),
+        };
+        if !spec.decoupled && plan.max_inflight > 0 && self.active >= plan.max_inflight {
+            self.waiting.push_back(Waiting { step, request, key });
+        } else {
+            self.launch(step, request, key);
+        }
+        Ok(())
+    }
+
+    fn launch(&mut self, step: usize, request: InferRequest, key: Key) {
+        let infer = Arc::clone(&self.infer);
+        if self.plan.steps[step].decoupled {
+            self.work.push(Box::pin(async move {
+                match infer.infer_stream(request).await {
+                    Ok(mut stream) => {
+                        let item = stream.recv().await;
+                        Event::Streamed { step, key, index: 0, item, stream }
+                    }
+                    Err(e) => {
+                        let (_, stream) = tokio::sync::mpsc::unbounded_channel();
+                        Event::Streamed { step, key, index: 0, item: Some(Err(e)), stream }
+                    }
+                }
+            }));
+            return;
+        }
+        self.active += 1;
+        self.work.push(Box::pin(async move {
+            let result = infer.infer(request).await;
+            let compute = result.as_ref().map_or(Duration::ZERO, |r| r.compute);
+            Event::Answered { step, key, result, compute }
+        }));
+    }
+
+    /// Reads a decoupled step's next response, unless downstream is at the in-flight limit.
+    fn poll_stream(&mut self, parked: Parked) {
+        if self.plan.max_inflight > 0 && self.active >= self.plan.max_inflight {
+            self.parked.push(parked);
+            return;
+        }
+        let Parked { step, key, index, mut stream } = parked;
+        self.work.push(Box::pin(async move {
+            let item = stream.recv().await;
+            Event::Streamed { step, key, index, item, stream }
+        }));
+    }
+
+    /// A regular run finished: start waiting runs, then resume parked streams, within the limit.
+    fn release(&mut self) {
+        let limit = self.plan.max_inflight;
+        while limit == 0 || self.active < limit {
+            let Some(Waiting { step, request, key }) = self.waiting.pop_front() else { break };
+            self.launch(step, request, key);
+        }
+        while (limit == 0 || self.active < limit) && !self.parked.is_empty() {
+            let parked = self.parked.remove(0);
+            self.poll_stream(parked);
+        }
+    }
+}
