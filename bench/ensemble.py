@@ -10,10 +10,12 @@ the 2 cores does not blur it; plus server CPU per inference from /proc):
      the number of steps. `ens_add_sub` has one step (the reference repository's own ensemble);
      `ens_add_sub_x4` chains four. Triton's side is the same ensembles over its python-backend
      add_sub; Tessera's over its ONNX add_sub.
-  2. BLS fan-out (Tessera): the `bls_fanout` guest calls `fanout_target` 4 times, in parallel
+  2. BLS fan-out (Tessera): the `bls_fanout` guest calls a target 4 times, in parallel
      (infer-async) or one after another (request parameter mode=sequential); `calls=1` makes one
-     call, the baseline. Reported: mean request time of each and the ratios parallel / one call
-     and parallel / sequential.
+     call, the baseline. Two targets: `fanout_target` (add_sub, ~35 µs of CPU a call) and
+     `fanout_wait` (the same with a 1 ms batching delay for a lone call). Reported: mean request time of each and the ratios parallel / one call
+     and parallel / sequential. (These three run over gRPC: perf_analyzer sends request
+     parameters only over gRPC. Server-side time does not depend on the door.)
 
 usage: bench/ensemble.py [--tessera-bin target/release/tessera] [--secs 4] [--repeats 3] [--conc 1]
                          [--only tessera|triton]
@@ -40,6 +42,9 @@ QUICKSTART = ROOT / "model-repos" / "quickstart"
 REF = next((p for p in (ROOT.parent / "shared" / "reference" / "triton", Path("/work/shared/reference/triton"))
             if p.is_dir()), None)
 TICK = os.sysconf("SC_CLK_TCK")
+# fanout_target: the add_sub graph, ~35 µs a call; fanout_wait: the same, but a call alone waits out
+# a 1 ms batching delay (four together do not), like a model whose calls take time.
+FANOUT_TARGETS = ("fanout_target", "fanout_wait")
 
 
 def env_sh() -> dict:
@@ -86,6 +91,17 @@ def tessera_repo(work: Path) -> Path:
     for model in ("add_sub", "bls_fanout", "fanout_target"):
         if (QUICKSTART / model).is_dir():
             shutil.copytree(QUICKSTART / model, repo / model)
+    if (repo / "fanout_target").is_dir():
+        # A target whose calls wait, as real models' do: a lone request waits out a 1 ms queue
+        # delay, four that arrive together run at once as one batch.
+        shutil.copytree(repo / "fanout_target", repo / "fanout_wait")
+        config = (repo / "fanout_wait" / "config.pbtxt").read_text()
+        config = config.replace('name: "fanout_target"', 'name: "fanout_wait"').replace(
+            "dynamic_batching { }",
+            "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 1000 }")
+        (repo / "fanout_wait" / "config.pbtxt").write_text(config)
+        fanout = repo / "bls_fanout" / "config.pbtxt"
+        fanout.write_text(fanout.read_text().replace('string_value: "fanout_target', 'string_value: "fanout_wait,fanout_target'))
     add_ensembles(repo)
     return repo
 
@@ -147,7 +163,9 @@ def stats(port: int, model: str) -> tuple[int, int]:
 
 
 def perf(env: dict, port: int, model: str, conc: int, secs: float, params: list[str]) -> float | None:
-    cmd = [env["PERF_ANALYZER"], "-m", model, "-u", f"127.0.0.1:{port}", "-i", "http", "-b", "1",
+    # perf_analyzer sends request parameters over gRPC only: those runs use the gRPC port (HTTP + 1).
+    protocol, port = ("grpc", port + 1) if params else ("http", port)
+    cmd = [env["PERF_ANALYZER"], "-m", model, "-u", f"127.0.0.1:{port}", "-i", protocol, "-b", "1",
            "--concurrency-range", str(conc), "--measurement-interval", str(int(secs * 1000)),
            "--max-trials", "3", "-s", "100"]
     for p in params:
@@ -229,11 +247,12 @@ def main() -> None:
                     rows.setdefault((name, model), []).append(
                         window(env, port, pid, model, "add_sub" if steps else None, args.conc, args.secs))
                 if name == "tessera" and (QUICKSTART / "bls_fanout").is_dir():
-                    for label, params in (("bls_fanout 1 call", ["calls:1:int"]),
-                                          ("bls_fanout 4 parallel", []),
-                                          ("bls_fanout 4 sequential", ["mode:sequential:string"])):
-                        rows.setdefault((name, label), []).append(
-                            window(env, port, pid, "bls_fanout", "fanout_target", args.conc, args.secs, params))
+                    for target in FANOUT_TARGETS:
+                        for label, params in (("1 call", ["calls:1:int"]), ("4 parallel", []),
+                                              ("4 sequential", ["mode:sequential:string"])):
+                            rows.setdefault((name, f"bls_fanout -> {target}, {label}"), []).append(
+                                window(env, port, pid, "bls_fanout", target, args.conc, args.secs,
+                                       params + [f"target:{target}:string"]))
 
         print(f"\nconcurrency {args.conc}, {args.repeats} windows of {args.secs:.0f} s each; median (min-max); "
               "server-side µs from the statistics extension\n")
@@ -247,13 +266,13 @@ def main() -> None:
                   f"{fmt([w[1] for w in ws if w[1] is not None]) if ws[0][1] is not None else ''} | "
                   f"{fmt(overhead) if steps else ''} | {fmt([w[4] for w in ws])} | "
                   f"{fmt([w[5] for w in ws if w[5]], 0)} |")
-        fan = {k[1]: [w[0] for w in v] for k, v in rows.items() if k[1].startswith("bls_fanout")}
-        if fan:
-            one = statistics.median(fan["bls_fanout 1 call"])
-            par = statistics.median(fan["bls_fanout 4 parallel"])
-            seq = statistics.median(fan["bls_fanout 4 sequential"])
-            print(f"\nBLS fan-out (medians): 4 parallel / 1 call = {par / one:.2f}x; "
-                  f"4 sequential / 1 call = {seq / one:.2f}x; parallel / sequential = {par / seq:.2f}x")
+        fan = {k[1]: statistics.median([w[0] for w in v]) for k, v in rows.items() if k[1].startswith("bls_fanout")}
+        for target in FANOUT_TARGETS:
+            one, par, seq = (fan.get(f"bls_fanout -> {target}, {label}", 0)
+                             for label in ("1 call", "4 parallel", "4 sequential"))
+            if one > 0 and seq > 0:
+                print(f"\nBLS fan-out to {target} (medians): 4 parallel / 1 call = {par / one:.2f}x; "
+                      f"4 sequential / 1 call = {seq / one:.2f}x; parallel / sequential = {par / seq:.2f}x")
         print(f"\nmachine: {os.cpu_count()} cores; {subprocess.run(['uname', '-r'], capture_output=True, text=True).stdout.strip()}; "
               f"tessera binary {args.tessera_bin}")
     finally:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import wasmtime
 from wasmtime import component as cm
 
-TENSOR, REQUEST, SENDER, STREAM = 1, 2, 3, 4
+TENSOR, REQUEST, SENDER, STREAM, PENDING = 1, 2, 3, 4, 5
 _DT = ["bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "fp16",
        "bf16", "fp32", "fp64", "bytes"]
 _ITEM = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
@@ -91,6 +91,7 @@ class MockHost:
         self.bytes_to_guest = 0
         self.bytes_from_guest = 0
         self.bls_calls = []
+        self.async_calls = 0
         self._objs = {}
         self._next = 1
         linker = cm.Linker(self.engine)
@@ -222,6 +223,7 @@ class MockHost:
     # -- tessera:model/host -------------------------------------------------------------------
     def _define_host(self, li):
         li.add_resource("response-stream", cm.ResourceType.host(STREAM), self._drop)
+        li.add_resource("pending-infer", cm.ResourceType.host(PENDING), self._drop)
 
         def log(level, message):
             self.logs.append((level, message))
@@ -260,7 +262,31 @@ class MockHost:
                 return _rec(code=item.code, message=item.message)
             return [self._own(t, TENSOR) for t in item]
 
+        # Parallel BLS: the mock runs the call at once; `get` hands the result out once.
+        def infer_async(model, version, inputs, outputs, params):
+            self.async_calls += 1
+            return self._own([infer(model, version, inputs, outputs, params)], PENDING)
+
+        def ready(h):
+            self._get(h)  # a borrowed handle must be looked at before the call returns
+            return True
+
+        def get(h):
+            slot = self._get(h)
+            if not slot:
+                return _rec(code="invalid-arg", message="the result of this BLS call was already taken")
+            return slot.pop()
+
+        def wait_any(calls):
+            for c in calls:  # a borrowed handle must be looked at before the call returns
+                self._get(c)
+            return 0 if calls else None
+
         w = self._wrap
+        li.add_func("infer-async", w("infer-async", infer_async))
+        li.add_func("wait-any", w("wait-any", wait_any))
+        li.add_func("[method]pending-infer.ready", w("pending-infer.ready", ready))
+        li.add_func("[method]pending-infer.get", w("pending-infer.get", get))
         li.add_func("log", w("log", log))
         li.add_func("infer", w("infer", infer))
         li.add_func("infer-stream", w("infer-stream", infer_stream))

@@ -257,8 +257,10 @@ def test_async_execute(tmp_path_factory, engine):
     wasm = build(HERE / "models" / "async_bls", tmp_path_factory.mktemp("async") / "model.wasm")
     host = MockHost(wasm, bls={"inner": inner}, engine=engine)
     host.initialize({"name": "async_bls"})  # a model without initialize() is fine too
-    (outs,) = host.execute([Req([f32("INPUT0", [1.0, 2.0])])])
+    (outs, more) = host.execute([Req([f32("INPUT0", [1.0, 2.0])]), Req([f32("INPUT0", [4.0])])])
     assert outs[0].name == "OUT" and outs[0].values() == [3.0, 6.0]
+    assert more[0].values() == [12.0]
+    assert host.async_calls == 2, "asyncio.gather over async_exec() goes through infer-async"
     host.finalize()  # and without finalize()
 
 

@@ -56,7 +56,7 @@ pub fn validate(config: &ModelConfig, dir_name: &str) -> Result<(), ConfigError>
     }
     if config.platform != "ensemble" && ensemble_scheduling {
         return invalid(format!(
-            "ensemble scheduling cannot be set for model {} whose platform is not ensemble",
+            "ensemble scheduling cannot be set for model '{}' whose platform is not ensemble",
             config.name
         ));
     }

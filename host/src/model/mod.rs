@@ -89,13 +89,8 @@ impl LoadedModel {
         ensemble: EnsembleScheduler,
         model_dir: &Path,
     ) -> CoreResult<Self> {
+        // (The plan refused model_warmup and instance groups, as Triton does.)
         let io = ModelIo::from_config(&config, model_dir)?;
-        if !config.model_warmup.is_empty() {
-            return Err(CoreError::unsupported(format!(
-                "ensemble '{}': model_warmup is not supported for ensembles (warm up the composing models)",
-                config.name
-            )));
-        }
         Ok(Self {
             name: config.name.clone(),
             version,

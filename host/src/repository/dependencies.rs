@@ -68,12 +68,11 @@ impl ModelManager {
         ) -> CoreResult<()> {
             chain.push(name.to_string());
             for dependency in dependencies {
-                if let Some(start) = chain.iter().position(|c| *c == dependency) {
-                    let mut cycle = chain[start..].to_vec();
-                    cycle.push(dependency);
+                if chain.contains(&dependency) {
+                    // Triton's words: the ensemble, "...", the one that leads back to it.
+                    let last = chain.last().map_or("", String::as_str);
                     return Err(CoreError::invalid_arg(format!(
-                        "circular dependency between ensembles: {}",
-                        cycle.join(" -> ")
+                        "circular dependency between ensembles: {dependency} -> ... -> {last} -> {dependency}"
                     )));
                 }
                 if order.contains(&dependency) {

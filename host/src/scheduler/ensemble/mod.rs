@@ -360,15 +360,23 @@ mod tests {
             &["OUT"],
             &[step("join", &[("X", "IN"), ("X2", "other")], &[("Y", "OUT")])],
         ));
-        assert_eq!(unwritten, "in ensemble e, no data will be written to ensemble tensor other");
+        assert_eq!(
+            unwritten,
+            "output 'OUT' for ensemble 'e' is not written: at least one of its depending tensors, 'other', is not \
+             connected"
+        );
         let unused = check(ensemble_config(8, &["IN", "SPARE"], &["OUT"], &[inc("IN", "OUT")]));
-        assert!(unused.contains("SPARE"), "{unused}");
+        assert_eq!(unused, "ensemble input 'SPARE' for ensemble e' is not used");
+        let unused_output = check(ensemble_config(8, &["IN"], &["OUT"], &[inc("IN", "OUT"), inc("IN", "spare")]));
+        assert_eq!(unused_output, "ensemble tensor 'spare' is unused in ensemble 'e'");
         let cycle = check(ensemble_config(8, &["IN"], &["OUT"], &[inc("b", "a"), inc("a", "b"), inc("IN", "OUT")]));
-        assert!(cycle.contains("cycle") || cycle.contains("not used"), "{cycle}");
+        assert_eq!(cycle, "ensemble tensor 'a' is unused in ensemble 'e'");
+        let twice = check(ensemble_config(8, &["IN"], &["OUT"], &[inc("IN", "OUT"), inc("IN", "OUT")]));
+        assert_eq!(twice, "ensemble tensor 'OUT' can appear in an output map only once for ensemble 'e' step 1");
         let bad_input = check(ensemble_config(8, &["IN"], &["OUT"], &[step("inc", &[("Z", "IN")], &[("Y", "OUT")])]));
-        assert!(bad_input.contains("non-existing input Z"), "{bad_input}");
+        assert_eq!(bad_input, "in ensemble e, ensemble tensor IN is mapping to non-existing input Z in model inc");
         let no_steps = check(ensemble_config(8, &["IN"], &["OUT"], &[]));
-        assert_eq!(no_steps, "must specify one or more 'step's for ensemble e");
+        assert_eq!(no_steps, "must specify 'step' for ensemble 'e'");
         let two_fans = check(ensemble_config(
             8,
             &["IN"],
@@ -383,7 +391,7 @@ mod tests {
         ));
         assert_eq!(
             two_fans,
-            "in ensemble e, step of model join receives inputs originated from different decoupled models fan and fan"
+            "in ensemble e, step of model 'join' receives inputs originated from different decoupled models"
         );
     }
 }

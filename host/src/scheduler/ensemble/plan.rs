@@ -61,6 +61,9 @@ pub struct Step {
     pub outputs: Vec<StepOutput>,
     /// The step model answers 0..n times per request.
     pub decoupled: bool,
+    /// The outputs to ask the step for when the caller wants every ensemble output (the
+    /// common case, computed once): those the ensemble returns or a later step reads.
+    pub requested_all: Vec<crate::infer::RequestedOutput>,
 }
 
 /// A checked ensemble: steps, tensors and the ensemble's own inputs and outputs.
@@ -77,6 +80,8 @@ pub struct EnsemblePlan {
     pub decoupled: bool,
     /// `max_inflight_responses`: step runs of one request in flight at once (0: no limit).
     pub max_inflight: usize,
+    /// The steps a request that wants every output needs (computed once).
+    pub all_needed: Vec<bool>,
 }
 
 /// A tensor's type as one side of a mapping declares it: datatype and full shape (batch
@@ -132,20 +137,109 @@ fn config_type(name: &str, value: i32, dims: &[i64], batching: bool, origin: Str
     Ok(TensorType { datatype, shape: full_shape(dims, batching), origin })
 }
 
+/// The checks Triton makes on the config alone (`ValidateEnsembleSchedulingConfig`), before it
+/// looks at the composing models, with its messages: step fields, outputs mapped once, and the
+/// data flow (every ensemble output written from the inputs, no tensor left unused).
+fn check_config(config: &ModelConfig, steps: &[crate::config::pb::model_ensembling::Step]) -> CoreResult<()> {
+    let name = config.name.as_str();
+    if !config.instance_group.is_empty() {
+        return invalid(format!("instance group should not be specified for ensemble '{name}'"));
+    }
+    if !config.model_warmup.is_empty() {
+        return invalid(format!("model_warmup can not be specified for ensemble '{name}'"));
+    }
+    if steps.is_empty() {
+        return invalid(format!("must specify 'step' for ensemble '{name}'"));
+    }
+    // Tensors as nodes: a step links each of its input tensors to each of its output tensors.
+    let mut prev: HashMap<&str, Vec<&str>> = HashMap::new();
+    let mut next: HashMap<&str, Vec<&str>> = HashMap::new();
+    let mut written: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for (index, step) in steps.iter().enumerate() {
+        for (field, empty) in [
+            ("model_name", step.model_name.is_empty()),
+            ("input_map", step.input_map.is_empty()),
+            ("output_map", step.output_map.is_empty()),
+        ] {
+            if empty {
+                return invalid(format!("must specify '{field}' in step {index} of ensemble '{name}'"));
+            }
+        }
+        for output in step.output_map.values() {
+            if !written.insert(output.as_str()) {
+                return invalid(format!(
+                    "ensemble tensor '{output}' can appear in an output map only once for ensemble '{name}' step \
+                     {index}"
+                ));
+            }
+            prev.insert(output, step.input_map.values().map(String::as_str).collect());
+            next.entry(output).or_default();
+        }
+        for input in step.input_map.values() {
+            let targets = next.entry(input).or_default();
+            targets.extend(step.output_map.values().map(String::as_str));
+            prev.entry(input).or_default();
+        }
+    }
+    // Ready: an ensemble input, or written by a step whose inputs are all ready.
+    let mut ready: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for input in &config.input {
+        if !next.contains_key(input.name.as_str()) {
+            return invalid(format!("ensemble input '{}' for ensemble {name}' is not used", input.name));
+        }
+        ready.insert(input.name.as_str());
+    }
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (tensor, sources) in &prev {
+            if !ready.contains(tensor) && !sources.is_empty() && sources.iter().all(|s| ready.contains(s)) {
+                ready.insert(tensor);
+                changed = true;
+            }
+        }
+    }
+    for output in &config.output {
+        let output = output.name.as_str();
+        if !next.contains_key(output) {
+            return invalid(format!("ensemble output '{output}' for ensemble {name}' is not used"));
+        }
+        if !ready.contains(output) {
+            // Follow not-ready sources back to the first one nothing writes.
+            let mut source = output;
+            let mut seen = std::collections::HashSet::new();
+            while let Some(up) =
+                prev.get(source).and_then(|s| s.iter().find(|t| !ready.contains(*t) && seen.insert(**t)))
+            {
+                source = up;
+            }
+            let mut message = format!("output '{output}' for ensemble '{name}' is not written");
+            if source != output {
+                message.push_str(&format!(": at least one of its depending tensors, '{source}', is not connected"));
+            }
+            return invalid(message);
+        }
+    }
+    let outputs: std::collections::HashSet<&str> = config.output.iter().map(|o| o.name.as_str()).collect();
+    let mut tensors: Vec<&&str> = next.keys().collect();
+    tensors.sort();
+    for tensor in tensors {
+        if !outputs.contains(*tensor) && (!ready.contains(*tensor) || next[*tensor].is_empty()) {
+            return invalid(format!("ensemble tensor '{tensor}' is unused in ensemble '{name}'"));
+        }
+    }
+    Ok(())
+}
+
 impl EnsemblePlan {
     /// Builds and checks the plan of ensemble `config` against the composing models `catalog`
     /// has loaded.
     pub fn new(config: &ModelConfig, catalog: &dyn StepCatalog) -> CoreResult<Self> {
         let name = config.name.as_str();
         let Some(steps) = ensemble_steps(config) else {
-            return invalid(format!("ensemble {name} must specify ensemble_scheduling"));
+            return invalid(format!("ensemble scheduling must be set for ensemble {name} whose platform is ensemble"));
         };
-        if steps.is_empty() {
-            return invalid(format!("must specify one or more 'step's for ensemble {name}"));
-        }
-        if !config.instance_group.is_empty() {
-            return invalid(format!("instance group should not be specified for ensemble '{name}'"));
-        }
+        check_config(config, steps)?;
 
         // Every composing model must be loaded (at the version asked for) before anything else.
         let mut configs = Vec::with_capacity(steps.len());
@@ -186,7 +280,7 @@ impl EnsemblePlan {
         let mut inputs = BTreeMap::new();
         for input in &config.input {
             let id = tensor_id(&mut tensors, &input.name);
-            let ty = config_type(&input.name, input.data_type, input.dims(), batching, format!("ensemble {name}"))?;
+            let ty = config_type(&input.name, input.data_type, input.dims(), batching, format!("model {name}"))?;
             types.insert(id, ty);
             inputs.insert(input.name.clone(), id);
         }
@@ -207,8 +301,8 @@ impl EnsemblePlan {
             for (model_input, tensor) in &step.input_map {
                 let Some(spec) = step_config.input.iter().find(|i| &i.name == model_input) else {
                     return invalid(format!(
-                        "in ensemble {name}, ensemble tensor {tensor} is mapped to non-existing input {model_input} \
-                         of model {model}"
+                        "in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing input {model_input} \
+                         in model {model}"
                     ));
                 };
                 let id = tensor_id(&mut tensors, tensor);
@@ -219,7 +313,7 @@ impl EnsemblePlan {
             for required in step_config.input.iter().filter(|i| !i.optional) {
                 if !step.input_map.contains_key(&required.name) {
                     return invalid(format!(
-                        "in ensemble {name}, input {} of model {model} must be mapped to an ensemble tensor",
+                        "in ensemble {name}, input {} in model {model} is not mapped to any ensemble tensors",
                         required.name
                     ));
                 }
@@ -229,7 +323,7 @@ impl EnsemblePlan {
                 let Some(spec) = step_config.output.iter().find(|o| &o.name == model_output) else {
                     return invalid(format!(
                         "in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing output \
-                         {model_output} of model {model}"
+                         {model_output} in model {model}"
                     ));
                 };
                 let id = tensor_id(&mut tensors, tensor);
@@ -239,20 +333,10 @@ impl EnsemblePlan {
                          model {model}"
                     ));
                 }
-                if let Some(other) = tensors[id].producer {
-                    return invalid(format!(
-                        "in ensemble {name}, ensemble tensor {tensor} is written by more than one step (models {} \
-                         and {model})",
-                        steps[other].model_name
-                    ));
-                }
                 tensors[id].producer = Some(index);
                 let ty = config_type(model_output, spec.data_type, spec.dims(), step_batching, origin.clone())?;
                 step_outputs
                     .push((StepOutput { model_output: model_output.clone(), tensor: id, add_batch: false }, ty));
-            }
-            if step_outputs.is_empty() {
-                return invalid(format!("in ensemble {name}, step of model {model} has no output_map"));
             }
             plan_steps.push((step_inputs, step_outputs, step_config.clone()));
         }
@@ -265,39 +349,9 @@ impl EnsemblePlan {
             .flat_map(|(c, (ins, _, _))| ins.iter().map(move |(i, ty)| ((c, i.tensor), ty.clone())))
             .collect();
 
-        let mut outputs = BTreeMap::new();
-        for output in &config.output {
-            let Some(&id) = ids.get(&output.name) else {
-                return invalid(format!(
-                    "in ensemble {name}, no data will be written to ensemble output {}",
-                    output.name
-                ));
-            };
-            outputs.insert(output.name.clone(), id);
-        }
-
-        // Every tensor must be written (or be an input) and read (or be an output).
-        for (id, tensor) in tensors.iter().enumerate() {
-            let is_input = inputs.values().any(|&i| i == id);
-            let is_output = outputs.values().any(|&o| o == id);
-            if tensor.producer.is_none() && !is_input {
-                return invalid(format!(
-                    "in ensemble {name}, no data will be written to ensemble tensor {}",
-                    tensor.name
-                ));
-            }
-            if tensor.consumers.is_empty() && !is_output {
-                return invalid(if is_input {
-                    format!("in ensemble {name}, ensemble input {} is not used by any step", tensor.name)
-                } else {
-                    format!(
-                        "in ensemble {name}, ensemble tensor {} written by model {} is not used",
-                        tensor.name,
-                        tensor.producer.map_or("", |p| steps[p].model_name.as_str())
-                    )
-                });
-            }
-        }
+        // check_config made sure every output is some step's output.
+        let outputs: BTreeMap<String, TensorId> =
+            config.output.iter().filter_map(|o| ids.get(&o.name).map(|&id| (o.name.clone(), id))).collect();
 
         // Types: ensemble inputs and producers declare a tensor's type; consumers and ensemble
         // outputs must agree. In a batching ensemble every tensor carries the batch dimension: a
@@ -307,10 +361,7 @@ impl EnsemblePlan {
             .output
             .iter()
             .map(|o| {
-                Ok((
-                    o.name.as_str(),
-                    config_type(&o.name, o.data_type, o.dims(), batching, format!("ensemble {name}"))?,
-                ))
+                Ok((o.name.as_str(), config_type(&o.name, o.data_type, o.dims(), batching, format!("model {name}"))?))
             })
             .collect::<CoreResult<_>>()?;
         for (index, (_, step_outputs, step_config)) in plan_steps.iter_mut().enumerate() {
@@ -386,6 +437,7 @@ impl EnsemblePlan {
                 inputs: ins,
                 outputs: outs,
                 decoupled: step_config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled),
+                requested_all: Vec::new(),
             });
         }
 
@@ -397,8 +449,15 @@ impl EnsemblePlan {
             outputs,
             decoupled: false,
             max_inflight: 0,
+            all_needed: Vec::new(),
         };
         plan.order_and_lineage()?;
+        plan.all_needed = plan.needed_steps(&plan.outputs.values().copied().collect::<Vec<_>>());
+        for index in 0..plan.steps.len() {
+            let requested =
+                plan.requested_outputs(index, &plan.all_needed, &|t| plan.outputs.values().any(|&o| o == t));
+            plan.steps[index].requested_all = requested;
+        }
         plan.decoupled = plan.steps.iter().any(|s| s.decoupled);
         if let Some(SchedulingChoice::EnsembleScheduling(e)) = &config.scheduling_choice {
             plan.max_inflight = e.max_inflight_responses as usize;
@@ -430,11 +489,9 @@ impl EnsemblePlan {
                 let other = &self.tensors[input.tensor].lineage;
                 let (short, long) = if other.len() > lineage.len() { (&lineage, other) } else { (other, &lineage) };
                 if long[..short.len()] != short[..] {
-                    let a = short.last().or(long.last()).map_or("", |&d| self.steps[d].model.as_str());
-                    let b = long.last().map_or("", |&d| self.steps[d].model.as_str());
                     return Err(CoreError::invalid_arg(format!(
-                        "in ensemble {name}, step of model {} receives inputs originated from different decoupled \
-                         models {a} and {b}",
+                        "in ensemble {name}, step of model '{}' receives inputs originated from different decoupled \
+                         models",
                         self.steps[step].model
                     )));
                 }
@@ -457,6 +514,21 @@ impl EnsemblePlan {
     /// The lineage length of a step's runs: how many response indices identify one run.
     pub fn step_depth(&self, step: usize) -> usize {
         self.steps[step].inputs.iter().map(|i| self.tensors[i.tensor].lineage.len()).max().unwrap_or(0)
+    }
+
+    /// What to ask step `step` for: the outputs the caller wants (`wanted`) or a needed step reads.
+    pub fn requested_outputs(
+        &self,
+        step: usize,
+        needed: &[bool],
+        wanted: &dyn Fn(TensorId) -> bool,
+    ) -> Vec<crate::infer::RequestedOutput> {
+        self.steps[step]
+            .outputs
+            .iter()
+            .filter(|o| wanted(o.tensor) || self.tensors[o.tensor].consumers.iter().any(|&c| needed[c]))
+            .map(|o| crate::infer::RequestedOutput::named(o.model_output.clone()))
+            .collect()
     }
 
     /// The steps needed for `wanted` ensemble outputs (others are skipped), by index.

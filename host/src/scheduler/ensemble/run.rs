@@ -4,6 +4,7 @@
 //! outputs, identified by a key (the response indices along the decoupled steps upstream), and
 //! drives the steps downstream again.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -16,7 +17,7 @@ use futures_util::stream::FuturesUnordered;
 use super::plan::{EnsemblePlan, TensorId};
 use crate::backend::ExecRequest;
 use crate::error::{CoreError, CoreResult};
-use crate::infer::{Infer, InferRequest, InferResponse, RequestedOutput, ResponseStream};
+use crate::infer::{Infer, InferRequest, InferResponse, ResponseStream};
 use crate::tensor::Tensor;
 
 /// Which value of a tensor (or which run of a step): the response index of each decoupled step
@@ -53,7 +54,9 @@ pub(super) struct Run<'a> {
     plan: &'a EnsemblePlan,
     infer: Arc<dyn Infer>,
     exec: ExecRequest,
-    needed: Vec<bool>,
+    needed: Cow<'a, [bool]>,
+    /// The caller wants every output: the plan's precomputed step requests apply.
+    all_wanted: bool,
     /// Ensemble outputs the caller asked for, with the names it knows them by.
     wanted: Vec<(String, TensorId)>,
     /// Each tensor's values by key; `None` for an optional ensemble input the caller left out.
@@ -62,7 +65,10 @@ pub(super) struct Run<'a> {
     values: Vec<Vec<(Key, Option<Tensor>)>>,
     started: Vec<(usize, Key)>,
     emitted: Vec<Key>,
+    /// Step work in flight. One piece alone (a chain of steps) is awaited directly: going
+    /// through `FuturesUnordered` costs an extra wake-up hop per step.
     work: FuturesUnordered<Work>,
+    only: Option<Work>,
     /// Regular step runs in flight (what `max_inflight_responses` bounds).
     active: usize,
     waiting: VecDeque<Waiting>,
@@ -72,20 +78,30 @@ pub(super) struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
-    pub(super) fn new(plan: &'a EnsemblePlan, infer: Arc<dyn Infer>, exec: ExecRequest) -> Self {
-        let wanted: Vec<(String, TensorId)> =
-            exec.outputs.iter().filter_map(|name| plan.outputs.get(name).map(|&t| (name.clone(), t))).collect();
-        let needed = plan.needed_steps(&wanted.iter().map(|(_, t)| *t).collect::<Vec<_>>());
+    pub(super) fn new(plan: &'a EnsemblePlan, infer: Arc<dyn Infer>, mut exec: ExecRequest) -> Self {
+        let wanted: Vec<(String, TensorId)> = std::mem::take(&mut exec.outputs)
+            .into_iter()
+            .filter_map(|name| plan.outputs.get(&name).copied().map(|t| (name, t)))
+            .collect();
+        // The model layer refused duplicates, so as many as the plan has means all of them.
+        let all_wanted = wanted.len() == plan.outputs.len();
+        let needed = if all_wanted {
+            Cow::Borrowed(plan.all_needed.as_slice())
+        } else {
+            Cow::Owned(plan.needed_steps(&wanted.iter().map(|(_, t)| *t).collect::<Vec<_>>()))
+        };
         Self {
             plan,
             infer,
             exec,
             needed,
+            all_wanted,
             wanted,
             values: vec![Vec::new(); plan.tensors.len()],
             started: Vec::new(),
             emitted: Vec::new(),
             work: FuturesUnordered::new(),
+            only: None,
             active: 0,
             waiting: VecDeque::new(),
             parked: Vec::new(),
@@ -110,7 +126,15 @@ impl<'a> Run<'a> {
             }
         }
         loop {
-            let Some(event) = self.work.next().await else {
+            let event = match self.only.take() {
+                Some(only) if self.work.is_empty() => Some(only.await),
+                Some(only) => {
+                    self.work.push(only);
+                    self.work.next().await
+                }
+                None => self.work.next().await,
+            };
+            let Some(event) = event else {
                 if self.emitted.is_empty() && !plan.decoupled {
                     return Err(self.error(CoreError::internal("the steps ended without producing the outputs")));
                 }
@@ -260,15 +284,11 @@ impl<'a> Run<'a> {
             inputs.push(tensor);
         }
         // Only the outputs something downstream (or the caller) reads.
-        let outputs = spec
-            .outputs
-            .iter()
-            .filter(|o| {
-                self.wanted.iter().any(|(_, t)| *t == o.tensor)
-                    || plan.tensors[o.tensor].consumers.iter().any(|&c| self.needed[c])
-            })
-            .map(|o| RequestedOutput::named(o.model_output.clone()))
-            .collect();
+        let outputs = if self.all_wanted {
+            spec.requested_all.clone()
+        } else {
+            plan.requested_outputs(step, &self.needed, &|t| self.wanted.iter().any(|(_, w)| *w == t))
+        };
         let request = InferRequest {
             model_name: spec.model.clone(),
             model_version: spec.version,
@@ -289,7 +309,7 @@ impl<'a> Run<'a> {
     fn launch(&mut self, step: usize, request: InferRequest, key: Key) {
         let infer = Arc::clone(&self.infer);
         if self.plan.steps[step].decoupled {
-            self.work.push(Box::pin(async move {
+            self.add_work(Box::pin(async move {
                 match infer.infer_stream(request).await {
                     Ok(mut stream) => {
                         let item = stream.recv().await;
@@ -304,11 +324,22 @@ impl<'a> Run<'a> {
             return;
         }
         self.active += 1;
-        self.work.push(Box::pin(async move {
+        self.add_work(Box::pin(async move {
             let result = infer.infer(request).await;
             let compute = result.as_ref().map_or(Duration::ZERO, |r| r.compute);
             Event::Answered { step, key, result, compute }
         }));
+    }
+
+    fn add_work(&mut self, work: Work) {
+        if self.only.is_none() && self.work.is_empty() {
+            self.only = Some(work);
+        } else {
+            if let Some(only) = self.only.take() {
+                self.work.push(only);
+            }
+            self.work.push(work);
+        }
     }
 
     /// Reads a decoupled step's next response, unless downstream is at the in-flight limit.
@@ -318,7 +349,7 @@ impl<'a> Run<'a> {
             return;
         }
         let Parked { step, key, index, mut stream } = parked;
-        self.work.push(Box::pin(async move {
+        self.add_work(Box::pin(async move {
             let item = stream.recv().await;
             Event::Streamed { step, key, index, item, stream }
         }));
