@@ -59,10 +59,10 @@ pub(super) struct Run<'a> {
     all_wanted: bool,
     /// Ensemble outputs the caller asked for, with the names it knows them by.
     wanted: Vec<(String, TensorId)>,
-    /// Each tensor's values by key; `None` for an optional ensemble input the caller left out.
-    /// Vectors, not maps: a regular ensemble has one value per tensor, and a decoupled one a
-    /// handful, so a scan beats hashing.
-    values: Vec<Vec<(Key, Option<Tensor>)>>,
+    /// Every tensor value so far, with its key; `None` for an optional ensemble input the caller
+    /// left out. One flat vector, not a map: a regular ensemble has one value per tensor and a
+    /// decoupled one a handful, so a scan beats hashing (and it is one allocation per request).
+    values: Vec<(TensorId, Key, Option<Tensor>)>,
     started: Vec<(usize, Key)>,
     emitted: Vec<Key>,
     /// Step work in flight. One piece alone (a chain of steps) is awaited directly: going
@@ -97,7 +97,7 @@ impl<'a> Run<'a> {
             needed,
             all_wanted,
             wanted,
-            values: vec![Vec::new(); plan.tensors.len()],
+            values: Vec::with_capacity(plan.tensors.len()),
             started: Vec::new(),
             emitted: Vec::new(),
             work: FuturesUnordered::new(),
@@ -200,20 +200,30 @@ impl<'a> Run<'a> {
         value: Option<Tensor>,
         emit: &mut (dyn FnMut(Vec<Tensor>) -> bool + Send),
     ) -> CoreResult<bool> {
-        self.values[tensor].push((key.clone(), value));
+        self.values.push((tensor, key.clone(), value));
         let plan = self.plan;
         for &step in &plan.tensors[tensor].consumers {
             if !self.needed[step] {
                 continue;
             }
             let depth = plan.step_depth(step);
+            if key.len() >= depth {
+                // The common case (always, without decoupled steps): the one run this value is for.
+                self.try_start(step, key[..depth].to_vec())?;
+                continue;
+            }
             for run_key in self.candidate_keys(plan.steps[step].inputs.iter().map(|i| i.tensor), depth, &key) {
                 self.try_start(step, run_key)?;
             }
         }
         if self.wanted.iter().any(|(_, t)| *t == tensor) {
             let depth = self.wanted.iter().map(|(_, t)| plan.tensors[*t].lineage.len()).max().unwrap_or(0);
-            for out_key in self.candidate_keys(self.wanted.iter().map(|(_, t)| *t), depth, &key) {
+            let out_keys = if key.len() >= depth {
+                vec![key[..depth].to_vec()]
+            } else {
+                self.candidate_keys(self.wanted.iter().map(|(_, t)| *t), depth, &key)
+            };
+            for out_key in out_keys {
                 if self.emitted.contains(&out_key) {
                     continue;
                 }
@@ -233,14 +243,14 @@ impl<'a> Run<'a> {
     }
 
     /// Keys of length `depth` that a new value at `key` may complete, among `tensors`' values.
+    /// (`key` is shorter than `depth`: a value with a shorter key pairs with every deeper value
+    /// that extends it.)
     fn candidate_keys(&self, tensors: impl Iterator<Item = TensorId>, depth: usize, key: &Key) -> Vec<Key> {
-        if key.len() >= depth {
-            return vec![key[..depth].to_vec()];
-        }
-        // A value with a shorter key pairs with every deeper value that extends it.
         let mut keys: Vec<Key> = Vec::new();
         for tensor in tensors.filter(|&t| self.plan.tensors[t].lineage.len() == depth) {
-            keys.extend(self.values[tensor].iter().map(|(k, _)| k).filter(|k| k.starts_with(key)).cloned());
+            keys.extend(
+                self.values.iter().filter(|(t, k, _)| *t == tensor && k.starts_with(key)).map(|(_, k, _)| k.clone()),
+            );
         }
         keys.sort_unstable();
         keys.dedup();
@@ -250,12 +260,13 @@ impl<'a> Run<'a> {
     /// The value of each tensor for run key `key` (each tensor's own key is a prefix of it), or
     /// none while one is missing.
     fn gather(&self, tensors: impl Iterator<Item = TensorId>, key: &Key) -> Option<Vec<Option<Tensor>>> {
-        tensors
-            .map(|t| {
-                let own = &key[..self.plan.tensors[t].lineage.len().min(key.len())];
-                self.values[t].iter().find(|(k, _)| k.as_slice() == own).map(|(_, v)| v.clone())
-            })
-            .collect()
+        tensors.map(|t| self.value(t, key).cloned()).collect()
+    }
+
+    /// The value of tensor `t` for run key `key` (the tensor's own key is a prefix of it).
+    fn value(&self, t: TensorId, key: &Key) -> Option<&Option<Tensor>> {
+        let own = &key[..self.plan.tensors[t].lineage.len().min(key.len())];
+        self.values.iter().find(|(tensor, k, _)| *tensor == t && k.as_slice() == own).map(|(_, _, v)| v)
     }
 
     fn try_start(&mut self, step: usize, key: Key) -> CoreResult<()> {
@@ -264,11 +275,20 @@ impl<'a> Run<'a> {
         }
         let plan = self.plan;
         let spec = &plan.steps[step];
-        let Some(values) = self.gather(spec.inputs.iter().map(|i| i.tensor), &key) else { return Ok(()) };
+        if !spec.inputs.iter().all(|i| self.value(i.tensor, &key).is_some()) {
+            return Ok(());
+        }
         self.started.push((step, key.clone()));
-        let mut inputs = Vec::with_capacity(values.len());
-        for (input, value) in spec.inputs.iter().zip(values) {
-            let Some(mut tensor) = value else { continue };
+        let mut inputs = Vec::with_capacity(spec.inputs.len());
+        for input in &spec.inputs {
+            let Some(Some(tensor)) = self.value(input.tensor, &key) else { continue };
+            // Built with the model's input name directly (the value's own name is not copied).
+            let mut tensor = Tensor {
+                name: input.model_input.clone(),
+                datatype: tensor.datatype,
+                shape: tensor.shape.clone(),
+                data: tensor.data.clone(),
+            };
             if input.strip_batch {
                 if tensor.shape.first() != Some(&1) {
                     return Err(self.error(CoreError::invalid_arg(format!(
@@ -280,7 +300,6 @@ impl<'a> Run<'a> {
                 }
                 tensor.shape.remove(0);
             }
-            tensor.name.clone_from(&input.model_input);
             inputs.push(tensor);
         }
         // Only the outputs something downstream (or the caller) reads.
