@@ -66,9 +66,10 @@ impl BlsCall {
 }
 
 impl GuestState {
-    /// Checks a BLS call (allowed model, input handles, a live server) and builds its request.
-    /// `Ok(Err(_))` is the guest's error; `Err(_)` traps (a bad handle).
-    fn bls_call(
+    /// Checks a BLS call (allowed model, input handles, a live server) and builds its request,
+    /// for [`Self::bls`] or [`Self::bls_start`] to run. `Ok(Err(_))` is the guest's error; `Err(_)`
+    /// traps (a bad handle).
+    pub(super) fn bls_call(
         &mut self,
         model: String,
         version: Option<i64>,
@@ -108,33 +109,20 @@ impl GuestState {
     /// BLS: runs `model`, blocking this (blocking-pool) thread. `call` (infer or infer_stream)
     /// runs bounded by the caller's time limit.
     pub(super) fn bls<T, Fut>(
-        &mut self,
-        model: String,
-        version: Option<i64>,
-        inputs: Vec<Resource<HostTensor>>,
-        outputs: Vec<String>,
-        parameters: Vec<wit::Parameter>,
+        bls: BlsCall,
         call: impl FnOnce(Arc<dyn Infer>, InferRequest) -> Fut,
-    ) -> wasmtime::Result<Result<T, wit::Error>>
+    ) -> Result<T, wit::Error>
     where
         Fut: Future<Output = CoreResult<T>>,
     {
-        let bls = match self.bls_call(model, version, inputs, outputs, parameters)? {
-            Ok(bls) => bls,
-            Err(e) => return Ok(Err(e)),
-        };
         let runtime = bls.runtime.clone();
-        Ok(runtime.block_on(bls.run(call)).map_err(wit_error))
+        runtime.block_on(bls.run(call)).map_err(wit_error)
     }
 
     /// `infer-async`: checks the call like `infer`, then runs it on the runtime and returns at once.
     pub(super) fn bls_start(
         &mut self,
-        model: String,
-        version: Option<i64>,
-        inputs: Vec<Resource<HostTensor>>,
-        outputs: Vec<String>,
-        parameters: Vec<wit::Parameter>,
+        bls: BlsCall,
     ) -> wasmtime::Result<Result<Resource<HostPendingInfer>, wit::Error>> {
         let counter = Arc::clone(&self.calls_in_flight);
         if counter.fetch_add(1, Ordering::SeqCst) >= MAX_CALLS_IN_FLIGHT {
@@ -145,10 +133,6 @@ impl GuestState {
             )))));
         }
         let in_flight = InFlight(counter);
-        let bls = match self.bls_call(model, version, inputs, outputs, parameters)? {
-            Ok(bls) => bls,
-            Err(e) => return Ok(Err(e)),
-        };
         let slot = Arc::new(Mutex::new(None));
         let filled = Arc::clone(&slot);
         let done = Arc::clone(&self.bls_done);

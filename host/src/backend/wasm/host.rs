@@ -262,10 +262,11 @@ impl wit_host::Host for GuestState {
         outputs: Vec<String>,
         parameters: Vec<wit::Parameter>,
     ) -> wasmtime::Result<Result<Vec<Resource<HostTensor>>, wit::Error>> {
-        let called = self.bls(model, version, inputs, outputs, parameters, |infer, request| async move {
-            infer.infer(request).await
-        })?;
-        match called {
+        let call = match self.bls_call(model, version, inputs, outputs, parameters)? {
+            Ok(call) => call,
+            Err(e) => return Ok(Err(e)),
+        };
+        match Self::bls(call, |infer, request| async move { infer.infer(request).await }) {
             Ok(response) => Ok(Ok(self.new_tensors(response.outputs)?)),
             Err(e) => Ok(Err(e)),
         }
@@ -279,7 +280,10 @@ impl wit_host::Host for GuestState {
         outputs: Vec<String>,
         parameters: Vec<wit::Parameter>,
     ) -> wasmtime::Result<Result<Resource<HostPendingInfer>, wit::Error>> {
-        self.bls_start(model, version, inputs, outputs, parameters)
+        match self.bls_call(model, version, inputs, outputs, parameters)? {
+            Ok(call) => self.bls_start(call),
+            Err(e) => Ok(Err(e)),
+        }
     }
 
     fn wait_any(&mut self, calls: Vec<Resource<HostPendingInfer>>) -> wasmtime::Result<Option<u32>> {
@@ -294,10 +298,11 @@ impl wit_host::Host for GuestState {
         outputs: Vec<String>,
         parameters: Vec<wit::Parameter>,
     ) -> wasmtime::Result<Result<Resource<HostResponseStream>, wit::Error>> {
-        let started = self.bls(model, version, inputs, outputs, parameters, |infer, request| async move {
-            infer.infer_stream(request).await
-        })?;
-        match started {
+        let call = match self.bls_call(model, version, inputs, outputs, parameters)? {
+            Ok(call) => call,
+            Err(e) => return Ok(Err(e)),
+        };
+        match Self::bls(call, |infer, request| async move { infer.infer_stream(request).await }) {
             Ok(stream) => Ok(Ok(self.table.push(HostResponseStream(stream)).map_err(table_error)?)),
             Err(e) => Ok(Err(e)),
         }
