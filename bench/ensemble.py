@@ -101,7 +101,7 @@ def tessera_repo(work: Path) -> Path:
             "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 1000 }")
         (repo / "fanout_wait" / "config.pbtxt").write_text(config)
         fanout = repo / "bls_fanout" / "config.pbtxt"
-        fanout.write_text(fanout.read_text().replace('string_value: "fanout_target', 'string_value: "fanout_wait,fanout_target'))
+        fanout.write_text(fanout.read_text().replace('string_value: "fanout_target,', 'string_value: "fanout_wait,fanout_target,'))
     add_ensembles(repo)
     return repo
 

@@ -95,6 +95,51 @@ def test_an_error_of_a_called_model_reaches_the_client(server, model):
     assert "data-type is 'FP32', but model 'simple' expects 'INT32'" in msg, msg
 
 
+def test_the_configured_target_is_called(server_factory, repo):
+    # Config parameter `fanout_target` picks the model: here add_sub, which then counts the calls.
+    copy_model(repo, "add_sub")
+    for guest in FANOUT_GUESTS:
+        config = (quickstart_repo() / guest / "config.pbtxt").read_text().replace(
+            'string_value: "fanout_target" }', 'string_value: "add_sub" }')
+        copy_model(repo, guest, config=config)
+    srv = server_factory(repo)
+    x = np.arange(16, dtype=np.float32)
+    for n, guest in enumerate(FANOUT_GUESTS, start=1):
+        np.testing.assert_allclose(fanout(srv.url, guest, x), 8 * x)
+        assert stats(srv.url, "add_sub")["inference_count"] == 4 * n
+
+
+def text_input(lib, texts: np.ndarray):
+    i = lib.InferInput("TEXT", list(texts.shape), "BYTES")
+    i.set_data_from_numpy(texts)
+    return i
+
+
+@pytest.mark.parametrize("door", ["http", "grpc"])
+def test_text_pipeline_bls_equals_calling_the_steps_one_by_one(server, door):
+    lib = httpclient if door == "http" else grpcclient
+    c = lib.InferenceServerClient(server.url if door == "http" else f"127.0.0.1:{server.grpc_port}")
+    texts = np.array([[b"hello world"], [b"The quick brown fox jumps over"], [b""], [b"a b c d"]],
+                     dtype=object)
+
+    def tensor(name, value, datatype):
+        i = lib.InferInput(name, list(value.shape), datatype)
+        i.set_data_from_numpy(value)
+        return i
+
+    tokens = c.infer("tokenizer", [text_input(lib, texts)])
+    scores = c.infer("text_scorer", [tensor("INPUT_IDS", tokens.as_numpy("INPUT_IDS"), "INT64"),
+                                     tensor("ATTENTION_MASK", tokens.as_numpy("ATTENTION_MASK"), "INT64")])
+    labels = c.infer("score_label", [tensor("TOKEN_COUNT", scores.as_numpy("TOKEN_COUNT"), "FP32"),
+                                     tensor("ID_SUM", scores.as_numpy("ID_SUM"), "INT64")])
+    bls = c.infer("text_pipeline_bls", [text_input(lib, texts)])
+    np.testing.assert_array_equal(bls.as_numpy("TOKEN_COUNT"), scores.as_numpy("TOKEN_COUNT"))
+    np.testing.assert_array_equal(bls.as_numpy("MEAN_ID"), labels.as_numpy("MEAN_ID"))
+    np.testing.assert_array_equal(bls.as_numpy("LABEL"), labels.as_numpy("LABEL"))
+    assert bls.as_numpy("MEAN_ID").shape == (4, 1) and bls.as_numpy("LABEL").shape == (4, 1)
+    assert [row[0] for row in bls.as_numpy("LABEL")] == [b"short", b"long", b"empty", b"short"]
+
+
 def test_text_pipeline_bls_equals_the_ensemble_and_the_steps(server):
     texts = np.array([[b"hello world"], [b"The quick brown fox jumps"], [b""]], dtype=object)
     c = httpclient.InferenceServerClient(server.url)

@@ -376,7 +376,8 @@ def test_validation_errors_use_tritons_messages(server_factory, repo):
                         "from model wrong_dtype while TYPE_FP32 is inferred from model add_sub"), msg
     msg = load_error(srv, "wrong_shape")
     assert "inconsistent shape" in msg and "[-1,8]" in msg and "[-1,16]" in msg, msg
-    assert "not available or ambiguous: add_sub" in load_error(srv, "missing_version")
+    assert ("ensemble 'missing_version' depends on 'add_sub' whose required version 7 is not loaded."
+            in load_error(srv, "missing_version"))
     msg = load_error(srv, "cycle_a")
     assert "circular dependency between ensembles: cycle_a -> ... -> cycle_b -> cycle_a" in msg, msg
     # Every failure left the server serving.
@@ -457,20 +458,34 @@ def test_ensemble_readiness_follows_its_steps(server_factory, repo):
 @pytest.mark.parametrize("door", ["http", "grpc"])
 def test_unload_dependents(server_factory, repo, door):
     copy_model(repo, "add_sub")
+    copy_model(repo, "add_sub", "add_sub_b")
     add_sub_twice(repo)
-    srv = explicit(server_factory, repo, "ens_twice")
-    if door == "http":
-        c = httpclient.InferenceServerClient(srv.url)
-    else:
-        c = grpcclient.InferenceServerClient(grpc_url(srv))
-    c.unload_model("add_sub", unload_dependents=True)
-    index = {e["name"]: e for e in httpclient.InferenceServerClient(srv.url).get_model_repository_index()}
-    assert index["ens_twice"]["state"] == "UNAVAILABLE" and index["ens_twice"]["reason"] == "unloaded"
-    # Unloaded, not waiting for its step: loading add_sub again leaves it unloaded.
-    c.load_model("add_sub")
-    assert not c.is_model_ready("ens_twice")
+    add_sub_twice(repo, "ens_b", model="add_sub_b")
+    # ens_twice pulls add_sub in as a dependency; add_sub_b is asked for by name.
+    srv = explicit(server_factory, repo, "ens_twice", "add_sub_b", "ens_b")
+    lib = httpclient if door == "http" else grpcclient
+    c = lib.InferenceServerClient(srv.url if door == "http" else grpc_url(srv))
+    index = lambda: {e["name"]: e for e in httpclient.InferenceServerClient(srv.url).get_model_repository_index()}
+
+    # As Triton: unloading an ensemble with unload_dependents also unloads the models that were
+    # loaded only for it ...
+    c.unload_model("ens_twice", unload_dependents=True)
+    assert not c.is_model_ready("ens_twice") and not c.is_model_ready("add_sub")
+    assert index()["add_sub"]["reason"] == "unloaded"
+    # ... and by default leaves them: add_sub_b was loaded by name, and without the flag anyway.
+    c.unload_model("ens_b")
+    assert c.is_model_ready("add_sub_b") and not c.is_model_ready("ens_b")
+    c.load_model("ens_b")
+    c.unload_model("ens_b", unload_dependents=True)
+    assert c.is_model_ready("add_sub_b"), "a model loaded by name is not a dependency to unload"
+
+    # Unloading a step (flag or not) leaves its ensemble waiting: loading the step brings it back.
     c.load_model("ens_twice")
     assert c.is_model_ready("ens_twice")
+    c.unload_model("add_sub", unload_dependents=True)
+    wait_model_not_ready(srv, "ens_twice")
+    c.load_model("add_sub")
+    wait_model_ready(srv, "ens_twice")
 
 
 def test_server_metadata_lists_tritons_extensions(twice_server):

@@ -5,19 +5,24 @@
 //! and `INPUT1` of the target (an add_sub-like model), so with the quickstart `fanout_target`
 //! every call returns `2 * INPUT0` and four calls give `8 * INPUT0`.
 //!
+//! Config parameter `fanout_target`: the model to call (default `add_sub`); the config's
+//! `allowed_models` must list it.
+//!
 //! Request parameters:
 //! * `mode`: `"parallel"` (default) starts every call with `infer_async` and then waits for all
 //!   of them, so they run concurrently on the host; `"sequential"` calls `infer` one at a time.
 //! * `calls`: how many calls (default 4, 1..=16).
-//! * `target`: the model to call (default `fanout_target`); the config's `allowed_models` must
-//!   list it.
+//! * `target`: call this model instead of the configured one (it must be allowed too).
 
 use tessera_guest::{
-    Error, InitializeArgs, Model, ParamValue, Request, Tensor, TensorsExt, export_model, infer,
-    infer_async, wait_all,
+    Error, InitializeArgs, Model, ModelConfig, ParamValue, Request, Tensor, TensorsExt, export_model,
+    infer, infer_async, wait_all,
 };
 
-struct Fanout;
+struct Fanout {
+    /// The model called unless a request names another (config parameter `fanout_target`).
+    target: String,
+}
 
 fn string_parameter(request: &Request, key: &str, default: &str) -> Result<String, Error> {
     match request.parameter(key) {
@@ -28,8 +33,9 @@ fn string_parameter(request: &Request, key: &str, default: &str) -> Result<Strin
 }
 
 impl Model for Fanout {
-    fn initialize(_args: InitializeArgs) -> Result<Self, Error> {
-        Ok(Fanout)
+    fn initialize(args: InitializeArgs) -> Result<Self, Error> {
+        let config = ModelConfig::of(&args)?;
+        Ok(Fanout { target: config.parameter("fanout_target").unwrap_or("add_sub").to_string() })
     }
 
     fn execute_request(&mut self, request: &Request) -> Result<Vec<Tensor>, Error> {
@@ -40,7 +46,7 @@ impl Model for Fanout {
             Some(ParamValue::Int(n)) if (1..=16).contains(&n) => n as usize,
             Some(_) => return Err(Error::invalid_arg("parameter 'calls' must be an integer in 1..=16")),
         };
-        let target = string_parameter(request, "target", "fanout_target")?;
+        let target = string_parameter(request, "target", &self.target)?;
         let mode = string_parameter(request, "mode", "parallel")?;
         // One batch-of-one tensor, handed to every call as both inputs (no copies).
         let row = Tensor::from_f32("INPUT0", &[1, x.len() as i64], &x)?;

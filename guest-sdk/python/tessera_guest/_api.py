@@ -294,8 +294,9 @@ class InferenceRequest:
     def async_exec(self, decoupled=False):
         """Awaitable exec(), as in Triton: `await asyncio.gather(*[r.async_exec() for r in ...])`
         inside `async def execute` runs the calls concurrently on the host. The call starts here,
-        not when awaited. Errors come back as an InferenceResponse with has_error(), as from
-        exec(). decoupled=True returns (awaitably) the response iterator of stream_exec()."""
+        not when awaited (beyond 64 calls in flight, as soon as an earlier one finishes). Errors
+        come back as an InferenceResponse with has_error(), as from exec(). decoupled=True
+        returns (awaitably) the response iterator of stream_exec()."""
         if decoupled:
             return _ready(self.stream_exec())
         loop = _running_host_loop()
@@ -303,12 +304,10 @@ class InferenceRequest:
             # Not under the guest's event loop (e.g. a coroutine driven by hand): run now.
             return _ready(self.exec())
         try:
-            handle = _host.wit_host.infer_async(*self._bls_args())
-        except _host.Err as e:
-            return _ready(InferenceResponse(error=_error_from_wit(e.value)))
+            args = self._bls_args()
         except TritonModelException as e:
             return _ready(InferenceResponse(error=TritonError(e.message(), e.code())))
-        return loop.wait_for_call(handle, _response_of)
+        return loop.start_call(lambda: _host.wit_host.infer_async(*args), _response_of)
 
 
 def _response_of(result):

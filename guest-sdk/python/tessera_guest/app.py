@@ -120,7 +120,7 @@ class WitWorld(_WitWorldProtocol):
             _State.model = cls()
             init = getattr(_State.model, "initialize", None)
             if init is not None:
-                init(triton_args)
+                _await_if_coroutine(init(triton_args))
         except BaseException as e:  # noqa: BLE001  anything, so that the guest never traps here
             _State.model = None
             _log_exception("initialize")
@@ -133,9 +133,7 @@ class WitWorld(_WitWorldProtocol):
         try:
             if _State.model is None:
                 raise TritonError("execute() before a successful initialize()", TritonError.UNAVAILABLE)
-            responses = _State.model.execute(reqs)
-            if hasattr(responses, "__await__"):  # async def execute
-                responses = _run_coroutine(responses)
+            responses = _await_if_coroutine(_State.model.execute(reqs))
         except BaseException as e:  # noqa: BLE001
             _log_exception("execute")
             code, message = _error_of(e)
@@ -179,7 +177,7 @@ class WitWorld(_WitWorldProtocol):
         if fin is None:
             return
         try:
-            fin()
+            _await_if_coroutine(fin())
         except BaseException:  # noqa: BLE001
             _log_exception("finalize")
         for stream in (sys.stdout, sys.stderr):
@@ -189,7 +187,10 @@ class WitWorld(_WitWorldProtocol):
                 pass
 
 
-def _run_coroutine(coro):
-    """Runs `async def execute` on the guest's asyncio loop (tessera_guest._aio), where
+def _await_if_coroutine(value):
+    """The result of a user method: `async def` ones (execute, initialize, finalize, as Triton
+    allows) run to completion on the guest's asyncio loop (tessera_guest._aio), where
     `asyncio.gather(*[r.async_exec() ...])` runs BLS calls concurrently on the host."""
-    return _aio.run(coro)
+    if hasattr(value, "__await__"):
+        return _aio.run(value)
+    return value

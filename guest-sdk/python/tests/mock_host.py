@@ -60,6 +60,14 @@ class Req:
     sent: list = field(default_factory=list)  # ("ok", [T]) / ("err", code, msg), final flag
 
 
+# The host's limit on infer-async calls of one instance (host/src/backend/wasm/bls.rs).
+MAX_IN_FLIGHT = 64
+
+
+class _Pending(list):
+    """A pending-infer: a one-slot list holding the call's result until `get` takes it."""
+
+
 class GuestError(Exception):
     def __init__(self, code, message):
         super().__init__("%s: %s" % (code, message))
@@ -92,6 +100,7 @@ class MockHost:
         self.bytes_from_guest = 0
         self.bls_calls = []
         self.async_calls = 0
+        self.max_in_flight = 0
         self._objs = {}
         self._next = 1
         linker = cm.Linker(self.engine)
@@ -262,10 +271,15 @@ class MockHost:
                 return _rec(code=item.code, message=item.message)
             return [self._own(t, TENSOR) for t in item]
 
-        # Parallel BLS: the mock runs the call at once; `get` hands the result out once.
+        # Parallel BLS: the mock runs the call at once; `get` hands the result out once. As the
+        # host, it refuses more than MAX_IN_FLIGHT live handles.
         def infer_async(model, version, inputs, outputs, params):
+            live = sum(isinstance(o, _Pending) for o in self._objs.values())
+            self.max_in_flight = max(self.max_in_flight, live + 1)
+            if live >= MAX_IN_FLIGHT:
+                return _rec(code="unavailable", message="%d BLS calls in flight" % live)
             self.async_calls += 1
-            return self._own([infer(model, version, inputs, outputs, params)], PENDING)
+            return self._own(_Pending([infer(model, version, inputs, outputs, params)]), PENDING)
 
         def ready(h):
             self._get(h)  # a borrowed handle must be looked at before the call returns

@@ -253,15 +253,30 @@ def test_no_handle_leaks(probe):
     assert probe.live_objects() == {}
 
 
-def test_async_execute(tmp_path_factory, engine):
-    wasm = build(HERE / "models" / "async_bls", tmp_path_factory.mktemp("async") / "model.wasm")
-    host = MockHost(wasm, bls={"inner": inner}, engine=engine)
-    host.initialize({"name": "async_bls"})  # a model without initialize() is fine too
+@pytest.fixture(scope="session")
+def async_bls_wasm(tmp_path_factory):
+    return build(HERE / "models" / "async_bls", tmp_path_factory.mktemp("async") / "model.wasm")
+
+
+def test_async_execute(async_bls_wasm, engine):
+    host = MockHost(async_bls_wasm, bls={"inner": inner}, engine=engine)
+    host.initialize({"name": "async_bls"})  # async initialize; its hour-long sleep is skipped
     (outs, more) = host.execute([Req([f32("INPUT0", [1.0, 2.0])]), Req([f32("INPUT0", [4.0])])])
     assert outs[0].name == "OUT" and outs[0].values() == [3.0, 6.0]
     assert more[0].values() == [12.0]
     assert host.async_calls == 2, "asyncio.gather over async_exec() goes through infer-async"
-    host.finalize()  # and without finalize()
+    host.finalize()
+    assert ("info", "finalized") in host.logs, "async finalize ran to its end"
+
+
+def test_async_fan_out_wider_than_the_host_limit(async_bls_wasm, engine):
+    # 100 requests gathered at once: the SDK keeps at most 64 calls in flight (the host refuses
+    # more) and starts the rest as earlier ones finish, so every request gets its answer.
+    host = MockHost(async_bls_wasm, bls={"inner": inner}, engine=engine)
+    host.initialize({"name": "async_bls"})
+    results = host.execute([Req([f32("INPUT0", [float(i)])]) for i in range(100)])
+    assert [r[0].values() for r in results] == [[3.0 * i] for i in range(100)]
+    assert host.async_calls == 100 and host.max_in_flight == 64
 
 
 @pytest.mark.xfail(reason="componentize-py 0.25.1 never frees the buffer it lowers a `bytes` "

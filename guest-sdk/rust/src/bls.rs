@@ -20,6 +20,11 @@ pub fn infer(model: &str, inputs: &[&Tensor], outputs: &[&str]) -> Result<Vec<Te
 /// Starts a call and returns at once (fan-out): calls started one after another run
 /// concurrently on the host. Collect the outputs with [`PendingInfer::get`] or [`wait_all`].
 ///
+/// An instance may have 64 calls in flight (started and not yet collected or dropped); starting
+/// one more fails with an `unavailable` error, so wait for some first when fanning out wider.
+/// Errors known before the call runs (a model not in `allowed_models`) come back here; errors of
+/// the called model come back from [`PendingInfer::get`].
+///
 /// ```ignore
 /// let calls: Vec<PendingInfer> = inputs.iter().map(|x| infer_async("model", &[x], &[])).collect::<Result<_, _>>()?;
 /// for outputs in wait_all(calls) { let outputs = outputs?; /* ... */ }

@@ -12,6 +12,7 @@
 //! * BLS: [`infer`], [`infer_stream`] and the [`InferRequest`] builder; parallel BLS (fan-out):
 //!   [`infer_async`] / [`InferRequest::start`] return a [`PendingInfer`], collected with
 //!   [`PendingInfer::get`], [`wait_all`] or [`wait_any`];
+//! * [`ModelConfig`]: the config `initialize` receives, parsed (config parameters, max batch size);
 //! * logging to the host log: [`log`] and the [`info!`], [`warn!`], [`error!`], [`verbose!`] macros;
 //! * a panic hook that writes the panic message to the host log before the guest aborts, so a trap
 //!   in the server log comes with its reason.
@@ -41,6 +42,7 @@
 extern crate self as tessera_guest;
 
 mod bls;
+mod config;
 mod error;
 pub mod log;
 mod panic;
@@ -49,6 +51,7 @@ mod runtime;
 mod tensor;
 
 pub use bls::{InferRequest, PendingInfer, ResponseStream, infer, infer_async, infer_stream, wait_all, wait_any};
+pub use config::ModelConfig;
 pub use request::{Request, ResponseSender};
 pub use tensor::{Element, Tensor, TensorsExt, decode_bytes_elements, encode_bytes_elements};
 

@@ -92,6 +92,36 @@ impl ModelManager {
         visit(self, name, dependencies, &mut Vec::new(), order)
     }
 
+    /// The composing models of ensemble `name` (through nested ensembles too) that were loaded only
+    /// as dependencies and that no other loaded ensemble uses: what `unload_dependents` removes
+    /// with it.
+    pub(super) fn unneeded_dependencies(&self, name: &str) -> Vec<String> {
+        let Ok(models) = self.models.read() else { return Vec::new() };
+        let steps_of = |model: &str| {
+            models.get(model).and_then(|e| e.ensemble.as_ref()).map(|s| composing_models(&s.config)).unwrap_or_default()
+        };
+        let mut going: BTreeSet<String> = BTreeSet::from([name.to_string()]);
+        let mut found = Vec::new();
+        let mut frontier = steps_of(name);
+        while let Some(model) = frontier.pop() {
+            let Some(entry) = models.get(&model) else { continue };
+            if !entry.as_dependency || entry.unloaded || going.contains(&model) {
+                continue;
+            }
+            // Another loaded ensemble, not itself going away, still uses it.
+            let used_elsewhere = models.iter().any(|(other, e)| {
+                !e.unloaded && !going.contains(other) && e.ensemble.is_some() && steps_of(other).contains(&model)
+            });
+            if used_elsewhere {
+                continue;
+            }
+            going.insert(model.clone());
+            frontier.extend(steps_of(&model));
+            found.push(model);
+        }
+        found
+    }
+
     /// Ensembles that use `name`, directly or through other ensembles.
     pub(super) fn dependents(&self, name: &str) -> Vec<String> {
         let Ok(models) = self.models.read() else { return Vec::new() };

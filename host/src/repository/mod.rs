@@ -70,6 +70,9 @@ struct ModelEntry {
     fingerprint: u64,
     /// For an ensemble: what rebuilding its versions needs when its steps come and go.
     ensemble: Option<dependencies::EnsembleSource>,
+    /// Loaded only because an ensemble needed it (not asked for by name): unloading that
+    /// ensemble with `unload_dependents` unloads it too, as Triton does.
+    as_dependency: bool,
 }
 
 pub struct ModelManager {
@@ -169,7 +172,12 @@ impl ModelManager {
         }
         for dependency in order {
             // Its own failure shows in the ensemble's message ("not available").
-            let _ = Box::pin(self.load_one(&dependency, None)).await;
+            if Box::pin(self.load_one(&dependency, None)).await.is_ok()
+                && let Ok(mut models) = self.models.write()
+                && let Some(entry) = models.get_mut(&dependency)
+            {
+                entry.as_dependency = true;
+            }
         }
         self.load_one(name, config_override).await
     }
@@ -205,13 +213,15 @@ impl ModelManager {
         outcome
     }
 
-    /// Unloads a model. Ensembles that use it become unavailable until it is loaded again, or
-    /// with `unload_dependents` (Triton's repository unload parameter) are unloaded too.
+    /// Unloads a model. Ensembles that use it become unavailable until it is loaded again. With
+    /// `unload_dependents` (Triton's repository unload parameter), unloading an ensemble also
+    /// unloads the composing models that were loaded only for it and that no other loaded
+    /// ensemble uses, as Triton's repository manager does (its `qa/L0_lifecycle` checks this).
     pub async fn unload(self: &Arc<Self>, name: &str, unload_dependents: bool) -> CoreResult<()> {
         let _guard = self.control.lock().await;
         let mut names = vec![name.to_string()];
         if unload_dependents {
-            names.extend(self.dependents(name));
+            names.extend(self.unneeded_dependencies(name));
         }
         {
             let mut models = self.models.write().map_err(|_| CoreError::internal("model table poisoned"))?;

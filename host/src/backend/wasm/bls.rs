@@ -23,8 +23,6 @@ pub struct HostPendingInfer {
     slot: Arc<Mutex<Option<CoreResult<InferResponse>>>>,
     /// Set once `get` handed the result out.
     taken: bool,
-    /// Released when the call finishes, so the store's in-flight count stays true.
-    _in_flight: InFlight,
 }
 
 /// The most `infer-async` calls one store may have running at once: a guest cannot flood the
@@ -137,13 +135,15 @@ impl GuestState {
         let filled = Arc::clone(&slot);
         let done = Arc::clone(&self.bls_done);
         bls.runtime.clone().spawn(async move {
+            // Counted until the call finishes (not until the guest drops its handle).
+            let _in_flight = in_flight;
             let result = bls.run(|infer, request| async move { infer.infer(request).await }).await;
             if let Ok(mut slot) = filled.lock() {
                 *slot = Some(result);
             }
             done.notify_waiters();
         });
-        let pending = HostPendingInfer { slot, taken: false, _in_flight: in_flight };
+        let pending = HostPendingInfer { slot, taken: false };
         Ok(Ok(self.table.push(pending).map_err(table_error)?))
     }
 

@@ -351,7 +351,7 @@ mod tests {
         let unknown = check(ensemble_config(8, &["IN"], &["OUT"], &[step("nope", &[("X", "IN")], &[("Y", "OUT")])]));
         assert_eq!(unknown, "ensemble e contains models that are not available or ambiguous: nope");
         let version = check(ensemble_config(8, &["IN"], &["OUT"], &[inc("IN", "OUT").replace("-1", "7")]));
-        assert_eq!(version, "ensemble e contains models that are not available or ambiguous: inc");
+        assert_eq!(version, "ensemble 'e' depends on 'inc' whose required version 7 is not loaded.");
         let batch = check(ensemble_config(16, &["IN"], &["OUT"], &[inc("IN", "OUT")]));
         assert!(batch.contains("allows maximum batch size 16, but it contains model inc which only allows"), "{batch}");
         let unwritten = check(ensemble_config(

@@ -248,6 +248,13 @@ impl EnsemblePlan {
             let version = (step.model_version >= 0).then_some(step.model_version);
             match catalog.step_config(&step.model_name, version) {
                 Some(c) => configs.push(c),
+                // The model is there, but not the version the step names (Triton's CheckNode).
+                None if version.is_some() && catalog.step_config(&step.model_name, None).is_some() => {
+                    return invalid(format!(
+                        "ensemble '{name}' depends on '{}' whose required version {} is not loaded.",
+                        step.model_name, step.model_version
+                    ));
+                }
                 None => {
                     missing.insert(step.model_name.clone());
                 }
