@@ -7,7 +7,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 cargo fmt --all --check
-cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo clippy --workspace --all-targets --features torch --quiet -- -D warnings
+# The default build (no libtorch) must keep compiling and stay lint-clean too.
+cargo clippy --workspace --lib --quiet -- -D warnings
 
 max_width=$(sed -n 's/^max_width *= *\([0-9]*\).*/\1/p' rustfmt.toml)
 too_long=$(find host -name '*.rs' -not -path '*/target/*' -print0 \

@@ -9,7 +9,12 @@
 #      (its sha256 is kept in .venv/.requirements.sha256);
 #   3. runs scripts/gen_models.py to (re)generate model-repos/quickstart/*/1/model.onnx when one is
 #      missing, when gen_models.py is newer than one of them, or after a (re)install;
-#   4. records the path of the onnxruntime shared library shipped in the venv's onnxruntime wheel in
+#   4. installs libtorch for the TorchScript backend: the torch 2.11.0 wheel with --no-deps plus the
+#      two CUDA runtime wheels libtorch_cpu.so links against (cudart, cupti; ~1.2 GB in all, no
+#      other CUDA wheel: the server's CPU path never loads them), links .venv/libtorch to it (what
+#      .cargo/config.toml's LIBTORCH points at) and writes the TorchScript models with
+#      scripts/gen_torch_models.py (no `import torch`: that would need 3 GB more of CUDA wheels);
+#   5. records the path of the onnxruntime shared library shipped in the venv's onnxruntime wheel in
 #      .venv/ort-lib-path; with --print-ort-lib it also prints that path (only that) on stdout,
 #      e.g.  ORT_LIB=$(scripts/setup-python.sh --print-ort-lib)
 #
@@ -78,7 +83,30 @@ if [ "$regen" = 1 ]; then
   log "models OK in $(realpath --relative-to="$ROOT" "$MODELS_DIR")"
 fi
 
-# 4. onnxruntime shared library -------------------------------------------------------------------
+# 4. libtorch ---------------------------------------------------------------------------------------
+# tch 0.24 is built against torch 2.11.0; the GPU machine's python3 ships the same torch.
+TORCH_PINS=("torch==2.11.0" "nvidia-cuda-runtime==13.0.96.*" "nvidia-cuda-cupti==13.0.85.*")
+TORCH_STAMP=$VENV/.torch-installed
+if [ "$(cat "$TORCH_STAMP" 2>/dev/null || true)" != "${TORCH_PINS[*]}" ]; then
+  log "installing libtorch (${TORCH_PINS[*]}, --no-deps) into $VENV"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --no-deps "${TORCH_PINS[@]}"
+  echo "${TORCH_PINS[*]}" > "$TORCH_STAMP"
+fi
+torch_dirs=("$VENV"/lib/python3*/site-packages/torch)
+[ -f "${torch_dirs[0]}/lib/libtorch_cpu.so" ] || { log "libtorch_cpu.so missing under ${torch_dirs[0]}"; exit 1; }
+if [ "$(readlink "$VENV/libtorch" 2>/dev/null || true)" != "${torch_dirs[0]}" ]; then
+  ln -sfn "${torch_dirs[0]}" "$VENV/libtorch"
+fi
+TORCH_GEN=$ROOT/scripts/gen_torch_models.py
+for f in text_scorer_torch/1/model.pt linear_classifier/1/model.pt; do
+  if [ ! -s "$MODELS_DIR/$f" ] || [ "$TORCH_GEN" -nt "$MODELS_DIR/$f" ]; then
+    "$VENV/bin/python" "$TORCH_GEN" "$MODELS_DIR"
+    log "TorchScript models OK in $(realpath --relative-to="$ROOT" "$MODELS_DIR")"
+    break
+  fi
+done
+
+# 5. onnxruntime shared library -------------------------------------------------------------------
 shopt -s nullglob
 libs=("$VENV"/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.[0-9]*)
 shopt -u nullglob

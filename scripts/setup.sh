@@ -4,7 +4,9 @@
 #      server loads at run time), tritonclient, componentize-py and pytest; generates the
 #      quickstart ONNX models.
 #   2. The Rust guest toolchain (Debian's rustc-web with std sources, wasm-ld; apt).
-#   3. Builds the server (one shared target/ dir; dev profile with optimised dependencies).
+#   3. Builds the server with the TorchScript backend (`--features torch`; LIBTORCH comes from
+#      .cargo/config.toml, pointing at the torch wheel setup-python.sh installs). One shared
+#      target/ dir; dev profile with optimised dependencies.
 #   4. Builds the example WebAssembly guests into the quickstart repository.
 # Quiet when there is nothing to do. Safe to run repeatedly.
 set -euo pipefail
@@ -23,5 +25,5 @@ fi
 
 bash scripts/setup-python.sh
 bash scripts/setup-guest-toolchain.sh
-cargo build --quiet --bin tessera
+cargo build --quiet --features torch --bin tessera
 bash scripts/build-guests.sh

@@ -7,6 +7,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 bash scripts/setup.sh
 bash scripts/check-style.sh
-cargo test --workspace
+# --features torch: the same build setup.sh made, so the binary the Python suite runs is not rebuilt
+# without the TorchScript backend.
+cargo test --workspace --features torch
 export TESSERA_BIN="$ROOT/target/debug/tessera"
 exec .venv/bin/python -m pytest "$@"

@@ -137,8 +137,9 @@ pub struct ServeArgs {
     /// nv_cpu_utilization and nv_cpu_memory_* gauges.
     #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub allow_cpu_metrics: bool,
-    /// Accepted for compatibility with Triton command lines (this build has no GPU metrics).
-    #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    /// nv_gpu_utilization, nv_gpu_memory_*, nv_gpu_power_* and nv_energy_consumption gauges,
+    /// read from NVML (absent where there is no NVML library or no GPU).
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub allow_gpu_metrics: bool,
     /// Milliseconds between samples of the CPU and memory gauges.
     #[arg(long, default_value_t = 2000)]
@@ -261,6 +262,7 @@ impl ServeArgs {
             },
             metrics: self.allow_metrics.then(|| Listen::new(&self.metrics_address, self.metrics_port)),
             cpu_metrics_interval: self.allow_cpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
+            gpu_metrics_interval: self.allow_gpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
             response_cache_bytes: crate::cache::parse_cache_config(&self.cache_config)?,
             onnxruntime_library: self.onnxruntime_library.clone(),
             wasm,

@@ -53,11 +53,12 @@ mod tensor;
 /// The command line (`tessera serve`, `tessera guest build`), used by the binary.
 pub mod cli;
 /// `tessera guest build`: source to `model.wasm`.
+pub mod gpu;
 pub mod guest;
 
 pub use backend::callable::CallableBackend;
 pub use backend::wasm::WasmOptions;
-pub use backend::{Backend, ExecRequest, InstanceContext, ModelInstance, RawResponse};
+pub use backend::{Backend, ExecRequest, InstanceContext, InstanceDevice, ModelInstance, RawResponse};
 pub use config::{ConfigError, ModelConfig, parse_json as parse_config_json, parse_pbtxt as parse_config_pbtxt, pb};
 pub use error::{CoreError, CoreResult, ErrorKind};
 pub use frontend::{LogApplier, SettingValue};

@@ -18,6 +18,7 @@ use axum::routing::get;
 use metrics::{Unit, counter, describe_counter, describe_gauge, gauge};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
+use crate::gpu::metrics::{GpuReading, GpuSampler};
 use crate::model::LoadedModel;
 use crate::repository::ModelManager;
 use crate::stats::FailureReason;
@@ -98,6 +99,8 @@ pub struct MetricsState {
     pub manager: Arc<ModelManager>,
     /// `None` with `--allow-cpu-metrics=false`.
     pub host: Option<Arc<HostSampler>>,
+    /// `None` with `--allow-gpu-metrics=false` or where there is no GPU.
+    pub gpu: Option<Arc<GpuSampler>>,
 }
 
 pub fn router(state: MetricsState) -> Router {
@@ -105,7 +108,8 @@ pub fn router(state: MetricsState) -> Router {
 }
 
 async fn scrape(State(state): State<MetricsState>) -> Response {
-    let body = render(&state.manager.ready_models(), state.host.as_deref());
+    let gpus = state.gpu.as_ref().map(|g| g.readings()).unwrap_or_default();
+    let body = render(&state.manager.ready_models(), state.host.as_deref(), &gpus);
     let mut response = body.into_response();
     response
         .headers_mut()
@@ -117,8 +121,8 @@ fn micros(ns: u64) -> u64 {
     ns / 1_000
 }
 
-/// Renders the Prometheus text exposition for these model versions and the host.
-pub fn render(models: &[Arc<LoadedModel>], host: Option<&HostSampler>) -> String {
+/// Renders the Prometheus text exposition for these model versions, the host and the GPUs.
+pub fn render(models: &[Arc<LoadedModel>], host: Option<&HostSampler>, gpus: &[GpuReading]) -> String {
     let recorder = PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     metrics::with_local_recorder(&recorder, || {
@@ -203,6 +207,58 @@ pub fn render(models: &[Arc<LoadedModel>], host: Option<&HostSampler>) -> String
             gauge!("nv_cpu_memory_total_bytes").set(host.memory_total.load(Ordering::Relaxed) as f64);
             gauge!("nv_cpu_memory_used_bytes").set(host.memory_used.load(Ordering::Relaxed) as f64);
         }
+        if !gpus.is_empty() {
+            describe_gauge!("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)");
+            describe_gauge!("nv_gpu_memory_total_bytes", Unit::Bytes, "GPU total memory, in bytes");
+            describe_gauge!("nv_gpu_memory_used_bytes", Unit::Bytes, "GPU used memory, in bytes");
+            describe_gauge!("nv_gpu_power_usage", "GPU power usage in watts");
+            describe_gauge!("nv_gpu_power_limit", "GPU power management limit in watts");
+            describe_counter!(
+                "nv_energy_consumption",
+                "GPU energy consumption in joules since the Triton Server started"
+            );
+        }
+        for gpu in gpus {
+            let labels = [("gpu_uuid", gpu.uuid.clone())];
+            gauge!("nv_gpu_utilization", &labels).set(gpu.utilization);
+            gauge!("nv_gpu_memory_total_bytes", &labels).set(gpu.memory_total as f64);
+            gauge!("nv_gpu_memory_used_bytes", &labels).set(gpu.memory_used as f64);
+            gauge!("nv_gpu_power_usage", &labels).set(gpu.power_usage);
+            gauge!("nv_gpu_power_limit", &labels).set(gpu.power_limit);
+            // Whole joules: the metrics crate's counters are integers.
+            counter!("nv_energy_consumption", &labels).absolute(gpu.energy as u64);
+        }
     });
     handle.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_metrics_carry_triton_names_and_the_gpu_uuid() {
+        let none = render(&[], None, &[]);
+        assert!(!none.contains("nv_gpu") && !none.contains("nv_energy"), "{none}");
+        let reading = GpuReading {
+            uuid: "GPU-1234".into(),
+            utilization: 0.5,
+            memory_total: 80,
+            memory_used: 20,
+            power_usage: 70.5,
+            power_limit: 700.0,
+            energy: 12.9,
+        };
+        let text = render(&[], None, &[reading]);
+        for line in [
+            r#"nv_gpu_utilization{gpu_uuid="GPU-1234"} 0.5"#,
+            r#"nv_gpu_memory_total_bytes{gpu_uuid="GPU-1234"} 80"#,
+            r#"nv_gpu_memory_used_bytes{gpu_uuid="GPU-1234"} 20"#,
+            r#"nv_gpu_power_usage{gpu_uuid="GPU-1234"} 70.5"#,
+            r#"nv_gpu_power_limit{gpu_uuid="GPU-1234"} 700"#,
+            r#"nv_energy_consumption{gpu_uuid="GPU-1234"} 12"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
 }

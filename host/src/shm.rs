@@ -9,8 +9,11 @@
 //! descriptor stays valid until that request is done, and the client's later `shm_unlink` only
 //! removes the name.
 //!
-//! CUDA shared memory is answered here too: status lists nothing and unregister succeeds (as on a
-//! Triton server with no CUDA regions), and register fails with a message saying no GPU is present.
+//! CUDA shared memory (the `cudasharedmemory` extension) shares the same table, as in Triton (a
+//! name is unique across both kinds): a region is a client's CUDA IPC allocation opened with
+//! [`crate::gpu::ipc::CudaMemory`], read and written with device copies. On a machine without a
+//! GPU registration fails with Triton's "failed to open CUDA IPC handle" error, status lists
+//! nothing and unregister succeeds.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -21,6 +24,7 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 
 use crate::error::{CoreError, CoreResult};
+use crate::gpu::ipc::CudaMemory;
 use crate::infer::{ParamValue, Parameters, ShmTarget};
 use crate::tensor::DataType;
 
@@ -79,14 +83,29 @@ pub struct ShmInput {
     pub target: ShmTarget,
 }
 
-/// One registered region: `byte_size` bytes starting at `offset` of the shared-memory object `key`.
+/// One registered region: `byte_size` bytes starting at `offset` of the shared-memory object `key`
+/// (for a CUDA region, `key` names the device allocation and `offset` is 0).
 #[derive(Debug)]
 pub struct Region {
     pub name: String,
     pub key: String,
     pub offset: u64,
     pub byte_size: u64,
-    file: File,
+    backing: Backing,
+}
+
+#[derive(Debug)]
+enum Backing {
+    System(File),
+    Cuda(CudaMemory),
+}
+
+/// What the CUDA status endpoints report for a region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaRegionStatus {
+    pub name: String,
+    pub device_id: i64,
+    pub byte_size: u64,
 }
 
 /// What the status endpoints report for a region.
@@ -124,12 +143,27 @@ impl Region {
         }
     }
 
+    fn is_cuda(&self) -> bool {
+        matches!(self.backing, Backing::Cuda(_))
+    }
+
     /// Copies `len` bytes at `offset` (relative to the region) out of shared memory.
     pub fn read(&self, offset: u64, len: u64, tensor: &str) -> CoreResult<Bytes> {
         let at = self.file_offset(offset, len, tensor)?;
         let len = usize::try_from(len).map_err(|_| CoreError::invalid_arg(format!("input '{tensor}' is too large")))?;
+        let file = match &self.backing {
+            Backing::System(file) => file,
+            Backing::Cuda(memory) => {
+                return memory.read(at, len).map_err(|e| {
+                    CoreError::internal(format!(
+                        "failed to read input '{tensor}' from CUDA shared memory region '{}': {e}",
+                        self.name
+                    ))
+                });
+            }
+        };
         let mut buf = vec![0u8; len];
-        self.file.read_exact_at(&mut buf, at).map_err(|e| {
+        file.read_exact_at(&mut buf, at).map_err(|e| {
             CoreError::internal(format!(
                 "failed to read input '{tensor}' from shared memory region '{}': {e}",
                 self.name
@@ -141,7 +175,18 @@ impl Region {
     /// Copies `data` into shared memory at `offset` (relative to the region).
     pub fn write(&self, offset: u64, data: &[u8], tensor: &str) -> CoreResult<()> {
         let at = self.file_offset(offset, data.len() as u64, tensor)?;
-        self.file.write_all_at(data, at).map_err(|e| {
+        let file = match &self.backing {
+            Backing::System(file) => file,
+            Backing::Cuda(memory) => {
+                return memory.write(at, data).map_err(|e| {
+                    CoreError::internal(format!(
+                        "failed to write output '{tensor}' to CUDA shared memory region '{}': {e}",
+                        self.name
+                    ))
+                });
+            }
+        };
+        file.write_all_at(data, at).map_err(|e| {
             CoreError::internal(format!(
                 "failed to write output '{tensor}' to shared memory region '{}': {e}",
                 self.name
@@ -210,34 +255,95 @@ impl SharedMemoryManager {
         }
         regions.insert(
             name.to_string(),
-            Arc::new(Region { name: name.to_string(), key: key.to_string(), offset, byte_size, file }),
+            Arc::new(Region {
+                name: name.to_string(),
+                key: key.to_string(),
+                offset,
+                byte_size,
+                backing: Backing::System(file),
+            }),
         );
         tracing::debug!(name, key, offset, byte_size, "registered system shared memory region");
         Ok(())
     }
 
-    /// Unregisters one region, or every region when `name` is `None`. Unregistering a name that
-    /// is not registered succeeds, as in Triton. Requests already using a region finish with it.
+    /// Registers `name` as the client's CUDA IPC allocation `raw_handle` (a `cudaIpcMemHandle_t`)
+    /// of `byte_size` bytes on GPU `device_id`.
+    pub fn register_cuda(&self, name: &str, raw_handle: &[u8], device_id: i64, byte_size: u64) -> CoreResult<()> {
+        let mut regions = self.regions.write().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
+        if regions.contains_key(name) {
+            return Err(CoreError::new(
+                crate::error::ErrorKind::AlreadyExists,
+                format!("shared memory region '{name}' already in manager"),
+            ));
+        }
+        let memory = CudaMemory::open(raw_handle, device_id, byte_size).map_err(|e| {
+            CoreError::invalid_arg(format!("failed to register CUDA shared memory region '{name}': {e}"))
+        })?;
+        // Two names for the same allocation share this key, so overlapping outputs are caught.
+        let key = format!("cuda:{device_id}:{}", memory.address());
+        regions.insert(
+            name.to_string(),
+            Arc::new(Region { name: name.to_string(), key, offset: 0, byte_size, backing: Backing::Cuda(memory) }),
+        );
+        tracing::debug!(name, device_id, byte_size, "registered CUDA shared memory region");
+        Ok(())
+    }
+
+    /// Unregisters one system region, or every system region when `name` is `None`. Unregistering
+    /// a name that is not registered succeeds, as in Triton. Requests already using a region
+    /// finish with it.
     pub fn unregister(&self, name: Option<&str>) -> CoreResult<()> {
+        self.unregister_kind(name, false)
+    }
+
+    /// [`Self::unregister`] for CUDA regions.
+    pub fn unregister_cuda(&self, name: Option<&str>) -> CoreResult<()> {
+        self.unregister_kind(name, true)
+    }
+
+    fn unregister_kind(&self, name: Option<&str>, cuda: bool) -> CoreResult<()> {
         let mut regions = self.regions.write().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
         match name {
             Some(name) => {
-                regions.remove(name);
+                if regions.get(name).is_some_and(|r| r.is_cuda() == cuda) {
+                    regions.remove(name);
+                }
             }
-            None => regions.clear(),
+            None => regions.retain(|_, r| r.is_cuda() != cuda),
         }
         Ok(())
     }
 
-    /// Status of one region (NotFound when unknown) or of all of them.
+    /// Status of one system region (NotFound when unknown) or of all of them.
     pub fn status(&self, name: Option<&str>) -> CoreResult<Vec<RegionStatus>> {
         let regions = self.regions.read().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
         match name {
+            Some(name) => {
+                regions.get(name).filter(|r| !r.is_cuda()).map(|r| vec![r.status()]).ok_or_else(|| {
+                    CoreError::not_found(format!("Unable to find system shared memory region: '{name}'"))
+                })
+            }
+            None => Ok(regions.values().filter(|r| !r.is_cuda()).map(|r| r.status()).collect()),
+        }
+    }
+
+    /// Status of one CUDA region (NotFound when unknown) or of all of them.
+    pub fn cuda_status(&self, name: Option<&str>) -> CoreResult<Vec<CudaRegionStatus>> {
+        let regions = self.regions.read().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
+        let status = |r: &Region| match &r.backing {
+            Backing::Cuda(m) => {
+                Some(CudaRegionStatus { name: r.name.clone(), device_id: m.device_id, byte_size: r.byte_size })
+            }
+            Backing::System(_) => None,
+        };
+        match name {
             Some(name) => regions
                 .get(name)
-                .map(|r| vec![r.status()])
-                .ok_or_else(|| CoreError::not_found(format!("Unable to find system shared memory region: '{name}'"))),
-            None => Ok(regions.values().map(|r| r.status()).collect()),
+                .and_then(|r| status(r))
+                .map(|s| vec![s])
+                .ok_or_else(|| CoreError::not_found(format!("Unable to find cuda shared memory region: '{name}'"))),
+            None => Ok(regions.values().filter_map(|r| status(r)).collect()),
         }
     }
 
@@ -252,26 +358,6 @@ impl SharedMemoryManager {
     /// Reads an input tensor's bytes from the range a request names.
     pub fn read_input(&self, tensor: &str, target: &ShmTarget) -> CoreResult<Bytes> {
         self.get(&target.region)?.read(target.offset, target.byte_size, tensor)
-    }
-}
-
-/// The CUDA shared memory extension on a server without CUDA support.
-pub mod cuda {
-    use crate::error::{CoreError, CoreResult};
-
-    pub fn register(name: &str) -> CoreResult<()> {
-        Err(CoreError::invalid_arg(format!(
-            "failed to register CUDA shared memory region: '{name}', GPUs not supported: no GPU is present on this \
-            server (use system shared memory)"
-        )))
-    }
-
-    /// Status of one region (it cannot exist) or of all (none).
-    pub fn status(name: Option<&str>) -> CoreResult<()> {
-        match name {
-            Some(name) => Err(CoreError::not_found(format!("Unable to find cuda shared memory region: '{name}'"))),
-            None => Ok(()),
-        }
     }
 }
 
@@ -319,6 +405,27 @@ mod tests {
         assert!(m.get("r").is_err());
         assert!(m.status(Some("r")).is_err());
         m.unregister(Some("never-registered")).unwrap();
+    }
+
+    #[test]
+    fn cuda_regions_without_a_gpu_answer_as_triton_does() {
+        if !crate::gpu::devices().is_empty() {
+            return; // covered by tests/gpu on a GPU machine
+        }
+        let m = SharedMemoryManager::new();
+        let err = m.register_cuda("c", &[0u8; 64], 0, 64).unwrap_err();
+        assert_eq!(err.kind, crate::error::ErrorKind::InvalidArg);
+        assert_eq!(
+            err.message,
+            "failed to register CUDA shared memory region 'c': failed to open CUDA IPC handle: no CUDA-capable device \
+            is detected"
+        );
+        assert!(m.cuda_status(None).unwrap().is_empty());
+        assert!(
+            m.cuda_status(Some("c")).unwrap_err().message.contains("Unable to find cuda shared memory region: 'c'")
+        );
+        m.unregister_cuda(None).unwrap();
+        m.unregister_cuda(Some("c")).unwrap();
     }
 
     #[test]

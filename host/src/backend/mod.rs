@@ -4,6 +4,9 @@
 pub mod batch;
 pub mod callable;
 pub mod onnx;
+#[cfg(feature = "torch")]
+pub mod torch;
+pub mod unavailable;
 pub mod wasm;
 
 use std::path::Path;
@@ -55,6 +58,32 @@ impl ComputeTime {
     }
 }
 
+/// Where an instance runs, decided at load from its instance group (`KIND_GPU` with `gpus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InstanceDevice {
+    #[default]
+    Cpu,
+    Gpu(u32),
+}
+
+impl InstanceDevice {
+    /// Triton's `model_instance_kind` string.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::Cpu => "CPU",
+            Self::Gpu(_) => "GPU",
+        }
+    }
+
+    /// Triton's `model_instance_device_id` (0 for CPU instances).
+    pub fn id(self) -> u32 {
+        match self {
+            Self::Cpu => 0,
+            Self::Gpu(id) => id,
+        }
+    }
+}
+
 /// What a backend gets to create one instance.
 pub struct InstanceContext<'a> {
     pub config: &'a ModelConfig,
@@ -65,6 +94,7 @@ pub struct InstanceContext<'a> {
     pub version: i64,
     /// `<group name>_<index>`, as Triton names instances.
     pub instance_name: String,
+    pub device: InstanceDevice,
 }
 
 /// One loaded copy of a model (Triton's "model instance"). An instance runs one batch at a time;
@@ -84,6 +114,11 @@ pub trait Backend: Send + Sync {
         self.platforms().first().copied().unwrap_or_else(|| self.name())
     }
     fn default_model_filename(&self) -> &'static str;
+    /// Whether instances can run on a GPU (`Err` says why not). KIND_AUTO picks GPUs only for
+    /// backends that can use them; KIND_GPU on one that cannot is a load error.
+    fn gpu_support(&self) -> Result<(), String> {
+        Err(format!("the {} backend runs on CPU only", self.name()))
+    }
     /// Fills inputs, outputs and max_batch_size from the model file (Triton's auto-complete).
     fn autocomplete(&self, config: &mut ModelConfig, model_path: &Path) -> CoreResult<()>;
     fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>>;

@@ -13,7 +13,7 @@ use ort::environment::Environment;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, ValueType};
 
-use super::{Backend, ExecRequest, InstanceContext, ModelInstance};
+use super::{Backend, ExecRequest, InstanceContext, InstanceDevice, ModelInstance};
 use crate::config::{ModelConfig, TensorConfig, datatype_to_config, pb};
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::{DataType, Tensor, bytes_elements, push_bytes_element};
@@ -43,15 +43,34 @@ impl OnnxBackend {
         Self { environment }
     }
 
-    fn session(&self, config: &ModelConfig, model_path: &Path) -> CoreResult<Session> {
+    /// Whether the loaded library has the CUDA execution provider (the `onnxruntime-gpu` build).
+    fn cuda_support(&self) -> Result<(), String> {
+        self.environment.as_ref().map_err(Clone::clone)?;
+        match <ort::ep::CUDA as ort::ep::ExecutionProvider>::is_available() {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("the ONNX Runtime library this server loaded has no CUDA execution provider (it is a \
+                CPU-only build: install the onnxruntime-gpu wheel and pass its library with --onnxruntime-library)"
+                .into()),
+            Err(e) => Err(format!("ONNX Runtime could not list its execution providers: {e}")),
+        }
+    }
+
+    fn session(&self, config: &ModelConfig, model_path: &Path, device: InstanceDevice) -> CoreResult<Session> {
         let environment = self.environment.as_ref().map_err(|e| CoreError::unavailable(e.clone()))?;
         let threads = thread_param(config, "intra_op_thread_count")?.unwrap_or(1);
         let inter_threads = thread_param(config, "inter_op_thread_count")?.unwrap_or(1);
         let fail =
             |e: ort::Error| CoreError::internal(format!("failed to load ONNX model {}: {e}", model_path.display()));
         let options = |e: ort::Error<ort::session::builder::SessionBuilder>| fail(e.into());
-        Session::builder(environment)
-            .map_err(fail)?
+        let mut builder = Session::builder(environment).map_err(fail)?;
+        if let InstanceDevice::Gpu(id) = device {
+            self.cuda_support().map_err(CoreError::unavailable)?;
+            // error_on_failure: a CUDA provider that cannot start fails the load instead of
+            // ONNX Runtime silently running the model on CPU.
+            let cuda = ort::ep::CUDA::default().with_device_id(id as i32).build().error_on_failure();
+            builder = builder.with_execution_providers([cuda]).map_err(options)?;
+        }
+        builder
             .with_intra_threads(threads)
             .map_err(options)?
             .with_inter_threads(inter_threads)
@@ -179,8 +198,12 @@ impl Backend for OnnxBackend {
         "model.onnx"
     }
 
+    fn gpu_support(&self) -> Result<(), String> {
+        self.cuda_support()
+    }
+
     fn autocomplete(&self, config: &mut ModelConfig, model_path: &Path) -> CoreResult<()> {
-        let session = self.session(config, model_path)?;
+        let session = self.session(config, model_path, InstanceDevice::Cpu)?;
         let inputs = io_signature(session.inputs())?;
         let outputs = io_signature(session.outputs())?;
         if config.backend.is_empty() && config.platform.is_empty() {
@@ -202,7 +225,7 @@ impl Backend for OnnxBackend {
 
     fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
         let config = ctx.config;
-        let session = self.session(config, ctx.model_path)?;
+        let session = self.session(config, ctx.model_path, ctx.device)?;
         let model_inputs = io_signature(session.inputs())?;
         let model_outputs = io_signature(session.outputs())?;
         let batching = config.max_batch_size > 0;

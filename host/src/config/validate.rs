@@ -6,13 +6,19 @@ use std::collections::HashSet;
 use super::pb::{self, model_instance_group::Kind, model_version_policy::PolicyChoice};
 use super::{ConfigError, ModelConfig, TensorConfig, datatype_from_config};
 
-/// Fills defaults the way Triton does before validation: one CPU instance group when none is
-/// given, count 1 for groups that say 0, group names, KIND_AUTO resolved to KIND_CPU (no GPU
-/// support yet), latest-1 version policy.
+/// Fills defaults the way Triton does before validation: one instance group when none is given
+/// (KIND_AUTO), count 1 for groups that say 0, group names, every GPU for a KIND_GPU group that
+/// lists none, KIND_AUTO as KIND_CPU on a machine without GPUs (with GPUs, the model's backend
+/// decides at load: see `LoadedModel::load`), latest-1 version policy.
 pub fn normalize(config: &mut ModelConfig) {
+    normalize_for(config, &crate::gpu::device_ids());
+}
+
+/// [`normalize`] for a machine whose GPUs are `gpus`.
+pub fn normalize_for(config: &mut ModelConfig, gpus: &[u32]) {
     // An ensemble has no instances of its own (Triton leaves its instance_group empty).
     if config.instance_group.is_empty() && config.platform != "ensemble" {
-        config.instance_group.push(pb::ModelInstanceGroup { count: 1, kind: Kind::Cpu as i32, ..Default::default() });
+        config.instance_group.push(pb::ModelInstanceGroup { count: 1, kind: Kind::Auto as i32, ..Default::default() });
     }
     let model_name = config.name.clone();
     for (index, group) in config.instance_group.iter_mut().enumerate() {
@@ -22,8 +28,11 @@ pub fn normalize(config: &mut ModelConfig) {
         if group.count == 0 {
             group.count = 1;
         }
-        if group.kind == Kind::Auto as i32 {
+        if group.kind == Kind::Auto as i32 && gpus.is_empty() {
             group.kind = Kind::Cpu as i32;
+        }
+        if group.kind == Kind::Gpu as i32 && group.gpus.is_empty() {
+            group.gpus = gpus.iter().map(|&g| g as i32).collect();
         }
     }
     if config.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()).is_none() {
@@ -35,6 +44,11 @@ pub fn normalize(config: &mut ModelConfig) {
 
 /// Checks a normalised config. `dir_name` is the model's directory in the repository.
 pub fn validate(config: &ModelConfig, dir_name: &str) -> Result<(), ConfigError> {
+    validate_for(config, dir_name, &crate::gpu::device_ids())
+}
+
+/// [`validate`] for a machine whose GPUs are `gpus`.
+pub fn validate_for(config: &ModelConfig, dir_name: &str, gpus: &[u32]) -> Result<(), ConfigError> {
     let invalid = |m: String| Err(ConfigError::Invalid(m));
     if config.name != dir_name {
         return invalid(format!(
@@ -82,11 +96,23 @@ pub fn validate(config: &ModelConfig, dir_name: &str) -> Result<(), ConfigError>
         }
         match Kind::try_from(group.kind) {
             Ok(Kind::Cpu | Kind::Auto) => {}
-            Ok(Kind::Gpu) => {
+            Ok(Kind::Gpu) if gpus.is_empty() => {
                 return invalid(format!(
-                    "instance group '{}' specifies KIND_GPU but no GPU is available to this server",
-                    group.name
+                    "instance group '{}' of model '{}' specifies KIND_GPU but no GPU is available to this server",
+                    group.name, config.name
                 ));
+            }
+            Ok(Kind::Gpu) => {
+                if let Some(bad) = group.gpus.iter().find(|&&g| u32::try_from(g).map_or(true, |g| !gpus.contains(&g))) {
+                    let available: Vec<String> = gpus.iter().map(u32::to_string).collect();
+                    return invalid(format!(
+                        "instance group {} of model {} specifies invalid or unsupported gpu id {bad}. GPUs with at \
+                        least the minimum required CUDA compute compatibility of 6.0 are: {}",
+                        group.name,
+                        config.name,
+                        available.join(" ")
+                    ));
+                }
             }
             Ok(Kind::Model) => {}
             Err(_) => return invalid(format!("instance group '{}' has an unknown kind {}", group.name, group.kind)),
@@ -150,10 +176,15 @@ mod tests {
     use super::*;
     use crate::config::parse_pbtxt;
 
+    /// Loads a config as on a machine without GPUs.
     fn load(text: &str) -> Result<ModelConfig, ConfigError> {
+        load_with_gpus(text, &[])
+    }
+
+    fn load_with_gpus(text: &str, gpus: &[u32]) -> Result<ModelConfig, ConfigError> {
         let mut cfg = parse_pbtxt(text, Path::new("config.pbtxt"))?;
-        normalize(&mut cfg);
-        validate(&cfg, "m")?;
+        normalize_for(&mut cfg, gpus);
+        validate_for(&cfg, "m", gpus)?;
         Ok(cfg)
     }
 
@@ -210,8 +241,28 @@ mod tests {
     #[test]
     fn rejects_gpu_groups_and_empty_policies() {
         let gpu = format!("name: \"m\" {IO} instance_group [ {{ kind: KIND_GPU }} ]");
-        assert!(load(&gpu).unwrap_err().to_string().contains("KIND_GPU"));
+        let err = load(&gpu).unwrap_err().to_string();
+        assert!(err.contains("specifies KIND_GPU but no GPU is available"), "{err}");
+        let auto = load(&format!("name: \"m\" {IO}")).unwrap();
+        assert_eq!(auto.instance_group[0].kind, Kind::Cpu as i32, "KIND_AUTO is KIND_CPU without GPUs");
         let latest0 = format!("name: \"m\" {IO} version_policy {{ latest {{ num_versions: 0 }} }}");
         assert!(load(&latest0).unwrap_err().to_string().contains("num_versions"));
+    }
+
+    #[test]
+    fn gpu_groups_on_a_machine_with_gpus() {
+        let all =
+            load_with_gpus(&format!("name: \"m\" {IO} instance_group [ {{ kind: KIND_GPU count: 2 }} ]"), &[0, 1])
+                .unwrap();
+        assert_eq!(all.instance_group[0].gpus, [0, 1], "a KIND_GPU group without gpus uses every GPU");
+        let one =
+            load_with_gpus(&format!("name: \"m\" {IO} instance_group [ {{ kind: KIND_GPU gpus: [1] }} ]"), &[0, 1]);
+        assert_eq!(one.unwrap().instance_group[0].gpus, [1]);
+        let bad =
+            load_with_gpus(&format!("name: \"m\" {IO} instance_group [ {{ kind: KIND_GPU gpus: [3] }} ]"), &[0, 1]);
+        let err = bad.unwrap_err().to_string();
+        assert!(err.contains("specifies invalid or unsupported gpu id 3") && err.contains("are: 0 1"), "{err}");
+        let auto = load_with_gpus(&format!("name: \"m\" {IO}"), &[0]).unwrap();
+        assert_eq!(auto.instance_group[0].kind, Kind::Auto as i32, "the backend decides KIND_AUTO at load");
     }
 }

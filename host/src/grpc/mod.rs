@@ -437,23 +437,37 @@ impl GrpcInferenceService for InferenceService {
         request: Request<pb::CudaSharedMemoryStatusRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryStatusResponse> {
         let name = request.into_inner().name;
-        crate::shm::cuda::status(non_empty(&name))?;
-        ok(pb::CudaSharedMemoryStatusResponse { regions: BTreeMap::new() })
+        let regions = self.frontend.shm.cuda_status(non_empty(&name))?;
+        ok(pb::CudaSharedMemoryStatusResponse {
+            regions: regions
+                .into_iter()
+                .map(|r| {
+                    let status = pb::cuda_shared_memory_status_response::RegionStatus {
+                        name: r.name.clone(),
+                        device_id: u64::try_from(r.device_id).unwrap_or(0),
+                        byte_size: r.byte_size,
+                    };
+                    (r.name, status)
+                })
+                .collect(),
+        })
     }
 
     async fn cuda_shared_memory_register(
         &self,
         request: Request<pb::CudaSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryRegisterResponse> {
-        crate::shm::cuda::register(&request.into_inner().name)?;
+        let r = request.into_inner();
+        self.frontend.shm.register_cuda(&r.name, &r.raw_handle, r.device_id, r.byte_size)?;
         ok(pb::CudaSharedMemoryRegisterResponse {})
     }
 
     async fn cuda_shared_memory_unregister(
         &self,
-        _: Request<pb::CudaSharedMemoryUnregisterRequest>,
+        request: Request<pb::CudaSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryUnregisterResponse> {
-        // No CUDA region can exist, so unregistering one (or all) has nothing to do.
+        let name = request.into_inner().name;
+        self.frontend.shm.unregister_cuda(non_empty(&name))?;
         ok(pb::CudaSharedMemoryUnregisterResponse {})
     }
 

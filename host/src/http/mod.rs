@@ -79,12 +79,11 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/systemsharedmemory/region/{region}/register", post(shm_register))
         .route("/v2/systemsharedmemory/unregister", post(shm_unregister_all))
         .route("/v2/systemsharedmemory/region/{region}/unregister", post(shm_unregister))
-        .route("/v2/cudasharedmemory/status", get(|| async { ok_json(&json!([])) }))
+        .route("/v2/cudasharedmemory/status", get(cuda_shm_status_all))
         .route("/v2/cudasharedmemory/region/{region}/status", get(cuda_shm_status))
         .route("/v2/cudasharedmemory/region/{region}/register", post(cuda_shm_register))
-        // No CUDA region can exist, so unregistering one (or all) has nothing to do.
-        .route("/v2/cudasharedmemory/unregister", post(|| async { empty_ok() }))
-        .route("/v2/cudasharedmemory/region/{region}/unregister", post(|| async { empty_ok() }))
+        .route("/v2/cudasharedmemory/unregister", post(cuda_shm_unregister_all))
+        .route("/v2/cudasharedmemory/region/{region}/unregister", post(cuda_shm_unregister))
         .route("/v2/trace/setting", get(trace_get).post(trace_update))
         .route("/v2/models/{model}/trace/setting", get(model_trace_get).post(model_trace_update))
         .route("/v2/logging", get(log_get).post(log_update))
@@ -357,13 +356,53 @@ async fn shm_unregister(State(state): State<HttpState>, Path(region): Path<Strin
     Ok(empty_ok())
 }
 
-async fn cuda_shm_status(Path(region): Path<String>) -> HttpResult {
-    crate::shm::cuda::status(Some(&region))?;
-    Ok(ok_json(&json!([])))
+fn cuda_shm_status_json(regions: Vec<crate::shm::CudaRegionStatus>) -> Response {
+    let regions = regions
+        .into_iter()
+        .map(|r| json!({ "name": r.name, "device_id": r.device_id, "byte_size": r.byte_size }))
+        .collect();
+    ok_json(&Value::Array(regions))
 }
 
-async fn cuda_shm_register(Path(region): Path<String>) -> HttpResult {
-    crate::shm::cuda::register(&region)?;
+async fn cuda_shm_status_all(State(state): State<HttpState>) -> HttpResult {
+    Ok(cuda_shm_status_json(state.frontend.shm.cuda_status(None)?))
+}
+
+async fn cuda_shm_status(State(state): State<HttpState>, Path(region): Path<String>) -> HttpResult {
+    Ok(cuda_shm_status_json(state.frontend.shm.cuda_status(Some(&region))?))
+}
+
+/// Body: `{"raw_handle": {"b64": "<base64 of cudaIpcMemHandle_t>"}, "device_id": 0, "byte_size": N}`.
+async fn cuda_shm_register(State(state): State<HttpState>, Path(region): Path<String>, body: Bytes) -> HttpResult {
+    use base64::Engine as _;
+    let body = parse_json_body(&body, ErrorKind::InvalidArg)?;
+    let b64 = body
+        .get("raw_handle")
+        .and_then(|h| h.get("b64"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'raw_handle' field"))?;
+    let raw_handle = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|e| CoreError::invalid_arg(format!("'raw_handle' is not valid base64: {e}")))?;
+    let device_id = body
+        .get("device_id")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'device_id' field"))?;
+    let byte_size = body
+        .get("byte_size")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'byte_size' field"))?;
+    state.frontend.shm.register_cuda(&region, &raw_handle, device_id, byte_size)?;
+    Ok(empty_ok())
+}
+
+async fn cuda_shm_unregister_all(State(state): State<HttpState>) -> HttpResult {
+    state.frontend.shm.unregister_cuda(None)?;
+    Ok(empty_ok())
+}
+
+async fn cuda_shm_unregister(State(state): State<HttpState>, Path(region): Path<String>) -> HttpResult {
+    state.frontend.shm.unregister_cuda(Some(&region))?;
     Ok(empty_ok())
 }
 

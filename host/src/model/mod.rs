@@ -12,9 +12,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::backend::{Backend, ComputeTime, ExecRequest, InstanceContext, RawResponse};
+use crate::backend::{Backend, ComputeTime, ExecRequest, InstanceContext, InstanceDevice, RawResponse};
 use crate::cache::ResponseCache;
 use crate::config::ModelConfig;
+use crate::config::pb::model_instance_group::Kind;
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{InferRequest, InferResponse, ResponseStream};
 use crate::scheduler::Scheduler;
@@ -37,12 +38,38 @@ pub struct LoadedModel {
     cache: Option<Arc<ResponseCache>>,
 }
 
+/// Decides where instance groups run, from the machine and the backend: KIND_AUTO becomes
+/// KIND_GPU on every GPU when there are GPUs and the backend can use them, else KIND_CPU; KIND_GPU
+/// on a backend that cannot use a GPU is an error (never a silent CPU fallback).
+fn place_instances(config: &mut ModelConfig, backend: &dyn Backend) -> CoreResult<()> {
+    let gpus = crate::gpu::device_ids();
+    for group in &mut config.instance_group {
+        if group.kind == Kind::Auto as i32 {
+            if !gpus.is_empty() && backend.gpu_support().is_ok() {
+                group.kind = Kind::Gpu as i32;
+                group.gpus = gpus.iter().map(|&g| g as i32).collect();
+            } else {
+                group.kind = Kind::Cpu as i32;
+            }
+        }
+        if group.kind == Kind::Gpu as i32
+            && let Err(reason) = backend.gpu_support()
+        {
+            return Err(CoreError::invalid_arg(format!(
+                "instance group '{}' of model '{}' specifies KIND_GPU, but {reason}",
+                group.name, config.name
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl LoadedModel {
     /// Reads the config's tensors (and label files in `model_dir`), creates every instance of
     /// every instance group with `backend`, picks the scheduler and runs warmup. Blocking
     /// (sessions take tens of ms).
     pub fn load(
-        config: ModelConfig,
+        mut config: ModelConfig,
         version: i64,
         backend: &dyn Backend,
         model_dir: &Path,
@@ -50,19 +77,31 @@ impl LoadedModel {
     ) -> CoreResult<Self> {
         // Cheap checks first: a bad label file fails before any session is created.
         let io = ModelIo::from_config(&config, model_dir)?;
+        place_instances(&mut config, backend)?;
         let version_dir = model_path.parent().unwrap_or(model_dir);
         let mut instances = Vec::new();
         for group in &config.instance_group {
-            for index in 0..group.count.max(0) {
-                let ctx = InstanceContext {
-                    config: &config,
-                    model_dir,
-                    version_dir,
-                    model_path,
-                    version,
-                    instance_name: format!("{}_{index}", group.name),
-                };
-                instances.push(backend.create_instance(&ctx)?);
+            let devices: Vec<InstanceDevice> = if group.kind == Kind::Gpu as i32 {
+                group.gpus.iter().map(|&g| InstanceDevice::Gpu(g.unsigned_abs())).collect()
+            } else {
+                vec![InstanceDevice::Cpu]
+            };
+            // As in Triton, `count` instances per listed GPU, numbered across the group.
+            let mut index = 0;
+            for device in devices {
+                for _ in 0..group.count.max(0) {
+                    let ctx = InstanceContext {
+                        config: &config,
+                        model_dir,
+                        version_dir,
+                        model_path,
+                        version,
+                        instance_name: format!("{}_{index}", group.name),
+                        device,
+                    };
+                    instances.push(backend.create_instance(&ctx)?);
+                    index += 1;
+                }
             }
         }
         let stats = Arc::new(ModelStats::default());

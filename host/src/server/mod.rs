@@ -65,6 +65,9 @@ pub struct ServerConfig {
     pub metrics: Option<Listen>,
     /// Sampling interval of the CPU and memory gauges; `None` leaves them out.
     pub cpu_metrics_interval: Option<Duration>,
+    /// Sampling interval of the GPU gauges (NVML); `None` leaves them out. Without NVML or a
+    /// GPU there is nothing to sample and no GPU metric appears.
+    pub gpu_metrics_interval: Option<Duration>,
     /// Size of the response cache in bytes, for models that enable it.
     pub response_cache_bytes: Option<usize>,
     /// libonnxruntime.so; `None` searches the usual places.
@@ -98,6 +101,7 @@ impl Default for ServerConfig {
             grpc_options: GrpcOptions::default(),
             metrics: None,
             cpu_metrics_interval: None,
+            gpu_metrics_interval: None,
             response_cache_bytes: None,
             onnxruntime_library: None,
             wasm: WasmOptions::default(),
@@ -185,7 +189,8 @@ impl Server {
         let wasm = Arc::new(WasmBackend::new(config.wasm.clone()));
         let mut backends = BackendRegistry::new()
             .with(Arc::new(OnnxBackend::new(config.onnxruntime_library.as_deref())))
-            .with(Arc::clone(&wasm) as Arc<dyn Backend>);
+            .with(Arc::clone(&wasm) as Arc<dyn Backend>)
+            .with(torch_backend());
         for backend in &config.backends {
             backends.register(Arc::clone(backend));
         }
@@ -265,7 +270,8 @@ impl Server {
             let listener = bind("Metrics Service", listen).await?;
             addresses.metrics = listener.local_addr().ok();
             let host = config.cpu_metrics_interval.map(HostSampler::start);
-            let state = MetricsState { manager: Arc::clone(&manager), host };
+            let gpu = config.gpu_metrics_interval.and_then(crate::gpu::metrics::GpuSampler::start);
+            let state = MetricsState { manager: Arc::clone(&manager), host, gpu };
             let shutdown = stopped(stop_rx.clone());
             tasks.spawn(async move {
                 axum::serve(listener, crate::metrics::router(state))
@@ -397,4 +403,13 @@ impl StopHandle {
     pub fn stop(&self) {
         let _ = self.0.send(true);
     }
+}
+
+/// The TorchScript backend, or (in a build without the `torch` feature) a stand-in that refuses
+/// its models with the reason.
+fn torch_backend() -> Arc<dyn Backend> {
+    #[cfg(feature = "torch")]
+    return Arc::new(crate::backend::torch::TorchBackend::new());
+    #[cfg(not(feature = "torch"))]
+    return Arc::new(crate::backend::unavailable::UnavailableBackend::pytorch());
 }

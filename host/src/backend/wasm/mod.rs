@@ -127,6 +127,12 @@ impl Backend for WasmBackend {
         "model.wasm"
     }
 
+    /// A guest does not touch the GPU itself; a GPU instance learns its device id in `initialize`
+    /// (to pick GPU models it calls through BLS), as Triton's Python models do.
+    fn gpu_support(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     fn autocomplete(&self, _config: &mut ModelConfig, _model_path: &Path) -> CoreResult<()> {
         // A component does not describe its tensors: the config must list inputs and outputs.
         Ok(())
@@ -150,9 +156,9 @@ impl Backend for WasmBackend {
             model_name: ctx.config.name.clone(),
             model_version: ctx.version.to_string(),
             model_repository: ctx.model_dir.display().to_string(),
-            model_instance_kind: "CPU".into(),
+            model_instance_kind: ctx.device.kind().into(),
             model_instance_name: ctx.instance_name.clone(),
-            model_instance_device_id: "0".into(),
+            model_instance_device_id: ctx.device.id().to_string(),
         };
         let decoupled = ctx.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
         let instance = WasmInstance::start(self.engine.clone(), pre, sandbox, shared, args, decoupled)?;
@@ -182,6 +188,7 @@ mod tests {
             model_path: &model_path,
             version: 1,
             instance_name: "guest_0".into(),
+            device: Default::default(),
         };
         backend.create_instance(&ctx)
     }

@@ -1,0 +1,54 @@
+//! A backend this build or machine cannot provide, registered under its real names so that a
+//! model asking for it fails to load with the reason (e.g. the TorchScript backend in a build
+//! without the `torch` feature) instead of "backend not supported".
+
+use std::path::Path;
+
+use super::{Backend, InstanceContext, ModelInstance};
+use crate::config::ModelConfig;
+use crate::error::{CoreError, CoreResult};
+
+#[cfg_attr(feature = "torch", allow(dead_code))]
+pub struct UnavailableBackend {
+    pub name: &'static str,
+    pub platforms: &'static [&'static str],
+    pub default_model_filename: &'static str,
+    pub reason: String,
+}
+
+#[cfg_attr(feature = "torch", allow(dead_code))]
+impl UnavailableBackend {
+    /// The TorchScript backend in a build without `--features torch`.
+    pub fn pytorch() -> Self {
+        Self {
+            name: "pytorch",
+            platforms: &["pytorch_libtorch"],
+            default_model_filename: "model.pt",
+            reason: "this tessera binary was built without the TorchScript backend (build with `--features torch`; \
+                scripts/setup.sh does)"
+                .into(),
+        }
+    }
+}
+
+impl Backend for UnavailableBackend {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn platforms(&self) -> &'static [&'static str] {
+        self.platforms
+    }
+
+    fn default_model_filename(&self) -> &'static str {
+        self.default_model_filename
+    }
+
+    fn autocomplete(&self, _config: &mut ModelConfig, _model_path: &Path) -> CoreResult<()> {
+        Err(CoreError::unsupported(self.reason.clone()))
+    }
+
+    fn create_instance(&self, _ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
+        Err(CoreError::unsupported(self.reason.clone()))
+    }
+}
