@@ -90,6 +90,8 @@ MODELS: dict[str, tuple[str, list[str], str, list[str]]] = {
             "return torch.softmax(logits, -1)",
         ],
     ),
+    # OUTPUT0 = 2 * INPUT0: the GPU suite's BLS target (tests/gpu).
+    "double": ("Double", ["x"], "Tensor", ["return torch.mul(x, 2)"]),
     # One input and output per TorchScript datatype: output = input + 1 (booleans: not).
     "all_types": (
         "AllTypes",
