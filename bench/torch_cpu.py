@@ -2,7 +2,8 @@
 """TorchScript vs ONNX Runtime in Tessera, on the same computation, on this machine's CPU cores.
 
 `text_scorer` (ONNX) and `text_scorer_torch` (TorchScript, libtorch 2.11) compute the same thing
-(per row: sum(mask), sum(ids * mask) over [batch, 16] INT64), both with dynamic batching. For each
+(per row: sum(mask), sum(ids * mask) over [batch, 16] INT64). They are served from a copy of the
+quickstart in which both have `dynamic_batching { }` (the quickstart's ONNX one has none). For each
 concurrency, REPEATS windows per model, interleaved (and alternating which goes first) so drift
 hits both. Reports client infer/s (perf_analyzer, HTTP), the server's mean request time (statistics
 extension) and the server's CPU time per inference (/proc), medians with min-max.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -54,8 +56,14 @@ def main() -> None:
     env = env_sh()
     env.setdefault("PERF_ANALYZER", "/opt/triton-reference/perf_analyzer/perf_analyzer")
     logdir = Path(tempfile.mkdtemp(prefix="tessera-torch-bench."))
+    repo = logdir / "repo"
+    for m in MODELS:
+        shutil.copytree(QUICKSTART / m, repo / m)
+        config = repo / m / "config.pbtxt"
+        if "dynamic_batching" not in config.read_text():
+            config.write_text(config.read_text() + "\ndynamic_batching { }\n")
     log = open(logdir / "tessera.log", "wb")
-    cmd = [args.bin, "serve", "--model-repository", str(QUICKSTART), "--http-address", "127.0.0.1",
+    cmd = [args.bin, "serve", "--model-repository", str(repo), "--http-address", "127.0.0.1",
            "--http-port", str(PORT), "--grpc-port", str(PORT + 1), "--metrics-port", str(PORT + 2),
            "--model-control-mode", "explicit", "--load-model", MODELS[0], "--load-model", MODELS[1]]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
