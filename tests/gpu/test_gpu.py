@@ -8,6 +8,7 @@ cuda-python; on the GPU machine run it with that machine's torch (docs/gpu.md sa
 from __future__ import annotations
 
 import base64
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -154,10 +155,11 @@ def test_cuda_shared_memory_round_trip(gpu_server, protocol):
 
 def test_gpu_metrics_have_triton_names_and_uuids(gpu_server):
     text = requests.get(f"http://127.0.0.1:{gpu_server.metrics_port}/metrics").text
-    uuid = torch.cuda.get_device_properties(0).uuid
     for name in ("nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes",
-                 "nv_gpu_power_usage", "nv_energy_consumption"):
-        assert f'{name}{{gpu_uuid="GPU-{uuid}"}}' in text, f"{name} missing:\n{text}"
+                 "nv_gpu_power_usage", "nv_gpu_power_limit", "nv_energy_consumption"):
+        assert re.search(name + r'\{gpu_uuid="GPU-[0-9a-f]{8}-[0-9a-f-]+"\} [0-9.e+]+', text), f"{name}:\n{text}"
+    total = re.search(r'nv_gpu_memory_total_bytes\{[^}]*\} ([0-9.e+]+)', text)
+    assert float(total.group(1)) == pytest.approx(torch.cuda.get_device_properties(0).total_memory, rel=0.05)
 
 
 def test_wasm_bls_guest_calls_a_gpu_model(gpu_server):

@@ -109,9 +109,10 @@ impl Backend for TorchBackend {
         "model.pt"
     }
 
-    /// Whether libtorch's CUDA half loads is checked when a GPU instance is created.
+    /// GPUs are usable when libtorch's CUDA half loads (a CPU-only libtorch, or one whose CUDA
+    /// libraries are missing, keeps KIND_AUTO models on CPU and refuses KIND_GPU with the reason).
     fn gpu_support(&self) -> Result<(), String> {
-        Ok(())
+        cuda::available()
     }
 
     /// TorchScript files do not carry enough metadata to complete a config (Triton's backend
@@ -370,10 +371,18 @@ mod cuda {
 
     static OPENED: OnceLock<Result<(), String>> = OnceLock::new();
 
-    /// Opens libtorch_cuda.so (its static initialisers register the CUDA device type with
-    /// libtorch) and checks that device `id` exists.
+    /// Opens libtorch_cuda.so once (its static initialisers register the CUDA device type with
+    /// libtorch); the error says why CUDA cannot be used.
+    pub fn available() -> Result<(), String> {
+        if crate::gpu::devices().is_empty() {
+            return Err("this machine has no GPU".into());
+        }
+        OPENED.get_or_init(open).clone()
+    }
+
+    /// [`available`], and device `id` exists for libtorch.
     pub fn ensure_available(id: u32) -> CoreResult<()> {
-        OPENED.get_or_init(open).clone().map_err(CoreError::unavailable)?;
+        available().map_err(CoreError::unavailable)?;
         let count = tch::Cuda::device_count();
         if i64::from(id) >= count {
             return Err(CoreError::invalid_arg(format!(
