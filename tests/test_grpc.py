@@ -518,5 +518,4 @@ def test_cuda_shared_memory_without_gpu(gclient):
     gclient.unregister_cuda_shared_memory("anything")
     err = grpc_error(gclient.register_cuda_shared_memory, "gpu0", base64.b64encode(b"\0" * 64), 0, 1024)
     assert err.status() == "StatusCode.INVALID_ARGUMENT"
-    assert err.message() == ("failed to register CUDA shared memory region 'gpu0': failed to open CUDA IPC "
-                             "handle: no CUDA-capable device is detected")
+    assert err.message().startswith("failed to register shared memory region: invalid args")

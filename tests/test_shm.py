@@ -269,4 +269,5 @@ def test_http_shared_memory_endpoints_raw(server, regions):
     assert requests.post(f"{base}/v2/cudasharedmemory/unregister", timeout=10).status_code == 200
     r = requests.post(f"{base}/v2/cudasharedmemory/region/g/register",
                       json={"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 64}, timeout=10)
-    assert r.status_code == 400 and "failed to open CUDA IPC handle: no CUDA-capable device" in r.json()["error"]
+    assert r.status_code == 400 and r.json()["error"].startswith(
+        "failed to register shared memory region: invalid args")

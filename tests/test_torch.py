@@ -288,8 +288,8 @@ def test_no_gpu_metrics_without_a_gpu(server):
 
 @pytest.mark.skipif(has_gpu(), reason="this machine has a GPU (tests/gpu registers real CUDA regions)")
 def test_cuda_shared_memory_answers_as_triton_does_without_a_gpu(server):
-    expected = ("failed to register CUDA shared memory region 'gpu_in': failed to open CUDA IPC handle: "
-                "no CUDA-capable device is detected")
+    # What the reference Triton 2.51 (a GPU build) answers on this GPU-less machine, plus the reason.
+    expected = "failed to register shared memory region: invalid args (no CUDA-capable device is detected)"
     # What tritonclient's cuda_shared_memory.get_raw_handle() returns: a base64 cudaIpcMemHandle_t.
     raw_handle = base64.b64encode(b"\0" * 64)
     http = httpclient.InferenceServerClient(server.url)

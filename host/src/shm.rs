@@ -12,8 +12,9 @@
 //! CUDA shared memory (the `cudasharedmemory` extension) shares the same table, as in Triton (a
 //! name is unique across both kinds): a region is a client's CUDA IPC allocation opened with
 //! [`crate::gpu::ipc::CudaMemory`], read and written with device copies. On a machine without a
-//! GPU registration fails with Triton's "failed to open CUDA IPC handle" error, status lists
-//! nothing and unregister succeeds.
+//! GPU registration fails as Triton 2.51 does there ("failed to register shared memory region:
+//! invalid args", 400 / INVALID_ARGUMENT, with the reason appended), status lists nothing and
+//! unregister succeeds.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -277,6 +278,13 @@ impl SharedMemoryManager {
                 format!("shared memory region '{name}' already in manager"),
             ));
         }
+        if crate::gpu::devices().is_empty() {
+            // Triton 2.51 (a GPU build) on a machine without a GPU answers exactly this first
+            // sentence (checked against the reference server); the reason is ours.
+            return Err(CoreError::invalid_arg(
+                "failed to register shared memory region: invalid args (no CUDA-capable device is detected)",
+            ));
+        }
         let memory = CudaMemory::open(raw_handle, device_id, byte_size).map_err(|e| {
             CoreError::invalid_arg(format!("failed to register CUDA shared memory region '{name}': {e}"))
         })?;
@@ -417,8 +425,7 @@ mod tests {
         assert_eq!(err.kind, crate::error::ErrorKind::InvalidArg);
         assert_eq!(
             err.message,
-            "failed to register CUDA shared memory region 'c': failed to open CUDA IPC handle: no CUDA-capable device \
-            is detected"
+            "failed to register shared memory region: invalid args (no CUDA-capable device is detected)"
         );
         assert!(m.cuda_status(None).unwrap().is_empty());
         assert!(
