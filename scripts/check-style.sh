@@ -12,7 +12,7 @@ cargo clippy --workspace --all-targets --features torch --quiet -- -D warnings
 cargo clippy --workspace --lib --quiet -- -D warnings
 
 max_width=$(sed -n 's/^max_width *= *\([0-9]*\).*/\1/p' rustfmt.toml)
-too_long=$(find host -name '*.rs' -not -path '*/target/*' -print0 \
+too_long=$(find host python/src -name '*.rs' -not -path '*/target/*' -print0 \
   | xargs -0 awk -v max="$max_width" 'length($0) > max { printf "%s:%d: %d characters\n", FILENAME, FNR, length($0) }')
 if [[ -n $too_long ]]; then
   echo "check-style: lines wider than $max_width characters:" >&2

@@ -8,6 +8,7 @@
 #      .cargo/config.toml, pointing at the torch wheel setup-python.sh installs). One shared
 #      target/ dir; dev profile with optimised dependencies.
 #   4. Builds the example WebAssembly guests into the quickstart repository.
+#   5. Builds the `tessera` Python package (python/, maturin + PyO3) into .venv.
 # Quiet when there is nothing to do. Safe to run repeatedly.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,4 +27,10 @@ fi
 bash scripts/setup-python.sh
 bash scripts/setup-guest-toolchain.sh
 cargo build --quiet --features torch --bin tessera
+# The `tessera` Python package (python/: the server library through PyO3, PyTriton's API), built
+# and installed into .venv in editable mode; incremental, seconds when nothing changed.
+if ! out=$(VIRTUAL_ENV=$ROOT/.venv .venv/bin/maturin develop --quiet --manifest-path python/Cargo.toml 2>&1); then
+  echo "$out" >&2
+  exit 1
+fi
 bash scripts/build-guests.sh

@@ -274,6 +274,20 @@ impl ServeArgs {
     }
 }
 
+/// The server an embedder (the Python package) starts from `tessera serve` flags, given without
+/// the subcommand: parsed and checked exactly as on the command line, with logging installed.
+pub fn embedded_server_config(flags: &[String]) -> Result<ServerConfig, String> {
+    let argv = ["tessera".to_string(), "serve".to_string()].into_iter().chain(flags.iter().cloned());
+    let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let Command::Serve(args) = cli.command else {
+        return Err("expected server flags".into());
+    };
+    let applier = logging::init(args.log_flags());
+    let mut config = args.server_config(false)?;
+    config.log_applier = Some(applier);
+    Ok(config)
+}
+
 /// `tessera serve`: logging, the runtime, the server, and a graceful stop on SIGINT/SIGTERM.
 pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
     let applier = logging::init(args.log_flags());

@@ -28,18 +28,27 @@ pub struct OnnxBackend {
 impl OnnxBackend {
     /// Loads libonnxruntime from `explicit` or the first location in [`library_candidates`].
     /// Failure is not fatal: ONNX models then fail to load with the reason.
+    ///
+    /// ONNX Runtime allows one environment per process, so it is created once and shared by every
+    /// server this process starts (an embedder may start several); the first library path wins.
     pub fn new(explicit: Option<&Path>) -> Self {
-        let environment = find_library(explicit).and_then(|path| {
-            tracing::info!(library = %path.display(), "loading ONNX Runtime");
-            ort::init_from(&path)
-                .map_err(|e| format!("failed to load ONNX Runtime from {}: {e}", path.display()))?
-                .with_name("tessera")
-                .build()
-                .map_err(|e| format!("failed to create the ONNX Runtime environment: {e}"))
-        });
-        if let Err(reason) = &environment {
-            tracing::error!("{reason}");
-        }
+        static ENVIRONMENT: std::sync::OnceLock<Result<Environment, String>> = std::sync::OnceLock::new();
+        let environment = ENVIRONMENT
+            .get_or_init(|| {
+                let environment = find_library(explicit).and_then(|path| {
+                    tracing::info!(library = %path.display(), "loading ONNX Runtime");
+                    ort::init_from(&path)
+                        .map_err(|e| format!("failed to load ONNX Runtime from {}: {e}", path.display()))?
+                        .with_name("tessera")
+                        .build()
+                        .map_err(|e| format!("failed to create the ONNX Runtime environment: {e}"))
+                });
+                if let Err(reason) = &environment {
+                    tracing::error!("{reason}");
+                }
+                environment
+            })
+            .clone();
         Self { environment }
     }
 

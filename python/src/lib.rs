@@ -1,0 +1,217 @@
+//! `tessera._tessera`: the Tessera server embedded in a Python process (the `tessera` package's
+//! native half; the PyTriton-compatible API is Python, in `tessera/pytriton/`).
+//!
+//! The server is the `tessera` library itself: flags parsed as `tessera serve` parses them, models
+//! registered through `ServerHandle::register_model` with a `CallableBackend` whose instances call
+//! a Python function. Tensors reach Python without a copy: each input is a [`TensorBytes`] that
+//! exposes the request's bytes through the buffer protocol (read-only), and the Python side wraps
+//! it with `numpy.frombuffer`. The GIL is held only while Python code runs.
+
+// The buffer protocol is a C interface (one `unsafe` method, justified where it is).
+#![allow(unsafe_code)]
+
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use tessera::{CallableBackend, CoreError, CoreResult, DataType, ExecRequest, ParamValue, ServerHandle, Tensor};
+
+/// A request tensor's bytes, shared with the server (no copy), readable through the buffer protocol.
+#[pyclass(frozen, module = "tessera._tessera")]
+struct TensorBytes {
+    data: Bytes,
+}
+
+#[pymethods]
+impl TensorBytes {
+    fn __len__(&self) -> usize {
+        self.data.len()
+    }
+
+    /// # Safety
+    /// Called by CPython with a valid `view`. The buffer is read-only and points into `data`, which
+    /// lives as long as this object; `PyBuffer_FillInfo` takes a reference to the object for the
+    /// view's lifetime, so the bytes outlive every view.
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut pyo3::ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        let data = &slf.get().data;
+        let len = isize::try_from(data.len()).map_err(|_| PyValueError::new_err("tensor too large"))?;
+        // SAFETY: see above; readonly = 1, so a writable request fails inside PyBuffer_FillInfo.
+        let status =
+            unsafe { pyo3::ffi::PyBuffer_FillInfo(view, slf.as_ptr(), data.as_ptr() as *mut c_void, len, 1, flags) };
+        if status == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// Nothing to release: the view borrows `data`, kept alive by the reference the view holds.
+    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
+}
+
+fn param_to_py<'py>(py: Python<'py>, value: &ParamValue) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        ParamValue::Bool(b) => b.into_pyobject(py)?.to_owned().into_any(),
+        ParamValue::Int(i) => i.into_pyobject(py)?.into_any(),
+        ParamValue::Uint(u) => u.into_pyobject(py)?.into_any(),
+        ParamValue::Double(d) => d.into_pyobject(py)?.into_any(),
+        ParamValue::String(s) => s.into_pyobject(py)?.into_any(),
+    })
+}
+
+/// The batch as Python sees it: a list of `(inputs, requested_outputs, parameters)` where inputs
+/// is a list of `(name, datatype, shape, TensorBytes)`.
+fn batch_to_py<'py>(py: Python<'py>, batch: &[ExecRequest]) -> PyResult<Bound<'py, PyList>> {
+    let requests = PyList::empty(py);
+    for request in batch {
+        let inputs = PyList::empty(py);
+        for tensor in &request.inputs {
+            let data = Bound::new(py, TensorBytes { data: tensor.data.clone() })?;
+            inputs.append((tensor.name.as_str(), tensor.datatype.as_str(), tensor.shape.clone(), data))?;
+        }
+        let parameters = PyDict::new(py);
+        for (key, value) in &request.parameters {
+            parameters.set_item(key, param_to_py(py, value)?)?;
+        }
+        requests.append((inputs, request.outputs.clone(), parameters))?;
+    }
+    Ok(requests)
+}
+
+/// One request's result from Python: a list of `(name, datatype, shape, bytes)`, or a string (the
+/// error message).
+fn result_from_py(item: &Bound<'_, PyAny>) -> CoreResult<Vec<Tensor>> {
+    if let Ok(message) = item.extract::<String>() {
+        return Err(CoreError::internal(message));
+    }
+    let outputs = item
+        .cast::<PyList>()
+        .map_err(|_| CoreError::internal("the model function returned something other than a list of outputs"))?;
+    let mut tensors = Vec::with_capacity(outputs.len());
+    for output in outputs.iter() {
+        let tuple = output.cast::<PyTuple>().map_err(|_| CoreError::internal("malformed output tuple"))?;
+        let (name, datatype, shape, data): (String, String, Vec<i64>, Bound<'_, PyBytes>) =
+            tuple.extract().map_err(|e| CoreError::internal(format!("malformed output: {e}")))?;
+        let datatype = DataType::from_protocol(&datatype)
+            .ok_or_else(|| CoreError::internal(format!("output '{name}' has unknown datatype {datatype}")))?;
+        tensors.push(Tensor::new(name, datatype, shape, Bytes::copy_from_slice(data.as_bytes()))?);
+    }
+    Ok(tensors)
+}
+
+fn call_python(function: &Py<PyAny>, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+    let n = batch.len();
+    Python::attach(|py| {
+        let results = batch_to_py(py, &batch)
+            .and_then(|requests| function.bind(py).call1((requests,)))
+            .map_err(|e| CoreError::internal(format!("model function failed: {e}")));
+        let results = match results {
+            Ok(results) => results,
+            Err(e) => return vec![Err(e); n],
+        };
+        let items: Vec<Bound<'_, PyAny>> = match results.try_iter() {
+            Ok(iter) => iter.filter_map(Result::ok).collect(),
+            Err(_) => return vec![Err(CoreError::internal("the model function did not return a list")); n],
+        };
+        if items.len() != n {
+            let e =
+                CoreError::internal(format!("the model function returned {} results for {n} requests", items.len()));
+            return vec![Err(e); n];
+        }
+        items.iter().map(result_from_py).collect()
+    })
+}
+
+/// A running server.
+#[pyclass(module = "tessera._tessera")]
+struct Server {
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: Option<ServerHandle>,
+    stopped: Arc<AtomicBool>,
+}
+
+fn runtime_error(e: impl std::fmt::Display) -> PyErr {
+    PyRuntimeError::new_err(e.to_string())
+}
+
+#[pymethods]
+impl Server {
+    /// Starts a server from `tessera serve` flags (e.g. `["--model-repository", dir, "--http-port",
+    /// "8000"]`); returns once every door listens.
+    #[new]
+    fn new(py: Python<'_>, flags: Vec<String>) -> PyResult<Self> {
+        let config = tessera::cli::embedded_server_config(&flags).map_err(PyValueError::new_err)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("tessera")
+            .build()
+            .map_err(runtime_error)?;
+        let handle = py.detach(|| runtime.block_on(tessera::Server::start(config))).map_err(runtime_error)?;
+        Ok(Self { runtime: Some(runtime), handle: Some(handle), stopped: Arc::new(AtomicBool::new(false)) })
+    }
+
+    #[getter]
+    fn http_port(&self) -> Option<u16> {
+        self.handle.as_ref().and_then(|h| h.http_address()).map(|a| a.port())
+    }
+
+    #[getter]
+    fn grpc_port(&self) -> Option<u16> {
+        self.handle.as_ref().and_then(|h| h.grpc_address()).map(|a| a.port())
+    }
+
+    #[getter]
+    fn metrics_port(&self) -> Option<u16> {
+        self.handle.as_ref().and_then(|h| h.metrics_address()).map(|a| a.port())
+    }
+
+    fn is_alive(&self) -> bool {
+        self.handle.is_some() && !self.stopped.load(Ordering::Relaxed)
+    }
+
+    /// Serves `function` as model `name` (version 1) described by `config_json` (Triton's
+    /// ModelConfig as JSON). `function(batch)` gets the batch (see `batch_to_py`) and returns one
+    /// result per request.
+    fn bind(&self, py: Python<'_>, name: String, config_json: String, function: Py<PyAny>) -> PyResult<()> {
+        let (Some(runtime), Some(handle)) = (self.runtime.as_ref(), self.handle.as_ref()) else {
+            return Err(PyRuntimeError::new_err("the server is stopped"));
+        };
+        let mut config = tessera::parse_config_json(&config_json).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        config.name = name;
+        let function = Arc::new(function);
+        let backend = CallableBackend::new(move |batch| call_python(&function, batch));
+        py.detach(|| runtime.block_on(handle.register_model(config, Arc::new(backend))))
+            .map_err(|e| PyValueError::new_err(e.message))
+    }
+
+    /// Asks the server to stop without waiting (safe from a model function); `stop()` finishes it.
+    fn request_stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        if let Some(handle) = self.handle.as_ref() {
+            handle.stop();
+        }
+    }
+
+    /// Stops the doors and waits (up to the exit timeout) for requests in flight.
+    fn stop(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.stopped.store(true, Ordering::Relaxed);
+        let (Some(runtime), Some(handle)) = (self.runtime.take(), self.handle.take()) else {
+            return Ok(());
+        };
+        handle.stop();
+        let result = py.detach(|| runtime.block_on(handle.wait()));
+        py.detach(move || runtime.shutdown_timeout(std::time::Duration::from_secs(5)));
+        result.map_err(runtime_error)
+    }
+}
+
+#[pymodule]
+fn _tessera(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Server>()?;
+    m.add_class::<TensorBytes>()?;
+    Ok(())
+}

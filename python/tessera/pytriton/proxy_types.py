@@ -1,0 +1,38 @@
+"""What an inference callable receives: PyTriton's `Request` (a mapping of input name to numpy
+array, plus `.parameters`)."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+
+class Request(MutableMapping):
+    """One inference request: `request["INPUT"]` is a numpy array (a read-only view of the
+    request's bytes where the dtype allows); `request.parameters` its parameters."""
+
+    def __init__(self, data: Dict[str, np.ndarray], parameters: Optional[Dict[str, Any]] = None,
+                 requested_output_names: Optional[list] = None):
+        self.data = data
+        self.parameters = parameters or {}
+        self.requested_output_names = requested_output_names
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.data[key]
+
+    def __setitem__(self, key: str, value: np.ndarray) -> None:
+        self.data[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.data[key]
+
+    def __iter__(self):
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:
+        return f"Request({ {k: (v.dtype, v.shape) for k, v in self.data.items()} }, parameters={self.parameters})"

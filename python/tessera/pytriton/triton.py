@@ -1,0 +1,383 @@
+"""PyTriton's `Triton` and `TritonConfig`, over Tessera's server running in this process.
+
+The server starts in `run()` (or `serve()`), in-process: no tritonserver binary, no Python stub
+processes, no ZMQ proxy. A bound callable is called from the server's instance threads with the
+batch Tessera's dynamic batcher formed; inputs are numpy views of the request's bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import struct
+import tempfile
+import threading
+from typing import Any, Callable, List, Optional, Sequence, Union
+
+import numpy as np
+
+import tessera
+from tessera.pytriton.exceptions import (
+    PyTritonInvalidOperationError,
+    PyTritonUnrecoverableError,
+    PyTritonValidationError,
+)
+from tessera.pytriton.model_config import (
+    NUMPY_OF_PROTOCOL,
+    ModelConfig,
+    Tensor,
+    is_bytes_dtype,
+    to_triton_config,
+    triton_types,
+)
+from tessera.pytriton.proxy_types import Request
+
+LOGGER = logging.getLogger("tessera.pytriton")
+
+
+@dataclasses.dataclass
+class TritonConfig:
+    """PyTriton's TritonConfig. The fields Tessera has flags for are passed on; the others are
+    refused when set (see `_UNSUPPORTED`). Every field can come from `PYTRITON_TRITON_CONFIG_<NAME>`."""
+
+    model_repository: Optional[str] = None
+    id: Optional[str] = None
+    log_verbose: Optional[int] = None
+    log_file: Optional[str] = None
+    exit_timeout_secs: Optional[int] = None
+    exit_on_error: Optional[bool] = None
+    strict_readiness: Optional[bool] = None
+    allow_http: Optional[bool] = None
+    http_address: Optional[str] = None
+    http_port: Optional[int] = None
+    http_header_forward_pattern: Optional[str] = None
+    http_thread_count: Optional[int] = None
+    allow_grpc: Optional[bool] = None
+    grpc_address: Optional[str] = None
+    grpc_port: Optional[int] = None
+    grpc_header_forward_pattern: Optional[str] = None
+    grpc_infer_allocation_pool_size: Optional[int] = None
+    grpc_use_ssl: Optional[bool] = None
+    grpc_use_ssl_mutual: Optional[bool] = None
+    grpc_server_cert: Optional[str] = None
+    grpc_server_key: Optional[str] = None
+    grpc_root_cert: Optional[str] = None
+    grpc_infer_response_compression_level: Optional[str] = None
+    grpc_keepalive_time: Optional[int] = None
+    grpc_keepalive_timeout: Optional[int] = None
+    grpc_keepalive_permit_without_calls: Optional[bool] = None
+    grpc_http2_max_pings_without_data: Optional[int] = None
+    grpc_http2_min_recv_ping_interval_without_data: Optional[int] = None
+    grpc_http2_max_ping_strikes: Optional[int] = None
+    allow_metrics: Optional[bool] = None
+    allow_gpu_metrics: Optional[bool] = None
+    allow_cpu_metrics: Optional[bool] = None
+    metrics_interval_ms: Optional[int] = None
+    metrics_port: Optional[int] = None
+    metrics_address: Optional[str] = None
+    allow_sagemaker: Optional[bool] = None
+    sagemaker_port: Optional[int] = None
+    sagemaker_safe_port_range: Optional[str] = None
+    sagemaker_thread_count: Optional[int] = None
+    allow_vertex_ai: Optional[bool] = None
+    vertex_ai_port: Optional[int] = None
+    vertex_ai_thread_count: Optional[int] = None
+    vertex_ai_default_model: Optional[str] = None
+    metrics_config: Optional[List[str]] = None
+    trace_config: Optional[List[str]] = None
+    cache_config: Optional[List[str]] = None
+    cache_directory: Optional[str] = None
+    buffer_manager_thread_count: Optional[int] = None
+    backend_directory: Optional[str] = None
+    repoagent_directory: Optional[str] = None
+
+    @classmethod
+    def from_env(cls) -> "TritonConfig":
+        """Fields from `PYTRITON_TRITON_CONFIG_<FIELD>` environment variables."""
+        values = {}
+        for field in dataclasses.fields(cls):
+            raw = os.environ.get(f"PYTRITON_TRITON_CONFIG_{field.name.upper()}")
+            if raw is None:
+                continue
+            kind = field.type
+            if "bool" in str(kind):
+                values[field.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif "int" in str(kind):
+                values[field.name] = int(raw)
+            elif "List" in str(kind):
+                values[field.name] = [v for v in raw.split(",") if v]
+            else:
+                values[field.name] = raw
+        return cls(**values)
+
+    def to_flags(self) -> List[str]:
+        flags: List[str] = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None:
+                continue
+            if field.name in _UNSUPPORTED:
+                raise PyTritonValidationError(
+                    f"TritonConfig.{field.name} is not supported by Tessera: {_UNSUPPORTED[field.name]}")
+            flag = "--" + field.name.replace("_", "-")
+            if isinstance(value, list):
+                for v in value:
+                    flags += [flag, str(v)]
+            elif isinstance(value, bool):
+                flags += [flag, "true" if value else "false"]
+            else:
+                flags += [flag, str(value)]
+        return flags
+
+
+_UNSUPPORTED = {
+    "log_file": "Tessera logs to stderr (redirect it, or use Python logging)",
+    "http_header_forward_pattern": "request headers are not forwarded to models",
+    "grpc_header_forward_pattern": "request headers are not forwarded to models",
+    "http_thread_count": "the HTTP door runs on the async runtime, it has no thread count",
+    "grpc_infer_allocation_pool_size": "there is no allocation pool to size",
+    "grpc_use_ssl": "TLS is not implemented yet",
+    "grpc_use_ssl_mutual": "TLS is not implemented yet",
+    "grpc_server_cert": "TLS is not implemented yet",
+    "grpc_server_key": "TLS is not implemented yet",
+    "grpc_root_cert": "TLS is not implemented yet",
+    "grpc_keepalive_permit_without_calls": "not configurable in Tessera",
+    "grpc_http2_max_pings_without_data": "not configurable in Tessera",
+    "grpc_http2_min_recv_ping_interval_without_data": "not configurable in Tessera",
+    "grpc_http2_max_ping_strikes": "not configurable in Tessera",
+    "allow_sagemaker": "the SageMaker door is not implemented",
+    "sagemaker_port": "the SageMaker door is not implemented",
+    "sagemaker_safe_port_range": "the SageMaker door is not implemented",
+    "sagemaker_thread_count": "the SageMaker door is not implemented",
+    "allow_vertex_ai": "the Vertex AI door is not implemented",
+    "vertex_ai_port": "the Vertex AI door is not implemented",
+    "vertex_ai_thread_count": "the Vertex AI door is not implemented",
+    "vertex_ai_default_model": "the Vertex AI door is not implemented",
+    "buffer_manager_thread_count": "there is no buffer manager",
+    "repoagent_directory": "repository agents are not implemented",
+}
+
+
+def _bytes_elements(data: Any) -> np.ndarray:
+    """Triton's BYTES encoding (4-byte little-endian length, then the bytes) to an object array."""
+    raw = memoryview(data)
+    items, at = [], 0
+    while at < len(raw):
+        (n,) = struct.unpack_from("<I", raw, at)
+        items.append(bytes(raw[at + 4:at + 4 + n]))
+        at += 4 + n
+    return np.array(items, dtype=np.object_)
+
+
+def _serialize_bytes(value: np.ndarray) -> bytes:
+    parts = []
+    for item in value.reshape(-1):
+        b = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(struct.pack("<I", len(b)) + b)
+    return b"".join(parts)
+
+
+def _input_array(datatype: str, shape: List[int], data: Any) -> np.ndarray:
+    if datatype == "BYTES":
+        return _bytes_elements(data).reshape(shape)
+    dtype = NUMPY_OF_PROTOCOL.get(datatype)
+    if dtype is None:
+        raise PyTritonValidationError(f"datatype {datatype} has no numpy equivalent")
+    # A read-only view of the request's bytes: no copy.
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+class _BoundModel:
+    def __init__(self, triton: "Triton", name: str, infer_funcs: List[Callable], inputs: Sequence[Tensor],
+                 outputs: Sequence[Tensor], config: ModelConfig, strict: bool):
+        self.triton = triton
+        self.name = name
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.config = config
+        self.strict = strict
+        self.output_specs = {t.name: t for t in outputs}
+        # One callable per instance: instance threads take them from this pool.
+        self._free = list(infer_funcs)
+        self._lock = threading.Condition()
+        self.triton_config = to_triton_config(name, inputs, outputs, config, len(infer_funcs))
+
+    def _take(self) -> Callable:
+        with self._lock:
+            while not self._free:
+                self._lock.wait()
+            return self._free.pop()
+
+    def _give(self, func: Callable) -> None:
+        with self._lock:
+            self._free.append(func)
+            self._lock.notify()
+
+    def execute(self, batch: list) -> list:
+        """Called by the server: `batch` is a list of (inputs, requested outputs, parameters)."""
+        requests = []
+        try:
+            for inputs, requested, parameters in batch:
+                data = {name: _input_array(dt, shape, buf) for name, dt, shape, buf in inputs}
+                requests.append(Request(data, dict(parameters), list(requested)))
+        except Exception as e:  # noqa: BLE001 - becomes the requests' error
+            return [str(e)] * len(batch)
+        func = self._take()
+        try:
+            results = func(requests)
+        except PyTritonUnrecoverableError as e:
+            LOGGER.error("model %s raised PyTritonUnrecoverableError: stopping the server", self.name)
+            self.triton._stop_soon()
+            return [f"Unrecoverable error in model {self.name}: {e}"] * len(batch)
+        except Exception as e:  # noqa: BLE001 - a failing callable fails its requests only
+            return [f"{type(e).__name__}: {e}"] * len(batch)
+        finally:
+            self._give(func)
+        if not isinstance(results, (list, tuple)) or len(results) != len(requests):
+            n = len(results) if isinstance(results, (list, tuple)) else type(results).__name__
+            return [f"model {self.name} returned {n} results for {len(requests)} requests "
+                    f"(it must return a list with one dict per request)"] * len(batch)
+        return [self._encode(result, request) for result, request in zip(results, requests)]
+
+    def _encode(self, result: Any, request: Request) -> Any:
+        if not isinstance(result, dict):
+            return f"model {self.name} returned {type(result).__name__} for a request; expected a dict of arrays"
+        wanted = request.requested_output_names or list(self.output_specs)
+        encoded = []
+        for name in wanted:
+            spec = self.output_specs.get(name)
+            if spec is None:
+                return f"unexpected output {name} for model {self.name}"
+            if name not in result:
+                return f"model {self.name} did not return output {name}"
+            value = np.asarray(result[name])
+            if is_bytes_dtype(spec.dtype):
+                if value.dtype.kind not in ("O", "S", "U"):
+                    return f"output {name} of model {self.name} must be bytes, got {value.dtype}"
+                encoded.append((name, "BYTES", list(value.shape), _serialize_bytes(value)))
+                continue
+            expected = np.dtype(spec.dtype)
+            if value.dtype != expected:
+                if self.strict:
+                    return (f"output {name} of model {self.name} has dtype {value.dtype}, "
+                            f"the model configuration says {expected}")
+                value = value.astype(expected)
+            if self.strict:
+                dims = list(spec.shape)
+                shape = list(value.shape[1:]) if self.config.batching else list(value.shape)
+                if len(shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, shape)):
+                    return f"output {name} of model {self.name} has shape {value.shape}, expected {spec.shape}"
+            encoded.append((name, triton_types(expected)[1], list(value.shape),
+                            np.ascontiguousarray(value).tobytes()))
+        return encoded
+
+
+class Triton:
+    """PyTriton's Triton: bind callables, then `run()` (background) or `serve()` (blocking)."""
+
+    def __init__(self, *, config: Optional[TritonConfig] = None, workspace: Any = None,
+                 triton_lifecycle_policy: Any = None):
+        self._config = config or TritonConfig.from_env()
+        self._server: Optional[tessera.Server] = None
+        self._models: List[_BoundModel] = []
+        self._stop_event = threading.Event()
+        self._tmp: Optional[tempfile.TemporaryDirectory] = None
+
+    def __enter__(self) -> "Triton":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def bind(self, model_name: str, infer_func: Union[Callable, Sequence[Callable]], inputs: Sequence[Tensor],
+             outputs: Sequence[Tensor], model_version: int = 1, config: Optional[ModelConfig] = None,
+             strict: bool = False, trace_config: Any = None) -> None:
+        if model_version != 1:
+            raise PyTritonValidationError("Tessera serves bound models as version 1 only")
+        config = config or ModelConfig()
+        if config.decoupled:
+            raise PyTritonValidationError("decoupled models are not supported by tessera.pytriton yet")
+        funcs = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
+        if not funcs or not all(callable(f) for f in funcs):
+            raise PyTritonValidationError("infer_func must be a callable or a list of callables")
+        model = _BoundModel(self, model_name, funcs, inputs, outputs, config, strict)
+        for f in funcs:
+            _attach_context(f, model)
+        self._models.append(model)
+        if self._server is not None:
+            self._register(model)
+
+    def _register(self, model: _BoundModel) -> None:
+        import json
+        assert self._server is not None
+        self._server.bind(model.name, json.dumps(model.triton_config), model.execute)
+
+    def run(self) -> None:
+        """Starts the server in this process and serves every bound model; returns at once."""
+        if self._server is not None:
+            return
+        flags = self._config.to_flags()
+        if self._config.model_repository is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="tessera-pytriton-")
+            flags += ["--model-repository", self._tmp.name]
+        if self._config.model_repository is not None and "--model-control-mode" not in flags:
+            pass
+        self._server = tessera.Server(flags)
+        for model in self._models:
+            self._register(model)
+
+    def serve(self, monitoring_period_s: float = 1.0) -> None:
+        """Runs until SIGINT/SIGTERM or `stop()`."""
+        self.run()
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, lambda *_: self._stop_event.set())
+        try:
+            while not self._stop_event.wait(monitoring_period_s):
+                pass
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.stop()
+
+    def _stop_soon(self) -> None:
+        """From a model function: the doors close now (is_alive() turns False, serve() returns);
+        the server is torn down by stop(), on the thread that owns it."""
+        self._stop_event.set()
+        server = self._server
+        if server is not None:
+            server.request_stop()
+
+    def stop(self) -> bool:
+        self._stop_event.set()
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+        return True
+
+    def is_alive(self) -> bool:
+        return self._server is not None and self._server.is_alive()
+
+    @property
+    def http_port(self) -> Optional[int]:
+        return self._server.http_port if self._server else None
+
+    @property
+    def grpc_port(self) -> Optional[int]:
+        return self._server.grpc_port if self._server else None
+
+    @property
+    def metrics_port(self) -> Optional[int]:
+        return self._server.metrics_port if self._server else None
+
+
+def _attach_context(func: Callable, model: _BoundModel) -> None:
+    """What `@triton_context` reads: the model's configuration."""
+    from tessera.pytriton.decorators import TritonContext, _set_context
+    _set_context(func, TritonContext(model_config=model))

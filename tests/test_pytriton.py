@@ -1,0 +1,273 @@
+"""The `tessera` Python package with PyTriton's API: the server runs inside this test process and
+PyTriton's documented usage runs unchanged except for its imports (`tessera.pytriton...`).
+Clients are PyTriton's (ModelClient & co., here over tritonclient) and tritonclient itself, over
+HTTP and gRPC on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tessera_testlib import copy_model, free_ports, wait_until
+
+from tessera.pytriton.client import AsyncioModelClient, FuturesModelClient, ModelClient
+from tessera.pytriton.decorators import batch, fill_optionals, first_value, group_by_values, sample, triton_context
+from tessera.pytriton.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
+from tessera.pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from tessera.pytriton.triton import Triton, TritonConfig
+
+
+def config(**kw) -> TritonConfig:
+    http, grpc, metrics = free_ports(3)
+    return TritonConfig(http_address="127.0.0.1", grpc_address="127.0.0.1", metrics_address="127.0.0.1",
+                        http_port=http, grpc_port=grpc, metrics_port=metrics, **kw)
+
+
+@pytest.fixture
+def triton():
+    with Triton(config=config()) as t:
+        yield t
+
+
+def http_url(t: Triton) -> str:
+    return f"127.0.0.1:{t.http_port}"
+
+
+def grpc_url(t: Triton) -> str:
+    return f"grpc://127.0.0.1:{t.grpc_port}"
+
+
+SEEN: dict = {}
+
+
+@batch
+def linear(**inputs):
+    x = inputs["INPUT_1"]
+    SEEN["input"] = x
+    return {"OUTPUT_1": x * 2 + 1}
+
+
+def bind_linear(t: Triton, name: str = "Linear", **config_kw) -> None:
+    t.bind(model_name=name, infer_func=linear,
+           inputs=[Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+           outputs=[Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+           config=ModelConfig(max_batch_size=16, **config_kw))
+
+
+def test_linear_model_with_batch_decorator(triton):
+    bind_linear(triton)
+    triton.run()
+    assert triton.is_alive()
+    x = np.array([1, 2, 3], dtype=np.float32)
+    for url in (http_url(triton), grpc_url(triton)):
+        with ModelClient(url, "Linear") as client:
+            np.testing.assert_array_equal(client.infer_sample(x)["OUTPUT_1"], x * 2 + 1)
+            batch_x = np.stack([x, x + 10])
+            np.testing.assert_array_equal(client.infer_batch(INPUT_1=batch_x)["OUTPUT_1"], batch_x * 2 + 1)
+    # The callable saw a read-only view of the request's bytes, not a copy.
+    assert not SEEN["input"].flags.owndata and not SEEN["input"].flags.writeable
+    # An ordinary model for tritonclient: metadata, statistics.
+    meta = requests.get(f"http://{http_url(triton)}/v2/models/Linear").json()
+    assert meta["inputs"] == [{"name": "INPUT_1", "datatype": "FP32", "shape": [-1, -1]}]
+    grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
+    i = grpcclient.InferInput("INPUT_1", [1, 2], "FP32")
+    i.set_data_from_numpy(np.array([[4, 5]], dtype=np.float32))
+    np.testing.assert_array_equal(grpc.infer("Linear", [i]).as_numpy("OUTPUT_1"), [[9, 11]])
+    stats = requests.get(f"http://{http_url(triton)}/v2/models/Linear/stats").json()["model_stats"][0]
+    assert stats["inference_count"] >= 6
+
+
+def test_dynamic_batcher_merges_concurrent_requests(triton):
+    bind_linear(triton, batcher=DynamicBatcher(max_queue_delay_microseconds=300_000, preferred_batch_size=[8]))
+    triton.run()
+    with FuturesModelClient(http_url(triton), "Linear", max_workers=8) as client:
+        futures = [client.infer_sample(np.full(2, i, dtype=np.float32)) for i in range(8)]
+        results = [f.result(timeout=60) for f in futures]
+    for i, r in enumerate(results):
+        np.testing.assert_array_equal(r["OUTPUT_1"], np.full(2, i * 2 + 1, dtype=np.float32))
+    stats = requests.get(f"http://{http_url(triton)}/v2/models/Linear/stats").json()["model_stats"][0]
+    assert stats["inference_count"] == 8 and stats["execution_count"] < 8
+
+
+def test_strings_in_and_out(triton):
+    @batch
+    def upper(**inputs):
+        text = inputs["TEXT"]
+        return {"UPPER": np.char.upper(text.astype(np.bytes_)).astype(np.object_)}
+
+    triton.bind(model_name="Upper", infer_func=upper,
+                inputs=[Tensor(name="TEXT", dtype=np.bytes_, shape=(1,))],
+                outputs=[Tensor(name="UPPER", dtype=np.bytes_, shape=(1,))],
+                config=ModelConfig(max_batch_size=8))
+    triton.run()
+    with ModelClient(http_url(triton), "Upper") as client:
+        out = client.infer_batch(TEXT=np.array([[b"hello"], [b"tessera \x00 nul"]], dtype=np.object_))
+    assert out["UPPER"].tolist() == [[b"HELLO"], [b"TESSERA \x00 NUL"]]
+
+
+def test_several_instances_run_at_the_same_time(triton):
+    # Two callables (two instances): both must be inside at once for the barrier to open; if the
+    # server ran them one after another, each would time out.
+    barrier = threading.Barrier(2, timeout=30)
+
+    def make():
+        @sample
+        def wait_for_the_other(INPUT):
+            barrier.wait()
+            return {"OUTPUT": INPUT}
+        return wait_for_the_other
+
+    triton.bind(model_name="Pair", infer_func=[make(), make()],
+                inputs=[Tensor(name="INPUT", dtype=np.int32, shape=(1,))],
+                outputs=[Tensor(name="OUTPUT", dtype=np.int32, shape=(1,))],
+                config=ModelConfig(batching=False))
+    triton.run()
+    config_json = requests.get(f"http://{http_url(triton)}/v2/models/Pair/config").json()
+    assert config_json["instance_group"][0]["count"] == 2
+    with FuturesModelClient(http_url(triton), "Pair", max_workers=2) as client:
+        futures = [client.infer_sample(np.array([i], dtype=np.int32)) for i in (1, 2)]
+        assert sorted(int(f.result(timeout=60)["OUTPUT"][0]) for f in futures) == [1, 2]
+
+
+def test_group_by_values_fill_optionals_and_first_value(triton):
+    calls = []
+
+    @fill_optionals(temperature=np.array([1.0], dtype=np.float32))
+    @group_by_values("temperature")
+    @batch
+    @first_value("temperature")
+    def scale(**inputs):
+        calls.append(inputs["temperature"])
+        return {"OUT": inputs["x"] * inputs["temperature"]}
+
+    triton.bind(model_name="Scale", infer_func=scale,
+                inputs=[Tensor(name="x", dtype=np.float32, shape=(1,)),
+                        Tensor(name="temperature", dtype=np.float32, shape=(1,), optional=True)],
+                outputs=[Tensor(name="OUT", dtype=np.float32, shape=(1,))],
+                config=ModelConfig(max_batch_size=8))
+    triton.run()
+    client = httpclient.InferenceServerClient(http_url(triton))
+    x = httpclient.InferInput("x", [3, 1], "FP32")
+    x.set_data_from_numpy(np.array([[1], [2], [3]], dtype=np.float32))
+    t = httpclient.InferInput("temperature", [3, 1], "FP32")
+    t.set_data_from_numpy(np.array([[10], [0.5], [10]], dtype=np.float32))
+    out = client.infer("Scale", [x, t]).as_numpy("OUT")
+    np.testing.assert_array_equal(out, [[10], [1], [30]])
+    assert sorted(calls) == [0.5, 10.0], "one call per distinct temperature, each given a scalar"
+    only_x = client.infer("Scale", [x]).as_numpy("OUT")  # temperature filled with 1.0
+    np.testing.assert_array_equal(only_x, [[1], [2], [3]])
+
+
+def test_a_failing_callable_fails_its_request_only(triton):
+    @batch
+    def picky(**inputs):
+        if (inputs["INPUT_1"] < 0).any():
+            raise ValueError("negative inputs are not allowed")
+        return {"OUTPUT_1": inputs["INPUT_1"]}
+
+    triton.bind(model_name="Picky", infer_func=picky,
+                inputs=[Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+                outputs=[Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+                config=ModelConfig(max_batch_size=4))
+    triton.run()
+    client = httpclient.InferenceServerClient(http_url(triton))
+    bad = httpclient.InferInput("INPUT_1", [1, 1], "FP32")
+    bad.set_data_from_numpy(np.array([[-1]], dtype=np.float32))
+    with pytest.raises(InferenceServerException) as ei:
+        client.infer("Picky", [bad])
+    assert "ValueError: negative inputs are not allowed" in ei.value.message()
+    good = httpclient.InferInput("INPUT_1", [1, 1], "FP32")
+    good.set_data_from_numpy(np.array([[3]], dtype=np.float32))
+    np.testing.assert_array_equal(client.infer("Picky", [good]).as_numpy("OUTPUT_1"), [[3]])
+    assert triton.is_alive()
+
+
+def test_strict_checks_returned_dtypes(triton):
+    @batch
+    def wrong_type(**inputs):
+        return {"OUTPUT_1": inputs["INPUT_1"].astype(np.int64)}
+
+    triton.bind(model_name="Strict", infer_func=wrong_type,
+                inputs=[Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+                outputs=[Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+                config=ModelConfig(max_batch_size=4), strict=True)
+    triton.run()
+    with ModelClient(http_url(triton), "Strict") as client:
+        with pytest.raises(Exception) as ei:
+            client.infer_sample(np.array([1.0], dtype=np.float32))
+    assert "has dtype int64, the model configuration says float32" in str(ei.value)
+
+
+def test_unrecoverable_error_stops_the_server():
+    t = Triton(config=config())
+
+    @batch
+    def doomed(**inputs):
+        raise PyTritonUnrecoverableError("the GPU fell off")
+
+    t.bind(model_name="Doomed", infer_func=doomed,
+           inputs=[Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+           outputs=[Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+           config=ModelConfig(max_batch_size=4))
+    t.run()
+    try:
+        with ModelClient(http_url(t), "Doomed") as client:
+            with pytest.raises(Exception) as ei:
+                client.infer_sample(np.array([1.0], dtype=np.float32))
+        assert "the GPU fell off" in str(ei.value)
+        wait_until(lambda: not t.is_alive(), 30, "the server to stop after PyTritonUnrecoverableError")
+    finally:
+        t.stop()
+
+
+def test_asyncio_client_and_triton_context(triton):
+    @triton_context
+    @batch
+    def describe(triton_context, **inputs):
+        names = [o.name for o in triton_context.model_config.outputs]
+        return {names[0]: inputs["INPUT_1"] + len(names)}
+
+    triton.bind(model_name="Ctx", infer_func=describe,
+                inputs=[Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+                outputs=[Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+                config=ModelConfig(max_batch_size=4))
+    triton.run()
+
+    async def main():
+        async with AsyncioModelClient(http_url(triton), "Ctx") as client:
+            return await client.infer_sample(np.array([1.0, 2.0], dtype=np.float32))
+
+    np.testing.assert_array_equal(asyncio.run(main())["OUTPUT_1"], [2.0, 3.0])
+
+
+def test_config_fields_env_and_refusals(monkeypatch):
+    with pytest.raises(PyTritonValidationError, match="grpc_use_ssl is not supported by Tessera"):
+        Triton(config=config(grpc_use_ssl=True)).run()
+    http, grpc, metrics = free_ports(3)
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_HTTP_PORT", str(http))
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_GRPC_PORT", str(grpc))
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_METRICS_PORT", str(metrics))
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_HTTP_ADDRESS", "127.0.0.1")
+    with Triton() as t:
+        bind_linear(t)
+        t.run()
+        assert t.http_port == http
+        assert requests.get(f"http://127.0.0.1:{http}/v2/health/ready").status_code == 200
+
+
+def test_bound_models_next_to_a_model_repository(tmp_path):
+    repo = tmp_path / "repo"
+    copy_model(repo, "add_sub")
+    with Triton(config=config(model_repository=str(repo))) as t:
+        bind_linear(t)
+        t.run()
+        client = httpclient.InferenceServerClient(http_url(t))
+        wait_until(lambda: client.is_model_ready("add_sub"), 60, "add_sub from the repository")
+        assert client.is_model_ready("Linear")
