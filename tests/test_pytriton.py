@@ -17,7 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from tessera_testlib import copy_model, free_ports, wait_until
 
-from tessera.pytriton.client import AsyncioModelClient, FuturesModelClient, ModelClient
+from tessera.pytriton.client import AsyncioModelClient, DecoupledModelClient, FuturesModelClient, ModelClient
 from tessera.pytriton.decorators import batch, fill_optionals, first_value, group_by_values, sample, triton_context
 from tessera.pytriton.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from tessera.pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
@@ -271,3 +271,25 @@ def test_bound_models_next_to_a_model_repository(tmp_path):
         client = httpclient.InferenceServerClient(http_url(t))
         wait_until(lambda: client.is_model_ready("add_sub"), 60, "add_sub from the repository")
         assert client.is_model_ready("Linear")
+
+
+def test_decoupled_generator_streams_responses(triton):
+    def countdown(requests):
+        # PyTriton's decoupled models: a generator yielding one dict per request each time.
+        start = int(requests[0]["N"][0])
+        for k in range(start, 0, -1):
+            yield [{"LEFT": np.array([k], dtype=np.int32)}]
+
+    triton.bind(model_name="Countdown", infer_func=countdown,
+                inputs=[Tensor(name="N", dtype=np.int32, shape=(1,))],
+                outputs=[Tensor(name="LEFT", dtype=np.int32, shape=(1,))],
+                config=ModelConfig(batching=False, decoupled=True))
+    triton.run()
+    with DecoupledModelClient(grpc_url(triton), "Countdown") as client:
+        got = [int(r["LEFT"][0]) for r in client.infer_sample(np.array([3], dtype=np.int32))]
+    assert got == [3, 2, 1]
+    # The same stream over HTTP (Triton's generate_stream extension, server-sent events).
+    r = requests.post(f"http://{http_url(triton)}/v2/models/Countdown/generate_stream", json={"N": [2]},
+                      stream=True, timeout=30)
+    events = [line for line in r.iter_lines() if line.startswith(b"data:")]
+    assert len(events) == 2 and b'"LEFT":2}' in events[0] and b'"LEFT":1}' in events[1]

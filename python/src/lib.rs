@@ -18,7 +18,9 @@ use bytes::Bytes;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
-use tessera::{CallableBackend, CoreError, CoreResult, DataType, ExecRequest, ParamValue, ServerHandle, Tensor};
+use tessera::{
+    CallableBackend, CoreError, CoreResult, DataType, ExecRequest, ParamValue, RawResponse, ServerHandle, Tensor,
+};
 
 /// A request tensor's bytes, shared with the server (no copy), readable through the buffer protocol.
 #[pyclass(frozen, module = "tessera._tessera")]
@@ -104,6 +106,9 @@ fn result_from_py(item: &Bound<'_, PyAny>) -> CoreResult<Vec<Tensor>> {
 }
 
 fn call_python(function: &Py<PyAny>, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+    if batch.iter().any(|r| r.responder.is_some()) {
+        return call_python_decoupled(function, batch);
+    }
     let n = batch.len();
     Python::attach(|py| {
         let results = batch_to_py(py, &batch)
@@ -124,6 +129,46 @@ fn call_python(function: &Py<PyAny>, batch: Vec<ExecRequest>) -> Vec<CoreResult<
         }
         items.iter().map(result_from_py).collect()
     })
+}
+
+/// A decoupled model: `function(batch)` returns an iterator of `(request index, result)`, each
+/// result one response (outputs or an error message) streamed at once; the streams end (final
+/// flag) when the iterator is exhausted.
+fn call_python_decoupled(function: &Py<PyAny>, mut batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+    let n = batch.len();
+    let responders: Vec<_> = batch.iter_mut().map(|r| r.responder.take()).collect();
+    let send = |index: usize, outputs: CoreResult<Vec<Tensor>>| {
+        if let Some(Some(responder)) = responders.get(index) {
+            let _ = responder.send(RawResponse { outputs, is_final: false });
+        }
+    };
+    Python::attach(|py| {
+        let iterator = batch_to_py(py, &batch)
+            .and_then(|requests| function.bind(py).call1((requests,)))
+            .and_then(|results| results.try_iter());
+        let iterator = match iterator {
+            Ok(iterator) => iterator,
+            Err(e) => {
+                let error = CoreError::internal(format!("model function failed: {e}"));
+                (0..n).for_each(|i| send(i, Err(error.clone())));
+                return;
+            }
+        };
+        for item in iterator {
+            let parsed = item.and_then(|item| item.extract::<(usize, Bound<'_, PyAny>)>());
+            match parsed {
+                Ok((index, result)) => send(index, result_from_py(&result)),
+                Err(e) => {
+                    let error = CoreError::internal(format!("model function failed: {e}"));
+                    (0..n).for_each(|i| send(i, Err(error.clone())));
+                    return;
+                }
+            }
+        }
+    });
+    // Dropping the responders ends every request's stream.
+    drop(responders);
+    (0..n).map(|_| Ok(Vec::new())).collect()
 }
 
 /// A running server.

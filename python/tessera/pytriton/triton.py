@@ -215,13 +215,46 @@ class _BoundModel:
             self._free.append(func)
             self._lock.notify()
 
+    @staticmethod
+    def _requests(batch: list) -> List[Request]:
+        requests = []
+        for inputs, requested, parameters in batch:
+            data = {name: _input_array(dt, shape, buf) for name, dt, shape, buf in inputs}
+            requests.append(Request(data, dict(parameters), list(requested)))
+        return requests
+
+    def execute_stream(self, batch: list):
+        """Decoupled models: the callable is a generator yielding, each time, a list with one
+        response dict per request (None: no response for that request this time). Yields
+        (request index, encoded response or error message) for the server to stream."""
+        try:
+            requests = self._requests(batch)
+        except Exception as e:  # noqa: BLE001 - becomes the requests' error
+            yield from ((i, str(e)) for i in range(len(batch)))
+            return
+        func = self._take()
+        try:
+            for item in func(requests):
+                if not isinstance(item, (list, tuple)) or len(item) != len(requests):
+                    message = (f"model {self.name} yielded {type(item).__name__}; a decoupled model yields a list "
+                               f"with one dict (or None) per request")
+                    yield from ((i, message) for i in range(len(requests)))
+                    return
+                for i, (result, request) in enumerate(zip(item, requests)):
+                    if result is not None:
+                        yield i, self._encode(result, request)
+        except PyTritonUnrecoverableError as e:
+            self.triton._stop_soon()
+            yield from ((i, f"Unrecoverable error in model {self.name}: {e}") for i in range(len(requests)))
+        except Exception as e:  # noqa: BLE001 - a failing callable fails its requests only
+            yield from ((i, f"{type(e).__name__}: {e}") for i in range(len(requests)))
+        finally:
+            self._give(func)
+
     def execute(self, batch: list) -> list:
         """Called by the server: `batch` is a list of (inputs, requested outputs, parameters)."""
-        requests = []
         try:
-            for inputs, requested, parameters in batch:
-                data = {name: _input_array(dt, shape, buf) for name, dt, shape, buf in inputs}
-                requests.append(Request(data, dict(parameters), list(requested)))
+            requests = self._requests(batch)
         except Exception as e:  # noqa: BLE001 - becomes the requests' error
             return [str(e)] * len(batch)
         func = self._take()
@@ -297,8 +330,6 @@ class Triton:
         if model_version != 1:
             raise PyTritonValidationError("Tessera serves bound models as version 1 only")
         config = config or ModelConfig()
-        if config.decoupled:
-            raise PyTritonValidationError("decoupled models are not supported by tessera.pytriton yet")
         funcs = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
         if not funcs or not all(callable(f) for f in funcs):
             raise PyTritonValidationError("infer_func must be a callable or a list of callables")
@@ -312,7 +343,8 @@ class Triton:
     def _register(self, model: _BoundModel) -> None:
         import json
         assert self._server is not None
-        self._server.bind(model.name, json.dumps(model.triton_config), model.execute)
+        function = model.execute_stream if model.config.decoupled else model.execute
+        self._server.bind(model.name, json.dumps(model.triton_config), function)
 
     def run(self) -> None:
         """Starts the server in this process and serves every bound model; returns at once."""
