@@ -105,7 +105,29 @@ fn result_from_py(item: &Bound<'_, PyAny>) -> CoreResult<Vec<Tensor>> {
     Ok(tensors)
 }
 
+thread_local! {
+    static THREAD_STATE_KEPT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Gives this (server) thread a Python thread state that outlives each call: without it, every
+/// `Python::attach` on a thread Python does not know creates and destroys one.
+fn keep_thread_state() {
+    THREAD_STATE_KEPT.with(|kept| {
+        if !kept.get() {
+            // SAFETY: called outside any `attach`, so this thread holds no GIL. `PyGILState_Ensure`
+            // creates the thread's state and takes the GIL; `PyEval_SaveThread` releases the GIL and
+            // keeps the state (its count stays 1), so later `PyGILState_Ensure`/`Release` pairs reuse it.
+            unsafe {
+                pyo3::ffi::PyGILState_Ensure();
+                pyo3::ffi::PyEval_SaveThread();
+            }
+            kept.set(true);
+        }
+    });
+}
+
 fn call_python(function: &Py<PyAny>, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+    keep_thread_state();
     if batch.iter().any(|r| r.responder.is_some()) {
         return call_python_decoupled(function, batch);
     }

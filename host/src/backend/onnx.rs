@@ -22,20 +22,24 @@ use crate::tensor::{DataType, Tensor, bytes_elements, push_bytes_element};
 const DEFAULT_MAX_BATCH_SIZE: i32 = 4;
 
 pub struct OnnxBackend {
-    environment: Result<Environment, String>,
+    library: Option<PathBuf>,
 }
 
 impl OnnxBackend {
-    /// Loads libonnxruntime from `explicit` or the first location in [`library_candidates`].
+    /// Uses libonnxruntime from `explicit` or the first location in [`library_candidates`],
+    /// loaded when the first ONNX model loads (a server without ONNX models never opens it).
     /// Failure is not fatal: ONNX models then fail to load with the reason.
-    ///
+    pub fn new(explicit: Option<&Path>) -> Self {
+        Self { library: explicit.map(Path::to_path_buf) }
+    }
+
     /// ONNX Runtime allows one environment per process, so it is created once and shared by every
     /// server this process starts (an embedder may start several); the first library path wins.
-    pub fn new(explicit: Option<&Path>) -> Self {
+    fn environment(&self) -> Result<&'static Environment, String> {
         static ENVIRONMENT: std::sync::OnceLock<Result<Environment, String>> = std::sync::OnceLock::new();
-        let environment = ENVIRONMENT
+        ENVIRONMENT
             .get_or_init(|| {
-                let environment = find_library(explicit).and_then(|path| {
+                let environment = find_library(self.library.as_deref()).and_then(|path| {
                     tracing::info!(library = %path.display(), "loading ONNX Runtime");
                     ort::init_from(&path)
                         .map_err(|e| format!("failed to load ONNX Runtime from {}: {e}", path.display()))?
@@ -48,13 +52,13 @@ impl OnnxBackend {
                 }
                 environment
             })
-            .clone();
-        Self { environment }
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// Whether the loaded library has the CUDA execution provider (the `onnxruntime-gpu` build).
     fn cuda_support(&self) -> Result<(), String> {
-        self.environment.as_ref().map_err(Clone::clone)?;
+        self.environment()?;
         match <ort::ep::CUDA as ort::ep::ExecutionProvider>::is_available() {
             Ok(true) => Ok(()),
             Ok(false) => Err("the ONNX Runtime library this server loaded has no CUDA execution provider (it is a \
@@ -65,7 +69,7 @@ impl OnnxBackend {
     }
 
     fn session(&self, config: &ModelConfig, model_path: &Path, device: InstanceDevice) -> CoreResult<Session> {
-        let environment = self.environment.as_ref().map_err(|e| CoreError::unavailable(e.clone()))?;
+        let environment = self.environment().map_err(CoreError::unavailable)?;
         let threads = thread_param(config, "intra_op_thread_count")?.unwrap_or(1);
         let inter_threads = thread_param(config, "inter_op_thread_count")?.unwrap_or(1);
         let fail =

@@ -199,6 +199,12 @@ class _BoundModel:
         self.config = config
         self.strict = strict
         self.output_specs = {t.name: t for t in outputs}
+        # Per output: (is BYTES, numpy dtype, protocol datatype), computed once.
+        self._output_types = {
+            t.name: (True, None, "BYTES") if is_bytes_dtype(t.dtype) else (False, np.dtype(t.dtype),
+                                                                          triton_types(t.dtype)[1])
+            for t in outputs
+        }
         # One callable per instance: instance threads take them from this pool.
         self._free = list(infer_funcs)
         self._lock = threading.Condition()
@@ -286,12 +292,12 @@ class _BoundModel:
             if name not in result:
                 return f"model {self.name} did not return output {name}"
             value = np.asarray(result[name])
-            if is_bytes_dtype(spec.dtype):
+            is_bytes, expected, protocol = self._output_types[name]
+            if is_bytes:
                 if value.dtype.kind not in ("O", "S", "U"):
                     return f"output {name} of model {self.name} must be bytes, got {value.dtype}"
                 encoded.append((name, "BYTES", list(value.shape), _serialize_bytes(value)))
                 continue
-            expected = np.dtype(spec.dtype)
             if value.dtype != expected:
                 if self.strict:
                     return (f"output {name} of model {self.name} has dtype {value.dtype}, "
@@ -302,8 +308,7 @@ class _BoundModel:
                 shape = list(value.shape[1:]) if self.config.batching else list(value.shape)
                 if len(shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, shape)):
                     return f"output {name} of model {self.name} has shape {value.shape}, expected {spec.shape}"
-            encoded.append((name, triton_types(expected)[1], list(value.shape),
-                            np.ascontiguousarray(value).tobytes()))
+            encoded.append((name, protocol, list(value.shape), np.ascontiguousarray(value).tobytes()))
         return encoded
 
 
