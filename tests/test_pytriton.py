@@ -293,3 +293,25 @@ def test_decoupled_generator_streams_responses(triton):
                       stream=True, timeout=30)
     events = [line for line in r.iter_lines() if line.startswith(b"data:")]
     assert len(events) == 2 and b'"LEFT":2}' in events[0] and b'"LEFT":1}' in events[1]
+
+
+def test_bound_model_as_an_ensemble_step(tmp_path):
+    # A repository ensemble whose step is a bound callable: an ordinary model to the ensemble
+    # scheduler. The repository loads before the callable is bound, so the ensemble's first load
+    # fails (hence exit_on_error=False) and it turns ready when the model is bound.
+    repo = tmp_path / "repo"
+    (repo / "ens" / "1").mkdir(parents=True)
+    (repo / "ens" / "config.pbtxt").write_text(
+        'name: "ens"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'ensemble_scheduling { step [ { model_name: "Linear" model_version: -1 '
+        'input_map { key: "INPUT_1" value: "X" } output_map { key: "OUTPUT_1" value: "Y" } } ] }\n')
+    with Triton(config=config(model_repository=str(repo), exit_on_error=False)) as t:
+        bind_linear(t)
+        t.run()
+        client = httpclient.InferenceServerClient(http_url(t))
+        wait_until(lambda: client.is_model_ready("ens"), 60, "the ensemble to follow its bound step")
+        x = httpclient.InferInput("X", [1, 3], "FP32")
+        x.set_data_from_numpy(np.array([[1, 2, 3]], dtype=np.float32))
+        np.testing.assert_array_equal(client.infer("ens", [x]).as_numpy("Y"), [[3, 5, 7]])
