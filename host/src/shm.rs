@@ -214,6 +214,17 @@ fn key_path(key: &str) -> CoreResult<PathBuf> {
     Ok(PathBuf::from(SHM_DIR).join(bare))
 }
 
+/// A name is unique across system and CUDA regions, as in Triton.
+fn ensure_vacant(regions: &BTreeMap<String, Arc<Region>>, name: &str) -> CoreResult<()> {
+    if regions.contains_key(name) {
+        return Err(CoreError::new(
+            crate::error::ErrorKind::AlreadyExists,
+            format!("shared memory region '{name}' already in manager"),
+        ));
+    }
+    Ok(())
+}
+
 impl SharedMemoryManager {
     pub fn new() -> Self {
         Self::default()
@@ -226,12 +237,7 @@ impl SharedMemoryManager {
         }
         let path = key_path(key)?;
         let mut regions = self.regions.write().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
-        if regions.contains_key(name) {
-            return Err(CoreError::new(
-                crate::error::ErrorKind::AlreadyExists,
-                format!("shared memory region '{name}' already in manager"),
-            ));
-        }
+        ensure_vacant(&regions, name)?;
         // As shm_open does: no following symlinks out of /dev/shm, and only regular files.
         let file = OpenOptions::new()
             .read(true)
@@ -272,12 +278,7 @@ impl SharedMemoryManager {
     /// of `byte_size` bytes on GPU `device_id`.
     pub fn register_cuda(&self, name: &str, raw_handle: &[u8], device_id: i64, byte_size: u64) -> CoreResult<()> {
         let mut regions = self.regions.write().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
-        if regions.contains_key(name) {
-            return Err(CoreError::new(
-                crate::error::ErrorKind::AlreadyExists,
-                format!("shared memory region '{name}' already in manager"),
-            ));
-        }
+        ensure_vacant(&regions, name)?;
         if crate::gpu::devices().is_empty() {
             // Triton 2.51 (a GPU build) on a machine without a GPU answers exactly this first
             // sentence (checked against the reference server); the reason is ours.

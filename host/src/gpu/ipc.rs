@@ -43,7 +43,8 @@ impl CudaMemory {
     /// IPC handle: <driver message>").
     pub fn open(raw_handle: &[u8], device_id: i64, byte_size: u64) -> Result<Self, String> {
         if super::devices().is_empty() {
-            // What Triton's cudaIpcOpenMemHandle reports on a machine without a usable GPU.
+            // cudarc's loader panics when a driver function is called without libcuda: never call
+            // one here. (The shared-memory manager answers this case with Triton's message first.)
             return Err("failed to open CUDA IPC handle: no CUDA-capable device is detected".into());
         }
         let handle_bytes: [u8; IPC_HANDLE_SIZE] =

@@ -8,6 +8,7 @@ batch Tessera's dynamic batcher formed; inputs are numpy views of the request's 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import signal
@@ -20,7 +21,6 @@ import numpy as np
 
 import tessera
 from tessera.pytriton.exceptions import (
-    PyTritonInvalidOperationError,
     PyTritonUnrecoverableError,
     PyTritonValidationError,
 )
@@ -346,7 +346,6 @@ class Triton:
             self._register(model)
 
     def _register(self, model: _BoundModel) -> None:
-        import json
         assert self._server is not None
         function = model.execute_stream if model.config.decoupled else model.execute
         self._server.bind(model.name, json.dumps(model.triton_config), function)
@@ -359,8 +358,6 @@ class Triton:
         if self._config.model_repository is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="tessera-pytriton-")
             flags += ["--model-repository", self._tmp.name]
-        if self._config.model_repository is not None and "--model-control-mode" not in flags:
-            pass
         self._server = tessera.Server(flags)
         for model in self._models:
             self._register(model)
