@@ -10,7 +10,7 @@ import sys
 import numpy as np
 from tessera.pytriton.decorators import batch
 from tessera.pytriton.model_config import ModelConfig, Tensor
-from tessera.pytriton.triton import Triton, TritonConfig
+from tessera.pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
 
 @batch
@@ -22,7 +22,7 @@ def infer_fn(**inputs):
 port = int(sys.argv[1]) if len(sys.argv) > 1 else 8000
 cfg = TritonConfig(http_port=port, grpc_port=port + 1, metrics_port=port + 2,
                    http_address="127.0.0.1", grpc_address="127.0.0.1", log_verbose=0)
-with Triton(config=cfg) as triton:
+with Triton(config=cfg, security_config=TritonSecurityConfig(restricted_endpoints=[])) as triton:
     triton.bind(model_name="Double", infer_func=infer_fn,
                 inputs=[Tensor(name="INPUT0", dtype=np.float32, shape=(16,))],
                 outputs=[Tensor(name="OUTPUT0", dtype=np.float32, shape=(16,))],

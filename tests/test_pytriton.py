@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from tessera.pytriton.client import AsyncioModelClient, DecoupledModelClient, Fu
 from tessera.pytriton.decorators import batch, fill_optionals, first_value, group_by_values, sample, triton_context
 from tessera.pytriton.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from tessera.pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-from tessera.pytriton.triton import Triton, TritonConfig
+from tessera.pytriton.triton import Triton, TritonConfig, TritonLifecyclePolicy, TritonSecurityConfig
 
 
 def config(**kw) -> TritonConfig:
@@ -80,7 +81,8 @@ def test_linear_model_with_batch_decorator(triton):
     i = grpcclient.InferInput("INPUT_1", [1, 2], "FP32")
     i.set_data_from_numpy(np.array([[4, 5]], dtype=np.float32))
     np.testing.assert_array_equal(grpc.infer("Linear", [i]).as_numpy("OUTPUT_1"), [[9, 11]])
-    stats = requests.get(f"http://{http_url(triton)}/v2/models/Linear/stats").json()["model_stats"][0]
+    stats = requests.get(f"http://{http_url(triton)}/v2/models/Linear/stats",
+                         headers={"triton-access-token": triton.get_access_token()}).json()["model_stats"][0]
     assert stats["inference_count"] >= 6
 
 
@@ -92,8 +94,54 @@ def test_dynamic_batcher_merges_concurrent_requests(triton):
         results = [f.result(timeout=60) for f in futures]
     for i, r in enumerate(results):
         np.testing.assert_array_equal(r["OUTPUT_1"], np.full(2, i * 2 + 1, dtype=np.float32))
-    stats = requests.get(f"http://{http_url(triton)}/v2/models/Linear/stats").json()["model_stats"][0]
+    stats = requests.get(f"http://{http_url(triton)}/v2/models/Linear/stats",
+                         headers={"triton-access-token": triton.get_access_token()}).json()["model_stats"][0]
     assert stats["inference_count"] == 8 and stats["execution_count"] < 8
+
+
+def test_one_batch_serves_requests_of_different_sizes_and_requested_outputs(triton):
+    # Requests of 1 and 3 rows asking for different outputs share one call of a @batch callable
+    # that returns a list (config order) of float64 arrays: each request gets its own rows of the
+    # outputs it asked for, converted to the configured dtypes.
+    calls = []
+
+    @batch
+    def stats_fn(X):
+        calls.append(len(X))
+        return [X.sum(axis=1, keepdims=True).astype(np.float64), np.arange(len(X)).reshape(-1, 1)]
+
+    triton.bind(model_name="RowStats", infer_func=stats_fn,
+                inputs=[Tensor(name="X", dtype=np.float32, shape=(2,))],
+                outputs=[Tensor(name="SUM", dtype=np.float32, shape=(1,)),
+                         Tensor(name="ROW", dtype=np.int32, shape=(1,))],
+                config=ModelConfig(max_batch_size=8, batcher=DynamicBatcher(
+                    max_queue_delay_microseconds=500_000, preferred_batch_size=[4])))
+    client = httpclient.InferenceServerClient(http_url(triton), concurrency=2)
+    one = httpclient.InferInput("X", [1, 2], "FP32")
+    one.set_data_from_numpy(np.array([[1, 2]], dtype=np.float32))
+    three = httpclient.InferInput("X", [3, 2], "FP32")
+    three.set_data_from_numpy(np.array([[10, 20], [30, 40], [50, 60]], dtype=np.float32))
+    a = client.async_infer("RowStats", [one], outputs=[httpclient.InferRequestedOutput("SUM")])
+    b = client.async_infer("RowStats", [three], outputs=[httpclient.InferRequestedOutput("ROW")])
+    a, b = a.get_result(), b.get_result()
+    assert calls == [4], "one call for both requests"
+    assert a.as_numpy("ROW") is None and b.as_numpy("SUM") is None
+    np.testing.assert_array_equal(a.as_numpy("SUM"), np.array([[3]], dtype=np.float32))
+    assert a.as_numpy("SUM").dtype == np.float32
+    rows = b.as_numpy("ROW")
+    assert rows.dtype == np.int32 and rows.shape == (3, 1) and len(set(rows.ravel())) == 3
+
+    @batch
+    def short(X):
+        return {"SUM": X[:1, :1], "ROW": np.zeros((1, 1), dtype=np.int32)}
+
+    triton.bind(model_name="Short", infer_func=short,
+                inputs=[Tensor(name="X", dtype=np.float32, shape=(2,))],
+                outputs=[Tensor(name="SUM", dtype=np.float32, shape=(1,)),
+                         Tensor(name="ROW", dtype=np.int32, shape=(1,))],
+                config=ModelConfig(max_batch_size=8))
+    with pytest.raises(InferenceServerException, match="output SUM has 1 rows for a batch of 3"):
+        client.infer("Short", [three])
 
 
 def test_strings_in_and_out(triton):
@@ -249,7 +297,7 @@ def test_asyncio_client_and_triton_context(triton):
 
 def test_config_fields_env_and_refusals(monkeypatch):
     with pytest.raises(PyTritonValidationError, match="grpc_use_ssl is not supported by Tessera"):
-        Triton(config=config(grpc_use_ssl=True)).run()
+        Triton(config=config(grpc_use_ssl=True))
     http, grpc, metrics = free_ports(3)
     monkeypatch.setenv("PYTRITON_TRITON_CONFIG_HTTP_PORT", str(http))
     monkeypatch.setenv("PYTRITON_TRITON_CONFIG_GRPC_PORT", str(grpc))
@@ -260,6 +308,19 @@ def test_config_fields_env_and_refusals(monkeypatch):
         t.run()
         assert t.http_port == http
         assert requests.get(f"http://127.0.0.1:{http}/v2/health/ready").status_code == 200
+    # Explicit fields win over the environment's, which fill the rest (as PyTriton layers them);
+    # a list field comes from <FIELD>_0, <FIELD>_1, ...
+    explicit_http = free_ports(1)[0]
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_CACHE_CONFIG_0", "local,size=1048576")
+    with Triton(config=TritonConfig(http_port=explicit_http, http_address="127.0.0.1")) as t:
+        bind_linear(t, "Cached", response_cache=True)
+        assert t.http_port == explicit_http and t.grpc_port == grpc
+        with ModelClient(f"127.0.0.1:{explicit_http}", "Cached") as client:
+            client.infer_sample(np.array([1], dtype=np.float32))
+            client.infer_sample(np.array([1], dtype=np.float32))
+        stats = requests.get(f"http://127.0.0.1:{explicit_http}/v2/models/Cached/stats",
+                             headers={"triton-access-token": t.get_access_token()}).json()
+        assert stats["model_stats"][0]["inference_stats"]["cache_hit"]["count"] == 1
 
 
 def test_bound_models_next_to_a_model_repository(tmp_path):
@@ -297,8 +358,8 @@ def test_decoupled_generator_streams_responses(triton):
 
 def test_bound_model_as_an_ensemble_step(tmp_path):
     # A repository ensemble whose step is a bound callable: an ordinary model to the ensemble
-    # scheduler. The repository loads before the callable is bound, so the ensemble's first load
-    # fails (hence exit_on_error=False) and it turns ready when the model is bound.
+    # scheduler. With launch_triton_on_startup=False the server starts in run(), with the bound
+    # models served before the repository loads, so the ensemble loads at once.
     repo = tmp_path / "repo"
     (repo / "ens" / "1").mkdir(parents=True)
     (repo / "ens" / "config.pbtxt").write_text(
@@ -307,11 +368,98 @@ def test_bound_model_as_an_ensemble_step(tmp_path):
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
         'ensemble_scheduling { step [ { model_name: "Linear" model_version: -1 '
         'input_map { key: "INPUT_1" value: "X" } output_map { key: "OUTPUT_1" value: "Y" } } ] }\n')
-    with Triton(config=config(model_repository=str(repo), exit_on_error=False)) as t:
+    policy = TritonLifecyclePolicy(launch_triton_on_startup=False)
+    with Triton(config=config(model_repository=str(repo)), triton_lifecycle_policy=policy) as t:
         bind_linear(t)
+        assert t.http_port is None, "no server before run() with launch_triton_on_startup=False"
         t.run()
         client = httpclient.InferenceServerClient(http_url(t))
-        wait_until(lambda: client.is_model_ready("ens"), 60, "the ensemble to follow its bound step")
+        assert client.is_model_ready("ens"), "the ensemble loaded with the server, its step already bound"
         x = httpclient.InferInput("X", [1, 3], "FP32")
         x.set_data_from_numpy(np.array([[1, 2, 3]], dtype=np.float32))
         np.testing.assert_array_equal(client.infer("ens", [x]).as_numpy("Y"), [[3, 5, 7]])
+
+
+def test_default_lifecycle_serves_each_bind_at_once(triton):
+    # PyTriton's default policy: the server runs from the start of the `with` block and a bind
+    # serves its model at once, before run().
+    assert triton.http_port is not None and triton.is_alive()
+    bind_linear(triton, "Early")
+    assert httpclient.InferenceServerClient(http_url(triton)).is_model_ready("Early")
+
+
+def test_wasm_guest_calls_a_bound_model_through_bls(tmp_path):
+    # The quickstart bls_fanout guest calls its `fanout_target` 4 times and sums OUTPUT0; here the
+    # target is a Python callable, allowed by the guest's allow-list like any model.
+    repo = tmp_path / "repo"
+    text = (Path(__file__).resolve().parents[1] / "model-repos/quickstart/bls_fanout/config.pbtxt").read_text()
+    text = text.replace('string_value: "fanout_target"', 'string_value: "PyAdd"')
+    text = text.replace('"fanout_target,add_sub,simple"', '"PyAdd"')
+    copy_model(repo, "bls_fanout", config=text)
+    calls = []
+
+    @batch
+    def add(INPUT0, INPUT1):
+        calls.append(len(INPUT0))
+        return {"OUTPUT0": INPUT0 + INPUT1}
+
+    with Triton(config=config(model_repository=str(repo))) as t:
+        t.bind(model_name="PyAdd", infer_func=add,
+               inputs=[Tensor(name="INPUT0", dtype=np.float32, shape=(16,)),
+                       Tensor(name="INPUT1", dtype=np.float32, shape=(16,))],
+               outputs=[Tensor(name="OUTPUT0", dtype=np.float32, shape=(16,))],
+               config=ModelConfig(max_batch_size=8))
+        client = httpclient.InferenceServerClient(http_url(t))
+        x = np.arange(16, dtype=np.float32)
+        inp = httpclient.InferInput("INPUT0", [16], "FP32")
+        inp.set_data_from_numpy(x)
+        np.testing.assert_array_equal(client.infer("bls_fanout", [inp]).as_numpy("OUTPUT0"), 8 * x)
+        assert sum(calls) == 4, "four BLS calls of one row each reached the callable"
+
+
+def test_model_version(triton):
+    bind_linear(triton, "Versioned")
+    triton.bind(model_name="V2", infer_func=linear,
+                inputs=[Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+                outputs=[Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+                model_version=2, config=ModelConfig(max_batch_size=4))
+    client = httpclient.InferenceServerClient(http_url(triton))
+    assert client.is_model_ready("V2", "2") and not client.is_model_ready("V2", "1")
+    with ModelClient(http_url(triton), "V2", model_version="2") as mc:
+        np.testing.assert_array_equal(mc.infer_sample(np.array([1], dtype=np.float32))["OUTPUT_1"], [3])
+    with pytest.raises(PyTritonValidationError, match="model_version must be a positive integer"):
+        triton.bind(model_name="V0", infer_func=linear, inputs=[], outputs=[], model_version=0)
+
+
+def test_security_config_restricts_endpoints_with_a_token(tmp_path):
+    # PyTriton's default: shared-memory, model-repository, statistics, trace and logging need the
+    # triton-access-token header (a generated token); inference and health stay open.
+    workspace = tmp_path / "ws"
+    with Triton(config=config(), workspace=workspace) as t:
+        assert workspace.is_dir()
+        bind_linear(t)
+        token = t.get_access_token()
+        assert token
+        base = f"http://{http_url(t)}"
+        assert requests.get(f"{base}/v2/health/ready").status_code == 200
+        denied = requests.get(f"{base}/v2/models/Linear/stats")
+        assert denied.status_code == 403 and "triton-access-token" in denied.json()["error"]
+        wrong = requests.get(f"{base}/v2/models/Linear/stats", headers={"triton-access-token": "nope"})
+        assert wrong.status_code == 403
+        ok = requests.get(f"{base}/v2/models/Linear/stats", headers={"triton-access-token": token})
+        assert ok.status_code == 200
+        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{t.grpc_port}")
+        with pytest.raises(InferenceServerException) as ei:
+            grpc.get_inference_statistics("Linear")
+        assert ei.value.status() == "StatusCode.UNAVAILABLE"
+        # Over gRPC, Triton (and so PyTriton) expects the key with its `triton-grpc-protocol-` prefix.
+        headers = {"triton-grpc-protocol-triton-access-token": token}
+        assert grpc.get_inference_statistics("Linear", headers=headers).model_stats
+        with ModelClient(http_url(t), "Linear") as client:
+            np.testing.assert_array_equal(client.infer_sample(np.array([1], dtype=np.float32))["OUTPUT_1"], [3])
+    with Triton(config=config(), security_config=TritonSecurityConfig(restricted_endpoints=[])) as t:
+        assert t.get_access_token() is None
+        bind_linear(t)
+        assert requests.get(f"http://{http_url(t)}/v2/models/Linear/stats").status_code == 200
+    with pytest.raises(PyTritonValidationError, match="Invalid endpoint names: bogus"):
+        TritonSecurityConfig(restricted_endpoints=["bogus"])

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::backend::wasm::WasmOptions;
 use crate::grpc::GrpcOptions;
 use crate::repository::ControlMode;
+use crate::restricted::Restrictions;
 use crate::server::logging::{self, LogFlags};
 use crate::server::{Listen, Server, ServerConfig};
 
@@ -80,6 +81,11 @@ pub struct ServeArgs {
     /// Largest request body accepted, after decompression (Triton's default: 64 MiB).
     #[arg(long, default_value = "67108864", value_parser = parse_byte_size)]
     pub http_max_input_size: usize,
+    /// Triton's restricted APIs: `<api-list>:<key>=<value>` (repeatable). The listed categories
+    /// (health, metadata, inference, shared-memory, model-config, model-repository, statistics,
+    /// trace, logging) answer only requests with header `<key>: <value>`, others get 403.
+    #[arg(long)]
+    pub http_restricted_api: Vec<String>,
     /// Accepted for compatibility; the HTTP server sizes its own worker pool.
     #[arg(long)]
     pub http_thread_count: Option<usize>,
@@ -122,8 +128,10 @@ pub struct ServeArgs {
     /// TLS is not supported: true is refused at startup rather than serving plaintext.
     #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub grpc_use_ssl: bool,
-    /// Restricted protocols are not supported: giving one is refused at startup rather than
-    /// serving the protocol unprotected.
+    /// Triton's restricted protocols: `<api-list>:<key>=<value>` (repeatable). The listed
+    /// categories (health, metadata, inference, shared-memory, model-config, model-repository,
+    /// statistics, trace, logging) answer only calls with metadata `triton-grpc-protocol-<key>:
+    /// <value>`.
     #[arg(long)]
     pub grpc_restricted_protocol: Vec<String>,
 
@@ -230,11 +238,6 @@ impl ServeArgs {
         if self.grpc_use_ssl {
             return Err("--grpc-use-ssl=true: TLS is not supported by this version (terminate TLS in a proxy)".into());
         }
-        if !self.grpc_restricted_protocol.is_empty() {
-            return Err("--grpc-restricted-protocol is not supported by this version; refusing to serve those \
-                        protocols unprotected"
-                .into());
-        }
         if !self.allow_http && !self.allow_grpc {
             return Err("--allow-http=false and --allow-grpc=false leave no front door".into());
         }
@@ -253,12 +256,14 @@ impl ServeArgs {
             server_id: self.id.clone().unwrap_or_else(|| if as_triton { "triton" } else { "tessera" }.to_string()),
             http: self.allow_http.then(|| Listen::new(&self.http_address, self.http_port)),
             http_max_input_size: self.http_max_input_size,
+            http_restrictions: Restrictions::parse("http-restricted-api", &self.http_restricted_api)?,
             grpc: self.allow_grpc.then(|| Listen::new(&self.grpc_address, self.grpc_port)),
             grpc_options: GrpcOptions {
                 max_message_size: self.grpc_max_message_size,
                 keepalive_time: Duration::from_millis(self.grpc_keepalive_time.max(1)),
                 keepalive_timeout: Duration::from_millis(self.grpc_keepalive_timeout.max(1)),
                 compress_responses: self.grpc_infer_response_compression_level != "none",
+                restrictions: Restrictions::parse("grpc-restricted-protocol", &self.grpc_restricted_protocol)?,
             },
             metrics: self.allow_metrics.then(|| Listen::new(&self.metrics_address, self.metrics_port)),
             cpu_metrics_interval: self.allow_cpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
@@ -267,6 +272,7 @@ impl ServeArgs {
             onnxruntime_library: self.onnxruntime_library.clone(),
             wasm,
             backends: Vec::new(),
+            registered_models: Vec::new(),
             exit_timeout: Duration::from_secs(self.exit_timeout_secs),
             log_settings: self.log_flags().settings(),
             log_applier: None,
@@ -277,11 +283,18 @@ impl ServeArgs {
 /// The server an embedder (the Python package) starts from `tessera serve` flags, given without
 /// the subcommand: parsed and checked exactly as on the command line, with logging installed.
 pub fn embedded_server_config(flags: &[String]) -> Result<ServerConfig, String> {
-    let argv = ["tessera".to_string(), "serve".to_string()].into_iter().chain(flags.iter().cloned());
+    // An embedded server may have no repository (its models are registered from code); the
+    // command line requires one, so a placeholder stands in and is dropped after parsing.
+    const NO_REPOSITORY: &str = "\0no repository";
+    let has_repository = flags.iter().any(|f| f.starts_with("--model-repository") || f.starts_with("--model-store"))
+        || std::env::var_os("TESSERA_MODEL_REPOSITORY").is_some();
+    let placeholder = (!has_repository).then(|| format!("--model-repository={NO_REPOSITORY}"));
+    let argv = ["tessera".to_string(), "serve".to_string()].into_iter().chain(flags.iter().cloned()).chain(placeholder);
     let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
-    let Command::Serve(args) = cli.command else {
+    let Command::Serve(mut args) = cli.command else {
         return Err("expected server flags".into());
     };
+    args.model_repository.retain(|path| path.as_os_str() != NO_REPOSITORY);
     let applier = logging::init(args.log_flags());
     let mut config = args.server_config(false)?;
     config.log_applier = Some(applier);

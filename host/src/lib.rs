@@ -44,6 +44,7 @@ mod infer;
 mod metrics;
 mod model;
 mod repository;
+mod restricted;
 mod scheduler;
 mod server;
 mod shm;
@@ -67,7 +68,8 @@ pub use infer::{
     Infer, InferFuture, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, ResponseStream,
 };
 pub use repository::ControlMode;
-pub use server::{Listen, Server, ServerConfig, ServerHandle, StartError, StopHandle};
+pub use restricted::{ApiCategory, Restrictions};
+pub use server::{Listen, RegisteredModel, Server, ServerConfig, ServerHandle, StartError, StopHandle};
 pub use tensor::{DataType, Tensor};
 
 /// Types generated from the protobuf schemas in host/proto.

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use tessera::{CallableBackend, DataType, ErrorKind, ExecRequest, InferRequest, Listen, Server, ServerConfig, Tensor};
+use tessera::{
+    CallableBackend, DataType, ErrorKind, ExecRequest, InferRequest, Listen, RegisteredModel, Server, ServerConfig,
+    Tensor,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn config(text: &str) -> tessera::ModelConfig {
@@ -128,6 +131,49 @@ async fn a_registered_model_gets_the_dynamic_batcher_its_config_asks_for() {
         assert_eq!(response.outputs[0].data, floats(&[2.0 * i as f32; 4]), "each caller gets its own rows");
     }
     assert!(calls.load(Ordering::SeqCst) < 8, "8 requests within the queue delay ran as fewer executions");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_registered_at_start_come_before_the_repository_and_keep_their_version() {
+    // An ensemble in the repository whose step is a registered model loads at startup (with
+    // exit_on_error on): registered models are served before the repository loads.
+    let repo = std::env::temp_dir().join(format!("tessera-library-test-{}", std::process::id()));
+    let ens = repo.join("ens");
+    std::fs::create_dir_all(ens.join("1")).unwrap();
+    std::fs::write(
+        ens.join("config.pbtxt"),
+        r#"name: "ens" platform: "ensemble" max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [ { model_name: "double" model_version: 3
+  input_map { key: "INPUT0" value: "X" } output_map { key: "OUTPUT0" value: "Y" } } ] }"#,
+    )
+    .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let backend = doubler(Arc::clone(&calls)).inline(true);
+    let mut config = ServerConfig::default().repository(&repo).control_mode(tessera::ControlMode::None);
+    config.registered_models.push(RegisteredModel {
+        config: config_for_test(),
+        version: 3,
+        backend: Arc::new(backend),
+    });
+    let server = Server::start(config).await.expect("the ensemble loads at startup");
+    let infer = server.infer();
+    let response = infer.infer(request("double", &[1.0, 2.0, 3.0, 4.0])).await.expect("infers");
+    assert_eq!(response.model_version, 3);
+    let mut through = request("ens", &[1.0, 2.0, 3.0, 4.0]);
+    through.inputs[0].name = "X".into();
+    let response = infer.infer(through).await.expect("the ensemble runs its registered step");
+    assert_eq!(response.outputs[0].data, floats(&[2.0, 4.0, 6.0, 8.0]));
+    let mut wrong = request("double", &[1.0, 2.0, 3.0, 4.0]);
+    wrong.model_version = Some(1);
+    assert_eq!(infer.infer(wrong).await.expect_err("only version 3").kind, ErrorKind::NotFound);
+    let bad = RegisteredModel { config: config_for_test(), version: 0, backend: Arc::new(doubler(Arc::default())) };
+    let err = server.register(bad).await.expect_err("version 0");
+    assert!(err.message.contains("versions are positive integers"), "{}", err.message);
+    server.stop();
+    server.wait().await.expect("stops cleanly");
+    let _ = std::fs::remove_dir_all(&repo);
 }
 
 #[tokio::test]

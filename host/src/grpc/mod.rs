@@ -33,6 +33,7 @@ use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use crate::proto::inference::infer_parameter::ParameterChoice;
+use crate::restricted::{ApiCategory, Restrictions};
 use crate::stats::Duration2;
 use codec::parse_version;
 
@@ -59,6 +60,8 @@ pub struct GrpcOptions {
     /// gzip infer responses for clients that accept it (`--grpc-infer-response-compression-level`
     /// other than `none`).
     pub compress_responses: bool,
+    /// Triton's `--grpc-restricted-protocol`.
+    pub restrictions: Restrictions,
 }
 
 impl Default for GrpcOptions {
@@ -68,6 +71,7 @@ impl Default for GrpcOptions {
             keepalive_time: Duration::from_millis(7_200_000),
             keepalive_timeout: Duration::from_millis(20_000),
             compress_responses: false,
+            restrictions: Restrictions::default(),
         }
     }
 }
@@ -83,15 +87,19 @@ pub async fn serve(
     let shutdown = async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
-    let mut inference =
-        GrpcInferenceServiceServer::new(InferenceService { frontend: Arc::clone(&frontend), shutdown: stop })
-            .max_decoding_message_size(options.max_message_size)
-            .max_encoding_message_size(options.max_message_size)
-            .accept_compressed(CompressionEncoding::Gzip);
+    let mut inference = GrpcInferenceServiceServer::new(InferenceService {
+        frontend: Arc::clone(&frontend),
+        restrictions: options.restrictions.clone(),
+        shutdown: stop,
+    })
+    .max_decoding_message_size(options.max_message_size)
+    .max_encoding_message_size(options.max_message_size)
+    .accept_compressed(CompressionEncoding::Gzip);
     if options.compress_responses {
         inference = inference.send_compressed(CompressionEncoding::Gzip);
     }
-    let health = HealthServer::new(HealthService { frontend }).accept_compressed(CompressionEncoding::Gzip);
+    let health = HealthServer::new(HealthService { frontend, restrictions: options.restrictions.clone() })
+        .accept_compressed(CompressionEncoding::Gzip);
     // Small requests are latency-bound: no Nagle delay on accepted connections.
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
         if let Ok(stream) = &conn {
@@ -110,11 +118,30 @@ pub async fn serve(
 
 pub struct InferenceService {
     frontend: Arc<Frontend>,
+    /// Triton's `--grpc-restricted-protocol`: checked first in every call.
+    restrictions: Restrictions,
     /// Becomes true when the server shuts down.
     shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;
+
+impl InferenceService {
+    fn allow<T>(&self, request: &Request<T>, category: ApiCategory) -> Result<(), Status> {
+        allow(&self.restrictions, request, category)
+    }
+}
+
+/// Triton's restricted protocols: a call in a restricted category needs metadata
+/// `triton-grpc-protocol-<key>: <value>`, else UNAVAILABLE with Triton's message.
+fn allow<T>(restrictions: &Restrictions, request: &Request<T>, category: ApiCategory) -> Result<(), Status> {
+    let metadata = request.metadata();
+    restrictions
+        .check(category, "triton-grpc-protocol-", |name| metadata.get(name).and_then(|v| v.to_str().ok()))
+        .map_err(|refusal| {
+            Status::unavailable(format!("This protocol is restricted, expecting header '{}'", refusal.expected))
+        })
+}
 
 /// Optional string fields of Triton's messages: empty means "not given" (all models, all regions).
 fn non_empty(s: &str) -> Option<&str> {
@@ -194,21 +221,28 @@ fn reserved_parameters(request: &pb::ModelInferRequest) -> CoreResult<bool> {
 
 #[tonic::async_trait]
 impl GrpcInferenceService for InferenceService {
-    async fn server_live(&self, _: Request<pb::ServerLiveRequest>) -> GrpcResult<pb::ServerLiveResponse> {
+    async fn server_live(&self, request: Request<pb::ServerLiveRequest>) -> GrpcResult<pb::ServerLiveResponse> {
+        self.allow(&request, ApiCategory::Health)?;
         ok(pb::ServerLiveResponse { live: true })
     }
 
-    async fn server_ready(&self, _: Request<pb::ServerReadyRequest>) -> GrpcResult<pb::ServerReadyResponse> {
+    async fn server_ready(&self, request: Request<pb::ServerReadyRequest>) -> GrpcResult<pb::ServerReadyResponse> {
+        self.allow(&request, ApiCategory::Health)?;
         ok(pb::ServerReadyResponse { ready: self.frontend.server_ready() })
     }
 
     async fn model_ready(&self, request: Request<pb::ModelReadyRequest>) -> GrpcResult<pb::ModelReadyResponse> {
+        self.allow(&request, ApiCategory::Health)?;
         let request = request.into_inner();
         let version = parse_version(&request.version)?;
         ok(pb::ModelReadyResponse { ready: self.frontend.model_ready(&request.name, version) })
     }
 
-    async fn server_metadata(&self, _: Request<pb::ServerMetadataRequest>) -> GrpcResult<pb::ServerMetadataResponse> {
+    async fn server_metadata(
+        &self,
+        request: Request<pb::ServerMetadataRequest>,
+    ) -> GrpcResult<pb::ServerMetadataResponse> {
+        self.allow(&request, ApiCategory::Metadata)?;
         ok(pb::ServerMetadataResponse {
             name: self.frontend.server_id.clone(),
             version: self.frontend.version.to_string(),
@@ -220,6 +254,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::ModelMetadataRequest>,
     ) -> GrpcResult<pb::ModelMetadataResponse> {
+        self.allow(&request, ApiCategory::Metadata)?;
         let request = request.into_inner();
         let metadata = self.frontend.metadata(&request.name, parse_version(&request.version)?)?;
         let tensors = |ts: Vec<crate::frontend::TensorMetadata>| {
@@ -241,6 +276,7 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_infer(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
+        self.allow(&request, ApiCategory::Inference)?;
         let request = request.into_inner();
         reserved_parameters(&request)?;
         let model = self.frontend.ready_model(&request.model_name, parse_version(&request.model_version)?)?;
@@ -261,6 +297,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<Streaming<pb::ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
+        self.allow(&request, ApiCategory::Inference)?;
         let mut incoming = request.into_inner();
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let frontend = Arc::clone(&self.frontend);
@@ -296,6 +333,7 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_config(&self, request: Request<pb::ModelConfigRequest>) -> GrpcResult<pb::ModelConfigResponse> {
+        self.allow(&request, ApiCategory::ModelConfig)?;
         let request = request.into_inner();
         let model = self.frontend.ready_model(&request.name, parse_version(&request.version)?)?;
         ok(pb::ModelConfigResponse { config: Some(model.config.clone()) })
@@ -305,6 +343,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::ModelStatisticsRequest>,
     ) -> GrpcResult<pb::ModelStatisticsResponse> {
+        self.allow(&request, ApiCategory::Statistics)?;
         let request = request.into_inner();
         let name = non_empty(&request.name);
         let version = parse_version(&request.version)?;
@@ -316,6 +355,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::RepositoryIndexRequest>,
     ) -> GrpcResult<pb::RepositoryIndexResponse> {
+        self.allow(&request, ApiCategory::ModelRepository)?;
         let request = request.into_inner();
         no_repository_name(&request.repository_name)?;
         let models = self
@@ -336,6 +376,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::RepositoryModelLoadRequest>,
     ) -> GrpcResult<pb::RepositoryModelLoadResponse> {
+        self.allow(&request, ApiCategory::ModelRepository)?;
         use pb::model_repository_parameter::ParameterChoice as P;
         let request = request.into_inner();
         no_repository_name(&request.repository_name)?;
@@ -370,6 +411,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::RepositoryModelUnloadRequest>,
     ) -> GrpcResult<pb::RepositoryModelUnloadResponse> {
+        self.allow(&request, ApiCategory::ModelRepository)?;
         let request = request.into_inner();
         no_repository_name(&request.repository_name)?;
         use pb::model_repository_parameter::ParameterChoice as P;
@@ -396,6 +438,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::SystemSharedMemoryStatusRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryStatusResponse> {
+        self.allow(&request, ApiCategory::SharedMemory)?;
         let name = request.into_inner().name;
         let regions = self.frontend.shm.status(non_empty(&name))?;
         ok(pb::SystemSharedMemoryStatusResponse {
@@ -418,6 +461,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::SystemSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryRegisterResponse> {
+        self.allow(&request, ApiCategory::SharedMemory)?;
         let r = request.into_inner();
         self.frontend.shm.register(&r.name, &r.key, r.offset, r.byte_size)?;
         ok(pb::SystemSharedMemoryRegisterResponse {})
@@ -427,6 +471,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::SystemSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryUnregisterResponse> {
+        self.allow(&request, ApiCategory::SharedMemory)?;
         let name = request.into_inner().name;
         self.frontend.shm.unregister(non_empty(&name))?;
         ok(pb::SystemSharedMemoryUnregisterResponse {})
@@ -436,6 +481,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::CudaSharedMemoryStatusRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryStatusResponse> {
+        self.allow(&request, ApiCategory::SharedMemory)?;
         let name = request.into_inner().name;
         let regions = self.frontend.shm.cuda_status(non_empty(&name))?;
         ok(pb::CudaSharedMemoryStatusResponse {
@@ -457,6 +503,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::CudaSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryRegisterResponse> {
+        self.allow(&request, ApiCategory::SharedMemory)?;
         let r = request.into_inner();
         self.frontend.shm.register_cuda(&r.name, &r.raw_handle, r.device_id, r.byte_size)?;
         ok(pb::CudaSharedMemoryRegisterResponse {})
@@ -466,12 +513,14 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::CudaSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryUnregisterResponse> {
+        self.allow(&request, ApiCategory::SharedMemory)?;
         let name = request.into_inner().name;
         self.frontend.shm.unregister_cuda(non_empty(&name))?;
         ok(pb::CudaSharedMemoryUnregisterResponse {})
     }
 
     async fn trace_setting(&self, request: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
+        self.allow(&request, ApiCategory::Trace)?;
         let request = request.into_inner();
         let model = non_empty(&request.model_name);
         let settings = if request.settings.is_empty() {
@@ -500,6 +549,7 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn log_settings(&self, request: Request<pb::LogSettingsRequest>) -> GrpcResult<pb::LogSettingsResponse> {
+        self.allow(&request, ApiCategory::Logging)?;
         use pb::log_settings_request::setting_value::ParameterChoice as In;
         use pb::log_settings_response::setting_value::ParameterChoice as Out;
         let request = request.into_inner();
@@ -637,11 +687,14 @@ async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelInferRequest,
 /// named; `Watch` is not implemented.
 pub struct HealthService {
     frontend: Arc<Frontend>,
+    /// Triton restricts `Check` with the `health` category.
+    restrictions: Restrictions,
 }
 
 #[tonic::async_trait]
 impl Health for HealthService {
-    async fn check(&self, _: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
+    async fn check(&self, request: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
+        allow(&self.restrictions, &request, ApiCategory::Health)?;
         let status = if self.frontend.server_ready() { ServingStatus::Serving } else { ServingStatus::NotServing };
         ok(HealthCheckResponse { status: status as i32 })
     }

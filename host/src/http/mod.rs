@@ -17,6 +17,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use bytes::Bytes;
@@ -30,10 +31,13 @@ use self::response::{empty_ok, error_json, ok_json};
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::frontend::{EXTENSIONS, Frontend, SettingValue, TensorMetadata};
 use crate::model::LoadedModel;
+use crate::restricted::{ApiCategory, Restrictions};
 
 #[derive(Clone)]
 pub struct HttpState {
     pub frontend: Arc<Frontend>,
+    /// Triton's `--http-restricted-api`.
+    pub restrictions: Arc<Restrictions>,
     /// Largest request body accepted, after decompression (Triton's --http-max-input-size).
     pub max_input_size: usize,
 }
@@ -70,7 +74,8 @@ pub fn router(state: HttpState) -> Router {
     ] {
         router = model_routes(router, suffix, handler);
     }
-    router
+    let restrictions = Arc::clone(&state.restrictions);
+    let router = router
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(repository_load))
         .route("/v2/repository/models/{model}/unload", post(repository_unload))
@@ -90,7 +95,25 @@ pub fn router(state: HttpState) -> Router {
         .merge(infer_routes)
         .fallback(|| async { error_json(StatusCode::NOT_FOUND, "Not Found") })
         .method_not_allowed_fallback(|| async { error_json(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed") })
-        .with_state(state)
+        .with_state(state);
+    if restrictions.is_empty() {
+        router
+    } else {
+        router.layer(axum::middleware::from_fn_with_state(restrictions, restrict))
+    }
+}
+
+/// Triton's restricted APIs: a call in a restricted category without the right header is
+/// refused before it is routed, with Triton's 403 (a JSON body that Triton labels text/plain).
+async fn restrict(State(restrictions): State<Arc<Restrictions>>, request: Request, next: Next) -> Response {
+    if let Some(category) = ApiCategory::of_http_path(request.uri().path()) {
+        let headers = request.headers();
+        if let Err(refusal) = restrictions.check(category, "", |name| headers.get(name).and_then(|v| v.to_str().ok())) {
+            let body = json!({ "error": format!("This API is restricted, expecting header '{}'", refusal.expected) });
+            return (StatusCode::FORBIDDEN, [(header::CONTENT_TYPE, "text/plain")], body.to_string()).into_response();
+        }
+    }
+    next.run(request).await
 }
 
 /// A request's JSON body, `{}` when empty. Triton answers a malformed body with INTERNAL on the
@@ -504,7 +527,11 @@ mod tests {
 
     /// Sends one request to a router over an empty repository.
     async fn call(method: Method, uri: &str, headers: &[(&str, &str)], body: &str) -> Answer {
-        let state = HttpState { frontend: Arc::new(Frontend::for_tests()), max_input_size: 1 << 20 };
+        let state = HttpState {
+            frontend: Arc::new(Frontend::for_tests()),
+            restrictions: Arc::default(),
+            max_input_size: 1 << 20,
+        };
         let mut request = HttpRequest::builder().method(method).uri(uri);
         for (name, value) in headers {
             request = request.header(*name, *value);

@@ -242,12 +242,22 @@ impl ModelManager {
 
     /// Serves a model that is not a repository directory (the library API): the config is
     /// normalised and validated as a config.pbtxt would be, and `backend` creates its instances.
-    /// It is served as version 1, replacing any model of that name.
-    pub async fn register(self: &Arc<Self>, config: ModelConfig, backend: Arc<dyn Backend>) -> CoreResult<()> {
+    /// It is served as `version` (its only one), replacing any model of that name.
+    pub async fn register(
+        self: &Arc<Self>,
+        config: ModelConfig,
+        version: i64,
+        backend: Arc<dyn Backend>,
+    ) -> CoreResult<()> {
         let mut config = config;
         let name = config.name.clone();
         if name.is_empty() || name.contains('/') || name == "." || name == ".." {
             return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
+        }
+        if version < 1 {
+            return Err(CoreError::invalid_arg(format!(
+                "invalid version {version} for model '{name}': versions are positive integers"
+            )));
         }
         if let Some(field) = file_reference(&config) {
             return Err(CoreError::invalid_arg(format!(
@@ -262,14 +272,14 @@ impl ModelManager {
         let _guard = self.control.lock().await;
         let cache = self.options.response_cache.clone();
         let loaded = tokio::task::spawn_blocking(move || {
-            LoadedModel::load(config, 1, backend.as_ref(), Path::new(""), Path::new(""))
+            LoadedModel::load(config, version, backend.as_ref(), Path::new(""), Path::new(""))
                 .map(|m| m.with_response_cache(cache))
         })
         .await
         .map_err(|e| CoreError::internal(format!("model load task failed: {e}")))?
         .map_err(|e| CoreError::invalid_arg(format!("load failed for model '{name}': {}", e.message)))?;
         let entry = ModelEntry {
-            versions: BTreeMap::from([(1, VersionState::Ready(Arc::new(loaded)))]),
+            versions: BTreeMap::from([(version, VersionState::Ready(Arc::new(loaded)))]),
             registered: true,
             ..Default::default()
         };

@@ -24,6 +24,7 @@ use crate::http::{HttpState, router};
 use crate::infer::Infer;
 use crate::metrics::{HostSampler, MetricsState};
 use crate::repository::{ControlMode, ModelManager, RepositoryOptions};
+use crate::restricted::Restrictions;
 
 /// Where a front door listens. Port 0 picks a free port ([`ServerHandle`] reports it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +61,8 @@ pub struct ServerConfig {
     pub http: Option<Listen>,
     /// Largest HTTP request body accepted, after decompression.
     pub http_max_input_size: usize,
+    /// Triton's `--http-restricted-api` (gRPC's are in `grpc_options`).
+    pub http_restrictions: Restrictions,
     pub grpc: Option<Listen>,
     pub grpc_options: GrpcOptions,
     pub metrics: Option<Listen>,
@@ -76,12 +79,24 @@ pub struct ServerConfig {
     /// Backends beyond the built-in ONNX Runtime and Wasm ones, for repository models whose
     /// `backend:` names them (tried after the built-in ones when detecting by file).
     pub backends: Vec<Arc<dyn Backend>>,
+    /// Models that are not repository directories (as [`ServerHandle::register_model`] serves
+    /// them), registered before the repositories load so that repository ensembles can use them.
+    pub registered_models: Vec<RegisteredModel>,
     /// After [`ServerHandle::stop`], how long open connections get before [`ServerHandle::wait`]
     /// gives up on them.
     pub exit_timeout: Duration,
     /// The logging extension's initial settings and what applies later updates to the logger.
     pub log_settings: BTreeMap<String, SettingValue>,
     pub log_applier: Option<LogApplier>,
+}
+
+/// A model served from code rather than a repository directory: `config` describes it (validated
+/// as a config.pbtxt would be), `backend` creates its instances, and it is served as `version`.
+#[derive(Clone)]
+pub struct RegisteredModel {
+    pub config: ModelConfig,
+    pub version: i64,
+    pub backend: Arc<dyn Backend>,
 }
 
 impl Default for ServerConfig {
@@ -97,6 +112,7 @@ impl Default for ServerConfig {
             server_id: "tessera".into(),
             http: None,
             http_max_input_size: 64 << 20,
+            http_restrictions: Restrictions::default(),
             grpc: None,
             grpc_options: GrpcOptions::default(),
             metrics: None,
@@ -106,6 +122,7 @@ impl Default for ServerConfig {
             onnxruntime_library: None,
             wasm: WasmOptions::default(),
             backends: Vec::new(),
+            registered_models: Vec::new(),
             exit_timeout: Duration::from_secs(30),
             log_settings: BTreeMap::new(),
             log_applier: None,
@@ -206,6 +223,12 @@ impl Server {
         // Guests reach other models (BLS) through the one in-process entry point.
         let infer: Weak<dyn Infer> = Arc::downgrade(&(Arc::clone(&manager) as Arc<dyn Infer>));
         wasm.connect(infer);
+        for model in config.registered_models {
+            let name = model.config.name.clone();
+            if let Err(e) = manager.register(model.config, model.version, model.backend).await {
+                return Err(StartError::ModelLoad(vec![(name, e.message)]));
+            }
+        }
         let failures = manager.load_startup_models(&config.startup_models).await;
         for (model, reason) in &failures {
             tracing::error!(model = model.as_str(), "{reason}");
@@ -247,7 +270,11 @@ impl Server {
         if let Some(listen) = &config.http {
             let listener = bind("HTTPService", listen).await?;
             addresses.http = listener.local_addr().ok();
-            let state = HttpState { frontend: Arc::clone(&frontend), max_input_size: config.http_max_input_size };
+            let state = HttpState {
+                frontend: Arc::clone(&frontend),
+                restrictions: Arc::new(config.http_restrictions.clone()),
+                max_input_size: config.http_max_input_size,
+            };
             let shutdown = stopped(stop_rx.clone());
             tasks.spawn(async move {
                 axum::serve(listener, router(state))
@@ -324,9 +351,15 @@ impl ServerHandle {
 
     /// Serves a model that is not a repository directory: `config` describes it (validated as a
     /// config.pbtxt would be) and `backend` creates its instances. It is served as version 1 and
-    /// stays until [`Self::unload_model`]; repository polling leaves it alone.
+    /// stays until [`Self::unload_model`]; repository polling leaves it alone. Registering a
+    /// name again replaces the model.
     pub async fn register_model(&self, config: ModelConfig, backend: Arc<dyn Backend>) -> CoreResult<()> {
-        self.manager.register(config, backend).await
+        self.register(RegisteredModel { config, version: 1, backend }).await
+    }
+
+    /// [`Self::register_model`] with any version (the model's only one).
+    pub async fn register(&self, model: RegisteredModel) -> CoreResult<()> {
+        self.manager.register(model.config, model.version, model.backend).await
     }
 
     /// Loads (or reloads) a model from the repositories, whatever the control mode.

@@ -26,6 +26,13 @@ class TritonContext:
 
     model_config: Any
 
+    @property
+    def output_names(self) -> List[str]:
+        names = self.__dict__.get("_output_names")
+        if names is None:
+            names = self.__dict__["_output_names"] = [t.name for t in self.model_config.outputs]
+        return names
+
 
 def _set_context(func: Callable, context: TritonContext) -> None:
     f: Any = func
@@ -51,7 +58,22 @@ def triton_context(wrapped: Callable) -> Callable:
 
 def _output_names(func: Callable) -> List[str] | None:
     ctx = _context_of(func)
-    return [t.name for t in ctx.model_config.outputs] if ctx else None
+    return ctx.output_names if ctx else None
+
+
+def _outputs_dict(outputs: Any, wrapper: Callable) -> Dict[str, Any]:
+    if isinstance(outputs, dict):
+        return outputs
+    if isinstance(outputs, (list, tuple)):
+        out_names = _output_names(wrapper)
+        if out_names is None or len(out_names) != len(outputs):
+            raise PyTritonValidationError("outputs returned as a list need the bound model's output names")
+        return dict(zip(out_names, outputs))
+    raise PyTritonValidationError(f"@batch callable must return a dict of arrays, got {type(outputs)}")
+
+
+def _rows_error(name: str, value: np.ndarray, total: int) -> PyTritonValidationError:
+    return PyTritonValidationError(f"output {name} has {value.shape[0] if value.ndim else 0} rows for a batch of {total}")
 
 
 def batch(wrapped: Callable) -> Callable:
@@ -59,23 +81,27 @@ def batch(wrapped: Callable) -> Callable:
     splits its outputs (a dict, or a list/tuple in the config's output order) back per request."""
     @functools.wraps(wrapped)
     def wrapper(requests: List[Request], *args, **kwargs):
+        if len(requests) == 1:
+            # The common case at low load: no concatenation, no split.
+            data = requests[0].data
+            outputs = _outputs_dict(wrapped(*args, **data, **kwargs), wrapper)
+            total = len(next(iter(data.values()))) if data else 1
+            result = {}
+            for name, value in outputs.items():
+                value = np.asarray(value)
+                if value.ndim == 0 or value.shape[0] != total:
+                    raise _rows_error(name, value, total)
+                result[name] = value
+            return [result]
         if not requests:
             return []
         names = list(requests[0].keys())
         for r in requests:
-            if set(r.keys()) != set(names):
+            if r.keys() != requests[0].keys():
                 raise PyTritonValidationError(
                     "requests in one batch have different inputs; use @group_by_keys before @batch")
-        inputs = {n: np.concatenate([r[n] for r in requests]) if len(requests) > 1 else requests[0][n]
-                  for n in names}
-        outputs = wrapped(*args, **inputs, **kwargs)
-        if isinstance(outputs, (list, tuple)):
-            out_names = _output_names(wrapper)
-            if out_names is None or len(out_names) != len(outputs):
-                raise PyTritonValidationError("outputs returned as a list need the bound model's output names")
-            outputs = dict(zip(out_names, outputs))
-        if not isinstance(outputs, dict):
-            raise PyTritonValidationError(f"@batch callable must return a dict of arrays, got {type(outputs)}")
+        inputs = {n: np.concatenate([r[n] for r in requests]) for n in names}
+        outputs = _outputs_dict(wrapped(*args, **inputs, **kwargs), wrapper)
         sizes = [len(r[names[0]]) if names else 1 for r in requests]
         bounds = list(itertools.accumulate(sizes))
         total = bounds[-1]
@@ -83,12 +109,21 @@ def batch(wrapped: Callable) -> Callable:
         for name, value in outputs.items():
             value = np.asarray(value)
             if value.ndim == 0 or value.shape[0] != total:
-                raise PyTritonValidationError(
-                    f"output {name} has {value.shape[0] if value.ndim else 0} rows for a batch of {total}")
+                raise _rows_error(name, value, total)
             for i, (start, end) in enumerate(zip([0] + bounds[:-1], bounds)):
                 results[i][name] = value[start:end]
         return results
+    # Lets the server call `wrapped` on inputs it concatenated itself (see _BoundModel.execute_batched).
+    # The wrapper is part of the mark: a decorator applied over this one copies the wrapper's
+    # __dict__ (functools.wraps) but is not the wrapper, so it keeps the general path.
+    wrapper.__tessera_batch__ = (wrapper, wrapped)
     return wrapper
+
+
+def batch_inner(func: Callable) -> Callable | None:
+    """The function `@batch` wraps, when `func` is that decorator's wrapper itself."""
+    mark = getattr(func, "__tessera_batch__", None)
+    return mark[1] if mark is not None and mark[0] is func else None
 
 
 def sample(wrapped: Callable) -> Callable:

@@ -11,7 +11,12 @@ import numpy as np
 
 class Request(MutableMapping):
     """One inference request: `request["INPUT"]` is a numpy array (a read-only view of the
-    request's bytes where the dtype allows); `request.parameters` its parameters."""
+    request's bytes where the dtype allows); `request.parameters` its parameters.
+
+    The mapping methods go straight to `data` (a dict) rather than through MutableMapping's
+    generic ones: they run on every request."""
+
+    __slots__ = ("data", "parameters", "requested_output_names")
 
     def __init__(self, data: Dict[str, np.ndarray], parameters: Optional[Dict[str, Any]] = None,
                  requested_output_names: Optional[list] = None):
@@ -33,6 +38,21 @@ class Request(MutableMapping):
 
     def __len__(self) -> int:
         return len(self.data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.data
+
+    def keys(self):
+        return self.data.keys()
+
+    def values(self):
+        return self.data.values()
+
+    def items(self):
+        return self.data.items()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
 
     def __repr__(self) -> str:
         return f"Request({ {k: (v.dtype, v.shape) for k, v in self.data.items()} }, parameters={self.parameters})"

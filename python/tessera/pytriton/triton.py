@@ -1,25 +1,27 @@
 """PyTriton's `Triton` and `TritonConfig`, over Tessera's server running in this process.
 
-The server starts in `run()` (or `serve()`), in-process: no tritonserver binary, no Python stub
-processes, no ZMQ proxy. A bound callable is called from the server's instance threads with the
-batch Tessera's dynamic batcher formed; inputs are numpy views of the request's bytes.
+The server runs in-process (no tritonserver binary, no Python stub processes, no ZMQ proxy) and
+starts when `TritonLifecyclePolicy` says: entering the `with` block by default, else `run()`. A
+bound callable is called from the server's threads with the batch Tessera's dynamic batcher
+formed; inputs are numpy views of the request's bytes. docs/pytriton.md has the details.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import logging
 import os
 import signal
 import struct
-import tempfile
 import threading
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 import numpy as np
 
 import tessera
+from tessera.pytriton.decorators import TritonContext, _outputs_dict, _rows_error, _set_context, batch_inner
 from tessera.pytriton.exceptions import (
     PyTritonUnrecoverableError,
     PyTritonValidationError,
@@ -95,22 +97,42 @@ class TritonConfig:
 
     @classmethod
     def from_env(cls) -> "TritonConfig":
-        """Fields from `PYTRITON_TRITON_CONFIG_<FIELD>` environment variables."""
-        values = {}
-        for field in dataclasses.fields(cls):
-            raw = os.environ.get(f"PYTRITON_TRITON_CONFIG_{field.name.upper()}")
-            if raw is None:
+        """Fields from `PYTRITON_TRITON_CONFIG_<FIELD>` environment variables; a list field from
+        `<FIELD>_0`, `<FIELD>_1`, ... (as PyTriton) or one comma-separated value."""
+        prefix = "PYTRITON_TRITON_CONFIG_"
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict = {}
+        indexed: dict = {}
+        for name, raw in os.environ.items():
+            if not name.startswith(prefix):
                 continue
-            kind = field.type
-            if "bool" in str(kind):
-                values[field.name] = raw.strip().lower() in ("1", "true", "yes", "on")
-            elif "int" in str(kind):
-                values[field.name] = int(raw)
-            elif "List" in str(kind):
-                values[field.name] = [v for v in raw.split(",") if v]
+            key = name[len(prefix):].lower()
+            base, _, index = key.rpartition("_")
+            if index.isdigit() and "List" in str(fields.get(base, dataclasses.field()).type):
+                indexed.setdefault(base, []).append((int(index), raw))
+                continue
+            field = fields.get(key)
+            if field is None:
+                LOGGER.warning("ignoring %s: TritonConfig has no field %s", name, key)
+                continue
+            kind = str(field.type)
+            if "bool" in kind:
+                values[key] = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif "int" in kind:
+                values[key] = int(raw)
+            elif "List" in kind:
+                values[key] = [v for v in raw.split(",") if v]
             else:
-                values[field.name] = raw
+                values[key] = raw
+        for key, items in indexed.items():
+            values[key] = [v for _, v in sorted(items)]
         return cls(**values)
+
+    def merged_over(self, base: "TritonConfig") -> "TritonConfig":
+        """This config's fields, falling back to `base`'s where unset (PyTriton layers explicit
+        fields over the environment's)."""
+        return dataclasses.replace(base, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                                            if getattr(self, f.name) is not None})
 
     def to_flags(self) -> List[str]:
         flags: List[str] = []
@@ -180,20 +202,21 @@ def _serialize_bytes(value: np.ndarray) -> bytes:
 
 
 def _input_array(datatype: str, shape: List[int], data: Any) -> np.ndarray:
+    dtype = NUMPY_OF_PROTOCOL.get(datatype)
+    if dtype is not None:
+        # A read-only view of the request's bytes: no copy.
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
     if datatype == "BYTES":
         return _bytes_elements(data).reshape(shape)
-    dtype = NUMPY_OF_PROTOCOL.get(datatype)
-    if dtype is None:
-        raise PyTritonValidationError(f"datatype {datatype} has no numpy equivalent")
-    # A read-only view of the request's bytes: no copy.
-    return np.frombuffer(data, dtype=dtype).reshape(shape)
+    raise PyTritonValidationError(f"datatype {datatype} has no numpy equivalent")
 
 
 class _BoundModel:
-    def __init__(self, triton: "Triton", name: str, infer_funcs: List[Callable], inputs: Sequence[Tensor],
-                 outputs: Sequence[Tensor], config: ModelConfig, strict: bool):
+    def __init__(self, triton: "Triton", name: str, version: int, infer_funcs: List[Callable],
+                 inputs: Sequence[Tensor], outputs: Sequence[Tensor], config: ModelConfig, strict: bool):
         self.triton = triton
         self.name = name
+        self.version = version
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.config = config
@@ -205,10 +228,25 @@ class _BoundModel:
                                                                           triton_types(t.dtype)[1])
             for t in outputs
         }
-        # One callable per instance: instance threads take them from this pool.
+        # One callable per instance: instance threads take them from this pool. With a single
+        # instance the scheduler runs one batch at a time, so it is called without the pool.
+        self._only = infer_funcs[0] if len(infer_funcs) == 1 else None
         self._free = list(infer_funcs)
+        # Callables whose outermost decorator is @batch, with no BYTES output, can take the whole
+        # batch at once (execute_batched): the function @batch wraps, per callable.
+        inner = {id(f): batch_inner(f) for f in infer_funcs}
+        eligible = (not config.decoupled and all(inner.values())
+                    and not any(is_bytes_dtype(t.dtype) for t in outputs))
+        self._batch_inner = inner if eligible else None
         self._lock = threading.Condition()
         self.triton_config = to_triton_config(name, inputs, outputs, config, len(infer_funcs))
+
+    def server_args(self) -> tuple:
+        """What `tessera.Server` takes for this model: (name, version, config JSON, execute,
+        execute_batched or None)."""
+        function = self.execute_stream if self.config.decoupled else self.execute
+        batched = self.execute_batched if self._batch_inner else None
+        return self.name, self.version, json.dumps(self.triton_config), function, batched
 
     def _take(self) -> Callable:
         with self._lock:
@@ -223,11 +261,9 @@ class _BoundModel:
 
     @staticmethod
     def _requests(batch: list) -> List[Request]:
-        requests = []
-        for inputs, requested, parameters in batch:
-            data = {name: _input_array(dt, shape, buf) for name, dt, shape, buf in inputs}
-            requests.append(Request(data, dict(parameters), list(requested)))
-        return requests
+        return [Request({name: _input_array(dt, shape, buf) for name, dt, shape, buf in inputs}, parameters,
+                        requested)
+                for inputs, requested, parameters in batch]
 
     def execute_stream(self, batch: list):
         """Decoupled models: the callable is a generator yielding, each time, a list with one
@@ -238,7 +274,7 @@ class _BoundModel:
         except Exception as e:  # noqa: BLE001 - becomes the requests' error
             yield from ((i, str(e)) for i in range(len(batch)))
             return
-        func = self._take()
+        func = self._only or self._take()
         try:
             for item in func(requests):
                 if not isinstance(item, (list, tuple)) or len(item) != len(requests):
@@ -253,9 +289,11 @@ class _BoundModel:
             self.triton._stop_soon()
             yield from ((i, f"Unrecoverable error in model {self.name}: {e}") for i in range(len(requests)))
         except Exception as e:  # noqa: BLE001 - a failing callable fails its requests only
+            LOGGER.error("model %s failed", self.name, exc_info=True)
             yield from ((i, f"{type(e).__name__}: {e}") for i in range(len(requests)))
         finally:
-            self._give(func)
+            if self._only is None:
+                self._give(func)
 
     def execute(self, batch: list) -> list:
         """Called by the server: `batch` is a list of (inputs, requested outputs, parameters)."""
@@ -263,7 +301,7 @@ class _BoundModel:
             requests = self._requests(batch)
         except Exception as e:  # noqa: BLE001 - becomes the requests' error
             return [str(e)] * len(batch)
-        func = self._take()
+        func = self._only or self._take()
         try:
             results = func(requests)
         except PyTritonUnrecoverableError as e:
@@ -271,28 +309,79 @@ class _BoundModel:
             self.triton._stop_soon()
             return [f"Unrecoverable error in model {self.name}: {e}"] * len(batch)
         except Exception as e:  # noqa: BLE001 - a failing callable fails its requests only
+            LOGGER.error("model %s failed", self.name, exc_info=True)
             return [f"{type(e).__name__}: {e}"] * len(batch)
         finally:
-            self._give(func)
+            if self._only is None:
+                self._give(func)
         if not isinstance(results, (list, tuple)) or len(results) != len(requests):
             n = len(results) if isinstance(results, (list, tuple)) else type(results).__name__
             return [f"model {self.name} returned {n} results for {len(requests)} requests "
                     f"(it must return a list with one dict per request)"] * len(batch)
         return [self._encode(result, request) for result, request in zip(results, requests)]
 
+    def execute_batched(self, inputs: list, total: int) -> Any:
+        """The server's path for `@batch` callables: `inputs` are the batch's inputs already
+        concatenated (`(name, datatype, shape, buffer)`, read-only views as for one request), the
+        function `@batch` wraps is called once, and each output is returned for the whole batch
+        (the server splits it per request). An error message (str) fails every request."""
+        try:
+            data = {name: _input_array(dt, shape, buf) for name, dt, shape, buf in inputs}
+        except Exception as e:  # noqa: BLE001 - becomes the requests' error
+            return str(e)
+        func = self._only or self._take()
+        try:
+            outputs = _outputs_dict(self._batch_inner[id(func)](**data), func)
+        except PyTritonUnrecoverableError as e:
+            LOGGER.error("model %s raised PyTritonUnrecoverableError: stopping the server", self.name)
+            self.triton._stop_soon()
+            return f"Unrecoverable error in model {self.name}: {e}"
+        except Exception as e:  # noqa: BLE001 - a failing callable fails its requests only
+            LOGGER.error("model %s failed", self.name, exc_info=True)
+            return f"{type(e).__name__}: {e}"
+        finally:
+            if self._only is None:
+                self._give(func)
+        encoded = []
+        for name, (_, expected, protocol) in self._output_types.items():
+            value = outputs.get(name)
+            if value is None:
+                return f"model {self.name} did not return output {name}"
+            value = np.asarray(value)
+            if value.ndim == 0 or value.shape[0] != total:
+                return str(_rows_error(name, value, total))
+            if value.dtype != expected:
+                if self.strict:
+                    return (f"output {name} of model {self.name} has dtype {value.dtype}, "
+                            f"the model configuration says {expected}")
+                value = value.astype(expected)
+            if self.strict:
+                error = self._shape_error(name, value)
+                if error:
+                    return error
+            encoded.append((name, protocol, list(value.shape), value.tobytes()))
+        return encoded
+
+    def _shape_error(self, name: str, value: np.ndarray) -> Optional[str]:
+        dims = list(self.output_specs[name].shape)
+        shape = list(value.shape[1:]) if self.config.batching else list(value.shape)
+        if len(shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, shape)):
+            return f"output {name} of model {self.name} has shape {value.shape}, expected {tuple(dims)}"
+        return None
+
     def _encode(self, result: Any, request: Request) -> Any:
         if not isinstance(result, dict):
             return f"model {self.name} returned {type(result).__name__} for a request; expected a dict of arrays"
-        wanted = request.requested_output_names or list(self.output_specs)
         encoded = []
-        for name in wanted:
-            spec = self.output_specs.get(name)
-            if spec is None:
+        for name in request.requested_output_names or self.output_specs:
+            types = self._output_types.get(name)
+            if types is None:
                 return f"unexpected output {name} for model {self.name}"
-            if name not in result:
+            value = result.get(name)
+            if value is None:
                 return f"model {self.name} did not return output {name}"
-            value = np.asarray(result[name])
-            is_bytes, expected, protocol = self._output_types[name]
+            value = np.asarray(value)
+            is_bytes, expected, protocol = types
             if is_bytes:
                 if value.dtype.kind not in ("O", "S", "U"):
                     return f"output {name} of model {self.name} must be bytes, got {value.dtype}"
@@ -304,63 +393,124 @@ class _BoundModel:
                             f"the model configuration says {expected}")
                 value = value.astype(expected)
             if self.strict:
-                dims = list(spec.shape)
-                shape = list(value.shape[1:]) if self.config.batching else list(value.shape)
-                if len(shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, shape)):
-                    return f"output {name} of model {self.name} has shape {value.shape}, expected {spec.shape}"
-            encoded.append((name, protocol, list(value.shape), np.ascontiguousarray(value).tobytes()))
+                error = self._shape_error(name, value)
+                if error:
+                    return error
+            # tobytes() gives C order whatever the array's layout.
+            encoded.append((name, protocol, list(value.shape), value.tobytes()))
         return encoded
 
 
+@dataclasses.dataclass
+class TritonLifecyclePolicy:
+    """PyTriton's lifecycle policy. `launch_triton_on_startup` (the default): the server starts
+    when the `with` block is entered, and `bind()` serves a model at once; otherwise it starts
+    in `run()`/`serve()` with every model bound so far. `local_model_store` is accepted and has
+    no effect: bound models are never written to a model store."""
+
+    launch_triton_on_startup: bool = True
+    local_model_store: bool = False
+
+
+DefaultTritonLifecyclePolicy = TritonLifecyclePolicy()
+
+# PyTriton's endpoint names (Triton's restricted-API categories) and its default protection.
+VALID_TRITON_ENDPOINTS = {"health", "metadata", "inference", "shared-memory", "model-config", "model-repository",
+                          "statistics", "trace", "logging"}
+DEFAULT_PROTECTED_ENDPOINTS = ["shared-memory", "model-repository", "statistics", "trace", "logging"]
+TRITON_ACCESS_HEADER = "triton-access-token"
+
+
+@dataclasses.dataclass
+class TritonSecurityConfig:
+    """PyTriton's token-based restriction: the `restricted_endpoints` (default: shared-memory,
+    model-repository, statistics, trace, logging; `[]`: none) need the `triton-access-token`
+    header equal to `access_token` (generated when not given). Passed to Tessera as Triton's
+    `--http-restricted-api` and `--grpc-restricted-protocol`."""
+
+    access_token: Optional[str] = None
+    restricted_endpoints: Optional[List[str]] = None
+
+    def __post_init__(self):
+        if self.restricted_endpoints is None:
+            self.restricted_endpoints = list(DEFAULT_PROTECTED_ENDPOINTS)
+        invalid = set(self.restricted_endpoints) - VALID_TRITON_ENDPOINTS
+        if invalid:
+            raise PyTritonValidationError(
+                f"Invalid endpoint names: {', '.join(sorted(invalid))}. "
+                f"Valid endpoints are: {', '.join(sorted(VALID_TRITON_ENDPOINTS))}")
+        if self.access_token is None and self.restricted_endpoints:
+            # secrets.token_urlsafe(32), without importing secrets (hmac, random: import time).
+            self.access_token = base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+
+    def to_flags(self) -> List[str]:
+        if not (self.access_token and self.restricted_endpoints):
+            return []
+        value = f"{','.join(self.restricted_endpoints)}:{TRITON_ACCESS_HEADER}={self.access_token}"
+        return ["--http-restricted-api", value, "--grpc-restricted-protocol", value]
+
+
 class Triton:
-    """PyTriton's Triton: bind callables, then `run()` (background) or `serve()` (blocking)."""
+    """PyTriton's Triton: bind callables and serve them, in this process. See
+    `TritonLifecyclePolicy` for when the server starts."""
 
     def __init__(self, *, config: Optional[TritonConfig] = None, workspace: Any = None,
-                 triton_lifecycle_policy: Any = None):
-        self._config = config or TritonConfig.from_env()
+                 triton_lifecycle_policy: Optional[TritonLifecyclePolicy] = None,
+                 security_config: Optional[TritonSecurityConfig] = None):
+        # Explicit fields over PYTRITON_TRITON_CONFIG_* ones, as PyTriton.
+        self._config = (config or TritonConfig()).merged_over(TritonConfig.from_env())
+        self._config.to_flags()  # refuses unsupported fields now rather than at start
+        self._policy = triton_lifecycle_policy or DefaultTritonLifecyclePolicy
+        self._security = security_config or TritonSecurityConfig()
+        # PyTriton keeps sockets and its model store in the workspace; Tessera needs neither, and
+        # serves bound models from memory. A given path is created (as PyTriton does) and kept.
+        if workspace is not None:
+            os.makedirs(os.fspath(getattr(workspace, "path", workspace)), exist_ok=True)
         self._server: Optional[tessera.Server] = None
         self._models: List[_BoundModel] = []
         self._stop_event = threading.Event()
-        self._tmp: Optional[tempfile.TemporaryDirectory] = None
 
     def __enter__(self) -> "Triton":
+        if self._policy.launch_triton_on_startup:
+            self._start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def get_access_token(self) -> Optional[str]:
+        """The token that restricted endpoints need in the `triton-access-token` header."""
+        return self._security.access_token
+
     def bind(self, model_name: str, infer_func: Union[Callable, Sequence[Callable]], inputs: Sequence[Tensor],
              outputs: Sequence[Tensor], model_version: int = 1, config: Optional[ModelConfig] = None,
              strict: bool = False, trace_config: Any = None) -> None:
-        if model_version != 1:
-            raise PyTritonValidationError("Tessera serves bound models as version 1 only")
+        if trace_config is not None:
+            raise PyTritonValidationError("bind(trace_config=...) is not supported by Tessera: it has no "
+                                          "OpenTelemetry tracing of Python callables")
+        if not isinstance(model_version, int) or model_version < 1:
+            raise PyTritonValidationError(f"model_version must be a positive integer, got {model_version!r}")
         config = config or ModelConfig()
         funcs = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
         if not funcs or not all(callable(f) for f in funcs):
             raise PyTritonValidationError("infer_func must be a callable or a list of callables")
-        model = _BoundModel(self, model_name, funcs, inputs, outputs, config, strict)
+        model = _BoundModel(self, model_name, model_version, funcs, inputs, outputs, config, strict)
         for f in funcs:
             _attach_context(f, model)
-        self._models.append(model)
+        self._models = [m for m in self._models if m.name != model_name] + [model]
         if self._server is not None:
-            self._register(model)
+            self._server.bind(model.server_args())
 
-    def _register(self, model: _BoundModel) -> None:
-        assert self._server is not None
-        function = model.execute_stream if model.config.decoupled else model.execute
-        self._server.bind(model.name, json.dumps(model.triton_config), function)
-
-    def run(self) -> None:
-        """Starts the server in this process and serves every bound model; returns at once."""
+    def _start(self) -> None:
         if self._server is not None:
             return
-        flags = self._config.to_flags()
-        if self._config.model_repository is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="tessera-pytriton-")
-            flags += ["--model-repository", self._tmp.name]
-        self._server = tessera.Server(flags)
-        for model in self._models:
-            self._register(model)
+        flags = self._config.to_flags() + self._security.to_flags()
+        # Models bound so far are served before the repository loads, so its ensembles can use them.
+        self._server = tessera.Server(flags, [m.server_args() for m in self._models])
+
+    def run(self) -> None:
+        """Starts the server in this process (if it is not running) and returns at once."""
+        self._start()
 
     def serve(self, monitoring_period_s: float = 1.0) -> None:
         """Runs until SIGINT/SIGTERM or `stop()`."""
@@ -390,9 +540,6 @@ class Triton:
         server, self._server = self._server, None
         if server is not None:
             server.stop()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
         return True
 
     def is_alive(self) -> bool:
@@ -413,5 +560,4 @@ class Triton:
 
 def _attach_context(func: Callable, model: _BoundModel) -> None:
     """What `@triton_context` reads: the model's configuration."""
-    from tessera.pytriton.decorators import TritonContext, _set_context
     _set_context(func, TritonContext(model_config=model))
