@@ -143,6 +143,21 @@ def test_one_batch_serves_requests_of_different_sizes_and_requested_outputs(trit
     with pytest.raises(InferenceServerException, match="output SUM has 1 rows for a batch of 3"):
         client.infer("Short", [three])
 
+    # An output nobody asked for may be left out, batched or not.
+    @batch
+    def only_sum(X):
+        return {"SUM": X.sum(axis=1, keepdims=True)}
+
+    triton.bind(model_name="OnlySum", infer_func=only_sum,
+                inputs=[Tensor(name="X", dtype=np.float32, shape=(2,))],
+                outputs=[Tensor(name="SUM", dtype=np.float32, shape=(1,)),
+                         Tensor(name="ROW", dtype=np.int32, shape=(1,))],
+                config=ModelConfig(max_batch_size=8))
+    got = client.infer("OnlySum", [three], outputs=[httpclient.InferRequestedOutput("SUM")]).as_numpy("SUM")
+    np.testing.assert_array_equal(got, [[30], [70], [110]])
+    with pytest.raises(InferenceServerException, match="did not return output ROW"):
+        client.infer("OnlySum", [three])
+
 
 def test_strings_in_and_out(triton):
     @batch
@@ -309,9 +324,9 @@ def test_config_fields_env_and_refusals(monkeypatch):
         assert t.http_port == http
         assert requests.get(f"http://127.0.0.1:{http}/v2/health/ready").status_code == 200
     # Explicit fields win over the environment's, which fill the rest (as PyTriton layers them);
-    # a list field comes from <FIELD>_0, <FIELD>_1, ...
+    # a list field comes from <FIELD>_0, <FIELD>_1, ... or <FIELD> as its one element.
     explicit_http = free_ports(1)[0]
-    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_CACHE_CONFIG_0", "local,size=1048576")
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_CACHE_CONFIG", "local,size=1048576")
     with Triton(config=TritonConfig(http_port=explicit_http, http_address="127.0.0.1")) as t:
         bind_linear(t, "Cached", response_cache=True)
         assert t.http_port == explicit_http and t.grpc_port == grpc
@@ -321,6 +336,9 @@ def test_config_fields_env_and_refusals(monkeypatch):
         stats = requests.get(f"http://127.0.0.1:{explicit_http}/v2/models/Cached/stats",
                              headers={"triton-access-token": t.get_access_token()}).json()
         assert stats["model_stats"][0]["inference_stats"]["cache_hit"]["count"] == 1
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_METRICS_CONFIG_1", "summary_latencies=true")
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_METRICS_CONFIG_0", "counter_latencies=false")
+    assert TritonConfig.from_env().metrics_config == ["counter_latencies=false", "summary_latencies=true"]
 
 
 def test_bound_models_next_to_a_model_repository(tmp_path):
@@ -429,6 +447,21 @@ def test_model_version(triton):
         np.testing.assert_array_equal(mc.infer_sample(np.array([1], dtype=np.float32))["OUTPUT_1"], [3])
     with pytest.raises(PyTritonValidationError, match="model_version must be a positive integer"):
         triton.bind(model_name="V0", infer_func=linear, inputs=[], outputs=[], model_version=0)
+    # Another version of the same name is served beside it (PyTriton keys models by name and
+    # version); the same name and version again is refused.
+    @batch
+    def triple(**inputs):
+        return {"OUTPUT_1": inputs["INPUT_1"] * 3}
+
+    triton.bind(model_name="V2", infer_func=triple,
+                inputs=[Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+                outputs=[Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+                model_version=3, config=ModelConfig(max_batch_size=4))
+    assert client.is_model_ready("V2", "2") and client.is_model_ready("V2", "3")
+    with ModelClient(http_url(triton), "V2", model_version="3") as mc:
+        np.testing.assert_array_equal(mc.infer_sample(np.array([1], dtype=np.float32))["OUTPUT_1"], [3])
+    with pytest.raises(PyTritonValidationError, match="model V2 version 3 is already bound"):
+        triton.bind(model_name="V2", infer_func=triple, inputs=[], outputs=[], model_version=3)
 
 
 def test_security_config_restricts_endpoints_with_a_token(tmp_path):

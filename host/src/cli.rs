@@ -283,18 +283,16 @@ impl ServeArgs {
 /// The server an embedder (the Python package) starts from `tessera serve` flags, given without
 /// the subcommand: parsed and checked exactly as on the command line, with logging installed.
 pub fn embedded_server_config(flags: &[String]) -> Result<ServerConfig, String> {
-    // An embedded server may have no repository (its models are registered from code); the
-    // command line requires one, so a placeholder stands in and is dropped after parsing.
-    const NO_REPOSITORY: &str = "\0no repository";
-    let has_repository = flags.iter().any(|f| f.starts_with("--model-repository") || f.starts_with("--model-store"))
-        || std::env::var_os("TESSERA_MODEL_REPOSITORY").is_some();
-    let placeholder = (!has_repository).then(|| format!("--model-repository={NO_REPOSITORY}"));
-    let argv = ["tessera".to_string(), "serve".to_string()].into_iter().chain(flags.iter().cloned()).chain(placeholder);
-    let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
-    let Command::Serve(mut args) = cli.command else {
+    use clap::{CommandFactory, FromArgMatches};
+    // An embedded server may have no repository: its models are registered from code.
+    let command =
+        Cli::command().mut_subcommand("serve", |serve| serve.mut_arg("model_repository", |arg| arg.required(false)));
+    let argv = ["tessera".to_string(), "serve".to_string()].into_iter().chain(flags.iter().cloned());
+    let matches = command.try_get_matches_from(argv).map_err(|e| e.to_string())?;
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| e.to_string())?;
+    let Command::Serve(args) = cli.command else {
         return Err("expected server flags".into());
     };
-    args.model_repository.retain(|path| path.as_os_str() != NO_REPOSITORY);
     let applier = logging::init(args.log_flags());
     let mut config = args.server_config(false)?;
     config.log_applier = Some(applier);

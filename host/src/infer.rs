@@ -21,6 +21,23 @@ pub enum ParamValue {
 
 pub type Parameters = BTreeMap<String, ParamValue>;
 
+tokio::task_local! {
+    static CALLER_MAY_BLOCK: bool;
+}
+
+/// Runs `call` telling the scheduler whether an execution may block the calling task's thread
+/// (see `ModelInstance::runs_inline`). A unary door call says yes: its task waits on nothing
+/// else. Everything else (streams, BLS with its timeout, an ensemble's parallel steps) is left
+/// out by default, since a blocked task there stalls other work or misses a deadline.
+pub async fn with_caller_blocking<F: Future>(may_block: bool, call: F) -> F::Output {
+    CALLER_MAY_BLOCK.scope(may_block, call).await
+}
+
+/// Whether the current task said it may block (see [`with_caller_blocking`]).
+pub fn caller_may_block() -> bool {
+    CALLER_MAY_BLOCK.try_with(|may| *may).unwrap_or(false)
+}
+
 /// A model version as both doors receive it, as text: empty means "the server's choice" (the
 /// newest ready version). Anything but a non-negative integer gets the door's own `invalid` error.
 pub fn parse_version(

@@ -195,20 +195,25 @@ mod tests {
 
     #[test]
     fn http_routes_fall_into_tritons_categories() {
-        let of = ApiCategory::of_http_path;
-        assert_eq!(of("/v2"), Some(ApiCategory::Metadata));
-        assert_eq!(of("/v2/health/ready"), Some(ApiCategory::Health));
-        assert_eq!(of("/v2/models/m/versions/2/ready"), Some(ApiCategory::Health));
-        assert_eq!(of("/v2/models/m"), Some(ApiCategory::Metadata));
-        assert_eq!(of("/v2/models/m/config"), Some(ApiCategory::ModelConfig));
-        assert_eq!(of("/v2/models/m/versions/1/infer"), Some(ApiCategory::Inference));
-        assert_eq!(of("/v2/models/m/generate_stream"), Some(ApiCategory::Inference));
-        assert_eq!(of("/v2/models/stats"), Some(ApiCategory::Statistics));
-        assert_eq!(of("/v2/models/m/stats"), Some(ApiCategory::Statistics));
-        assert_eq!(of("/v2/repository/index"), Some(ApiCategory::ModelRepository));
-        assert_eq!(of("/v2/cudasharedmemory/status"), Some(ApiCategory::SharedMemory));
-        assert_eq!(of("/v2/models/m/trace/setting"), Some(ApiCategory::Trace));
-        assert_eq!(of("/v2/logging"), Some(ApiCategory::Logging));
-        assert_eq!(of("/metrics"), None);
+        use ApiCategory::*;
+        let cases = [
+            ("/v2", Some(Metadata)),
+            ("/v2/health/ready", Some(Health)),
+            ("/v2/models/m/versions/2/ready", Some(Health)),
+            ("/v2/models/m", Some(Metadata)),
+            ("/v2/models/m/config", Some(ModelConfig)),
+            ("/v2/models/m/versions/1/infer", Some(Inference)),
+            ("/v2/models/m/generate_stream", Some(Inference)),
+            ("/v2/models/stats", Some(Statistics)),
+            ("/v2/models/m/stats", Some(Statistics)),
+            ("/v2/repository/index", Some(ModelRepository)),
+            ("/v2/cudasharedmemory/status", Some(SharedMemory)),
+            ("/v2/models/m/trace/setting", Some(Trace)),
+            ("/v2/logging", Some(Logging)),
+            ("/metrics", None),
+        ];
+        for (path, category) in cases {
+            assert_eq!(ApiCategory::of_http_path(path), category, "{path}");
+        }
     }
 }

@@ -220,13 +220,22 @@ fn call_python_batched(
 ) -> Vec<CoreResult<Vec<Tensor>>> {
     let n = batch.len();
     let total: usize = rows.iter().sum();
+    // The outputs some request asked for; None when one wants them all.
+    let wanted: Option<Vec<&str>> = if batch.iter().any(|r| r.outputs.is_empty()) {
+        None
+    } else {
+        let mut names: Vec<&str> = batch.iter().flat_map(|r| r.outputs.iter().map(String::as_str)).collect();
+        names.sort_unstable();
+        names.dedup();
+        Some(names)
+    };
     let outputs = Python::attach(|py| {
         let args = PyList::empty(py);
         for tensor in &inputs {
             let data = Bound::new(py, TensorBytes { data: tensor.data.clone() })?;
             args.append((tensor.name.as_str(), tensor.datatype.as_str(), tensor.shape.clone(), data))?;
         }
-        let result = function.bind(py).call1((args, total))?;
+        let result = function.bind(py).call1((args, total, wanted))?;
         Ok::<_, PyErr>(result_from_py(&result))
     });
     let outputs = match outputs {
@@ -236,6 +245,11 @@ fn call_python_batched(
     };
     let mut results: Vec<CoreResult<Vec<Tensor>>> = vec![Ok(Vec::new()); n];
     for output in outputs {
+        if output.datatype == DataType::Bytes {
+            // Rows of BYTES have no fixed size; such models never take this path.
+            let e = CoreError::internal(format!("output {} is BYTES: it cannot be split by rows", output.name));
+            return vec![Err(e); n];
+        }
         let row_bytes = output.data.len().checked_div(total).unwrap_or(0);
         if output.shape.first().and_then(|&d| usize::try_from(d).ok()) != Some(total)
             || row_bytes * total != output.data.len()

@@ -103,13 +103,13 @@ pub trait ModelInstance: Send {
     /// Executes a batch; returns one result per request, in order.
     fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>>;
 
-    /// Whether a request dispatched by its own task (an idle instance, or no batcher) should run
-    /// on that task's thread (tokio's `block_in_place`, which moves the worker's other tasks
-    /// elsewhere) instead of being handed to a blocking thread; batches a batcher forms are
-    /// always handed off. Worth it when one execution costs about as much as two thread
-    /// wake-ups (an embedded Python function: tens of microseconds). The price: the dispatching
-    /// task cannot give up midway (a client disconnect or timeout waits for the execution), and
-    /// futures polled by that same task (an ensemble's parallel steps) wait for it too.
+    /// Whether a request dispatched by its own task (an idle instance, or no batcher; a unary
+    /// door call, see `crate::infer::with_caller_blocking`) should run on that task's thread
+    /// (tokio's `block_in_place`, which moves the worker's other tasks elsewhere) instead of
+    /// being handed to a blocking thread; batches a batcher forms are always handed off. Worth
+    /// it when one execution costs about as much as two thread wake-ups (an embedded Python
+    /// function: tens of microseconds). The price: that call cannot be abandoned midway (a
+    /// client disconnect waits for the execution).
     fn runs_inline(&self) -> bool {
         false
     }

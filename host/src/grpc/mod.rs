@@ -287,7 +287,8 @@ impl GrpcInferenceService for InferenceService {
         let mut request = self.frontend.read_shm_inputs(codec::decode_request(request)?)?;
         // The version checked above serves it, even if a newer one turns ready meanwhile.
         request.model_version = Some(model.version);
-        let response = self.frontend.infer(request).await?;
+        // A unary call is its own task: an inline execution may block it.
+        let response = crate::infer::with_caller_blocking(true, self.frontend.infer(request)).await?;
         ok(codec::encode_response(response))
     }
 

@@ -186,7 +186,9 @@ async fn infer(
     request: Request,
 ) -> HttpResult {
     let version = version?;
-    infer_model(&state, &model, version, request).await.map_err(|error| {
+    // One request per task: an inline execution may block it.
+    let result = crate::infer::with_caller_blocking(true, infer_model(&state, &model, version, request)).await;
+    result.map_err(|error| {
         // Like Triton, an unsupported Content-Encoding also says which encodings are accepted.
         let unsupported_encoding = error.message.starts_with(UNSUPPORTED_COMPRESSION);
         let error = HttpError::from(error);

@@ -242,7 +242,8 @@ impl ModelManager {
 
     /// Serves a model that is not a repository directory (the library API): the config is
     /// normalised and validated as a config.pbtxt would be, and `backend` creates its instances.
-    /// It is served as `version` (its only one), replacing any model of that name.
+    /// It is served as `version`, beside the other registered versions of that name (replacing
+    /// the same version, or a repository model of that name).
     pub async fn register(
         self: &Arc<Self>,
         config: ModelConfig,
@@ -278,12 +279,20 @@ impl ModelManager {
         .await
         .map_err(|e| CoreError::internal(format!("model load task failed: {e}")))?
         .map_err(|e| CoreError::invalid_arg(format!("load failed for model '{name}': {}", e.message)))?;
-        let entry = ModelEntry {
-            versions: BTreeMap::from([(version, VersionState::Ready(Arc::new(loaded)))]),
-            registered: true,
-            ..Default::default()
-        };
-        self.models.write().map_err(|_| CoreError::internal("model table poisoned"))?.insert(name.clone(), entry);
+        let ready = VersionState::Ready(Arc::new(loaded));
+        {
+            let mut models = self.models.write().map_err(|_| CoreError::internal("model table poisoned"))?;
+            match models.get_mut(&name) {
+                // Another version of a registered model: served beside the ones already there.
+                Some(entry) if entry.registered && !entry.unloaded => {
+                    entry.versions.insert(version, ready);
+                }
+                _ => {
+                    let versions = BTreeMap::from([(version, ready)]);
+                    models.insert(name.clone(), ModelEntry { versions, registered: true, ..Default::default() });
+                }
+            }
+        }
         tracing::info!(model = name.as_str(), "model registered");
         self.refresh_ensembles(Some(&name));
         Ok(())

@@ -136,7 +136,8 @@ impl Scheduler {
             }
             Self::Ensemble(ensemble) => {
                 let sink = exec.compute.clone();
-                let (outputs, compute) = ensemble.execute(exec).await?;
+                // Its steps run concurrently within this task: none may block it.
+                let (outputs, compute) = crate::infer::with_caller_blocking(false, ensemble.execute(exec)).await?;
                 if let Some(sink) = sink {
                     sink.add(compute);
                 }

@@ -163,6 +163,7 @@ impl InstancePool {
         let idle_for =
             self.epoch.elapsed().saturating_sub(Duration::from_micros(self.last_done_us.load(Ordering::Relaxed)));
         let inline = matches!(dispatch, Dispatch::Caller)
+            && crate::infer::caller_may_block()
             && idle_for >= INLINE_AFTER_IDLE
             && instance.runs_inline()
             && on_multi_thread_runtime();
@@ -205,7 +206,8 @@ impl InstancePool {
 enum Dispatch {
     /// The request's own task, for one request (an idle instance, or no batcher): latency-bound
     /// when the instance has been idle a while ([`INLINE_AFTER_IDLE`]), so such an instance
-    /// runs on this thread. Measured with a Python callable at concurrency 1: 104 µs
+    /// runs on this thread if the task may block (`crate::infer::caller_may_block`: unary door
+    /// calls). Measured with a Python callable at concurrency 1: 104 µs
     /// server-side per request handed to a blocking thread, 46 µs inline.
     Caller,
     /// A batcher's task: handed to a blocking thread. Under load that is cheaper than inline,

@@ -351,13 +351,13 @@ impl ServerHandle {
 
     /// Serves a model that is not a repository directory: `config` describes it (validated as a
     /// config.pbtxt would be) and `backend` creates its instances. It is served as version 1 and
-    /// stays until [`Self::unload_model`]; repository polling leaves it alone. Registering a
-    /// name again replaces the model.
+    /// stays until [`Self::unload_model`]; repository polling leaves it alone. Registering the
+    /// same name and version again replaces it.
     pub async fn register_model(&self, config: ModelConfig, backend: Arc<dyn Backend>) -> CoreResult<()> {
         self.register(RegisteredModel { config, version: 1, backend }).await
     }
 
-    /// [`Self::register_model`] with any version (the model's only one).
+    /// [`Self::register_model`] with any version; other registered versions of the name stay.
     pub async fn register(&self, model: RegisteredModel) -> CoreResult<()> {
         self.manager.register(model.config, model.version, model.backend).await
     }

@@ -98,7 +98,7 @@ class TritonConfig:
     @classmethod
     def from_env(cls) -> "TritonConfig":
         """Fields from `PYTRITON_TRITON_CONFIG_<FIELD>` environment variables; a list field from
-        `<FIELD>_0`, `<FIELD>_1`, ... (as PyTriton) or one comma-separated value."""
+        `<FIELD>_0`, `<FIELD>_1`, ... (as PyTriton), or `<FIELD>` as its only element."""
         prefix = "PYTRITON_TRITON_CONFIG_"
         fields = {f.name: f for f in dataclasses.fields(cls)}
         values: dict = {}
@@ -121,7 +121,8 @@ class TritonConfig:
             elif "int" in kind:
                 values[key] = int(raw)
             elif "List" in kind:
-                values[key] = [v for v in raw.split(",") if v]
+                # One value is one element: cache and trace settings contain commas themselves.
+                values[key] = [raw]
             else:
                 values[key] = raw
         for key, items in indexed.items():
@@ -274,7 +275,7 @@ class _BoundModel:
         except Exception as e:  # noqa: BLE001 - becomes the requests' error
             yield from ((i, str(e)) for i in range(len(batch)))
             return
-        func = self._only or self._take()
+        func = self._only if self._only is not None else self._take()
         try:
             for item in func(requests):
                 if not isinstance(item, (list, tuple)) or len(item) != len(requests):
@@ -301,7 +302,7 @@ class _BoundModel:
             requests = self._requests(batch)
         except Exception as e:  # noqa: BLE001 - becomes the requests' error
             return [str(e)] * len(batch)
-        func = self._only or self._take()
+        func = self._only if self._only is not None else self._take()
         try:
             results = func(requests)
         except PyTritonUnrecoverableError as e:
@@ -320,16 +321,17 @@ class _BoundModel:
                     f"(it must return a list with one dict per request)"] * len(batch)
         return [self._encode(result, request) for result, request in zip(results, requests)]
 
-    def execute_batched(self, inputs: list, total: int) -> Any:
+    def execute_batched(self, inputs: list, total: int, wanted: Optional[list]) -> Any:
         """The server's path for `@batch` callables: `inputs` are the batch's inputs already
         concatenated (`(name, datatype, shape, buffer)`, read-only views as for one request), the
         function `@batch` wraps is called once, and each output is returned for the whole batch
-        (the server splits it per request). An error message (str) fails every request."""
+        (the server splits it per request). `wanted`: the outputs some request asked for (None:
+        all). An error message (str) fails every request."""
         try:
             data = {name: _input_array(dt, shape, buf) for name, dt, shape, buf in inputs}
         except Exception as e:  # noqa: BLE001 - becomes the requests' error
             return str(e)
-        func = self._only or self._take()
+        func = self._only if self._only is not None else self._take()
         try:
             outputs = _outputs_dict(self._batch_inner[id(func)](**data), func)
         except PyTritonUnrecoverableError as e:
@@ -344,30 +346,35 @@ class _BoundModel:
                 self._give(func)
         encoded = []
         for name, (_, expected, protocol) in self._output_types.items():
+            if wanted is not None and name not in wanted:
+                continue
             value = outputs.get(name)
             if value is None:
                 return f"model {self.name} did not return output {name}"
             value = np.asarray(value)
             if value.ndim == 0 or value.shape[0] != total:
                 return str(_rows_error(name, value, total))
-            if value.dtype != expected:
-                if self.strict:
-                    return (f"output {name} of model {self.name} has dtype {value.dtype}, "
-                            f"the model configuration says {expected}")
-                value = value.astype(expected)
-            if self.strict:
-                error = self._shape_error(name, value)
-                if error:
-                    return error
-            encoded.append((name, protocol, list(value.shape), value.tobytes()))
+            item = self._tensor(name, value, expected, protocol)
+            if isinstance(item, str):
+                return item
+            encoded.append(item)
         return encoded
 
-    def _shape_error(self, name: str, value: np.ndarray) -> Optional[str]:
-        dims = list(self.output_specs[name].shape)
-        shape = list(value.shape[1:]) if self.config.batching else list(value.shape)
-        if len(shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, shape)):
-            return f"output {name} of model {self.name} has shape {value.shape}, expected {tuple(dims)}"
-        return None
+    def _tensor(self, name: str, value: np.ndarray, expected: np.dtype, protocol: str) -> Any:
+        """An output as the server takes it, `(name, datatype, shape, bytes)`, converted to the
+        bound dtype (refused instead with `strict`); or the error message."""
+        if value.dtype != expected:
+            if self.strict:
+                return (f"output {name} of model {self.name} has dtype {value.dtype}, "
+                        f"the model configuration says {expected}")
+            value = value.astype(expected)
+        if self.strict:
+            dims = list(self.output_specs[name].shape)
+            shape = list(value.shape[1:]) if self.config.batching else list(value.shape)
+            if len(shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, shape)):
+                return f"output {name} of model {self.name} has shape {value.shape}, expected {tuple(dims)}"
+        # tobytes() gives C order whatever the array's layout.
+        return name, protocol, list(value.shape), value.tobytes()
 
     def _encode(self, result: Any, request: Request) -> Any:
         if not isinstance(result, dict):
@@ -387,17 +394,10 @@ class _BoundModel:
                     return f"output {name} of model {self.name} must be bytes, got {value.dtype}"
                 encoded.append((name, "BYTES", list(value.shape), _serialize_bytes(value)))
                 continue
-            if value.dtype != expected:
-                if self.strict:
-                    return (f"output {name} of model {self.name} has dtype {value.dtype}, "
-                            f"the model configuration says {expected}")
-                value = value.astype(expected)
-            if self.strict:
-                error = self._shape_error(name, value)
-                if error:
-                    return error
-            # tobytes() gives C order whatever the array's layout.
-            encoded.append((name, protocol, list(value.shape), value.tobytes()))
+            item = self._tensor(name, value, expected, protocol)
+            if isinstance(item, str):
+                return item
+            encoded.append(item)
         return encoded
 
 
@@ -434,6 +434,11 @@ class TritonSecurityConfig:
     def __post_init__(self):
         if self.restricted_endpoints is None:
             self.restricted_endpoints = list(DEFAULT_PROTECTED_ENDPOINTS)
+        # Triton refuses a category listed twice; a repeated name means the same here.
+        self.restricted_endpoints = list(dict.fromkeys(self.restricted_endpoints))
+        if self.access_token == "" and self.restricted_endpoints:
+            raise PyTritonValidationError("access_token is empty: restricted endpoints need a token "
+                                          "(leave it None to generate one)")
         invalid = set(self.restricted_endpoints) - VALID_TRITON_ENDPOINTS
         if invalid:
             raise PyTritonValidationError(
@@ -494,12 +499,14 @@ class Triton:
         funcs = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
         if not funcs or not all(callable(f) for f in funcs):
             raise PyTritonValidationError("infer_func must be a callable or a list of callables")
+        if any(m.name == model_name and m.version == model_version for m in self._models):
+            raise PyTritonValidationError(f"model {model_name} version {model_version} is already bound")
         model = _BoundModel(self, model_name, model_version, funcs, inputs, outputs, config, strict)
         for f in funcs:
             _attach_context(f, model)
-        self._models = [m for m in self._models if m.name != model_name] + [model]
         if self._server is not None:
             self._server.bind(model.server_args())
+        self._models.append(model)
 
     def _start(self) -> None:
         if self._server is not None:
