@@ -19,9 +19,12 @@ if ! need cargo; then
   echo "setup: cargo not found; install Rust with rustup (https://rustup.rs)" >&2
   exit 1
 fi
-if ! need curl; then
-  echo "setup: installing curl (apt)" >&2
-  apt-get update -qq && apt-get install -y -qq curl >/dev/null
+# curl fetches toolchains; openssl makes the throwaway certificates of the gRPC TLS tests.
+missing=""
+for tool in curl openssl; do need "$tool" || missing="$missing $tool"; done
+if [ -n "$missing" ]; then
+  echo "setup: installing$missing (apt)" >&2
+  apt-get update -qq && apt-get install -y -qq $missing >/dev/null
 fi
 
 bash scripts/setup-python.sh

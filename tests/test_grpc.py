@@ -413,15 +413,27 @@ def test_oversize_message_is_rejected(server_factory, tmp_path):
     c.close()
 
 
-def test_gzip_requests_and_responses(server_factory, tmp_path):
+@pytest.mark.parametrize("level", ["none", "low", "high"])
+def test_gzip_and_deflate_requests_and_responses(server_factory, tmp_path, level):
     repo = tmp_path / "repo"
     copy_model(repo, "simple")
-    srv = server_factory(repo, ["--grpc-infer-response-compression-level=high"])
+    srv = server_factory(repo, [f"--grpc-infer-response-compression-level={level}"])
     wait_model_ready(srv, "simple")
     c = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
     a, b = ab(4)
-    r = c.infer("simple", simple_inputs(a, b), compression_algorithm="gzip")
-    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+    for algorithm in ("gzip", "deflate"):
+        # A server without the algorithm answers UNIMPLEMENTED "Content is compressed with `deflate`...".
+        r = c.infer("simple", simple_inputs(a, b), compression_algorithm=algorithm)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
+    # The bidirectional stream compresses each message the same way.
+    results = queue.Queue()
+    c.start_stream(callback=lambda result, error: results.put((result, error)), compression_algorithm="deflate")
+    c.async_stream_infer("simple", simple_inputs(a, b))
+    result, error = results.get(timeout=30)
+    assert error is None, error
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    c.stop_stream()
     c.close()
 
 

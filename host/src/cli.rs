@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::backend::wasm::WasmOptions;
-use crate::grpc::GrpcOptions;
+use crate::grpc::{GrpcOptions, GrpcTls};
 use crate::repository::ControlMode;
 use crate::restricted::Restrictions;
 use crate::server::logging::{self, LogFlags};
@@ -81,6 +81,11 @@ pub struct ServeArgs {
     /// Largest request body accepted, after decompression (Triton's default: 64 MiB).
     #[arg(long, default_value = "67108864", value_parser = parse_byte_size)]
     pub http_max_input_size: usize,
+    /// Server-wide budget of HTTP request bytes held at once (bodies as received plus what
+    /// decompression makes of them); a request that does not fit is refused with 503 /
+    /// UNAVAILABLE. Default: 1 GiB, or 4x --http-max-input-size when that is larger.
+    #[arg(long, value_parser = parse_byte_size, env = "TESSERA_MAX_INFLIGHT_REQUEST_BYTES")]
+    pub max_inflight_request_bytes: Option<usize>,
     /// Triton's restricted APIs: `<api-list>:<key>=<value>` (repeatable). The listed categories
     /// (health, metadata, inference, shared-memory, model-config, model-repository, statistics,
     /// trace, logging) answer only requests with header `<key>: <value>`, others get 403.
@@ -100,8 +105,8 @@ pub struct ServeArgs {
     /// Largest gRPC message received or sent, in bytes (Triton's fixed limit: INT32_MAX).
     #[arg(long, default_value = "2147483647", value_parser = parse_byte_size)]
     pub grpc_max_message_size: usize,
-    /// gzip for infer responses to clients that accept it: none, low, medium or high (Tessera
-    /// uses one gzip level for all but none).
+    /// Compression of infer responses for clients that accept it: none, low (gzip), medium or
+    /// high (deflate), as Triton's gRPC core chooses; one compression level for all.
     #[arg(long, default_value = "none", value_parser = ["none", "low", "medium", "high"])]
     pub grpc_infer_response_compression_level: String,
     /// Milliseconds between HTTP/2 keepalive pings.
@@ -125,9 +130,22 @@ pub struct ServeArgs {
     /// Accepted for compatibility with Triton command lines (responses are not pooled).
     #[arg(long)]
     pub grpc_infer_allocation_pool_size: Option<u64>,
-    /// TLS is not supported: true is refused at startup rather than serving plaintext.
+    /// Serve gRPC over TLS (rustls) with `--grpc-server-cert` and `--grpc-server-key`.
     #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub grpc_use_ssl: bool,
+    /// TLS that also requires a client certificate signed by `--grpc-root-cert` (implies
+    /// `--grpc-use-ssl`, as in Triton).
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub grpc_use_ssl_mutual: bool,
+    /// PEM file with the server's certificate chain.
+    #[arg(long)]
+    pub grpc_server_cert: Option<PathBuf>,
+    /// PEM file with the server's private key.
+    #[arg(long)]
+    pub grpc_server_key: Option<PathBuf>,
+    /// PEM file with the certificate authorities that client certificates must chain to.
+    #[arg(long)]
+    pub grpc_root_cert: Option<PathBuf>,
     /// Triton's restricted protocols: `<api-list>:<key>=<value>` (repeatable). The listed
     /// categories (health, metadata, inference, shared-memory, model-config, model-repository,
     /// statistics, trace, logging) answer only calls with metadata `triton-grpc-protocol-<key>:
@@ -233,11 +251,40 @@ impl ServeArgs {
         LogFlags { verbose: self.log_verbose, info: self.log_info, warning: self.log_warning, error: self.log_error }
     }
 
+    fn inflight_budget(&self) -> Result<usize, String> {
+        match self.max_inflight_request_bytes {
+            None => Ok((1usize << 30).max(self.http_max_input_size.saturating_mul(4))),
+            // A compressed request may hold its body and its inflated form at once.
+            Some(n) if n < self.http_max_input_size.saturating_mul(2) => Err(format!(
+                "--max-inflight-request-bytes={n} must be at least twice --http-max-input-size ({}), or no \
+                 maximal compressed request could ever be served",
+                self.http_max_input_size
+            )),
+            Some(n) => Ok(n),
+        }
+    }
+
+    /// The gRPC door's TLS settings, with the PEM files read now so a bad path fails the start.
+    fn grpc_tls(&self) -> Result<Option<GrpcTls>, String> {
+        if !self.grpc_use_ssl && !self.grpc_use_ssl_mutual {
+            return Ok(None);
+        }
+        let flag = if self.grpc_use_ssl_mutual { "--grpc-use-ssl-mutual" } else { "--grpc-use-ssl" };
+        let read = |name: &str, path: &Option<PathBuf>| -> Result<Vec<u8>, String> {
+            let path = path.as_ref().ok_or_else(|| format!("{flag} needs --{name}"))?;
+            std::fs::read(path).map_err(|e| format!("--{name}={}: {e}", path.display()))
+        };
+        let tls = GrpcTls {
+            certificate: read("grpc-server-cert", &self.grpc_server_cert)?,
+            key: read("grpc-server-key", &self.grpc_server_key)?,
+            client_ca: if self.grpc_use_ssl_mutual { Some(read("grpc-root-cert", &self.grpc_root_cert)?) } else { None },
+        };
+        tls.validate()?;
+        Ok(Some(tls))
+    }
+
     /// The server configuration these flags describe; `as_triton` names the server "triton".
     pub fn server_config(&self, as_triton: bool) -> Result<ServerConfig, String> {
-        if self.grpc_use_ssl {
-            return Err("--grpc-use-ssl=true: TLS is not supported by this version (terminate TLS in a proxy)".into());
-        }
         if !self.allow_http && !self.allow_grpc {
             return Err("--allow-http=false and --allow-grpc=false leave no front door".into());
         }
@@ -256,14 +303,20 @@ impl ServeArgs {
             server_id: self.id.clone().unwrap_or_else(|| if as_triton { "triton" } else { "tessera" }.to_string()),
             http: self.allow_http.then(|| Listen::new(&self.http_address, self.http_port)),
             http_max_input_size: self.http_max_input_size,
+            max_inflight_request_bytes: self.inflight_budget()?,
             http_restrictions: Restrictions::parse("http-restricted-api", &self.http_restricted_api)?,
             grpc: self.allow_grpc.then(|| Listen::new(&self.grpc_address, self.grpc_port)),
             grpc_options: GrpcOptions {
                 max_message_size: self.grpc_max_message_size,
                 keepalive_time: Duration::from_millis(self.grpc_keepalive_time.max(1)),
                 keepalive_timeout: Duration::from_millis(self.grpc_keepalive_timeout.max(1)),
-                compress_responses: self.grpc_infer_response_compression_level != "none",
+                response_compression: match self.grpc_infer_response_compression_level.as_str() {
+                    "none" => None,
+                    "low" => Some(tonic::codec::CompressionEncoding::Gzip),
+                    _ => Some(tonic::codec::CompressionEncoding::Deflate),
+                },
                 restrictions: Restrictions::parse("grpc-restricted-protocol", &self.grpc_restricted_protocol)?,
+                tls: self.grpc_tls()?,
             },
             metrics: self.allow_metrics.then(|| Listen::new(&self.metrics_address, self.metrics_port)),
             cpu_metrics_interval: self.allow_cpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),

@@ -168,13 +168,6 @@ impl Frontend {
         self.manager.get(name, version)
     }
 
-    /// Fails as inference would if the model version is not ready, else returns the version that
-    /// will serve. A door calls it before decoding a request body, so an unknown model is
-    /// reported as such even when the body is wrong too, and pins the request to that version.
-    pub fn require_ready(&self, name: &str, version: Option<i64>) -> CoreResult<i64> {
-        self.ready_model(name, version).map(|model| model.version)
-    }
-
     /// Model metadata for one version, or for every ready version when `version` is `None`.
     pub fn metadata(&self, name: &str, version: Option<i64>) -> CoreResult<ModelMetadata> {
         let versions = match version {

@@ -7,6 +7,7 @@ pub mod onnx;
 #[cfg(feature = "torch")]
 pub mod torch;
 pub mod unavailable;
+pub mod utility;
 pub mod wasm;
 
 use std::path::Path;

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::codec::CompressionEncoding;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{CoreError, CoreResult};
@@ -57,11 +58,49 @@ pub struct GrpcOptions {
     /// HTTP/2 keepalive ping interval and how long to wait for its acknowledgement.
     pub keepalive_time: Duration,
     pub keepalive_timeout: Duration,
-    /// gzip infer responses for clients that accept it (`--grpc-infer-response-compression-level`
-    /// other than `none`).
-    pub compress_responses: bool,
+    /// How infer responses are compressed for clients that accept it
+    /// (`--grpc-infer-response-compression-level`: none, low = gzip, medium and high = deflate,
+    /// the algorithms Triton's gRPC core picks for those levels).
+    pub response_compression: Option<CompressionEncoding>,
     /// Triton's `--grpc-restricted-protocol`.
     pub restrictions: Restrictions,
+    /// TLS (`--grpc-use-ssl`, `--grpc-use-ssl-mutual`); plaintext when `None`.
+    pub tls: Option<GrpcTls>,
+}
+
+/// PEM contents for the gRPC door's TLS.
+#[derive(Clone)]
+pub struct GrpcTls {
+    pub certificate: Vec<u8>,
+    pub key: Vec<u8>,
+    /// Set for mutual TLS: client certificates must chain to one of these authorities.
+    pub client_ca: Option<Vec<u8>>,
+}
+
+impl GrpcTls {
+    fn server_config(&self) -> ServerTlsConfig {
+        let mut config = ServerTlsConfig::new().identity(Identity::from_pem(&self.certificate, &self.key));
+        if let Some(ca) = &self.client_ca {
+            config = config.client_ca_root(Certificate::from_pem(ca)).client_auth_optional(false);
+        }
+        config
+    }
+
+    /// Fails when the PEM contents do not make a usable server configuration (checked at startup,
+    /// so a bad certificate stops the server instead of its first connection).
+    pub fn validate(&self) -> Result<(), String> {
+        tonic::transport::Server::builder()
+            .tls_config(self.server_config())
+            .map(drop)
+            .map_err(|e| format!("gRPC TLS configuration: {}", std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string())))
+    }
+}
+
+impl std::fmt::Debug for GrpcTls {
+    // Never prints the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcTls").field("mutual", &self.client_ca.is_some()).finish_non_exhaustive()
+    }
 }
 
 impl Default for GrpcOptions {
@@ -70,8 +109,9 @@ impl Default for GrpcOptions {
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             keepalive_time: Duration::from_millis(7_200_000),
             keepalive_timeout: Duration::from_millis(20_000),
-            compress_responses: false,
+            response_compression: None,
             restrictions: Restrictions::default(),
+            tls: None,
         }
     }
 }
@@ -94,12 +134,14 @@ pub async fn serve(
     })
     .max_decoding_message_size(options.max_message_size)
     .max_encoding_message_size(options.max_message_size)
-    .accept_compressed(CompressionEncoding::Gzip);
-    if options.compress_responses {
-        inference = inference.send_compressed(CompressionEncoding::Gzip);
+    .accept_compressed(CompressionEncoding::Gzip)
+    .accept_compressed(CompressionEncoding::Deflate);
+    if let Some(encoding) = options.response_compression {
+        inference = inference.send_compressed(encoding);
     }
     let health = HealthServer::new(HealthService { frontend, restrictions: options.restrictions.clone() })
-        .accept_compressed(CompressionEncoding::Gzip);
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Deflate);
     // Small requests are latency-bound: no Nagle delay on accepted connections.
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
         if let Ok(stream) = &conn {
@@ -107,7 +149,11 @@ pub async fn serve(
         }
         conn
     });
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &options.tls {
+        builder = builder.tls_config(tls.server_config())?;
+    }
+    builder
         .http2_keepalive_interval(Some(options.keepalive_time))
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
         .add_service(inference)
@@ -672,8 +718,11 @@ async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelInferRequest,
         }
     }
     if let Some(e) = pending_error {
-        let _ = tx.send(Ok(stream_error(&echo, &e, true))).await;
-        return;
+        // A client that asked for the empty final response gets it after the error, as from
+        // Triton; otherwise the error itself carries the final flag.
+        if tx.send(Ok(stream_error(&echo, &e, !empty_final))).await.is_err() || !empty_final {
+            return;
+        }
     }
     if !final_sent && empty_final {
         let mut empty = echo.clone();

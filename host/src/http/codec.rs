@@ -2,25 +2,28 @@
 
 use std::collections::HashSet;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::error::{CoreError, CoreResult};
 use crate::frontend::DecodedRequest;
-use crate::infer::{InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, ShmTarget};
+use crate::model::io::ModelIo;
+use crate::infer::{InferRequest, InferResponse, ParamValue, RequestedOutput};
 use crate::shm::ShmInput;
-use crate::tensor::{DataType, Tensor, bytes_elements, element_count, push_bytes_element};
+use super::json_data::{self, Bounded, JsonParameters, MAX_INPUTS, MAX_OUTPUTS};
+use crate::tensor::{DataType, Tensor, bytes_elements};
 
 #[derive(Deserialize)]
 struct JsonRequest {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
-    parameters: Option<Map<String, Value>>,
-    inputs: Vec<JsonInput>,
+    parameters: Option<JsonParameters>,
+    inputs: Bounded<JsonInput, MAX_INPUTS>,
     #[serde(default)]
-    outputs: Vec<JsonOutput>,
+    outputs: Option<Bounded<JsonOutput, MAX_OUTPUTS>>,
 }
 
 #[derive(Deserialize)]
@@ -29,16 +32,17 @@ struct JsonInput {
     shape: Vec<i64>,
     datatype: String,
     #[serde(default)]
-    parameters: Option<Map<String, Value>>,
+    parameters: Option<JsonParameters>,
+    /// Kept as text and decoded straight into tensor bytes once the shape is known.
     #[serde(default)]
-    data: Option<Value>,
+    data: Option<Box<RawValue>>,
 }
 
 #[derive(Deserialize)]
 struct JsonOutput {
     name: String,
     #[serde(default)]
-    parameters: Option<Map<String, Value>>,
+    parameters: Option<JsonParameters>,
 }
 
 /// A decoded HTTP infer request plus the HTTP-only choice of which outputs travel as binary.
@@ -75,11 +79,8 @@ pub fn decode_request(
 ) -> CoreResult<HttpInferRequest> {
     let (json, mut binary) = match header_length {
         None => (body, Bytes::new()),
-        Some(0) => {
-            return Err(bad(format!(
-                "Inference-Header-Content-Length is 0 for model '{model}': raw binary requests are not supported"
-            )));
-        }
+        // The caller routes raw binary requests (header length 0) to `decode_raw`.
+        Some(0) => return Err(CoreError::internal("a raw binary request reached the JSON decoder")),
         Some(n) => match usize::try_from(n).ok().filter(|&n| n <= body.len()) {
             Some(n) => (body.slice(..n), body.slice(n..)),
             None => return Err(bad(format!("inference header size should be in range (0, {}), got: {n}", body.len()))),
@@ -103,23 +104,28 @@ pub fn decode_request(
         }
     })?;
 
-    let mut inputs = Vec::with_capacity(parsed.inputs.len());
+    let mut inputs = Vec::with_capacity(parsed.inputs.0.len());
     let mut shm_inputs = Vec::new();
-    for input in parsed.inputs {
+    for input in parsed.inputs.0 {
         let datatype = DataType::from_protocol(&input.datatype)
             .ok_or_else(|| bad(format!("invalid datatype for input {} ('{}')", input.name, input.datatype)))?;
-        if let Some(target) = shm_target(input.parameters.as_ref(), &input.name)? {
-            if input.data.is_some() || input.parameters.as_ref().is_some_and(|p| p.contains_key("binary_data_size")) {
+        let params = input.parameters.map(|p| p.0).unwrap_or_default();
+        if let Some(target) = crate::shm::parse_target(&params, &input.name)? {
+            if input.data.is_some() || params.contains_key("binary_data_size") {
                 return Err(bad(format!("{ONE_OF_DATA} for input '{}'. But multiple fields are set", input.name)));
             }
             let position = inputs.len() + shm_inputs.len();
             shm_inputs.push(ShmInput { position, name: input.name, datatype, shape: input.shape, target });
             continue;
         }
-        let binary_size = input.parameters.as_ref().and_then(|p| p.get("binary_data_size"));
-        let data = match (binary_size, input.data) {
+        let data = match (params.get("binary_data_size"), input.data) {
             (Some(size), None) => {
-                let size = size.as_u64().and_then(|s| usize::try_from(s).ok()).ok_or_else(|| {
+                let size = match size {
+                    ParamValue::Int(i) => usize::try_from(*i).ok(),
+                    ParamValue::Uint(u) => usize::try_from(*u).ok(),
+                    _ => None,
+                }
+                .ok_or_else(|| {
                     bad(format!("binary_data_size for input '{}' must be a non-negative integer", input.name))
                 })?;
                 if size > binary.len() {
@@ -134,7 +140,10 @@ pub fn decode_request(
             (Some(_), Some(_)) => {
                 return Err(bad(format!("{ONE_OF_DATA} for input '{}'. But multiple fields are set", input.name)));
             }
-            (None, Some(data)) => json_to_bytes(&input.name, datatype, &input.shape, &data)?,
+            (None, Some(data)) => {
+                let mut text = serde_json::Deserializer::from_str(data.get());
+                json_data::decode(&input.name, datatype, &input.shape, &mut text, data.get().len())?
+            }
             (None, None) => return Err(bad(format!("{ONE_OF_DATA} for input '{}'. But no field is set", input.name))),
         };
         inputs.push(Tensor::new(input.name, datatype, input.shape, data)?);
@@ -146,26 +155,34 @@ pub fn decode_request(
         )));
     }
 
-    let request_params = parsed.parameters.unwrap_or_default();
-    let default_binary = request_params.get("binary_data_output").and_then(Value::as_bool).unwrap_or(false);
+    let request_params = parsed.parameters.map(|p| p.0).unwrap_or_default();
+    let default_binary = matches!(request_params.get("binary_data_output"), Some(ParamValue::Bool(true)));
     let mut overrides = Vec::new();
-    let mut outputs = Vec::with_capacity(parsed.outputs.len());
-    for output in parsed.outputs {
-        let params = output.parameters.unwrap_or_default();
-        if let Some(b) = params.get("binary_data") {
-            let b = b
-                .as_bool()
-                .ok_or_else(|| bad(format!("binary_data for output '{}' must be a boolean", output.name)))?;
+    let requested = parsed.outputs.map(|o| o.0).unwrap_or_default();
+    let mut outputs = Vec::with_capacity(requested.len());
+    for output in requested {
+        let params = output.parameters.map(|p| p.0).unwrap_or_default();
+        let binary_data = match params.get("binary_data") {
+            None => None,
+            Some(ParamValue::Bool(b)) => Some(*b),
+            Some(_) => return Err(bad(format!("binary_data for output '{}' must be a boolean", output.name))),
+        };
+        if let Some(b) = binary_data {
             overrides.push((output.name.clone(), b));
         }
         let class_count = match params.get("classification") {
             None => 0,
-            Some(v) => v.as_u64().and_then(|c| u32::try_from(c).ok()).ok_or_else(|| {
+            Some(v) => match v {
+                ParamValue::Int(i) => u32::try_from(*i).ok(),
+                ParamValue::Uint(u) => u32::try_from(*u).ok(),
+                _ => None,
+            }
+            .ok_or_else(|| {
                 bad(format!("classification for output '{}' must be a non-negative integer", output.name))
             })?,
         };
-        let shared_memory = shm_target(Some(&params), &output.name)?;
-        if shared_memory.is_some() && params.get("binary_data").and_then(Value::as_bool) == Some(true) {
+        let shared_memory = crate::shm::parse_target(&params, &output.name)?;
+        if shared_memory.is_some() && binary_data == Some(true) {
             return Err(bad("Output can't set both 'shared_memory_region' and 'binary_data'"));
         }
         outputs.push(RequestedOutput { name: output.name, class_count, shared_memory });
@@ -176,7 +193,7 @@ pub fn decode_request(
         id: parsed.id,
         inputs,
         outputs,
-        parameters: convert_parameters(request_params),
+        parameters: request_params,
     };
     Ok(HttpInferRequest {
         request: DecodedRequest { request, shm_inputs },
@@ -184,104 +201,83 @@ pub fn decode_request(
     })
 }
 
-/// The `shared_memory_region` / `_offset` / `_byte_size` parameters of a tensor, if present.
-fn shm_target(params: Option<&Map<String, Value>>, tensor: &str) -> CoreResult<Option<ShmTarget>> {
-    match params {
-        None => Ok(None),
-        Some(params) => crate::shm::parse_target(&convert_parameters(params.clone()), tensor),
-    }
-}
-
-fn convert_parameters(params: Map<String, Value>) -> Parameters {
-    params
-        .into_iter()
-        .filter_map(|(k, v)| {
-            let v = match v {
-                Value::Bool(b) => ParamValue::Bool(b),
-                Value::Number(n) => n
-                    .as_i64()
-                    .map(ParamValue::Int)
-                    .or_else(|| n.as_u64().map(ParamValue::Uint))
-                    .or_else(|| n.as_f64().map(ParamValue::Double))?,
-                Value::String(s) => ParamValue::String(s),
-                _ => return None,
-            };
-            Some((k, v))
-        })
-        .collect()
-}
-
-/// Flattens (possibly nested) JSON `data` in row-major order and encodes it as tensor bytes.
-pub(crate) fn json_to_bytes(name: &str, datatype: DataType, shape: &[i64], data: &Value) -> CoreResult<Bytes> {
-    let mut flat = Vec::new();
-    flatten(data, &mut flat);
-    let expected = element_count(shape).map_err(|e| {
-        CoreError::internal(format!(
-            "Unable to parse 'data': Shape does not match true shape of 'data' field ({})",
-            e.message
-        ))
-    })?;
-    if flat.len() != expected {
-        return Err(CoreError::internal(format!(
-            "Unable to parse 'data': Shape does not match true shape of 'data' field (input '{name}': shape {shape:?} \
-            needs {expected} elements, 'data' has {})",
-            flat.len()
+/// Triton's raw binary request (`Inference-Header-Content-Length: 0`): the body is the bytes of
+/// the model's only input. Its datatype comes from the config; its shape is the config's dims
+/// (with a batch dimension of 1 for a batching model) and a single `-1` dimension is deduced
+/// from the byte count. A BYTES input must have shape [1]: the whole body is its one element.
+/// Every output of the config comes back, in binary. Errors are Triton's, word for word
+/// (including the name `raw_input` Triton gives the input in a size mismatch).
+pub fn decode_raw(body: Bytes, io: &ModelIo) -> CoreResult<HttpInferRequest> {
+    let refuse = |message: String| bad(format!("[request id: <id_unknown>] {message}"));
+    let [input] = io.inputs.as_slice() else {
+        return Err(refuse(format!(
+            "Raw request must only have 1 input (found 1) to be deduced but got {} inputs in '{}' model configuration",
+            io.inputs.len(),
+            io.name
         )));
-    }
-    let wrong = |v: &Value| {
-        CoreError::internal(format!("Unable to parse 'data': {v} is not a valid {datatype} value for input '{name}'"))
     };
-    let mut out = BytesMut::with_capacity(expected * datatype.element_size().unwrap_or(8));
-    macro_rules! ints {
-        ($ty:ty, $get:ident) => {
-            for v in &flat {
-                let x = v.$get().and_then(|x| <$ty>::try_from(x).ok()).ok_or_else(|| wrong(v))?;
-                out.extend_from_slice(&x.to_le_bytes());
+    let mut shape: Vec<i64> = if io.max_batch_size > 0 { vec![1] } else { Vec::new() };
+    let mut variable = None;
+    let mut fixed: i64 = 1;
+    for &dim in &input.dims {
+        if dim == -1 {
+            if variable.is_some() {
+                return Err(refuse(format!(
+                    "The shape of the raw input '{}' can not be deduced because there are more than one \
+                    variable-sized dimension",
+                    input.name
+                )));
             }
-        };
+            variable = Some(shape.len());
+        } else {
+            fixed = fixed.saturating_mul(dim);
+        }
+        shape.push(dim);
     }
-    match datatype {
-        DataType::Bool => {
-            for v in &flat {
-                out.extend_from_slice(&[u8::from(v.as_bool().ok_or_else(|| wrong(v))?)]);
+    let data = match input.datatype.element_size() {
+        None => {
+            if variable.is_some() || fixed != 1 {
+                return Err(refuse(format!(
+                    "For BYTE datatype raw input '{}', the model must have input shape [1]",
+                    input.name
+                )));
             }
+            let mut element = Vec::with_capacity(body.len() + 4);
+            crate::tensor::push_bytes_element(&mut element, &body)?;
+            Bytes::from(element)
         }
-        DataType::Uint8 => ints!(u8, as_u64),
-        DataType::Uint16 => ints!(u16, as_u64),
-        DataType::Uint32 => ints!(u32, as_u64),
-        DataType::Uint64 => ints!(u64, as_u64),
-        DataType::Int8 => ints!(i8, as_i64),
-        DataType::Int16 => ints!(i16, as_i64),
-        DataType::Int32 => ints!(i32, as_i64),
-        DataType::Int64 => ints!(i64, as_i64),
-        DataType::Fp16 | DataType::Bf16 | DataType::Fp32 | DataType::Fp64 => {
-            for v in &flat {
-                let x = v.as_f64().ok_or_else(|| wrong(v))?;
-                match datatype {
-                    DataType::Fp16 => out.extend_from_slice(&half::f16::from_f64(x).to_le_bytes()),
-                    DataType::Bf16 => out.extend_from_slice(&half::bf16::from_f64(x).to_le_bytes()),
-                    DataType::Fp32 => out.extend_from_slice(&(x as f32).to_le_bytes()),
-                    _ => out.extend_from_slice(&x.to_le_bytes()),
-                }
+        Some(size) => {
+            let size = i64::try_from(size).unwrap_or(1);
+            let total = i64::try_from(body.len()).unwrap_or(i64::MAX);
+            if let Some(axis) = variable {
+                // Rounded down as Triton does; the size check below reports a remainder. A fixed
+                // dimension of 0 leaves nothing to divide by (Triton divides by zero there).
+                shape[axis] = if fixed > 0 { total / fixed / size } else { 0 };
             }
-        }
-        DataType::Bytes => {
-            let mut buf = Vec::new();
-            for v in &flat {
-                let s = v.as_str().ok_or_else(|| wrong(v))?;
-                push_bytes_element(&mut buf, s.as_bytes())?;
+            let expected = shape.iter().try_fold(size, |acc, &d| acc.checked_mul(d)).unwrap_or(i64::MAX);
+            if expected != total {
+                return Err(refuse(format!(
+                    "input byte size mismatch for input 'raw_input' for model '{}'. Expected {expected}, got {total}",
+                    io.name
+                )));
             }
-            out.extend_from_slice(&buf);
+            body
         }
-    }
-    Ok(out.freeze())
+    };
+    let request = InferRequest {
+        model_name: io.name.clone(),
+        inputs: vec![Tensor::new(input.name.clone(), input.datatype, shape, data)?],
+        ..Default::default()
+    };
+    Ok(HttpInferRequest {
+        request: DecodedRequest { request, shm_inputs: Vec::new() },
+        binary_outputs: BinaryOutputs { default: true, overrides: Vec::new() },
+    })
 }
 
-fn flatten<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
-    match value {
-        Value::Array(items) => items.iter().for_each(|v| flatten(v, out)),
-        other => out.push(other),
-    }
+/// Decodes a parsed `Value` as tensor `data` (nested arrays in row-major order).
+pub(crate) fn json_to_bytes(name: &str, datatype: DataType, shape: &[i64], data: &Value) -> CoreResult<Bytes> {
+    json_data::decode_value(name, datatype, shape, data)
 }
 
 #[derive(Serialize)]

@@ -3,14 +3,15 @@
 //! only translates the wire format: every call lands in [`Frontend`], and errors become HTTP
 //! statuses in one place ([`HttpError`]).
 
+mod body;
 pub mod codec;
 mod error;
 mod generate;
+mod json_data;
 mod path;
 mod response;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::sync::Arc;
 
 use axum::Router;
@@ -25,6 +26,8 @@ use serde_json::{Value, json};
 use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::{DefaultPredicate, Predicate};
 
+pub use self::body::BodyBudget;
+use self::body::UNSUPPORTED_COMPRESSION;
 pub use self::error::HttpError;
 pub use self::path::ModelPath;
 use self::response::{empty_ok, error_json, ok_json};
@@ -40,6 +43,8 @@ pub struct HttpState {
     pub restrictions: Arc<Restrictions>,
     /// Largest request body accepted, after decompression (Triton's --http-max-input-size).
     pub max_input_size: usize,
+    /// The server's budget of request bytes in flight (`--max-inflight-request-bytes`).
+    pub body_budget: BodyBudget,
 }
 
 type HttpResult = Result<Response, HttpError>;
@@ -178,8 +183,6 @@ async fn model_stats(State(state): State<HttpState>, ModelPath { model, version 
     Ok(stats_json(&state.frontend.stats_models(Some(&model), version)?))
 }
 
-const UNSUPPORTED_COMPRESSION: &str = "Unsupported compression type";
-
 async fn infer(
     State(state): State<HttpState>,
     ModelPath { model, version }: ModelPath,
@@ -206,10 +209,17 @@ async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, reque
             ))
         })?),
     };
-    let body = read_body(&parts.headers, body, state.max_input_size).await?;
+    // Held until the response is built: the request's bytes count against the server's budget.
+    let (body, _reservation) = body::read(&parts.headers, body, state.max_input_size, &state.body_budget).await?;
     // Before decoding, so an unknown model is reported as such even when the body is wrong too.
-    let serving = state.frontend.require_ready(model, version)?;
-    let decoded = codec::decode_request(body, header_length, model, version)?;
+    let loaded = state.frontend.ready_model(model, version)?;
+    let serving = loaded.version;
+    let decoded = match header_length {
+        // Triton's raw binary request: the body is the model's one input.
+        Some(0) => codec::decode_raw(body, &loaded.io)?,
+        _ => codec::decode_request(body, header_length, model, version)?,
+    };
+    drop(loaded);
     let mut request = state.frontend.read_shm_inputs(decoded.request)?;
     // The version checked above serves it, even if a newer one turns ready meanwhile.
     request.model_version = Some(serving);
@@ -229,43 +239,6 @@ async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, reque
     Ok(http)
 }
 
-/// Reads the whole body, undoing Content-Encoding (gzip / deflate), never holding more than
-/// `limit` bytes of compressed or decompressed data.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> CoreResult<Bytes> {
-    let too_large = || {
-        CoreError::invalid_arg(format!(
-            "request body exceeds the maximum allowed size of {limit} bytes (--http-max-input-size)"
-        ))
-    };
-    let raw = axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let source = std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default();
-        if source.contains("length limit") || e.to_string().contains("length limit") {
-            too_large()
-        } else {
-            CoreError::invalid_arg(format!("failed to read the request body: {e}"))
-        }
-    })?;
-    let encoding = headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("").trim().to_ascii_lowercase());
-    let mut decoder: Box<dyn Read> = match encoding.as_deref() {
-        None | Some("" | "identity") => return Ok(raw),
-        Some("gzip") => Box::new(flate2::read::GzDecoder::new(&raw[..])),
-        Some("deflate") => Box::new(flate2::read::ZlibDecoder::new(&raw[..])),
-        Some(other) => {
-            return Err(CoreError::unsupported(format!(
-                "{UNSUPPORTED_COMPRESSION} '{other}' (supported: gzip, deflate)"
-            )));
-        }
-    };
-    let mut out = Vec::new();
-    decoder.by_ref().take(limit as u64 + 1).read_to_end(&mut out).map_err(|e| {
-        CoreError::invalid_arg(format!("failed to decompress the {} request body: {e}", encoding.unwrap_or_default()))
-    })?;
-    if out.len() > limit {
-        return Err(too_large());
-    }
-    Ok(Bytes::from(out))
-}
-
 async fn generate(State(state): State<HttpState>, path: ModelPath, request: Request) -> HttpResult {
     generate_model(&state, path, request, false).await
 }
@@ -277,7 +250,7 @@ async fn generate_stream(State(state): State<HttpState>, path: ModelPath, reques
 async fn generate_model(state: &HttpState, path: ModelPath, request: Request, streaming: bool) -> HttpResult {
     let version = path.version?;
     let (parts, body) = request.into_parts();
-    let body = read_body(&parts.headers, body, state.max_input_size).await?;
+    let (body, _reservation) = body::read(&parts.headers, body, state.max_input_size, &state.body_budget).await?;
     let model = state.frontend.ready_model(&path.model, version)?;
     let request = generate::decode(&model, &body)?;
     let response = if streaming {

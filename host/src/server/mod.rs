@@ -20,7 +20,8 @@ use crate::config::ModelConfig;
 use crate::error::CoreResult;
 use crate::frontend::{Frontend, LogApplier, SettingValue};
 use crate::grpc::GrpcOptions;
-use crate::http::{HttpState, router};
+use crate::backend::utility::{IdentityBackend, RepeatBackend, SquareBackend};
+use crate::http::{BodyBudget, HttpState, router};
 use crate::infer::Infer;
 use crate::metrics::{HostSampler, MetricsState};
 use crate::repository::{ControlMode, ModelManager, RepositoryOptions};
@@ -61,6 +62,8 @@ pub struct ServerConfig {
     pub http: Option<Listen>,
     /// Largest HTTP request body accepted, after decompression.
     pub http_max_input_size: usize,
+    /// Budget of HTTP request bytes held at once, server-wide (see `http::BodyBudget`).
+    pub max_inflight_request_bytes: usize,
     /// Triton's `--http-restricted-api` (gRPC's are in `grpc_options`).
     pub http_restrictions: Restrictions,
     pub grpc: Option<Listen>,
@@ -112,6 +115,7 @@ impl Default for ServerConfig {
             server_id: "tessera".into(),
             http: None,
             http_max_input_size: 64 << 20,
+            max_inflight_request_bytes: 1 << 30,
             http_restrictions: Restrictions::default(),
             grpc: None,
             grpc_options: GrpcOptions::default(),
@@ -207,7 +211,10 @@ impl Server {
         let mut backends = BackendRegistry::new()
             .with(Arc::new(OnnxBackend::new(config.onnxruntime_library.as_deref())))
             .with(Arc::clone(&wasm) as Arc<dyn Backend>)
-            .with(torch_backend());
+            .with(torch_backend())
+            .with(Arc::new(IdentityBackend))
+            .with(Arc::new(RepeatBackend))
+            .with(Arc::new(SquareBackend));
         for backend in &config.backends {
             backends.register(Arc::clone(backend));
         }
@@ -274,6 +281,7 @@ impl Server {
                 frontend: Arc::clone(&frontend),
                 restrictions: Arc::new(config.http_restrictions.clone()),
                 max_input_size: config.http_max_input_size,
+                body_budget: BodyBudget::new(config.max_inflight_request_bytes),
             };
             let shutdown = stopped(stop_rx.clone());
             tasks.spawn(async move {

@@ -6,6 +6,8 @@
 //! backend parameter), defaulting to 1 with spinning off. Concurrency comes from instance_group
 //! count, so N instances never fight over cores with N spinning thread pools.
 
+mod strings;
+
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -396,19 +398,8 @@ fn to_ort(tensor: &Tensor) -> CoreResult<DynValue> {
                 .map_err(e)?
                 .into_dyn()
         }
-        DataType::Bytes => {
-            let strings = bytes_elements(d)
-                .map(|s| {
-                    std::str::from_utf8(s).map(str::to_owned).map_err(|_| {
-                        CoreError::invalid_arg(format!(
-                            "BYTES input '{}' must be valid UTF-8 for an ONNX string tensor",
-                            tensor.name
-                        ))
-                    })
-                })
-                .collect::<CoreResult<Vec<String>>>()?;
-            T::from_string_array((shape, &strings[..])).map_err(e)?.into_dyn()
-        }
+        // Arbitrary bytes (NUL included), as Triton's BYTES elements are.
+        DataType::Bytes => strings::tensor_from_bytes(shape, bytes_elements(d).collect::<Vec<_>>().into_iter())?,
     })
 }
 
@@ -452,12 +443,13 @@ fn from_ort(name: &str, value: &DynValue) -> CoreResult<Tensor> {
         DataType::Fp16 => encode!(value, half::f16, name),
         DataType::Bf16 => encode!(value, half::bf16, name),
         DataType::Bytes => {
-            let (shape, strings) = value
-                .try_extract_strings()
-                .map_err(|e| CoreError::internal(format!("failed to read output '{name}': {e}")))?;
+            let ValueType::Tensor { shape, .. } = value.dtype() else {
+                return Err(CoreError::internal(format!("output '{name}' is not a tensor")));
+            };
+            let count = shape.num_elements();
             let mut out = Vec::new();
-            for s in &strings {
-                push_bytes_element(&mut out, s.as_bytes())?;
+            for element in strings::tensor_to_bytes(value, count)? {
+                push_bytes_element(&mut out, &element)?;
             }
             (shape.to_vec(), out)
         }

@@ -1,0 +1,508 @@
+"""Drop-in compatibility, round 2 (issue 13): BYTES with NUL bytes through ONNX string tensors,
+Triton's raw binary request, the built-in utility backends (identity, repeat, square) and model
+load with file overrides. Real server, real tritonclient over HTTP and gRPC on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from onnx import TensorProto, helper
+
+from tritonclient.utils import InferenceServerException
+
+from tessera_testlib import copy_model, wait_model_ready
+
+
+ONNX_TYPES = {"TYPE_STRING": TensorProto.STRING, "TYPE_FP32": TensorProto.FLOAT, "TYPE_INT32": TensorProto.INT32}
+
+
+def write_onnx_identity(repo, name: str, dtype: str, dims: list[int], *, max_batch_size: int = 0,
+                        inp: str = "TEXT", out: str = "ECHO") -> None:
+    """An ONNX Identity model `inp` -> `out` of one datatype, with its config."""
+    onnx_dims = ([None] if max_batch_size else []) + [None if d < 0 else d for d in dims]
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [inp], [out])], name,
+        [helper.make_tensor_value_info(inp, ONNX_TYPES[dtype], onnx_dims)],
+        [helper.make_tensor_value_info(out, ONNX_TYPES[dtype], onnx_dims)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    d = repo / name
+    (d / "1").mkdir(parents=True)
+    onnx.save(model, str(d / "1" / "model.onnx"))
+    dims_text = ", ".join(str(x) for x in dims)
+    (d / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: {max_batch_size}\n'
+        f'input [ {{ name: "{inp}" data_type: {dtype} dims: [ {dims_text} ] }} ]\n'
+        f'output [ {{ name: "{out}" data_type: {dtype} dims: [ {dims_text} ] }} ]\n')
+
+
+def write_string_identity(repo, name: str = "strings") -> None:
+    """An ONNX Identity over a STRING tensor [-1] (no batching)."""
+    write_onnx_identity(repo, name, "TYPE_STRING", [-1])
+
+
+# Elements that a C-string path would cut or refuse: NUL inside, at either end, alone, non-UTF-8.
+AWKWARD = [b"a\x00b", b"\x00lead", b"trail\x00", b"\x00", b"", b"\xff\xfe\x00\x80", b"plain", b"\x00" * 300]
+
+
+def test_bytes_with_nul_pass_through_onnx_string_tensors(server_factory, repo):
+    write_string_identity(repo)
+    srv = server_factory(repo)
+    wait_model_ready(srv, "strings")
+    sent = np.array(AWKWARD, dtype=np.object_)
+
+    hc = httpclient.InferenceServerClient(f"127.0.0.1:{srv.http_port}")
+    inp = httpclient.InferInput("TEXT", [len(AWKWARD)], "BYTES")
+    inp.set_data_from_numpy(sent, binary_data=True)
+    got = hc.infer("strings", [inp], outputs=[httpclient.InferRequestedOutput("ECHO", binary_data=True)])
+    assert list(got.as_numpy("ECHO")) == AWKWARD
+
+    gc = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
+    ginp = grpcclient.InferInput("TEXT", [len(AWKWARD)], "BYTES")
+    ginp.set_data_from_numpy(sent)
+    assert list(gc.infer("strings", [ginp]).as_numpy("ECHO")) == AWKWARD
+
+    # An empty tensor and one long element with NULs every other byte.
+    for elements in ([], [bytes(range(256)) * 64]):
+        ginp = grpcclient.InferInput("TEXT", [len(elements)], "BYTES")
+        ginp.set_data_from_numpy(np.array(elements, dtype=np.object_).reshape([len(elements)]))
+        assert list(gc.infer("strings", [ginp]).as_numpy("ECHO").reshape(-1)) == elements
+    gc.close()
+    hc.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# gRPC over TLS (--grpc-use-ssl, --grpc-use-ssl-mutual), certificates made here with openssl
+# ---------------------------------------------------------------------------------------------
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_ca(d: Path, name: str) -> tuple[Path, Path]:
+    key, cert = d / f"{name}.key", d / f"{name}.crt"
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+            "-days", "2", "-subj", f"/CN={name}", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    return key, cert
+
+
+def make_leaf(d: Path, name: str, ca: tuple[Path, Path], *, server: bool) -> tuple[Path, Path]:
+    key, csr, cert, ext = d / f"{name}.key", d / f"{name}.csr", d / f"{name}.crt", d / f"{name}.ext"
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}")
+    usage = "serverAuth" if server else "clientAuth"
+    ext.write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+                   f"extendedKeyUsage={usage}\n" + ("subjectAltName=IP:127.0.0.1,DNS:localhost\n" if server else ""))
+    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca[1]), "-CAkey", str(ca[0]), "-CAcreateserial",
+            "-out", str(cert), "-days", "2", "-extfile", str(ext))
+    return key, cert
+
+
+@pytest.fixture
+def pki(tmp_path):
+    d = tmp_path / "pki"
+    d.mkdir()
+    ca = make_ca(d, "ca")
+    other_ca = make_ca(d, "other-ca")
+    return {
+        "ca": ca,
+        "server": make_leaf(d, "server", ca, server=True),
+        "client": make_leaf(d, "client", ca, server=False),
+        "stranger": make_leaf(d, "stranger", other_ca, server=False),
+    }
+
+
+def wait_exit(srv, deadline: float = 60) -> int:
+    try:
+        return srv.process.wait(timeout=deadline)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"server kept running although it should have exited:\n{srv.log_text()[-3000:]}", pytrace=False)
+
+
+def tls_client(srv, pki, client: str | None) -> grpcclient.InferenceServerClient:
+    kw = {"root_certificates": str(pki["ca"][1])}
+    if client:
+        kw.update(private_key=str(pki[client][0]), certificate_chain=str(pki[client][1]))
+    return grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}", ssl=True, **kw)
+
+
+def assert_simple_infer(c) -> None:
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"), grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(a)
+    np.testing.assert_array_equal(c.infer("simple", inputs).as_numpy("OUTPUT0"), a + a)
+
+
+def test_grpc_tls_one_way(server_factory, tmp_path, pki):
+    repo = tmp_path / "repo"
+    copy_model(repo, "simple")
+    srv = server_factory(repo, ["--grpc-use-ssl=true", f"--grpc-server-cert={pki['server'][1]}",
+                                f"--grpc-server-key={pki['server'][0]}"])
+    wait_model_ready(srv, "simple")
+    c = tls_client(srv, pki, None)
+    assert c.is_server_live()
+    assert_simple_infer(c)
+    c.close()
+    # A plaintext client gets no answer from a TLS door.
+    plain = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
+    with pytest.raises(InferenceServerException):
+        plain.is_server_live(client_timeout=5)
+    plain.close()
+
+
+def test_grpc_tls_mutual_refuses_unknown_clients(server_factory, tmp_path, pki):
+    repo = tmp_path / "repo"
+    copy_model(repo, "simple")
+    srv = server_factory(repo, ["--grpc-use-ssl-mutual=true", f"--grpc-server-cert={pki['server'][1]}",
+                                f"--grpc-server-key={pki['server'][0]}", f"--grpc-root-cert={pki['ca'][1]}"])
+    wait_model_ready(srv, "simple")
+    c = tls_client(srv, pki, "client")
+    assert_simple_infer(c)
+    c.close()
+    for who in (None, "stranger"):  # no certificate; one signed by another authority
+        c = tls_client(srv, pki, who)
+        with pytest.raises(InferenceServerException) as e:
+            c.is_server_live(client_timeout=5)
+        assert "UNAVAILABLE" in str(e.value) or "DEADLINE" in str(e.value), e.value
+        c.close()
+    # The door still serves the right client afterwards.
+    c = tls_client(srv, pki, "client")
+    assert c.is_server_live()
+    c.close()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--grpc-use-ssl=true"], "--grpc-use-ssl needs --grpc-server-cert"),
+    (["--grpc-use-ssl-mutual=true", "--grpc-server-cert={cert}", "--grpc-server-key={key}"],
+     "--grpc-use-ssl-mutual needs --grpc-root-cert"),
+    (["--grpc-use-ssl=true", "--grpc-server-cert={key}", "--grpc-server-key={key}"], "gRPC TLS configuration"),
+])
+def test_grpc_tls_bad_flags_stop_the_start(server_factory, tmp_path, pki, flags, message):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    flags = [f.format(cert=pki["server"][1], key=pki["server"][0]) for f in flags]
+    srv = server_factory(repo, flags, expect_exit=True)
+    assert wait_exit(srv) > 0
+    assert message in srv.log_text(), srv.log_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton's raw binary request: Inference-Header-Content-Length: 0 and the body is the one input
+# ---------------------------------------------------------------------------------------------
+
+def raw_post(srv, model: str, body: bytes) -> requests.Response:
+    return requests.post(srv.http(f"/v2/models/{model}/infer"), data=body, timeout=30,
+                         headers={"Inference-Header-Content-Length": "0"})
+
+
+def binary_outputs(r: requests.Response) -> tuple[dict, bytes]:
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"] == "application/octet-stream"
+    n = int(r.headers["Inference-Header-Content-Length"])
+    return json.loads(r.content[:n]), r.content[n:]
+
+
+@pytest.fixture
+def raw_server(server_factory, repo):
+    write_onnx_identity(repo, "raw_fp32", "TYPE_FP32", [-1], max_batch_size=4, inp="IN", out="OUT")
+    write_onnx_identity(repo, "raw_fixed", "TYPE_INT32", [2, 3], inp="IN", out="OUT")
+    write_onnx_identity(repo, "raw_two_vars", "TYPE_FP32", [-1, -1], inp="IN", out="OUT")
+    write_onnx_identity(repo, "raw_text", "TYPE_STRING", [1], inp="IN", out="OUT")
+    write_onnx_identity(repo, "raw_texts", "TYPE_STRING", [-1], inp="IN", out="OUT")
+    copy_model(repo, "simple")
+    srv = server_factory(repo)
+    for m in ("raw_fp32", "raw_fixed", "raw_two_vars", "raw_text", "raw_texts", "simple"):
+        wait_model_ready(srv, m)
+    return srv
+
+
+def test_raw_binary_request_deduces_the_variable_dimension(raw_server):
+    values = np.arange(5, dtype=np.float32) * 1.5
+    doc, data = binary_outputs(raw_post(raw_server, "raw_fp32", values.tobytes()))
+    # A batch dimension of 1 for a batching model; the -1 from the byte count. No id: none was sent.
+    assert doc["model_name"] == "raw_fp32" and "id" not in doc
+    (out,) = doc["outputs"]
+    assert out["name"] == "OUT" and out["shape"] == [1, 5] and out["datatype"] == "FP32"
+    assert out["parameters"]["binary_data_size"] == 20
+    np.testing.assert_array_equal(np.frombuffer(data, dtype=np.float32), values)
+
+    ints = np.arange(6, dtype=np.int32)
+    doc, data = binary_outputs(raw_post(raw_server, "raw_fixed", ints.tobytes()))
+    assert doc["outputs"][0]["shape"] == [2, 3]
+    np.testing.assert_array_equal(np.frombuffer(data, dtype=np.int32), ints)
+
+
+def test_raw_binary_bytes_input_is_one_element(raw_server):
+    body = b"raw \x00 text \xff"
+    doc, data = binary_outputs(raw_post(raw_server, "raw_text", body))
+    assert doc["outputs"][0]["shape"] == [1] and doc["outputs"][0]["datatype"] == "BYTES"
+    assert data == len(body).to_bytes(4, "little") + body
+
+
+@pytest.mark.parametrize("model, body, message", [
+    ("simple", b"\0" * 128, "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced "
+                            "but got 2 inputs in 'simple' model configuration"),
+    ("raw_two_vars", b"\0" * 16, "[request id: <id_unknown>] The shape of the raw input 'IN' can not be deduced "
+                                 "because there are more than one variable-sized dimension"),
+    ("raw_texts", b"abc", "[request id: <id_unknown>] For BYTE datatype raw input 'IN', the model must have input "
+                          "shape [1]"),
+    ("raw_fp32", b"\0" * 10, "[request id: <id_unknown>] input byte size mismatch for input 'raw_input' for model "
+                             "'raw_fp32'. Expected 8, got 10"),
+    ("raw_fixed", b"\0" * 20, "[request id: <id_unknown>] input byte size mismatch for input 'raw_input' for model "
+                              "'raw_fixed'. Expected 24, got 20"),
+])
+def test_raw_binary_errors_are_tritons(raw_server, model, body, message):
+    r = raw_post(raw_server, model, body)
+    assert r.status_code == 400, r.text
+    assert r.json() == {"error": message}
+    # The same model still answers a good raw request.
+    if model == "raw_fp32":
+        binary_outputs(raw_post(raw_server, model, b"\0" * 8))
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton's utility backends, built in: identity, repeat, square
+# ---------------------------------------------------------------------------------------------
+
+REPEAT_CONFIG = """name: "{name}"
+backend: "repeat"
+max_batch_size: 0
+model_transaction_policy {{ decoupled: true }}
+input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }},
+        {{ name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] }},
+        {{ name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+         {{ name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }} ]
+"""
+
+SQUARE_CONFIG = """name: "{name}"
+backend: "square"
+max_batch_size: 0
+model_transaction_policy {{ decoupled: true }}
+input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+{extra}"""
+
+IDENTITY_CONFIG = """name: "{name}"
+backend: "identity"
+max_batch_size: 8
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }},
+        {{ name: "INPUT1" data_type: TYPE_STRING dims: [ 2 ] optional: true }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }},
+         {{ name: "OUTPUT1" data_type: TYPE_STRING dims: [ 2 ] }} ]
+dynamic_batching {{ }}
+"""
+
+
+def write_config_model(repo, name: str, text: str) -> None:
+    d = repo / name
+    (d / "1").mkdir(parents=True)  # a version directory with no model file: these backends need none
+    (d / "config.pbtxt").write_text(text)
+
+
+@pytest.fixture
+def utility_server(server_factory, repo):
+    write_config_model(repo, "repeat_int32", REPEAT_CONFIG.format(name="repeat_int32"))
+    write_config_model(repo, "square_int32", SQUARE_CONFIG.format(name="square_int32", extra=""))
+    write_config_model(repo, "square_failing", SQUARE_CONFIG.format(
+        name="square_failing", extra='parameters [ { key: "CUSTOM_FAIL_COUNT" value: { string_value: "1" } },\n'
+                                      '{ key: "CUSTOM_EMPTY_COUNT" value: { string_value: "1" } } ]'))
+    write_config_model(repo, "identity_fp32", IDENTITY_CONFIG.format(name="identity_fp32"))
+    srv = server_factory(repo)
+    for m in ("repeat_int32", "square_int32", "square_failing", "identity_fp32"):
+        wait_model_ready(srv, m)
+    return srv
+
+
+class Stream:
+    """A gRPC bidirectional stream with its responses in a queue."""
+
+    def __init__(self, srv):
+        self.client = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
+        self.responses: queue.Queue = queue.Queue()
+        self.client.start_stream(callback=lambda result, error: self.responses.put((result, error)))
+
+    def until_final(self, timeout: float = 30) -> list:
+        """Responses (result or error) up to the empty final one."""
+        got = []
+        while True:
+            result, error = self.responses.get(timeout=timeout)
+            if error is not None:
+                got.append(error)
+                continue
+            response = result.get_response()
+            if response.parameters["triton_final_response"].bool_param and not response.outputs:
+                return got
+            got.append(result)
+
+    def close(self, cancel: bool = False) -> None:
+        self.client.stop_stream(cancel_requests=cancel)
+        self.client.close()
+
+
+def repeat_inputs(values, delays, wait: int):
+    tensors = []
+    for name, data, dtype in (("IN", values, np.int32), ("DELAY", delays, np.uint32), ("WAIT", [wait], np.uint32)):
+        t = grpcclient.InferInput(name, [len(data)], "INT32" if dtype is np.int32 else "UINT32")
+        t.set_data_from_numpy(np.array(data, dtype=dtype))
+        tensors.append(t)
+    return tensors
+
+
+def test_repeat_streams_each_element_then_the_final_flag(utility_server):
+    s = Stream(utility_server)
+    try:
+        s.client.async_stream_infer("repeat_int32", repeat_inputs([10, 20, 30], [0, 50, 0], 0),
+                                    request_id="r1", enable_empty_final_response=True)
+        got = s.until_final()
+        assert [(int(r.as_numpy("IDX")[0]), int(r.as_numpy("OUT")[0])) for r in got] == [(0, 10), (1, 20), (2, 30)]
+        assert all(r.get_response().id == "r1" for r in got)
+        # An empty IN: the final flag alone.
+        s.client.async_stream_infer("repeat_int32", repeat_inputs([], [], 0), enable_empty_final_response=True)
+        assert s.until_final() == []
+    finally:
+        s.close()
+
+
+def test_repeat_paces_by_delay_and_interleaves_requests(utility_server):
+    # Two requests on one instance: WAIT 0 frees it at once, so the second request's quick
+    # responses arrive between the first request's slow ones.
+    s = Stream(utility_server)
+    try:
+        s.client.async_stream_infer("repeat_int32", repeat_inputs([1, 2], [0, 400], 0), request_id="slow")
+        s.client.async_stream_infer("repeat_int32", repeat_inputs([7], [0], 0), request_id="quick")
+        order = []
+        while len(order) < 3:
+            result, error = s.responses.get(timeout=30)
+            assert error is None, error
+            order.append((result.get_response().id, int(result.as_numpy("OUT")[0])))
+        assert order.index(("quick", 7)) < order.index(("slow", 2)), order
+    finally:
+        s.close()
+
+
+def test_repeat_over_generate_stream_and_plain_infer_refused(utility_server):
+    with requests.post(utility_server.http("/v2/models/repeat_int32/generate_stream"), timeout=30, stream=True,
+                       json={"IN": [4, 5], "DELAY": [0, 0], "WAIT": [0]}) as r:
+        assert r.status_code == 200, r.text
+        events = [json.loads(line[5:]) for line in r.iter_lines(decode_unicode=True) if line.startswith("data:")]
+    assert [(e["IDX"], e["OUT"]) for e in events] == [(0, 4), (1, 5)]
+    c = httpclient.InferenceServerClient(f"127.0.0.1:{utility_server.http_port}")
+    inp = httpclient.InferInput("IN", [1], "INT32")
+    inp.set_data_from_numpy(np.array([1], dtype=np.int32))
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("repeat_int32", [inp])
+    assert "decoupled" in str(e.value)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_cancelling_a_repeat_stream_stops_its_work(utility_server):
+    # Two million responses with no delay; the client takes 100 and cancels.
+    s = Stream(utility_server)
+    n = 2_000_000
+    s.client.async_stream_infer("repeat_int32", repeat_inputs(list(range(n)), [0] * n, 0))
+    for _ in range(100):
+        result, error = s.responses.get(timeout=30)
+        assert error is None, error
+    s.close(cancel=True)
+    pid = utility_server.process.pid
+    # Once the stream is gone the producer stops: the server goes (nearly) idle.
+    deadline = time.monotonic() + 10
+    while True:
+        before = cpu_seconds(pid)
+        time.sleep(0.5)
+        used = cpu_seconds(pid) - before
+        if used < 0.05:
+            break
+        assert time.monotonic() < deadline, f"server still busy ({used:.2f} s CPU per 0.5 s) after the cancel"
+    assert_square_works(utility_server)
+
+
+def assert_square_works(srv) -> None:
+    s = Stream(srv)
+    try:
+        inp = grpcclient.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.array([3], dtype=np.int32))
+        s.client.async_stream_infer("square_int32", [inp], enable_empty_final_response=True)
+        got = s.until_final()
+        assert [int(r.as_numpy("OUT")[0]) for r in got] == [3, 3, 3]
+    finally:
+        s.close()
+
+
+def test_square_sends_n_responses_and_honours_its_failure_parameters(utility_server):
+    assert_square_works(utility_server)
+    s = Stream(utility_server)
+    try:
+        inp = grpcclient.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.array([4], dtype=np.int32))
+        s.client.async_stream_infer("square_failing", [inp], enable_empty_final_response=True)
+        got = s.until_final()
+        # 4 responses: 2 succeed, 1 fails ("simulated failure"), 1 is never sent.
+        assert [int(r.as_numpy("OUT")[0]) for r in got if not isinstance(r, InferenceServerException)] == [4, 4]
+        errors = [r for r in got if isinstance(r, InferenceServerException)]
+        assert len(errors) == 1 and "simulated failure" in str(errors[0]), got
+        inp.set_data_from_numpy(np.array([0], dtype=np.int32))
+        s.client.async_stream_infer("square_int32", [inp], enable_empty_final_response=True)
+        assert s.until_final() == []
+    finally:
+        s.close()
+
+
+def test_identity_returns_inputs_and_zeros_for_an_absent_optional(utility_server):
+    c = httpclient.InferenceServerClient(f"127.0.0.1:{utility_server.http_port}")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    inp0 = httpclient.InferInput("INPUT0", [2, 3], "FP32")
+    inp0.set_data_from_numpy(x)
+    words = np.array([[b"a\x00b", b""], [b"c", b"\xff"]], dtype=np.object_)
+    inp1 = httpclient.InferInput("INPUT1", [2, 2], "BYTES")
+    inp1.set_data_from_numpy(words)
+    r = c.infer("identity_fp32", [inp0, inp1])
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), x)
+    assert r.as_numpy("OUTPUT1").tolist() == words.tolist()
+    r = c.infer("identity_fp32", [inp0])  # INPUT1 is optional: OUTPUT1 is zeros (empty strings)
+    assert r.as_numpy("OUTPUT1").tolist() == [[b"", b""], [b"", b""]]
+    # Over gRPC too, with only OUTPUT0 asked for.
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{utility_server.grpc_port}")
+    ginp = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+    ginp.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    r = g.infer("identity_fp32", [ginp], outputs=[grpcclient.InferRequestedOutput("OUTPUT0")])
+    assert r.as_numpy("OUTPUT1") is None
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), np.ones((1, 4), dtype=np.float32))
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("repeat_batching", REPEAT_CONFIG.replace("max_batch_size: 0", "max_batch_size: 4"),
+     "repeat backend only supports models with max_batch_size == 0"),
+    ("repeat_names", REPEAT_CONFIG.replace('"WAIT"', '"PAUSE"'), "expected third input tensor name to be WAIT, got PAUSE"),
+    ("repeat_types", REPEAT_CONFIG.replace('"DELAY" data_type: TYPE_UINT32', '"DELAY" data_type: TYPE_INT32'),
+     "expected DELAY datatype to be UINT32, got TYPE_INT32"),
+    ("square_shape", SQUARE_CONFIG.replace('"IN" data_type: TYPE_INT32 dims: [ 1 ]', '"IN" data_type: TYPE_INT32 dims: [ 2 ]'),
+     "expected IN shape to be [1], got [2]"),
+    ("identity_pairs", IDENTITY_CONFIG.replace('name: "OUTPUT1"', 'name: "OUTPUT2"'),
+     "expected input and output indices to match"),
+    ("identity_types", IDENTITY_CONFIG.replace('"OUTPUT0" data_type: TYPE_FP32', '"OUTPUT0" data_type: TYPE_INT32'),
+     "expected input and output datatype to match, got TYPE_FP32 and TYPE_INT32"),
+])
+def test_utility_configs_are_checked_with_tritons_messages(server_factory, repo, name, text, message):
+    write_config_model(repo, name, text.format(name=name, extra=""))
+    srv = server_factory(repo, ["--exit-on-error=false"])
+    r = requests.post(srv.http("/v2/repository/index"), json={}, timeout=10)
+    (entry,) = [e for e in r.json() if e["name"] == name]
+    assert entry["state"] == "UNAVAILABLE" and message in entry["reason"], entry
