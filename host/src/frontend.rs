@@ -232,16 +232,16 @@ impl Frontend {
         }
     }
 
-    /// Loads (or reloads) a model; `config` is a JSON ModelConfig overriding config.pbtxt.
-    /// `file_override` names a `file:` parameter, which this server does not support yet.
-    pub async fn load(&self, name: &str, config: Option<String>, file_override: Option<&str>) -> CoreResult<()> {
-        if let Some(file) = file_override {
-            return Err(CoreError::unsupported(format!(
-                "load parameter '{file}': file overrides are not supported yet"
-            )));
-        }
+    /// Loads (or reloads) a model; `config` is a JSON ModelConfig overriding config.pbtxt, and
+    /// `files` are Triton's `file:<path>` override contents (then the model is loaded from a
+    /// temporary directory holding them, see `ModelManager::load_override`).
+    pub async fn load(&self, name: &str, config: Option<String>, files: Vec<(String, Vec<u8>)>) -> CoreResult<()> {
         self.explicit_only()?;
-        self.manager.load(name, config).await
+        if files.is_empty() {
+            self.manager.load(name, config).await
+        } else {
+            self.manager.load_override(name, config, files).await
+        }
     }
 
     /// Unloads a model; with `unload_dependents`, the ensembles that use it too.

@@ -428,17 +428,17 @@ impl GrpcInferenceService for InferenceService {
         let request = request.into_inner();
         no_repository_name(&request.repository_name)?;
         let mut config = None;
-        let mut file_override = None;
-        for (key, value) in &request.parameters {
-            match (key.as_str(), &value.parameter_choice) {
-                ("config", Some(P::StringParam(json))) => config = Some(json.clone()),
+        let mut files = Vec::new();
+        for (key, value) in request.parameters {
+            match (key.as_str(), value.parameter_choice) {
+                ("config", Some(P::StringParam(json))) => config = Some(json),
                 ("config", _) => {
                     return Err(CoreError::invalid_arg(
                         "invalid value type for load parameter 'config', expected string_param.",
                     )
                     .into());
                 }
-                (file, Some(P::BytesParam(_))) if file.starts_with("file:") => file_override = Some(file.to_string()),
+                (file, Some(P::BytesParam(contents))) if file.starts_with("file:") => files.push((key, contents)),
                 (file, _) if file.starts_with("file:") => {
                     return Err(CoreError::invalid_arg(format!(
                         "invalid value type for load parameter '{file}', expected bytes_param."
@@ -450,7 +450,7 @@ impl GrpcInferenceService for InferenceService {
                 }
             }
         }
-        self.frontend.load(&request.model_name, config, file_override.as_deref()).await?;
+        self.frontend.load(&request.model_name, config, files).await?;
         ok(pb::RepositoryModelLoadResponse {})
     }
 

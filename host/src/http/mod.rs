@@ -285,16 +285,36 @@ async fn repository_index(State(state): State<HttpState>, body: Bytes) -> HttpRe
     Ok(ok_json(&Value::Array(entries)))
 }
 
-async fn repository_load(State(state): State<HttpState>, Path(model): Path<String>, body: Bytes) -> HttpResult {
+/// Triton's load: `parameters` may hold `config` (a JSON string) and `file:<path>` entries
+/// (base64 strings); every value is a string, anything else is Triton's INTERNAL error. The body
+/// is bounded by --http-max-input-size (model files travel in it) and the in-flight budget.
+async fn repository_load(State(state): State<HttpState>, Path(model): Path<String>, request: Request) -> HttpResult {
+    use base64::Engine as _;
+    let (parts, body) = request.into_parts();
+    let (body, _reservation) = body::read(&parts.headers, body, state.max_input_size, &state.body_budget).await?;
     let body = parse_json_body(&body, ErrorKind::Internal)?;
-    let parameters = body.get("parameters").and_then(Value::as_object);
-    let file_override = parameters.and_then(|p| p.keys().find(|k| k.starts_with("file:")));
-    let config = match parameters.and_then(|p| p.get("config")) {
-        None => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(CoreError::invalid_arg("load parameter 'config' must be a JSON string").into()),
-    };
-    state.frontend.load(&model, config, file_override.map(String::as_str)).await?;
+    let mut config = None;
+    let mut files = Vec::new();
+    if let Some(parameters) = body.get("parameters").and_then(Value::as_object) {
+        for (key, value) in parameters {
+            let Some(text) = value.as_str() else {
+                return Err(CoreError::internal("attempt to access JSON non-string as string").into());
+            };
+            if key == "config" {
+                config = Some(text.to_string());
+            } else if key.starts_with("file:") {
+                // Decision: malformed base64 is refused (Triton's decoder skips bad characters and
+                // loads whatever bytes remain).
+                let contents = base64::engine::general_purpose::STANDARD.decode(text.trim()).map_err(|e| {
+                    CoreError::invalid_arg(format!("load parameter '{key}' is not valid base64: {e}"))
+                })?;
+                files.push((key.clone(), contents));
+            } else {
+                return Err(CoreError::internal("unexpected error on creating Triton parameter").into());
+            }
+        }
+    }
+    state.frontend.load(&model, config, files).await?;
     Ok(empty_ok())
 }
 

@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
+use std::time::UNIX_EPOCH;
 
 mod dependencies;
 mod layout;
@@ -73,6 +74,9 @@ struct ModelEntry {
     /// Loaded only because an ensemble needed it (not asked for by name): unloading that
     /// ensemble with `unload_dependents` unloads it too, as Triton does.
     as_dependency: bool,
+    /// Set when the model was loaded from `file:` overrides: their temporary directory, removed
+    /// when this entry goes (unload, replacement by a later load).
+    override_dir: Option<Arc<OverrideDir>>,
 }
 
 pub struct ModelManager {
@@ -152,14 +156,56 @@ impl ModelManager {
             return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
         }
         let _guard = self.control.lock().await;
-        let outcome = self.load_locked(name, config_override).await;
+        let outcome = self.load_locked(name, config_override, None).await;
+        self.refresh_ensembles(Some(name));
+        outcome
+    }
+
+    /// Triton's load with file overrides: `files` (`file:<path>` parameters, paths relative to
+    /// the model directory such as `1/model.onnx`) are written to a new temporary directory
+    /// that stands in for the model's repository directory, with `config` (JSON) as its
+    /// configuration. The directory lives as long as the model: it is removed on unload, when a
+    /// later load replaces the model, and at once if this load fails. As in Triton, the client
+    /// only learns "failed to poll from model repository" for a bad override; the reason is
+    /// logged.
+    pub async fn load_override(
+        self: &Arc<Self>,
+        name: &str,
+        config: Option<String>,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> CoreResult<()> {
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
+        }
+        let poll_failed = || CoreError::internal(format!("failed to load '{name}', failed to poll from model repository"));
+        let Some(config) = config else {
+            tracing::error!(model = name, "Poll failed for model directory '{name}': Load parameter 'config' must be specified for model file override");
+            return Err(poll_failed());
+        };
+        let dir = match OverrideDir::create(name, &files) {
+            Ok(dir) => Arc::new(dir),
+            Err(reason) => {
+                tracing::error!(model = name, "Poll failed for model directory '{name}': {reason}");
+                return Err(poll_failed());
+            }
+        };
+        let _guard = self.control.lock().await;
+        let outcome = self.load_locked(name, Some(config), Some(dir)).await;
         self.refresh_ensembles(Some(name));
         outcome
     }
 
     /// `load` under the control lock: an ensemble's missing composing models load first.
-    async fn load_locked(self: &Arc<Self>, name: &str, config_override: Option<String>) -> CoreResult<()> {
-        let dir = self.locate(name)?;
+    async fn load_locked(
+        self: &Arc<Self>,
+        name: &str,
+        config_override: Option<String>,
+        override_dir: Option<Arc<OverrideDir>>,
+    ) -> CoreResult<()> {
+        let dir = match &override_dir {
+            Some(o) => o.path.clone(),
+            None => self.locate(name)?,
+        };
         let mut order = Vec::new();
         if let Err(cycle) = self.missing_dependencies(name, &dir, config_override.as_deref(), &mut order) {
             let entry =
@@ -172,25 +218,34 @@ impl ModelManager {
         }
         for dependency in order {
             // Its own failure shows in the ensemble's message ("not available").
-            if Box::pin(self.load_one(&dependency, None)).await.is_ok()
+            if Box::pin(self.load_one(&dependency, None, None)).await.is_ok()
                 && let Ok(mut models) = self.models.write()
                 && let Some(entry) = models.get_mut(&dependency)
             {
                 entry.as_dependency = true;
             }
         }
-        self.load_one(name, config_override).await
+        self.load_one(name, config_override, override_dir).await
     }
 
     /// Loads one model directory (no dependencies) and swaps it in.
-    async fn load_one(self: &Arc<Self>, name: &str, config_override: Option<String>) -> CoreResult<()> {
-        let dir = self.locate(name)?;
+    async fn load_one(
+        self: &Arc<Self>,
+        name: &str,
+        config_override: Option<String>,
+        override_dir: Option<Arc<OverrideDir>>,
+    ) -> CoreResult<()> {
+        let dir = match &override_dir {
+            Some(o) => o.path.clone(),
+            None => self.locate(name)?,
+        };
         let this = Arc::clone(self);
         let model_name = name.to_string();
-        let entry =
+        let mut entry =
             tokio::task::spawn_blocking(move || this.build_entry(&model_name, &dir, config_override.as_deref()))
                 .await
                 .map_err(|e| CoreError::internal(format!("model load task failed: {e}")))?;
+        entry.override_dir = override_dir;
         let outcome = entry_outcome(name, &entry);
         if let Ok(mut models) = self.models.write() {
             match models.get_mut(name) {
@@ -233,6 +288,8 @@ impl ModelManager {
                 }
                 entry.error = None;
                 entry.unloaded = true;
+                // The versions are gone: so are the files an override load wrote for them.
+                entry.override_dir = None;
                 tracing::info!(model = name.as_str(), "model unloaded");
             }
         }
@@ -608,4 +665,76 @@ fn entry_outcome(name: &str, entry: &ModelEntry) -> CoreResult<()> {
 
 fn model_filename<'a>(config: &'a ModelConfig, default: &'a str) -> &'a str {
     if config.default_model_filename.is_empty() { default } else { &config.default_model_filename }
+}
+
+/// The temporary directory of a load with file overrides; removed when dropped.
+#[derive(Debug)]
+pub(crate) struct OverrideDir {
+    path: PathBuf,
+}
+
+impl OverrideDir {
+    /// Writes `files` (relative paths) into a new directory under the system's temporary
+    /// directory. The error is Triton's wording for what was wrong.
+    fn create(model: &str, files: &[(String, Vec<u8>)]) -> Result<Self, String> {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let root = std::env::temp_dir();
+        let path = loop {
+            let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let nanos = std::time::SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+            let candidate = root.join(format!("tessera-override-{}-{n}-{nanos:08x}", std::process::id()));
+            match std::fs::create_dir(&candidate) {
+                Ok(()) => break candidate,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(format!("failed to create a directory for model '{model}': {e}")),
+            }
+        };
+        // From here on, a failure removes what was written.
+        let dir = Self { path };
+        for (key, contents) in files {
+            let relative = key.strip_prefix("file:").unwrap_or(key);
+            let target = dir.contained(relative).ok_or_else(|| {
+                format!(
+                    "Invalid file parameter '{key}' with normalized path '{}' must stay within model directory.",
+                    dir.path.join(relative).display()
+                )
+            })?;
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|_| format!("Invalid file parameter '{key}', directory has been created as a file"))?;
+            }
+            std::fs::write(&target, contents).map_err(|e| format!("failed to write file parameter '{key}': {e}"))?;
+        }
+        Ok(dir)
+    }
+
+    /// `relative` under this directory, if it names a file inside it (no `..`, no absolute path).
+    fn contained(&self, relative: &str) -> Option<PathBuf> {
+        use std::path::Component;
+        let mut path = self.path.clone();
+        let mut depth = 0usize;
+        for part in Path::new(relative).components() {
+            match part {
+                Component::Normal(p) => {
+                    path.push(p);
+                    depth += 1;
+                }
+                Component::CurDir => {}
+                Component::ParentDir if depth > 0 => {
+                    path.pop();
+                    depth -= 1;
+                }
+                _ => return None,
+            }
+        }
+        (depth > 0).then_some(path)
+    }
+}
+
+impl Drop for OverrideDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.path) {
+            tracing::warn!(path = %self.path.display(), "could not remove a model override directory: {e}");
+        }
+    }
 }
