@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::backend::wasm::WasmOptions;
 use crate::grpc::{GrpcOptions, GrpcTls};
+use crate::http::ConnectionLimits;
 use crate::repository::ControlMode;
 use crate::restricted::Restrictions;
 use crate::server::logging::{self, LogFlags};
@@ -61,6 +62,17 @@ fn parse_bool(value: &str) -> Result<bool, String> {
     }
 }
 
+/// 1024 connections, or half the open-file limit when that is lower (the rest stays for model
+/// files, gRPC and the like).
+fn default_max_connections() -> usize {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct it is given and nothing else.
+    #[allow(unsafe_code)]
+    let known = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    let half = if known { usize::try_from(limit.rlim_cur / 2).unwrap_or(usize::MAX) } else { usize::MAX };
+    half.clamp(16, 1024)
+}
+
 fn parse_byte_size(value: &str) -> Result<usize, String> {
     value.trim().parse::<usize>().map_err(|_| format!("'{value}' is not a byte count"))
 }
@@ -86,6 +98,19 @@ pub struct ServeArgs {
     /// UNAVAILABLE. Default: 1 GiB, or 4x --http-max-input-size when that is larger.
     #[arg(long, value_parser = parse_byte_size, env = "TESSERA_MAX_INFLIGHT_REQUEST_BYTES")]
     pub max_inflight_request_bytes: Option<usize>,
+    /// Most HTTP connections open at once; a client beyond them is answered 503 and closed.
+    /// Default: 1024, or half the process's open-file limit when that is lower.
+    #[arg(long, env = "TESSERA_HTTP_MAX_CONNECTIONS")]
+    pub http_max_connections: Option<usize>,
+    /// Seconds a client has to send a request's whole header once its first byte arrives.
+    #[arg(long, default_value_t = 30)]
+    pub http_header_read_timeout: u64,
+    /// Seconds a client has to send a request's whole body once its header arrived.
+    #[arg(long, default_value_t = 300)]
+    pub http_body_read_timeout: u64,
+    /// Seconds an HTTP connection may stay open with no request in progress and no traffic.
+    #[arg(long, default_value_t = 120)]
+    pub http_keepalive_timeout: u64,
     /// Triton's restricted APIs: `<api-list>:<key>=<value>` (repeatable). The listed categories
     /// (health, metadata, inference, shared-memory, model-config, model-repository, statistics,
     /// trace, logging) answer only requests with header `<key>: <value>`, others get 403.
@@ -130,6 +155,10 @@ pub struct ServeArgs {
     /// Accepted for compatibility with Triton command lines (responses are not pooled).
     #[arg(long)]
     pub grpc_infer_allocation_pool_size: Option<u64>,
+    /// Most gRPC connections open at once; a connection beyond them is closed at once (its
+    /// client fails with UNAVAILABLE). Default: as --http-max-connections.
+    #[arg(long, env = "TESSERA_GRPC_MAX_CONNECTIONS")]
+    pub grpc_max_connections: Option<usize>,
     /// Serve gRPC over TLS (rustls) with `--grpc-server-cert` and `--grpc-server-key`.
     #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub grpc_use_ssl: bool,
@@ -304,6 +333,12 @@ impl ServeArgs {
             http: self.allow_http.then(|| Listen::new(&self.http_address, self.http_port)),
             http_max_input_size: self.http_max_input_size,
             max_inflight_request_bytes: self.inflight_budget()?,
+            http_connections: ConnectionLimits {
+                max_connections: self.http_max_connections.unwrap_or_else(default_max_connections).max(1),
+                header_read: Duration::from_secs(self.http_header_read_timeout.max(1)),
+                body_read: Duration::from_secs(self.http_body_read_timeout.max(1)),
+                keepalive_idle: Duration::from_secs(self.http_keepalive_timeout.max(1)),
+            },
             http_restrictions: Restrictions::parse("http-restricted-api", &self.http_restricted_api)?,
             grpc: self.allow_grpc.then(|| Listen::new(&self.grpc_address, self.grpc_port)),
             grpc_options: GrpcOptions {
@@ -317,6 +352,7 @@ impl ServeArgs {
                 },
                 restrictions: Restrictions::parse("grpc-restricted-protocol", &self.grpc_restricted_protocol)?,
                 tls: self.grpc_tls()?,
+                max_connections: self.grpc_max_connections.unwrap_or_else(default_max_connections).max(1),
             },
             metrics: self.allow_metrics.then(|| Listen::new(&self.metrics_address, self.metrics_port)),
             cpu_metrics_interval: self.allow_cpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),

@@ -66,6 +66,62 @@ pub struct GrpcOptions {
     pub restrictions: Restrictions,
     /// TLS (`--grpc-use-ssl`, `--grpc-use-ssl-mutual`); plaintext when `None`.
     pub tls: Option<GrpcTls>,
+    /// Most connections open at once (`--grpc-max-connections`).
+    pub max_connections: usize,
+}
+
+/// An accepted connection holding one of the door's connection slots until it closes.
+struct CappedStream {
+    inner: tokio::net::TcpStream,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl tonic::transport::server::Connected for CappedStream {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+impl tokio::io::AsyncRead for CappedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for CappedStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
 }
 
 /// PEM contents for the gRPC door's TLS.
@@ -112,6 +168,7 @@ impl Default for GrpcOptions {
             response_compression: None,
             restrictions: Restrictions::default(),
             tls: None,
+            max_connections: 1024,
         }
     }
 }
@@ -142,12 +199,22 @@ pub async fn serve(
     let health = HealthServer::new(HealthService { frontend, restrictions: options.restrictions.clone() })
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate);
-    // Small requests are latency-bound: no Nagle delay on accepted connections.
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
-        if let Ok(stream) = &conn {
+    // Small requests are latency-bound: no Nagle delay on accepted connections. Past the
+    // connection cap a new connection is closed at once: its client fails fast (UNAVAILABLE)
+    // instead of waiting in the backlog.
+    let slots = Arc::new(tokio::sync::Semaphore::new(options.max_connections.max(1)));
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).filter_map(move |conn| match conn {
+        Ok(stream) => {
             let _ = stream.set_nodelay(true);
+            match Arc::clone(&slots).try_acquire_owned() {
+                Ok(slot) => Some(Ok(CappedStream { inner: stream, _slot: slot })),
+                Err(_) => {
+                    tracing::warn!("gRPC connection refused: {} open (--grpc-max-connections)", options.max_connections);
+                    None
+                }
+            }
         }
-        conn
+        Err(e) => Some(Err(e)),
     });
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &options.tls {

@@ -147,6 +147,11 @@ pub async fn read(headers: &HeaderMap, body: Body, limit: usize, budget: &BodyBu
     // grows once straight to the limit: pages never written cost no memory, whereas doubling
     // would leave a trail of freed copies behind.
     let hint = if encoding == "gzip" { gzip_size_hint(&raw) } else { None };
+    if hint.is_some_and(|n| n > limit) {
+        // The body says what it inflates to: refused without inflating it. (The trailer holds the
+        // size modulo 2^32, so a body that lies is still caught by the streaming limit below.)
+        return Err(too_large(limit));
+    }
     let first = hint.unwrap_or(raw.len().saturating_mul(4)).saturating_add(1).clamp(INFLATE_CHUNK, limit + 1);
     let mut out: Vec<u8> = Vec::with_capacity(first);
     let mut decoder: Box<dyn Read + Send> = match encoding.as_str() {

@@ -10,6 +10,7 @@ mod generate;
 mod json_data;
 mod path;
 mod response;
+mod serve;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use tower_http::compression::predicate::{DefaultPredicate, Predicate};
 pub use self::body::BodyBudget;
 use self::body::UNSUPPORTED_COMPRESSION;
 pub use self::error::HttpError;
+pub use self::serve::{ConnectionLimits, serve};
 pub use self::path::ModelPath;
 use self::response::{empty_ok, error_json, ok_json};
 use crate::error::{CoreError, CoreResult, ErrorKind};

@@ -21,7 +21,7 @@ use crate::error::CoreResult;
 use crate::frontend::{Frontend, LogApplier, SettingValue};
 use crate::grpc::GrpcOptions;
 use crate::backend::utility::{IdentityBackend, RepeatBackend, SquareBackend};
-use crate::http::{BodyBudget, HttpState, router};
+use crate::http::{BodyBudget, ConnectionLimits, HttpState, router};
 use crate::infer::Infer;
 use crate::metrics::{HostSampler, MetricsState};
 use crate::repository::{ControlMode, ModelManager, RepositoryOptions};
@@ -64,6 +64,8 @@ pub struct ServerConfig {
     pub http_max_input_size: usize,
     /// Budget of HTTP request bytes held at once, server-wide (see `http::BodyBudget`).
     pub max_inflight_request_bytes: usize,
+    /// The HTTP door's connection cap and timeouts.
+    pub http_connections: ConnectionLimits,
     /// Triton's `--http-restricted-api` (gRPC's are in `grpc_options`).
     pub http_restrictions: Restrictions,
     pub grpc: Option<Listen>,
@@ -116,6 +118,7 @@ impl Default for ServerConfig {
             http: None,
             http_max_input_size: 64 << 20,
             max_inflight_request_bytes: 1 << 30,
+            http_connections: ConnectionLimits::default(),
             http_restrictions: Restrictions::default(),
             grpc: None,
             grpc_options: GrpcOptions::default(),
@@ -283,10 +286,9 @@ impl Server {
                 max_input_size: config.http_max_input_size,
                 body_budget: BodyBudget::new(config.max_inflight_request_bytes),
             };
-            let shutdown = stopped(stop_rx.clone());
+            let (stop, limits) = (stop_rx.clone(), config.http_connections.clone());
             tasks.spawn(async move {
-                axum::serve(listener, router(state))
-                    .with_graceful_shutdown(shutdown)
+                crate::http::serve(listener, router(state), limits, stop)
                     .await
                     .map_err(|e| format!("HTTP server failed: {e}"))
             });

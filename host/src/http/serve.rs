@@ -1,0 +1,345 @@
+//! The HTTP door's connections: an accept loop that caps open connections and closes the ones
+//! that stall, so slow or idle clients cannot hold the server's sockets and file descriptors.
+//!
+//! Per connection, a watchdog reads three clocks (decisions, with their defaults in `cli.rs`):
+//! - header read: a request whose first byte has arrived must have its whole header within
+//!   `header_read` (a half-sent header is closed, not waited on forever);
+//! - keep-alive idle: a connection with no request in progress and no bytes for `keepalive_idle`
+//!   is closed (a request being served, however long, is never cut);
+//! - body read: a request's body must arrive within `body_read` of its header (a trickled body
+//!   fails that request with 400 and a message naming the flag).
+//!
+//! At the connection cap a new client is answered at once with 503 and closed, instead of
+//! waiting in the kernel's backlog until some other client leaves.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tower::ServiceExt;
+
+/// Connection limits and timeouts of the HTTP door.
+#[derive(Debug, Clone)]
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    pub header_read: Duration,
+    pub body_read: Duration,
+    pub keepalive_idle: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            header_read: Duration::from_secs(30),
+            body_read: Duration::from_secs(300),
+            keepalive_idle: Duration::from_secs(120),
+        }
+    }
+}
+
+/// What the watchdog of one connection reads, updated by its I/O and its requests.
+struct Activity {
+    started: Instant,
+    /// Milliseconds since the connection's start: the last byte read or written.
+    last_io_ms: AtomicU64,
+    /// When the first byte of a request whose header is not complete yet arrived (0: none).
+    header_started_ms: AtomicU64,
+    /// Requests whose header has been read and whose response body has not finished.
+    in_flight: AtomicUsize,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            last_io_ms: AtomicU64::new(1),
+            header_started_ms: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    /// Milliseconds since the connection's start, never 0 (0 means "not set").
+    fn now_ms(&self) -> u64 {
+        millis(self.started.elapsed()).max(1)
+    }
+
+    fn touch(&self) {
+        self.last_io_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+}
+
+/// Serves `router` on `listener` until `stop` turns true, then lets open requests finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> io::Result<()> {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let mut connections = JoinSet::new();
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                // Out of descriptors and the like: keep serving the connections we have.
+                Err(e) => {
+                    tracing::warn!("HTTP accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped(&mut stop) => break,
+        };
+        while connections.try_join_next().is_some() {}
+        let _ = stream.set_nodelay(true);
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            let max = limits.max_connections;
+            connections.spawn(async move { refuse(stream, max).await });
+            continue;
+        };
+        let (router, limits, stop) = (router.clone(), limits.clone(), stop.clone());
+        connections.spawn(async move {
+            serve_connection(stream, router, limits, stop).await;
+            drop(slot);
+        });
+    }
+    while connections.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Resolves once the server is stopping (the watch's guard is not held across awaits).
+async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await.map(drop);
+}
+
+/// Answers a client over the connection cap with 503 and closes.
+async fn refuse(mut stream: TcpStream, max: usize) {
+    let body = format!(
+        "{{\"error\":\"the server has its maximum of {max} open HTTP connections (--http-max-connections); retry \
+        later\"}}"
+    );
+    let reply = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: \
+        close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(reply.as_bytes())).await;
+    let _ = stream.shutdown().await;
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    router: Router,
+    limits: ConnectionLimits,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(WatchedIo { inner: stream, activity: Arc::clone(&activity) });
+    let body_read = limits.body_read;
+    let service_activity = Arc::clone(&activity);
+    let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+        // The header is complete: the request is in flight until its response body ends.
+        service_activity.header_started_ms.store(0, Ordering::Relaxed);
+        service_activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        let guard = InFlight(Arc::clone(&service_activity));
+        let request = request.map(|body| Body::new(DeadlineBody::new(body, body_read)));
+        let router = router.clone();
+        async move {
+            let response = router.oneshot(request).await.unwrap_or_else(|never| match never {});
+            Ok::<_, std::convert::Infallible>(response.map(|body| Body::new(GuardedBody { inner: body, _guard: guard })))
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).keep_alive(true).header_read_timeout(None);
+    let connection = builder.serve_connection(io, service).with_upgrades();
+    tokio::pin!(connection);
+    let tick = (limits.header_read.min(limits.keepalive_idle) / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut watchdog = tokio::time::interval(tick);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!("HTTP connection ended: {e}");
+                }
+                return;
+            }
+            _ = stopped(&mut stop), if !stopping => {
+                stopping = true;
+                connection.as_mut().graceful_shutdown();
+            }
+            _ = watchdog.tick() => {
+                if let Some(reason) = stalled(&activity, &limits) {
+                    tracing::debug!("closing HTTP connection: {reason}");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Why a connection should be closed now, if it should.
+fn stalled(activity: &Activity, limits: &ConnectionLimits) -> Option<&'static str> {
+    if activity.in_flight.load(Ordering::Relaxed) > 0 {
+        return None;
+    }
+    let now = activity.now_ms();
+    let header_started = activity.header_started_ms.load(Ordering::Relaxed);
+    if header_started > 0 {
+        return (now.saturating_sub(header_started) > millis(limits.header_read))
+            .then_some("the request header did not arrive in time (--http-header-read-timeout)");
+    }
+    let last = activity.last_io_ms.load(Ordering::Relaxed);
+    (now.saturating_sub(last) > millis(limits.keepalive_idle))
+        .then_some("idle keep-alive connection (--http-keepalive-timeout)")
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Decrements the connection's in-flight count when a response body is done (or dropped).
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        // Idle time counts from the end of the last response.
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A response body that keeps its request counted as in flight until it is finished.
+struct GuardedBody {
+    inner: Body,
+    _guard: InFlight,
+}
+
+impl HttpBody for GuardedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A request body that must be complete by a deadline set when its header arrived.
+struct DeadlineBody {
+    inner: hyper::body::Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+}
+
+impl DeadlineBody {
+    fn new(inner: hyper::body::Incoming, limit: Duration) -> Self {
+        Self { inner, deadline: Box::pin(tokio::time::sleep(limit)), limit }
+    }
+}
+
+/// The error a body read past its deadline ends with; its text reaches the client in the
+/// request's error.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {0:?} (--http-body-read-timeout)")]
+pub struct BodyTimeout(Duration);
+
+impl HttpBody for DeadlineBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            let limit = self.limit;
+            return Poll::Ready(Some(Err(Box::new(BodyTimeout(limit)))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The TCP stream, recording when bytes move and when a new request's first byte arrives.
+struct WatchedIo {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for WatchedIo {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            let now = self.activity.now_ms();
+            self.activity.last_io_ms.store(now, Ordering::Relaxed);
+            if self.activity.in_flight.load(Ordering::Relaxed) == 0 {
+                // Bytes with no request in progress: the next request's header has begun.
+                let _ = self.activity.header_started_ms.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for WatchedIo {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
