@@ -53,6 +53,9 @@ mod tensor;
 
 /// The command line (`tessera serve`, `tessera guest build`), used by the binary.
 pub mod cli;
+/// Entry points for fuzzing the parsers (used by `fuzz/` and by this crate's tests).
+#[doc(hidden)]
+pub mod fuzzing;
 /// `tessera guest build`: source to `model.wasm`.
 pub mod gpu;
 pub mod guest;

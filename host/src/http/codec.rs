@@ -397,6 +397,7 @@ pub fn encode_response(response: &InferResponse, binary: &BinaryOutputs) -> Core
 mod tests {
     use super::*;
     use crate::http::error::status_code;
+    use crate::infer::ShmTarget;
 
     fn decode(body: &str) -> CoreResult<HttpInferRequest> {
         decode_request(Bytes::from(body.to_string()), None, "m", None)

@@ -98,11 +98,11 @@ impl fmt::Display for Leaf<'_> {
 
 impl Sink<'_> {
     fn shape_mismatch(&self) -> CoreError {
-        let more = if self.count > self.expected { "more than " } else { "" };
+        let has = if self.count > self.expected { format!("more than {}", self.expected) } else { self.count.to_string() };
         CoreError::internal(format!(
             "Unable to parse 'data': Shape does not match true shape of 'data' field (input '{}': shape needs {} \
-            elements, 'data' has {more}{})",
-            self.name, self.expected, self.count
+            elements, 'data' has {has})",
+            self.name, self.expected
         ))
     }
 
@@ -240,6 +240,7 @@ impl<'de> Visitor<'de> for &mut Sink<'_> {
 }
 
 /// A JSON array of at most `MAX` items, refused while it is being parsed once it grows past that.
+#[derive(Debug)]
 pub struct Bounded<T, const MAX: usize>(pub Vec<T>);
 
 impl<'de, T: Deserialize<'de>, const MAX: usize> Deserialize<'de> for Bounded<T, MAX> {

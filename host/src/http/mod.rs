@@ -7,7 +7,7 @@ mod body;
 pub mod codec;
 mod error;
 mod generate;
-mod json_data;
+pub(crate) mod json_data;
 mod path;
 mod response;
 mod serve;
@@ -528,6 +528,7 @@ mod tests {
             frontend: Arc::new(Frontend::for_tests()),
             restrictions: Arc::default(),
             max_input_size: 1 << 20,
+            body_budget: BodyBudget::new(1 << 24),
         };
         let mut request = HttpRequest::builder().method(method).uri(uri);
         for (name, value) in headers {
