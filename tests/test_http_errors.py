@@ -114,6 +114,8 @@ def test_empty_body(server):
     # in 'simple' model configuration".
     r = post_infer(server, "simple", b"")
     assert_error(r, EXPECT["empty_body"], "simple")
+    assert r.json()["error"] == ("[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced "
+                                 "but got 2 inputs in 'simple' model configuration")
     assert_serves(server)
 
 
@@ -398,6 +400,10 @@ def test_header_length_not_numeric(server, value):
     body, hlen = binary_request(A, B)
     r = post_infer(server, "simple", body, headers={"Inference-Header-Content-Length": value})
     assert_error(r, BAD_REQUEST, "simple")
+    assert "Raw request must only have 1 input" in r.json()["error"], r.text
+    # "<n>abc" is n, as atoi reads it: the JSON header is found.
+    r = post_infer(server, "simple", body, headers={"Inference-Header-Content-Length": f"{hlen}abc"})
+    assert r.status_code == 200, r.text
     assert_serves(server)
 
 

@@ -306,7 +306,11 @@ impl ServeArgs {
         let tls = GrpcTls {
             certificate: read("grpc-server-cert", &self.grpc_server_cert)?,
             key: read("grpc-server-key", &self.grpc_server_key)?,
-            client_ca: if self.grpc_use_ssl_mutual { Some(read("grpc-root-cert", &self.grpc_root_cert)?) } else { None },
+            client_ca: if self.grpc_use_ssl_mutual {
+                Some(read("grpc-root-cert", &self.grpc_root_cert)?)
+            } else {
+                None
+            },
         };
         tls.validate()?;
         Ok(Some(tls))

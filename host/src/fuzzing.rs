@@ -47,11 +47,10 @@ pub fn grpc_infer(data: &[u8]) {
 /// a JSON config override.
 pub fn model_config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    for parsed in [crate::config::parse_pbtxt(text, Path::new("config.pbtxt")), crate::config::parse_json(text)] {
-        if let Ok(mut config) = parsed {
-            crate::config::normalize(&mut config);
-            drop(crate::config::validate(&config, "m"));
-        }
+    let parsed = [crate::config::parse_pbtxt(text, Path::new("config.pbtxt")), crate::config::parse_json(text)];
+    for mut config in parsed.into_iter().flatten() {
+        crate::config::normalize(&mut config);
+        drop(crate::config::validate(&config, "m"));
     }
 }
 
@@ -62,8 +61,11 @@ pub fn shm_parameters(data: &[u8]) {
     }
 }
 
+/// A fuzz target: arbitrary bytes in, no panic out.
+pub type Target = fn(&[u8]);
+
 /// The targets by name, for drivers.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("http_infer", http_infer),
     ("grpc_infer", grpc_infer),
     ("model_config", model_config),
@@ -84,7 +86,16 @@ fn raw_model() -> Option<ModelIo> {
 pub fn seeds(target: &str) -> Vec<Vec<u8>> {
     match target {
         "http_infer" => {
-            let json = br#"{"id":"1","parameters":{"binary_data_output":true},"inputs":[{"name":"INPUT0","shape":[1,4],"datatype":"INT32","data":[[1,2,3,4]]},{"name":"INPUT1","shape":[2],"datatype":"BYTES","data":["a","b"]},{"name":"INPUT2","shape":[1,2],"datatype":"FP32","parameters":{"binary_data_size":8}}],"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true,"classification":2}},{"name":"OUTPUT1","parameters":{"shared_memory_region":"r","shared_memory_byte_size":64,"shared_memory_offset":0}}]}"#;
+            let json = concat!(
+                r#"{"id":"1","parameters":{"binary_data_output":true},"inputs":["#,
+                r#"{"name":"INPUT0","shape":[1,4],"datatype":"INT32","data":[[1,2,3,4]]},"#,
+                r#"{"name":"INPUT1","shape":[2],"datatype":"BYTES","data":["a","b"]},"#,
+                r#"{"name":"INPUT2","shape":[1,2],"datatype":"FP32","parameters":{"binary_data_size":8}}],"#,
+                r#""outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true,"classification":2}},"#,
+                r#"{"name":"OUTPUT1","parameters":{"shared_memory_region":"r","shared_memory_byte_size":64,"#,
+                r#""shared_memory_offset":0}}]}"#
+            )
+            .as_bytes();
             let mut binary = vec![0u8];
             binary.extend_from_slice(json);
             binary.extend_from_slice(&[0, 0, 128, 63, 0, 0, 0, 64]);
@@ -105,10 +116,18 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
                         shape: vec![1, 2],
                         ..Default::default()
                     },
-                    InferInputTensor { name: "INPUT1".into(), datatype: "BYTES".into(), shape: vec![1], ..Default::default() },
+                    InferInputTensor {
+                        name: "INPUT1".into(),
+                        datatype: "BYTES".into(),
+                        shape: vec![1],
+                        ..Default::default()
+                    },
                 ],
                 outputs: vec![InferRequestedOutputTensor { name: "OUTPUT0".into(), ..Default::default() }],
-                raw_input_contents: vec![Bytes::from_static(&[1, 0, 0, 0, 2, 0, 0, 0]), Bytes::from_static(&[1, 0, 0, 0, b'z'])],
+                raw_input_contents: vec![
+                    Bytes::from_static(&[1, 0, 0, 0, 2, 0, 0, 0]),
+                    Bytes::from_static(&[1, 0, 0, 0, b'z']),
+                ],
                 ..Default::default()
             };
             vec![request.encode_to_vec()]
@@ -118,7 +137,12 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
             include_str!("../../model-repos/quickstart/text_pipeline/config.pbtxt"),
             include_str!("../../model-repos/quickstart/simple_sequence/config.pbtxt"),
             include_str!("../../model-repos/quickstart/bls_router/config.pbtxt"),
-            r#"{"name":"m","backend":"onnxruntime","max_batch_size":4,"input":[{"name":"I","data_type":"TYPE_FP32","dims":[-1]}],"output":[{"name":"O","data_type":"TYPE_FP32","dims":[-1]}],"dynamic_batching":{"preferred_batch_size":[2]}}"#,
+            concat!(
+                r#"{"name":"m","backend":"onnxruntime","max_batch_size":4,"#,
+                r#""input":[{"name":"I","data_type":"TYPE_FP32","dims":[-1]}],"#,
+                r#""output":[{"name":"O","data_type":"TYPE_FP32","dims":[-1]}],"#,
+                r#""dynamic_batching":{"preferred_batch_size":[2]}}"#
+            ),
         ]
         .iter()
         .map(|s| s.as_bytes().to_vec())
@@ -135,7 +159,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
 /// `target` on mutated inputs until `budget` passes or `max_runs` inputs ran. Returns the first
 /// input that panicked, if any (the panic message is printed by the default hook).
 pub fn mutate(
-    target: fn(&[u8]),
+    target: Target,
     seeds: &[Vec<u8>],
     rng_seed: u64,
     budget: std::time::Duration,
@@ -213,8 +237,13 @@ mod tests {
             for seed in &seeds {
                 target(seed);
             }
-            let (runs, crash) = mutate(*target, &seeds, 0x5eed ^ name.len() as u64, std::time::Duration::from_secs(secs), 5_000_000);
-            assert!(crash.is_none(), "{name} panicked after {runs} inputs on {:?}", crash.map(|c| String::from_utf8_lossy(&c).into_owned()));
+            let (runs, crash) =
+                mutate(*target, &seeds, 0x5eed ^ name.len() as u64, std::time::Duration::from_secs(secs), 5_000_000);
+            assert!(
+                crash.is_none(),
+                "{name} panicked after {runs} inputs on {:?}",
+                crash.map(|c| String::from_utf8_lossy(&c).into_owned())
+            );
             assert!(runs > 100, "{name}: only {runs} inputs ran");
         }
     }

@@ -107,7 +107,10 @@ impl tokio::io::AsyncWrite for CappedStream {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 
@@ -145,10 +148,12 @@ impl GrpcTls {
     /// Fails when the PEM contents do not make a usable server configuration (checked at startup,
     /// so a bad certificate stops the server instead of its first connection).
     pub fn validate(&self) -> Result<(), String> {
-        tonic::transport::Server::builder()
-            .tls_config(self.server_config())
-            .map(drop)
-            .map_err(|e| format!("gRPC TLS configuration: {}", std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string())))
+        tonic::transport::Server::builder().tls_config(self.server_config()).map(drop).map_err(|e| {
+            format!(
+                "gRPC TLS configuration: {}",
+                std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string())
+            )
+        })
     }
 }
 
@@ -209,7 +214,10 @@ pub async fn serve(
             match Arc::clone(&slots).try_acquire_owned() {
                 Ok(slot) => Some(Ok(CappedStream { inner: stream, _slot: slot })),
                 Err(_) => {
-                    tracing::warn!("gRPC connection refused: {} open (--grpc-max-connections)", options.max_connections);
+                    tracing::warn!(
+                        "gRPC connection refused: {} open (--grpc-max-connections)",
+                        options.max_connections
+                    );
                     None
                 }
             }

@@ -98,14 +98,20 @@ impl Reservation {
 }
 
 fn too_large(limit: usize) -> CoreError {
-    CoreError::invalid_arg(format!("request body exceeds the maximum allowed size of {limit} bytes (--http-max-input-size)"))
+    CoreError::invalid_arg(format!(
+        "request body exceeds the maximum allowed size of {limit} bytes (--http-max-input-size)"
+    ))
 }
 
 /// Reads the whole body, undoing Content-Encoding (gzip / deflate). Never holds more than
 /// `limit` bytes of compressed or of decompressed data, and charges what it holds to `budget`.
-pub async fn read(headers: &HeaderMap, body: Body, limit: usize, budget: &BodyBudget) -> CoreResult<(Bytes, Reservation)> {
-    let encoding =
-        headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("").trim().to_ascii_lowercase());
+pub async fn read(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    budget: &BodyBudget,
+) -> CoreResult<(Bytes, Reservation)> {
+    let encoding = headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("").trim().to_ascii_lowercase());
     let encoding = match encoding.as_deref() {
         None | Some("" | "identity") => None,
         Some(e @ ("gzip" | "deflate")) => Some(e.to_string()),
@@ -115,10 +121,8 @@ pub async fn read(headers: &HeaderMap, body: Body, limit: usize, budget: &BodyBu
             )));
         }
     };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<usize>().ok());
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large(limit));
     }
@@ -217,7 +221,8 @@ mod tests {
     async fn a_bomb_is_refused_at_the_limit_and_gives_its_budget_back() {
         let budget = BodyBudget::new(8 << 20);
         let bomb = gzip(&vec![0u8; 16 << 20]);
-        let error = read(&headers(Some("gzip"), Some(bomb.len())), Body::from(bomb), 1 << 20, &budget).await.err().unwrap();
+        let error =
+            read(&headers(Some("gzip"), Some(bomb.len())), Body::from(bomb), 1 << 20, &budget).await.err().unwrap();
         assert!(error.message.contains("maximum allowed size of 1048576"), "{}", error.message);
         assert_eq!(budget.units.available_permits(), (8 << 20) / UNIT);
     }
@@ -226,11 +231,13 @@ mod tests {
     async fn budget_is_held_until_the_reservation_drops() {
         let budget = BodyBudget::new(64 * 1024);
         let body = vec![7u8; 40 * 1024];
-        let (data, held) = read(&headers(None, Some(body.len())), Body::from(body.clone()), 1 << 20, &budget).await.unwrap();
+        let (data, held) =
+            read(&headers(None, Some(body.len())), Body::from(body.clone()), 1 << 20, &budget).await.unwrap();
         assert_eq!(data.len(), body.len());
         assert_eq!(held.bytes(), 40 * 1024);
         // The second 40 KiB does not fit beside the first: refused (after the short wait).
-        let error = read(&headers(None, Some(body.len())), Body::from(body.clone()), 1 << 20, &budget).await.err().unwrap();
+        let error =
+            read(&headers(None, Some(body.len())), Body::from(body.clone()), 1 << 20, &budget).await.err().unwrap();
         assert!(error.message.contains("--max-inflight-request-bytes"), "{}", error.message);
         drop(held);
         assert!(read(&headers(None, Some(body.len())), Body::from(body), 1 << 20, &budget).await.is_ok());
@@ -240,7 +247,8 @@ mod tests {
     async fn compressed_bodies_round_trip() {
         let budget = BodyBudget::new(64 << 20);
         let text = b"{\"inputs\": []}".repeat(1000);
-        let (data, _held) = read(&headers(Some("gzip"), None), Body::from(gzip(&text)), 1 << 20, &budget).await.unwrap();
+        let (data, _held) =
+            read(&headers(Some("gzip"), None), Body::from(gzip(&text)), 1 << 20, &budget).await.unwrap();
         assert_eq!(&data[..], &text[..]);
         let error = read(&headers(Some("br"), None), Body::from("x"), 1 << 20, &budget).await.err().unwrap();
         assert!(error.message.starts_with(UNSUPPORTED_COMPRESSION));

@@ -7,12 +7,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::json_data::{self, Bounded, JsonParameters, MAX_INPUTS, MAX_OUTPUTS};
 use crate::error::{CoreError, CoreResult};
 use crate::frontend::DecodedRequest;
-use crate::model::io::ModelIo;
 use crate::infer::{InferRequest, InferResponse, ParamValue, RequestedOutput};
+use crate::model::io::ModelIo;
 use crate::shm::ShmInput;
-use super::json_data::{self, Bounded, JsonParameters, MAX_INPUTS, MAX_OUTPUTS};
 use crate::tensor::{DataType, Tensor, bytes_elements};
 
 #[derive(Deserialize)]
@@ -90,11 +90,9 @@ pub fn decode_request(
     let parsed: JsonRequest = serde_json::from_slice(&json).map_err(|e| {
         use serde_json::error::Category;
         if json.is_empty() {
-            // Triton would try a raw binary request here; we ask for the JSON the protocol needs.
-            bad(format!(
-                "the request body for model '{model}' is empty: an inference request needs a JSON header (raw binary \
-                requests are not supported)"
-            ))
+            // Only reachable through `decode_request` called directly: the door sends empty
+            // bodies to `decode_raw`, as Triton treats them.
+            bad(format!("the request body for model '{model}' is empty: an inference request needs a JSON header"))
         } else if matches!(e.classify(), Category::Data) {
             CoreError::internal(format!(
                 "Unable to parse 'inputs': the request must be a JSON object with an 'inputs' array ({e})"

@@ -98,7 +98,8 @@ impl fmt::Display for Leaf<'_> {
 
 impl Sink<'_> {
     fn shape_mismatch(&self) -> CoreError {
-        let has = if self.count > self.expected { format!("more than {}", self.expected) } else { self.count.to_string() };
+        let has =
+            if self.count > self.expected { format!("more than {}", self.expected) } else { self.count.to_string() };
         CoreError::internal(format!(
             "Unable to parse 'data': Shape does not match true shape of 'data' field (input '{}': shape needs {} \
             elements, 'data' has {has})",
@@ -401,7 +402,8 @@ mod tests {
         assert_eq!(params.0.get("c"), Some(&ParamValue::Bool(true)));
         let err = serde_json::from_str::<JsonParameters>(r#"{"a": [1, 2]}"#).unwrap_err().to_string();
         assert!(err.contains("parameter 'a' must be a bool, a number or a string"), "{err}");
-        let many = format!("{{{}}}", (0..=MAX_PARAMETERS).map(|i| format!("\"k{i}\": 1")).collect::<Vec<_>>().join(","));
+        let many =
+            format!("{{{}}}", (0..=MAX_PARAMETERS).map(|i| format!("\"k{i}\": 1")).collect::<Vec<_>>().join(","));
         let err = serde_json::from_str::<JsonParameters>(&many).unwrap_err().to_string();
         assert!(err.contains("more than 1024 parameters"), "{err}");
     }

@@ -30,9 +30,9 @@ use tower_http::compression::predicate::{DefaultPredicate, Predicate};
 pub use self::body::BodyBudget;
 use self::body::UNSUPPORTED_COMPRESSION;
 pub use self::error::HttpError;
-pub use self::serve::{ConnectionLimits, serve};
 pub use self::path::ModelPath;
 use self::response::{empty_ok, error_json, ok_json};
+pub use self::serve::{ConnectionLimits, serve};
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::frontend::{EXTENSIONS, Frontend, SettingValue, TensorMetadata};
 use crate::model::LoadedModel;
@@ -203,22 +203,18 @@ async fn infer(
 
 async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, request: Request) -> CoreResult<Response> {
     let (parts, body) = request.into_parts();
-    let header_length = match parts.headers.get("inference-header-content-length") {
-        None => None,
-        Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<i64>().ok()).ok_or_else(|| {
-            CoreError::invalid_arg(format!(
-                "Inference-Header-Content-Length header value {v:?} is not a valid byte count (model '{model}')"
-            ))
-        })?),
-    };
+    // Read as Triton reads it (C's atoi): "12abc" is 12 and "abc" is 0, a raw binary request.
+    let header_length = parts.headers.get("inference-header-content-length").map(|v| atoi(v.as_bytes()));
     // Held until the response is built: the request's bytes count against the server's budget.
     let (body, _reservation) = body::read(&parts.headers, body, state.max_input_size, &state.body_budget).await?;
     // Before decoding, so an unknown model is reported as such even when the body is wrong too.
     let loaded = state.frontend.ready_model(model, version)?;
     let serving = loaded.version;
     let decoded = match header_length {
-        // Triton's raw binary request: the body is the model's one input.
+        // Triton's raw binary request: the body is the model's one input. An empty body without
+        // the header is one too (Triton takes the header length to be the body's).
         Some(0) => codec::decode_raw(body, &loaded.io)?,
+        None if body.is_empty() => codec::decode_raw(body, &loaded.io)?,
         _ => codec::decode_request(body, header_length, model, version)?,
     };
     drop(loaded);
@@ -287,6 +283,22 @@ async fn repository_index(State(state): State<HttpState>, body: Bytes) -> HttpRe
     Ok(ok_json(&Value::Array(entries)))
 }
 
+/// C's `atoi`: optional whitespace and sign, then digits up to the first non-digit; 0 without
+/// digits; saturating instead of overflowing.
+fn atoi(text: &[u8]) -> i64 {
+    let text = text.trim_ascii_start();
+    let (negative, digits) = match text.first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let value = digits
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .fold(0i64, |acc, &d| acc.saturating_mul(10).saturating_add(i64::from(d - b'0')));
+    if negative { -value } else { value }
+}
+
 /// Triton's load: `parameters` may hold `config` (a JSON string) and `file:<path>` entries
 /// (base64 strings); every value is a string, anything else is Triton's INTERNAL error. The body
 /// is bounded by --http-max-input-size (model files travel in it) and the in-flight budget.
@@ -307,9 +319,9 @@ async fn repository_load(State(state): State<HttpState>, Path(model): Path<Strin
             } else if key.starts_with("file:") {
                 // Decision: malformed base64 is refused (Triton's decoder skips bad characters and
                 // loads whatever bytes remain).
-                let contents = base64::engine::general_purpose::STANDARD.decode(text.trim()).map_err(|e| {
-                    CoreError::invalid_arg(format!("load parameter '{key}' is not valid base64: {e}"))
-                })?;
+                let contents = base64::engine::general_purpose::STANDARD
+                    .decode(text.trim())
+                    .map_err(|e| CoreError::invalid_arg(format!("load parameter '{key}' is not valid base64: {e}")))?;
                 files.push((key.clone(), contents));
             } else {
                 return Err(CoreError::internal("unexpected error on creating Triton parameter").into());

@@ -159,14 +159,17 @@ async fn serve_connection(
         let router = router.clone();
         async move {
             let response = router.oneshot(request).await.unwrap_or_else(|never| match never {});
-            Ok::<_, std::convert::Infallible>(response.map(|body| Body::new(GuardedBody { inner: body, _guard: guard })))
+            Ok::<_, std::convert::Infallible>(
+                response.map(|body| Body::new(GuardedBody { inner: body, _guard: guard })),
+            )
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).keep_alive(true).header_read_timeout(None);
     let connection = builder.serve_connection(io, service).with_upgrades();
     tokio::pin!(connection);
-    let tick = (limits.header_read.min(limits.keepalive_idle) / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let tick =
+        (limits.header_read.min(limits.keepalive_idle) / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut watchdog = tokio::time::interval(tick);
     let mut stopping = false;
     loop {

@@ -177,9 +177,14 @@ impl ModelManager {
         if name.is_empty() || name.contains('/') || name == "." || name == ".." {
             return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
         }
-        let poll_failed = || CoreError::internal(format!("failed to load '{name}', failed to poll from model repository"));
+        let poll_failed =
+            || CoreError::internal(format!("failed to load '{name}', failed to poll from model repository"));
         let Some(config) = config else {
-            tracing::error!(model = name, "Poll failed for model directory '{name}': Load parameter 'config' must be specified for model file override");
+            tracing::error!(
+                model = name,
+                "Poll failed for model directory '{name}': Load parameter 'config' must be specified for model file \
+                override"
+            );
             return Err(poll_failed());
         };
         let dir = match OverrideDir::create(name, &files) {

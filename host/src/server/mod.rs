@@ -13,6 +13,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::backend::onnx::OnnxBackend;
+use crate::backend::utility::{IdentityBackend, RepeatBackend, SquareBackend};
 use crate::backend::wasm::{WasmBackend, WasmOptions};
 use crate::backend::{Backend, BackendRegistry};
 use crate::cache::ResponseCache;
@@ -20,7 +21,6 @@ use crate::config::ModelConfig;
 use crate::error::CoreResult;
 use crate::frontend::{Frontend, LogApplier, SettingValue};
 use crate::grpc::GrpcOptions;
-use crate::backend::utility::{IdentityBackend, RepeatBackend, SquareBackend};
 use crate::http::{BodyBudget, ConnectionLimits, HttpState, router};
 use crate::infer::Infer;
 use crate::metrics::{HostSampler, MetricsState};

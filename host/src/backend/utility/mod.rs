@@ -60,7 +60,10 @@ fn is_decoupled(config: &ModelConfig) -> bool {
 }
 
 fn input<'a>(inputs: &'a [Tensor], name: &str) -> CoreResult<&'a Tensor> {
-    inputs.iter().find(|t| t.name == name).ok_or_else(|| CoreError::unsupported(format!("failed to get input '{name}'")))
+    inputs
+        .iter()
+        .find(|t| t.name == name)
+        .ok_or_else(|| CoreError::unsupported(format!("failed to get input '{name}'")))
 }
 
 /// Little-endian 4-byte values of a tensor's data.

@@ -167,9 +167,11 @@ impl ModelInstance for RepeatInstance {
                     let spawned = std::thread::Builder::new().name("repeat-responses".into()).spawn(move || {
                         job.run(&mut Sink::Stream(responder));
                     });
-                    results.push(spawned.map(|_| Vec::new()).map_err(|e| {
-                        CoreError::internal(format!("failed to start the response thread: {e}"))
-                    }));
+                    results.push(
+                        spawned
+                            .map(|_| Vec::new())
+                            .map_err(|e| CoreError::internal(format!("failed to start the response thread: {e}"))),
+                    );
                     sleep_ms(wait_ms);
                 }
                 _ => {

@@ -109,7 +109,8 @@ fn respond(count: u64, out_shape: &[i64], pacing: Pacing, sink: &mut Sink) {
         let outputs = if index >= failing_from {
             Err(CoreError::new(ErrorKind::Unknown, "simulated failure"))
         } else {
-            let out = Tensor::new("OUT", DataType::Int32, out_shape.to_vec(), Bytes::copy_from_slice(&value.to_le_bytes()));
+            let out =
+                Tensor::new("OUT", DataType::Int32, out_shape.to_vec(), Bytes::copy_from_slice(&value.to_le_bytes()));
             sleep(pacing.output_delay);
             out.map(|t| vec![t])
         };
@@ -128,8 +129,9 @@ impl ModelInstance for SquareInstance {
                     return Err(CoreError::invalid_arg("unexpected shape for IN input"));
                 }
                 let n = words(tensor).next().map_or(0, i32::from_le_bytes);
-                let count = u64::try_from(n)
-                    .map_err(|_| CoreError::invalid_arg(format!("IN must not be negative for a square model, got {n}")))?;
+                let count = u64::try_from(n).map_err(|_| {
+                    CoreError::invalid_arg(format!("IN must not be negative for a square model, got {n}"))
+                })?;
                 Ok((count, vec![1i64; tensor.shape.len()]))
             });
             let (count, out_shape) = match prepared {
@@ -145,9 +147,11 @@ impl ModelInstance for SquareInstance {
                     let spawned = std::thread::Builder::new().name("square-responses".into()).spawn(move || {
                         respond(count, &out_shape, pacing, &mut Sink::Stream(responder));
                     });
-                    results.push(spawned.map(|_| Vec::new()).map_err(|e| {
-                        CoreError::internal(format!("failed to start the response thread: {e}"))
-                    }));
+                    results.push(
+                        spawned
+                            .map(|_| Vec::new())
+                            .map_err(|e| CoreError::internal(format!("failed to start the response thread: {e}"))),
+                    );
                 }
                 _ => {
                     let mut sink = Sink::Collect(Vec::new());
