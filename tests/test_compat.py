@@ -612,3 +612,98 @@ def test_oversized_and_malformed_load_parameters(override_server):
     assert r.status_code == 500 and r.json()["error"] == "unexpected error on creating Triton parameter", r.text
     assert override_dirs(tmp) == []
     assert requests.get(srv.http("/v2/models/simple/ready"), timeout=10).status_code == 200
+
+
+# ---------------------------------------------------------------------------------------------
+# Request errors word for word as Triton 2.51 answers them (checked side by side with the
+# reference tritonserver; the catalogue is docs/triton-http-behaviour.md, "Request errors")
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def simple_server(server_factory, repo):
+    copy_model(repo, "simple")
+    srv = server_factory(repo)
+    wait_model_ready(srv, "simple")
+    return srv
+
+
+def simple_inputs_json(shape0=(1, 16)):
+    return [{"name": "INPUT0", "shape": list(shape0), "datatype": "INT32", "data": [0] * 16},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [0] * 16}]
+
+
+NOT_UNSIGNED = "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
+
+
+@pytest.mark.parametrize("path, body, status, message", [
+    ("/v2/models/simple/versions/abc/infer", {"inputs": simple_inputs_json()}, 404, "Not Found"),
+    ("/v2/models/simple/versions/99999999999999999999/infer", {"inputs": simple_inputs_json()}, 400,
+     "failed to get model version from specified version string '99999999999999999999' (details: stol), "
+     "version should be an integral value > 0"),
+    ("/v2/models/simple/infer", {"inputs": simple_inputs_json((-1, 16))}, 500, NOT_UNSIGNED),
+    ("/v2/models/simple/infer", {"inputs": simple_inputs_json((1.5, 16))}, 500, NOT_UNSIGNED),
+    ("/v2/models/simple/infer", {"inputs": simple_inputs_json(("1", 16))}, 500, NOT_UNSIGNED),
+])
+def test_http_request_errors_are_tritons(simple_server, path, body, status, message):
+    r = requests.post(simple_server.http(path), json=body, timeout=30)
+    assert (r.status_code, r.json()) == (status, {"error": message}), r.text
+
+
+def test_duplicate_requested_outputs_are_answered_once(simple_server):
+    body = {"inputs": simple_inputs_json(), "outputs": [{"name": "OUTPUT1"}, {"name": "OUTPUT1"}]}
+    r = requests.post(simple_server.http("/v2/models/simple/infer"), json=body, timeout=30)
+    assert r.status_code == 200 and [o["name"] for o in r.json()["outputs"]] == ["OUTPUT1"], r.text
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{simple_server.grpc_port}")
+    inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for i in inputs:
+        i.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+    out = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT0")]
+    r = g.infer("simple", inputs, outputs=out)
+    assert [o.name for o in r.get_response().outputs] == ["OUTPUT0"]
+    g.close()
+
+
+@pytest.mark.parametrize("version, message", [
+    ("abc", "failed to get model version from specified version string 'abc' (details: stol), version should be an "
+            "integral value > 0"),
+    ("-1", "invalid model version specified '-1' , version should be an integral value > 0"),
+])
+def test_grpc_version_errors_are_tritons(simple_server, version, message):
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{simple_server.grpc_port}")
+    inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for i in inputs:
+        i.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+    with pytest.raises(InferenceServerException) as e:
+        g.infer("simple", inputs, model_version=version)
+    assert e.value.status() == "StatusCode.INVALID_ARGUMENT" and e.value.message() == message, e.value
+    # std::stol reads a leading number and ignores the rest: "1abc" is version 1.
+    assert g.infer("simple", inputs, model_version="1abc").as_numpy("OUTPUT0") is not None
+    g.close()
+
+
+def test_shared_memory_registration_errors_are_tritons(simple_server, tmp_path):
+    import uuid
+    key = f"/tessera-compat-{uuid.uuid4().hex[:8]}"
+    fd = os.open(f"/dev/shm{key}", os.O_CREAT | os.O_RDWR, 0o600)
+    os.ftruncate(fd, 64)
+    os.close(fd)
+    try:
+        def register(name, k, offset, size):
+            return requests.post(simple_server.http(f"/v2/systemsharedmemory/region/{name}/register"),
+                                 json={"key": k, "offset": offset, "byte_size": size}, timeout=10)
+        cases = [
+            (("r1", "/tessera-no-such-key", 0, 64), 500, "Unable to open shared memory region: '/tessera-no-such-key'"),
+            (("r2", "/a/b", 0, 64), 500, "Unable to open shared memory region: '/a/b'"),
+            (("r3", key, 0, 128), 400, "failed to register shared memory region 'r3': invalid args"),
+            (("r4", key, 2**64 - 1, 16), 400,
+             "failed to register shared memory region 'r4': unable to process address spaceInvalid argument"),
+        ]
+        for args, status, message in cases:
+            r = register(*args)
+            assert (r.status_code, r.json()) == (status, {"error": message}), (args, r.text)
+        assert register("ok", key, 0, 64).status_code == 200
+        r = register("ok", key, 0, 64)
+        assert (r.status_code, r.json()) == (400, {"error": "shared memory region 'ok' already in manager"}), r.text
+    finally:
+        requests.post(simple_server.http("/v2/systemsharedmemory/unregister"), timeout=10)
+        os.unlink(f"/dev/shm{key}")

@@ -50,6 +50,41 @@ pub fn parse_version(
     version.parse::<i64>().ok().filter(|v| *v >= 0).map(Some).ok_or_else(invalid)
 }
 
+/// Triton's message for a version string its `std::stol` cannot read.
+pub fn version_error(version: &str) -> String {
+    format!(
+        "failed to get model version from specified version string '{version}' (details: stol), version should be \
+        an integral value > 0"
+    )
+}
+
+/// A version as Triton's gRPC door reads it (`std::stol`): leading whitespace, an optional sign,
+/// then digits up to the first other character (`"1abc"` is 1); no digits, or too large, is an
+/// error; a negative version is refused.
+pub fn parse_version_stol(version: &str) -> crate::error::CoreResult<Option<i64>> {
+    use crate::error::CoreError;
+    if version.is_empty() {
+        return Ok(None);
+    }
+    let text = version.trim_start();
+    let (sign, rest) = match text.as_bytes().first() {
+        Some(b'-') => ("-", &text[1..]),
+        Some(b'+') => ("", &text[1..]),
+        _ => ("", text),
+    };
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    if digits.is_empty() {
+        return Err(CoreError::invalid_arg(version_error(version)));
+    }
+    let value: i64 = format!("{sign}{digits}").parse().map_err(|_| CoreError::invalid_arg(version_error(version)))?;
+    if value < 0 {
+        return Err(CoreError::invalid_arg(format!(
+            "invalid model version specified '{version}' , version should be an integral value > 0"
+        )));
+    }
+    Ok(Some(value))
+}
+
 /// A byte range of a registered shared-memory region (the `shared_memory_region`,
 /// `shared_memory_offset` and `shared_memory_byte_size` tensor parameters).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -207,9 +207,9 @@ pub struct SharedMemoryManager {
 fn key_path(key: &str) -> CoreResult<PathBuf> {
     let bare = key.strip_prefix('/').unwrap_or(key);
     if bare.is_empty() || bare.len() > 255 || bare.contains('/') || bare == "." || bare == ".." || bare.contains('\0') {
-        return Err(CoreError::invalid_arg(format!(
-            "Unable to open shared memory region: '{key}': a POSIX shared memory key is '/name' with no other '/'"
-        )));
+        // Triton's message for any shm_open failure (the reason is logged).
+        tracing::warn!(key, "shared memory key refused: a POSIX shared memory key is '/name' with no other '/'");
+        return Err(CoreError::internal(format!("Unable to open shared memory region: '{key}'")));
     }
     Ok(PathBuf::from(SHM_DIR).join(bare))
 }
@@ -239,12 +239,11 @@ impl SharedMemoryManager {
         let mut regions = self.regions.write().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
         ensure_vacant(&regions, name)?;
         // As shm_open does: no following symlinks out of /dev/shm, and only regular files.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| CoreError::internal(format!("Unable to open shared memory region: '{key}': {e}")))?;
+        let file =
+            OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(&path).map_err(|e| {
+                tracing::warn!(key, "shm_open failed: {e}");
+                CoreError::internal(format!("Unable to open shared memory region: '{key}'"))
+            })?;
         if !file.metadata().is_ok_and(|m| m.is_file()) {
             return Err(CoreError::internal(format!(
                 "Invalid shared memory region: '{key}' is not a shared memory object"
@@ -254,11 +253,21 @@ impl SharedMemoryManager {
             .metadata()
             .map_err(|e| CoreError::internal(format!("Unable to read the size of shared memory region '{key}': {e}")))?
             .len();
-        if offset.checked_add(byte_size).is_none_or(|end| end > size) {
-            return Err(CoreError::invalid_arg(format!(
-                "failed to register shared memory region '{name}': invalid args (offset {offset} + byte_size \
-                {byte_size} exceeds the {size} bytes of '{key}')"
-            )));
+        // Triton's messages: an offset + size that wraps fails its mmap, one past the end its size check.
+        match offset.checked_add(byte_size) {
+            None => {
+                return Err(CoreError::invalid_arg(format!(
+                    "failed to register shared memory region '{name}': unable to process address spaceInvalid \
+                    argument"
+                )));
+            }
+            Some(end) if end > size => {
+                tracing::warn!(name, key, offset, byte_size, size, "shared memory region larger than its object");
+                return Err(CoreError::invalid_arg(format!(
+                    "failed to register shared memory region '{name}': invalid args"
+                )));
+            }
+            Some(_) => {}
         }
         regions.insert(
             name.to_string(),
@@ -406,7 +415,7 @@ mod tests {
         assert!(over.message.contains("Invalid offset + byte size for shared memory region: 'r'"), "{}", over.message);
         assert!(region.read(u64::MAX, 2, "x").is_err(), "overflowing ranges are rejected");
         let too_big = m.register("big", &shm.1, 60, 8).unwrap_err();
-        assert!(too_big.message.contains("exceeds the 64 bytes"), "{}", too_big.message);
+        assert!(too_big.message.ends_with("invalid args"), "{}", too_big.message);
         assert_eq!(m.status(None).unwrap().len(), 1);
         // Unregistering while a request holds the region leaves the region usable for it.
         m.unregister(Some("r")).unwrap();

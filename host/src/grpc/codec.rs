@@ -26,9 +26,7 @@ fn bad(message: impl Into<String>) -> CoreError {
 
 /// The `version` / `model_version` field of a gRPC request.
 pub fn parse_version(version: &str) -> CoreResult<Option<i64>> {
-    crate::infer::parse_version(version, || {
-        bad(format!("failed to parse model version '{version}': a version is a non-negative integer"))
-    })
+    crate::infer::parse_version_stol(version)
 }
 
 pub fn param_from_proto(p: &InferParameter) -> Option<ParamValue> {

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::json_data::{self, Bounded, JsonParameters, MAX_INPUTS, MAX_OUTPUTS};
+use super::json_data::{self, Bounded, JsonParameters, MAX_DIMS, MAX_INPUTS, MAX_OUTPUTS, ShapeDim};
 use crate::error::{CoreError, CoreResult};
 use crate::frontend::DecodedRequest;
 use crate::infer::{InferRequest, InferResponse, ParamValue, RequestedOutput};
@@ -29,12 +29,21 @@ struct JsonRequest {
 #[derive(Deserialize)]
 struct JsonInput {
     name: String,
-    shape: Vec<i64>,
+    shape: Bounded<ShapeDim, MAX_DIMS>,
     datatype: String,
     #[serde(default)]
     parameters: Option<JsonParameters>,
     /// Kept as text and decoded straight into tensor bytes once the shape is known.
     #[serde(default)]
+    data: Option<Box<RawValue>>,
+}
+
+/// A JSON input with its shape checked.
+struct DecodedInput {
+    name: String,
+    shape: Vec<i64>,
+    datatype: String,
+    parameters: Option<JsonParameters>,
     data: Option<Box<RawValue>>,
 }
 
@@ -105,6 +114,19 @@ pub fn decode_request(
     let mut inputs = Vec::with_capacity(parsed.inputs.0.len());
     let mut shm_inputs = Vec::new();
     for input in parsed.inputs.0 {
+        // Triton's message for a negative, fractional or non-numeric dimension.
+        let shape = input.shape.0.iter().map(|d| d.0).collect::<Option<Vec<i64>>>().ok_or_else(|| {
+            CoreError::internal(
+                "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer",
+            )
+        })?;
+        let input = DecodedInput {
+            name: input.name,
+            shape,
+            datatype: input.datatype,
+            parameters: input.parameters,
+            data: input.data,
+        };
         let datatype = DataType::from_protocol(&input.datatype)
             .ok_or_else(|| bad(format!("invalid datatype for input {} ('{}')", input.name, input.datatype)))?;
         let params = input.parameters.map(|p| p.0).unwrap_or_default();

@@ -15,7 +15,8 @@ pub fn status_code(kind: ErrorKind) -> StatusCode {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
-        ErrorKind::AlreadyExists => StatusCode::CONFLICT,
+        // Triton answers ALREADY_EXISTS (a region registered twice) with 400.
+        ErrorKind::AlreadyExists => StatusCode::BAD_REQUEST,
         ErrorKind::Unknown | ErrorKind::InvalidArg | ErrorKind::Cancelled => StatusCode::BAD_REQUEST,
     }
 }
@@ -66,7 +67,7 @@ mod tests {
             (ErrorKind::InvalidArg, 400),
             (ErrorKind::Unavailable, 503),
             (ErrorKind::Unsupported, 501),
-            (ErrorKind::AlreadyExists, 409),
+            (ErrorKind::AlreadyExists, 400),
             (ErrorKind::Cancelled, 400),
         ];
         for (kind, status) in table {

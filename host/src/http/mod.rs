@@ -558,7 +558,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_segment_that_is_not_a_version_is_answered_per_route() {
-        let not_found = error_body("Not Found: 'x' is not a model version");
+        let not_found = error_body("Not Found");
         let cases = [
             (Method::GET, "", StatusCode::NOT_FOUND, not_found.clone()),
             (Method::GET, "/config", StatusCode::NOT_FOUND, not_found.clone()),

@@ -180,6 +180,7 @@ impl ModelIo {
     }
 
     /// The outputs to return: the requested ones (checked against the config), or all of them.
+    /// An output named twice is returned once, with its first entry's settings (as Triton does).
     pub fn check_outputs(&self, request: &InferRequest) -> CoreResult<Vec<RequestedOutput>> {
         let model = &self.name;
         Ok(if request.outputs.is_empty() {
@@ -190,7 +191,7 @@ impl ModelIo {
                     CoreError::invalid_arg(format!("unexpected inference output '{}' for model '{model}'", out.name))
                 })?;
                 if request.outputs[..i].iter().any(|o| o.name == out.name) {
-                    return Err(CoreError::invalid_arg(format!("output '{}' requested more than once", out.name)));
+                    continue;
                 }
                 if out.class_count > 0 && !spec.datatype.is_numeric() {
                     return Err(CoreError::invalid_arg(format!(
@@ -199,7 +200,13 @@ impl ModelIo {
                     )));
                 }
             }
-            request.outputs.clone()
+            let mut outputs: Vec<RequestedOutput> = Vec::with_capacity(request.outputs.len());
+            for out in &request.outputs {
+                if !outputs.iter().any(|o| o.name == out.name) {
+                    outputs.push(out.clone());
+                }
+            }
+            outputs
         })
     }
 
@@ -355,7 +362,8 @@ mod tests {
         assert_eq!(all.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), vec!["y"]);
         let mut twice = request(Vec::new());
         twice.outputs = vec![RequestedOutput::named("y"), RequestedOutput::named("y")];
-        assert!(io.check_outputs(&twice).unwrap_err().message.contains("requested more than once"));
+        let once = io.check_outputs(&twice).unwrap();
+        assert_eq!(once.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), vec!["y"], "named twice, returned once");
 
         let produced = vec![tensor("y", DataType::Fp32, vec![2, 2, 2])];
         let out = io.postprocess(produced, 2, &all).unwrap();

@@ -230,7 +230,9 @@ impl BatcherTask {
         let queue = self.queues.entry(level).or_default();
         if max > 0 && queue.len() >= max {
             self.stats.pending_add(-1);
-            let _ = pending.reply.send(Err(CoreError::unavailable("Exceeds maximum queue size")));
+            let id = pending.exec.id.as_deref().filter(|id| !id.is_empty()).unwrap_or("<id_unknown>");
+            let message = format!("[request id: {id}] Exceeds maximum queue size");
+            let _ = pending.reply.send(Err(CoreError::unavailable(message)));
             return;
         }
         // Requests delayed by their timeout (DELAY policy) stay behind every new arrival.
@@ -587,7 +589,7 @@ mod tests {
         h.until_blocked().await;
         let queued: Vec<Reply> = (0..2u8).map(|i| h.submit(&format!("q{i}"), i, 1, &[])).collect();
         let rejected = outputs(h.submit("over", 9, 1, &[])).await.unwrap_err();
-        assert_eq!(rejected.message, "Exceeds maximum queue size");
+        assert_eq!(rejected.message, "[request id: over] Exceeds maximum queue size");
         assert_eq!(rejected.kind, crate::error::ErrorKind::Unavailable);
         h.open();
         for reply in queued {
