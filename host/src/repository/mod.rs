@@ -136,6 +136,14 @@ impl ModelManager {
         found
     }
 
+    /// Where a load reads the model from: its override directory, else its repository directory.
+    fn source_dir(&self, name: &str, override_dir: Option<&OverrideDir>) -> CoreResult<PathBuf> {
+        match override_dir {
+            Some(o) => Ok(o.path.clone()),
+            None => self.locate(name),
+        }
+    }
+
     fn locate(&self, name: &str) -> CoreResult<PathBuf> {
         let dirs: Vec<PathBuf> =
             self.options.repositories.iter().map(|r| r.join(name)).filter(|p| p.is_dir()).collect();
@@ -207,10 +215,7 @@ impl ModelManager {
         config_override: Option<String>,
         override_dir: Option<Arc<OverrideDir>>,
     ) -> CoreResult<()> {
-        let dir = match &override_dir {
-            Some(o) => o.path.clone(),
-            None => self.locate(name)?,
-        };
+        let dir = self.source_dir(name, override_dir.as_deref())?;
         let mut order = Vec::new();
         if let Err(cycle) = self.missing_dependencies(name, &dir, config_override.as_deref(), &mut order) {
             let entry =
@@ -240,10 +245,7 @@ impl ModelManager {
         config_override: Option<String>,
         override_dir: Option<Arc<OverrideDir>>,
     ) -> CoreResult<()> {
-        let dir = match &override_dir {
-            Some(o) => o.path.clone(),
-            None => self.locate(name)?,
-        };
+        let dir = self.source_dir(name, override_dir.as_deref())?;
         let this = Arc::clone(self);
         let model_name = name.to_string();
         let mut entry =

@@ -13,7 +13,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::backend::onnx::OnnxBackend;
-use crate::backend::utility::{IdentityBackend, RepeatBackend, SquareBackend};
+use crate::backend::utility::UtilityBackend;
 use crate::backend::wasm::{WasmBackend, WasmOptions};
 use crate::backend::{Backend, BackendRegistry};
 use crate::cache::ResponseCache;
@@ -215,9 +215,9 @@ impl Server {
             .with(Arc::new(OnnxBackend::new(config.onnxruntime_library.as_deref())))
             .with(Arc::clone(&wasm) as Arc<dyn Backend>)
             .with(torch_backend())
-            .with(Arc::new(IdentityBackend))
-            .with(Arc::new(RepeatBackend))
-            .with(Arc::new(SquareBackend));
+            .with(Arc::new(UtilityBackend::identity()))
+            .with(Arc::new(UtilityBackend::repeat()))
+            .with(Arc::new(UtilityBackend::square()));
         for backend in &config.backends {
             backends.register(Arc::clone(backend));
         }

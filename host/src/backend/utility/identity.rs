@@ -4,58 +4,37 @@
 //! `instance_wise_delay_multiplier` x the instance's index when that is set) and
 //! `creation_delay_sec` (sleep when an instance is created), as in Triton's identity backend.
 
-use std::path::Path;
 use std::time::Duration;
 
 use super::{invalid, model_shape, numeric_parameter, shape_text, sleep_ms, type_name};
-use crate::backend::{Backend, ExecRequest, InstanceContext, ModelInstance};
+use crate::backend::{ExecRequest, InstanceContext, ModelInstance};
 use crate::config::{ModelConfig, datatype_from_config};
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::{DataType, Tensor, zeros};
 
-pub struct IdentityBackend;
-
-impl Backend for IdentityBackend {
-    fn name(&self) -> &'static str {
-        "identity"
+pub(super) fn create(ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
+    let config = ctx.config;
+    validate(config)?;
+    if let Some(secs) = numeric_parameter(config, "creation_delay_sec") {
+        tracing::info!(model = config.name.as_str(), "Creation delay is set to: {secs}");
+        std::thread::sleep(Duration::from_secs(secs));
     }
-
-    fn platforms(&self) -> &'static [&'static str] {
-        &[]
-    }
-
-    fn default_model_filename(&self) -> &'static str {
-        ""
-    }
-
-    fn autocomplete(&self, _config: &mut ModelConfig, _model_path: &Path) -> CoreResult<()> {
-        Ok(())
-    }
-
-    fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
-        let config = ctx.config;
-        validate(config)?;
-        if let Some(secs) = numeric_parameter(config, "creation_delay_sec") {
-            tracing::info!(model = config.name.as_str(), "Creation delay is set to: {secs}");
-            std::thread::sleep(Duration::from_secs(secs));
-        }
-        let index: u64 = ctx.instance_name.rsplit('_').next().and_then(|i| i.parse().ok()).unwrap_or(0);
-        let delay_ms = numeric_parameter(config, "execute_delay_ms").map(|ms| {
-            let multiplier = numeric_parameter(config, "instance_wise_delay_multiplier").unwrap_or(0) * index;
-            ms * multiplier.max(1)
-        });
-        let optional_zeros = config
-            .input
-            .iter()
-            .filter(|i| i.optional)
-            .map(|i| {
-                let datatype = datatype_from_config(i.data_type).unwrap_or(DataType::Bytes);
-                let dims = i.dims.iter().map(|&d| if d < 0 { 1 } else { d }).collect();
-                (i.name.clone(), datatype, dims)
-            })
-            .collect();
-        Ok(Box::new(IdentityInstance { delay_ms, batching: config.max_batch_size > 0, optional_zeros }))
-    }
+    let index: u64 = ctx.instance_name.rsplit('_').next().and_then(|i| i.parse().ok()).unwrap_or(0);
+    let delay_ms = numeric_parameter(config, "execute_delay_ms").map(|ms| {
+        let multiplier = numeric_parameter(config, "instance_wise_delay_multiplier").unwrap_or(0) * index;
+        ms * multiplier.max(1)
+    });
+    let optional_zeros = config
+        .input
+        .iter()
+        .filter(|i| i.optional)
+        .map(|i| {
+            let datatype = datatype_from_config(i.data_type).unwrap_or(DataType::Bytes);
+            let dims = i.dims.iter().map(|&d| if d < 0 { 1 } else { d }).collect();
+            (i.name.clone(), datatype, dims)
+        })
+        .collect();
+    Ok(Box::new(IdentityInstance { delay_ms, batching: config.max_batch_size > 0, optional_zeros }))
 }
 
 /// Triton's identity checks: inputs and outputs pair up by the suffix of `INPUT<k>`/`OUTPUT<k>`

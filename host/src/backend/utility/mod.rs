@@ -15,13 +15,55 @@ mod square;
 
 use std::time::Duration;
 
-pub use self::identity::IdentityBackend;
-pub use self::repeat::RepeatBackend;
-pub use self::square::SquareBackend;
-use super::{RawResponse, Responder};
+use std::path::Path;
+
+use super::{Backend, InstanceContext, ModelInstance, RawResponse, Responder};
 use crate::config::{ModelConfig, TensorConfig, pb};
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::Tensor;
+
+/// One utility backend: its `backend:` name and how it makes an instance (checking the config
+/// first). They need no model file and fill in nothing from one.
+pub struct UtilityBackend {
+    name: &'static str,
+    create: fn(&InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>>,
+}
+
+impl UtilityBackend {
+    pub fn identity() -> Self {
+        Self { name: "identity", create: identity::create }
+    }
+
+    pub fn repeat() -> Self {
+        Self { name: "repeat", create: repeat::create }
+    }
+
+    pub fn square() -> Self {
+        Self { name: "square", create: square::create }
+    }
+}
+
+impl Backend for UtilityBackend {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn platforms(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn default_model_filename(&self) -> &'static str {
+        ""
+    }
+
+    fn autocomplete(&self, _config: &mut ModelConfig, _model_path: &Path) -> CoreResult<()> {
+        Ok(())
+    }
+
+    fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
+        (self.create)(ctx)
+    }
+}
 
 /// Triton's `ShapeToString`: `[a,b]`, no spaces.
 fn shape_text(dims: &[i64]) -> String {

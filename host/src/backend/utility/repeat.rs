@@ -4,39 +4,17 @@
 //! (UINT32 [1]) after the request starts, so responses of several requests interleave as in
 //! Triton. Responses come from a thread of the request's own, which stops when the caller goes.
 
-use std::path::Path;
-
 use bytes::Bytes;
 
 use super::{Sink, input, invalid, is_decoupled, model_shape, shape_text, sleep_ms, type_name, words};
-use crate::backend::{Backend, ExecRequest, InstanceContext, ModelInstance};
+use crate::backend::{ExecRequest, InstanceContext, ModelInstance};
 use crate::config::{ModelConfig, pb};
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::{DataType, Tensor};
 
-pub struct RepeatBackend;
-
-impl Backend for RepeatBackend {
-    fn name(&self) -> &'static str {
-        "repeat"
-    }
-
-    fn platforms(&self) -> &'static [&'static str] {
-        &[]
-    }
-
-    fn default_model_filename(&self) -> &'static str {
-        ""
-    }
-
-    fn autocomplete(&self, _config: &mut ModelConfig, _model_path: &Path) -> CoreResult<()> {
-        Ok(())
-    }
-
-    fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
-        validate(ctx.config)?;
-        Ok(Box::new(RepeatInstance { decoupled: is_decoupled(ctx.config) }))
-    }
+pub(super) fn create(ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
+    validate(ctx.config)?;
+    Ok(Box::new(RepeatInstance { decoupled: is_decoupled(ctx.config) }))
 }
 
 fn validate(config: &ModelConfig) -> CoreResult<()> {

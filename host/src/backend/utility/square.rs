@@ -4,50 +4,29 @@
 //! output is made), `CUSTOM_FAIL_COUNT` (that many of the last responses fail with "simulated
 //! failure") and `CUSTOM_EMPTY_COUNT` (that many final responses are not sent at all).
 
-use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
 
 use super::{Sink, input, invalid, is_decoupled, model_shape, numeric_parameter, shape_text, type_name, words};
-use crate::backend::{Backend, ExecRequest, InstanceContext, ModelInstance};
+use crate::backend::{ExecRequest, InstanceContext, ModelInstance};
 use crate::config::{ModelConfig, pb};
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::tensor::{DataType, Tensor};
 
-pub struct SquareBackend;
-
-impl Backend for SquareBackend {
-    fn name(&self) -> &'static str {
-        "square"
-    }
-
-    fn platforms(&self) -> &'static [&'static str] {
-        &[]
-    }
-
-    fn default_model_filename(&self) -> &'static str {
-        ""
-    }
-
-    fn autocomplete(&self, _config: &mut ModelConfig, _model_path: &Path) -> CoreResult<()> {
-        Ok(())
-    }
-
-    fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
-        let config = ctx.config;
-        validate(config)?;
-        let ns = |key: &str| Duration::from_nanos(numeric_parameter(config, key).unwrap_or(0));
-        Ok(Box::new(SquareInstance {
-            decoupled: is_decoupled(config),
-            pacing: Pacing {
-                infer_delay: ns("CUSTOM_INFER_DELAY_NS"),
-                output_delay: ns("CUSTOM_OUTPUT_DELAY_NS"),
-                fail_count: numeric_parameter(config, "CUSTOM_FAIL_COUNT").unwrap_or(0),
-                empty_count: numeric_parameter(config, "CUSTOM_EMPTY_COUNT").unwrap_or(0),
-            },
-        }))
-    }
+pub(super) fn create(ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
+    let config = ctx.config;
+    validate(config)?;
+    let ns = |key: &str| Duration::from_nanos(numeric_parameter(config, key).unwrap_or(0));
+    Ok(Box::new(SquareInstance {
+        decoupled: is_decoupled(config),
+        pacing: Pacing {
+            infer_delay: ns("CUSTOM_INFER_DELAY_NS"),
+            output_delay: ns("CUSTOM_OUTPUT_DELAY_NS"),
+            fail_count: numeric_parameter(config, "CUSTOM_FAIL_COUNT").unwrap_or(0),
+            empty_count: numeric_parameter(config, "CUSTOM_EMPTY_COUNT").unwrap_or(0),
+        },
+    }))
 }
 
 fn validate(config: &ModelConfig) -> CoreResult<()> {
