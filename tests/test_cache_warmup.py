@@ -111,7 +111,9 @@ def test_warmup_runs_before_ready(server_factory, tmp_path):
 
 
 @pytest.mark.parametrize("sample,needle", [
-    (WARMUP.format(name="bad_dims", batch=1, count=1, dims=15, data="zero_data: true"), "unexpected shape for input 'INPUT0'"),
+    (WARMUP.format(name="bad_dims", batch=1, count=1, dims=15, data="zero_data: true"),
+     # Both inputs are wrong: Triton's hash-map order checks INPUT1 first.
+     "unexpected shape for input 'INPUT1'"),
     (WARMUP.format(name="missing_file", batch=1, count=1, dims=16, data='input_data_file: "nope.bin"'), "cannot read warmup data file"),
     (WARMUP.format(name="too_big", batch=9, count=1, dims=16, data="zero_data: true"), "batch-size must be <= 8"),
 ])

@@ -8,16 +8,19 @@ import base64
 import json
 import os
 import queue
+import struct
 import subprocess
 import time
 from pathlib import Path
 
+import grpc
 import numpy as np
 import onnx
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2
 from onnx import TensorProto, helper
 
 from tritonclient.utils import InferenceServerException
@@ -403,9 +406,19 @@ def test_repeat_over_generate_stream_and_plain_infer_refused(utility_server):
     c = httpclient.InferenceServerClient(f"127.0.0.1:{utility_server.http_port}")
     inp = httpclient.InferInput("IN", [1], "INT32")
     inp.set_data_from_numpy(np.array([1], dtype=np.int32))
+    # Triton's answer, checked before the body is read (so also for a body in an unknown encoding).
+    for headers in ({}, {"Content-Encoding": "br"}):
+        r = requests.post(utility_server.http("/v2/models/repeat_int32/infer"), data=b"{}", headers=headers,
+                          timeout=30)
+        assert (r.status_code, r.json()) == (
+            501, {"error": "HTTP end point doesn't support models with decoupled transaction policy"}), r.text
     with pytest.raises(InferenceServerException) as e:
         c.infer("repeat_int32", [inp])
     assert "decoupled" in str(e.value)
+    # An unknown model is reported before an unsupported encoding, as Triton does.
+    r = requests.post(utility_server.http("/v2/models/nope/infer"), data=b"{}", headers={"Content-Encoding": "br"},
+                      timeout=30)
+    assert r.status_code == 404, r.text
 
 
 def cpu_seconds(pid: int) -> float:
@@ -649,6 +662,260 @@ def test_http_request_errors_are_tritons(simple_server, path, body, status, mess
     assert (r.status_code, r.json()) == (status, {"error": message}), r.text
 
 
+P = "[request id: <id_unknown>] "
+
+
+def simple_input(name, shape=(1, 16), data=None):
+    return {"name": name, "shape": list(shape), "datatype": "INT32",
+            "data": [0] * 16 if data is None else data}
+
+
+@pytest.mark.parametrize("inputs, message", [
+    # The model's checks run in Triton's order over its hash-map order of the inputs.
+    ([simple_input("INPUT0"), simple_input("BOGUS")], "unexpected inference input 'BOGUS' for model 'simple'"),
+    ([simple_input("INPUT0"), simple_input("INPUT1"), simple_input("BOGUS")],
+     P + "expected 2 inputs but got 3 inputs for model 'simple'. Got input(s) ['BOGUS','INPUT1','INPUT0'], but "
+         "missing required input(s) ]. Please provide all required input(s)."),
+    ([simple_input("INPUT0"), simple_input("INPUT1", (2, 16), [0] * 32)],
+     P + "input 'INPUT0' batch size does not match other inputs for 'simple'"),
+    ([simple_input("INPUT0", ()), simple_input("INPUT1")],
+     P + "input 'INPUT0' has no shape but model requires batch dimension for 'simple'"),
+    ([simple_input("INPUT0", (0, 16), []), simple_input("INPUT1", (0, 16), [])],
+     P + "input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got 0"),
+    # An element count that overflows to 0, as Triton computes it: no data is read, the shape is wrong.
+    # (Both batch dims are 2^32, 0 in Triton's 32-bit batch size, so they agree; INPUT1 comes first.)
+    ([simple_input("INPUT0", (2**32, 2**32)), simple_input("INPUT1", (2**32, 2**32))],
+     P + "unexpected shape for input 'INPUT1' for model 'simple'. Expected [-1,16], got [4294967296,4294967296]. "
+         "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to "
+         "each input shape. If you want to specify the full shape including the batch dim in your input dims "
+         "config, try setting max_batch_size to zero. See the model configuration docs for more info on "
+         "max_batch_size."),
+])
+def test_model_checks_are_tritons_in_its_order(simple_server, inputs, message):
+    r = requests.post(simple_server.http("/v2/models/simple/infer"), json={"inputs": inputs}, timeout=30)
+    assert (r.status_code, r.json()) == (400, {"error": message}), r.text
+
+
+def test_sizes_are_checked_after_the_model_checks_on_every_door(simple_server, server_factory, repo):
+    url = simple_server.http("/v2/models/simple/infer")
+    # Binary extension: a short tensor is reported with the prefix and the model, as Triton does.
+    header = json.dumps({"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 60}},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}}]}).encode()
+    r = requests.post(url, data=header + b"\0" * 124, timeout=30,
+                      headers={"Inference-Header-Content-Length": str(len(header))})
+    assert (r.status_code, r.json()["error"]) == (
+        400, P + "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60"), r.text
+    # ...but a wrong datatype on the same input is found first.
+    header = header.replace(b'"INT32", "parameters": {"binary_data_size": 60}', b'"FP32", "parameters": '
+                            b'{"binary_data_size": 60}')
+    r = requests.post(url, data=header + b"\0" * 124, timeout=30,
+                      headers={"Inference-Header-Content-Length": str(len(header))})
+    assert r.json()["error"] == P + "inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'"
+
+    # gRPC: negative dims and short raw contents reach the same checks.
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{simple_server.grpc_port}")
+    def grpc_error(shape0, raw0):
+        request = service_pb2.ModelInferRequest(model_name="simple")
+        for name, shape in (("INPUT0", shape0), ("INPUT1", [1, 16])):
+            request.inputs.add(name=name, datatype="INT32", shape=shape)
+        request.raw_input_contents.extend([raw0, b"\0" * 64])
+        with pytest.raises(grpc.RpcError) as e:
+            g._client_stub.ModelInfer(request, timeout=30)
+        return e.value.code(), e.value.details()
+    assert grpc_error([1, 15], b"\0" * 64) == (grpc.StatusCode.INVALID_ARGUMENT, P + (
+        "unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]. NOTE: Setting a "
+        "non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input "
+        "shape. If you want to specify the full shape including the batch dim in your input dims config, try "
+        "setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."))
+    assert grpc_error([1, 16], b"\0" * 60) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        P + "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60")
+    assert grpc_error([-1, 16], b"\0" * 64) == (
+        grpc.StatusCode.INVALID_ARGUMENT, P + "input 'INPUT0' batch size does not match other inputs for 'simple'")
+    # Triton keeps the batch size in 32 bits: 2^32 + 1 is 1, which INPUT0's real dim does not match.
+    assert grpc_error([2**32 + 1, 16], b"\0" * 64) == (
+        grpc.StatusCode.INVALID_ARGUMENT, P + "input 'INPUT0' batch size does not match other inputs for 'simple'")
+    g.close()
+
+
+def test_bytes_element_counts_are_the_models_check(server_factory, repo):
+    write_string_identity(repo)
+    srv = server_factory(repo)
+    wait_model_ready(srv, "strings")
+    url = srv.http("/v2/models/strings/infer")
+    def http_error(shape, data):
+        body = {"inputs": [{"name": "TEXT", "shape": shape, "datatype": "BYTES", "data": data}]}
+        r = requests.post(url, json=body, timeout=30)
+        return r.status_code, r.json()["error"]
+    assert http_error([3], ["a", "b"]) == (
+        400, P + "expected 3 string elements for inference input 'TEXT' for model 'strings', got 2")
+    assert http_error([1], ["a", "b", "c"]) == (
+        400, P + "unexpected number of string elements 2 for inference input 'TEXT' for model 'strings', expecting 1")
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
+    request = service_pb2.ModelInferRequest(model_name="strings")
+    request.inputs.add(name="TEXT", datatype="BYTES", shape=[1])
+    request.raw_input_contents.append(struct.pack("<I", 5) + b"x")
+    with pytest.raises(grpc.RpcError) as e:
+        g._client_stub.ModelInfer(request, timeout=30)
+    assert (e.value.code(), e.value.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "incomplete string data for inference input 'TEXT', expecting string of length 5 but only 1 bytes available")
+    # The server keeps serving.
+    ok = requests.post(url, json={"inputs": [{"name": "TEXT", "shape": [1], "datatype": "BYTES", "data": ["hi"]}]},
+                       timeout=30)
+    assert ok.json()["outputs"][0]["data"] == ["hi"]
+    g.close()
+
+
+ONE_OF = ("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+          "'shared_memory_region' in 'parameters'")
+
+
+def with_params(**params):
+    return {"inputs": simple_inputs_json(), "parameters": params}
+
+
+def with_output(**params):
+    return {"inputs": simple_inputs_json(), "outputs": [{"name": "OUTPUT0", "parameters": params}]}
+
+
+@pytest.mark.parametrize("body, status, message", [
+    (with_params(triton_x=1), 400,
+     "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."),
+    (with_params(foo=None), 400, "parameter 'foo' has invalid type. It should be either 'int', 'bool', or 'string'."),
+    (with_params(foo=[1, 2]), 400, "parameter 'foo' has invalid type. It should be either 'int', 'bool', or 'string'."),
+    (with_params(sequence_id=True), 500, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+    (with_params(sequence_id=-5), 500, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+    (with_params(sequence_id="x" * 129), 501, "string correlation ID cannot be longer than 128 characters"),
+    (with_params(sequence_start="yes"), 500,
+     "Unable to parse 'sequence_start': attempt to access JSON non-boolean as boolean"),
+    (with_params(priority=-1), 500,
+     "Unable to parse 'priority': attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    (with_params(timeout=1.5), 500,
+     "Unable to parse 'timeout': attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    (with_params(binary_data_output=1), 500,
+     "Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean"),
+    ({"inputs": simple_inputs_json(), "parameters": [1]}, 500,
+     "failed to get request params.: attempt to get members for non-object"),
+    ({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32"}]}, 400, ONE_OF + ". But no field is set"),
+    ({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": [0] * 16,
+                  "parameters": {"binary_data_size": 64}}]}, 400, ONE_OF + ". But set 'data' 'binary_data_size'"),
+    ({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": "64"}}]},
+     500, "Unable to parse 'binary_data_size': attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    ({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FLOAT", "data": [0] * 16}]}, 400,
+     "invalid datatype for input INPUT0"),
+    ({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP16", "data": [0] * 16}]}, 400,
+     "receiving FP16 data via JSON is not supported. Please use the binary data format for input INPUT0"),
+    ({"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "INT32", "data": 5}]}, 500,
+     "Unable to parse 'data': attempt to access JSON non-array as array"),
+    ({"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "INT32", "data": ["a", 1]}]}, 500,
+     "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"),
+    ({"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "BYTES", "data": [1, "a"]}]}, 500,
+     "Unable to parse JSON bytes array: attempt to access JSON non-string as string"),
+    (with_output(binary_data="yes"), 500, "Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean"),
+    (with_output(classification="2"), 500,
+     "Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    (with_output(classification=2, shared_memory_region="r", shared_memory_byte_size=64), 400,
+     "Output can't set both 'shared_memory_region' and 'classification'"),
+])
+def test_http_parameter_errors_are_tritons(simple_server, body, status, message):
+    r = requests.post(simple_server.http("/v2/models/simple/infer"), json=body, timeout=30)
+    assert (r.status_code, r.json()) == (status, {"error": message}), r.text
+
+
+def input_without(field):
+    entry = {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": [0] * 16}
+    del entry[field]
+    return entry
+
+
+@pytest.mark.parametrize("body, status, message", [
+    # Valid JSON of the wrong structure: TritonJson's words, in the order Triton walks the tree.
+    ([1], 500, "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"),
+    ({"id": "x"}, 500, "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"),
+    ({"inputs": 5}, 500, "Unable to parse 'inputs': attempt to access JSON non-array as array"),
+    ({"inputs": simple_inputs_json(), "id": 7}, 500, "Unable to parse 'id': attempt to access JSON non-string as string"),
+    ({"inputs": [5]}, 400, ONE_OF + ". But no field is set"),
+    ({"inputs": [input_without("name")]}, 500, "Unable to parse 'name': attempt to access non-existing object member 'name'"),
+    ({"inputs": [dict(input_without("name"), name=3)]}, 500,
+     "Unable to parse 'name': attempt to access JSON non-string as string"),
+    ({"inputs": [input_without("datatype")]}, 500,
+     "Unable to parse 'datatype': attempt to access non-existing object member 'datatype'"),
+    ({"inputs": [input_without("shape")]}, 500,
+     "Unable to parse 'shape': attempt to access non-existing object member 'shape'"),
+    ({"inputs": [dict(input_without("shape"), shape=16)]}, 500,
+     "Unable to parse 'shape': attempt to access JSON non-array as array"),
+    ({"inputs": simple_inputs_json(), "outputs": {"name": "OUTPUT0"}}, 500,
+     "Unable to parse 'outputs': attempt to access JSON non-array as array"),
+    ({"inputs": simple_inputs_json(), "outputs": [{}]}, 500,
+     "Unable to parse 'name': attempt to access non-existing object member 'name'"),
+])
+def test_http_body_structure_errors_are_tritons(simple_server, body, status, message):
+    r = requests.post(simple_server.http("/v2/models/simple/infer"), json=body, timeout=30)
+    assert (r.status_code, r.json()) == (status, {"error": message}), r.text
+
+
+def test_http_leftovers_and_ignored_parameters_are_tritons(simple_server):
+    url = simple_server.http("/v2/models/simple/infer")
+    header = json.dumps({"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32",
+                                     "parameters": {"binary_data_size": 64}} for n in ("INPUT0", "INPUT1")]}).encode()
+    r = requests.post(url, data=header + b"\0" * 132, timeout=30,
+                      headers={"Inference-Header-Content-Length": str(len(header))})
+    assert (r.status_code, r.json()) == (400, {"error": "unexpected additional input data for model 'simple'"})
+    # Triton ignores `parameters` on an input or output when it is not an object; doubles are fine.
+    inputs = simple_inputs_json()
+    inputs[0]["parameters"] = 5
+    body = {"inputs": inputs, "outputs": [{"name": "OUTPUT0", "parameters": [1]}], "parameters": {"ratio": 0.5}}
+    r = requests.post(url, json=body, timeout=30)
+    assert r.status_code == 200 and r.json()["outputs"][0]["name"] == "OUTPUT0", r.text
+
+
+def grpc_param(**kind):
+    return service_pb2.InferParameter(**kind)
+
+
+@pytest.mark.parametrize("params, output_params, code, message", [
+    ({"sequence_id": grpc_param(bool_param=True)}, {}, grpc.StatusCode.INVALID_ARGUMENT,
+     "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."),
+    ({"sequence_start": grpc_param(int64_param=1)}, {}, grpc.StatusCode.INVALID_ARGUMENT,
+     "invalid value type for 'sequence_start' parameter, expected bool_param."),
+    ({"priority": grpc_param(int64_param=-1)}, {}, grpc.StatusCode.INVALID_ARGUMENT,
+     "invalid value for 'priority', expected value >= 0."),
+    ({"priority": grpc_param(string_param="1")}, {}, grpc.StatusCode.INVALID_ARGUMENT,
+     "invalid value type for 'priority' parameter, expected int64_param or uint64_param."),
+    ({"timeout": grpc_param(uint64_param=5)}, {}, grpc.StatusCode.INVALID_ARGUMENT,
+     "invalid value type for 'timeout' parameter, expected int64_param."),
+    ({"triton_enable_empty_final_response": grpc_param(int64_param=1)}, {}, grpc.StatusCode.INVALID_ARGUMENT,
+     "invalid value type for 'triton_enable_empty_final_response' parameter, expected bool_param."),
+    ({"foo": grpc_param(uint64_param=5)}, {}, grpc.StatusCode.INVALID_ARGUMENT,
+     "invalid value type for 'foo' parameter, expected int64_param, bool_param, or string_param."),
+    ({"sequence_id": grpc_param(string_param="x" * 129)}, {}, grpc.StatusCode.UNIMPLEMENTED,
+     "string correlation ID cannot be longer than 128 characters"),
+    ({}, {"classification": grpc_param(string_param="2")}, grpc.StatusCode.INVALID_ARGUMENT,
+     "invalid value type for 'classification' parameter, expected int64_param"),
+    ({}, {"classification": grpc_param(int64_param=-1)}, grpc.StatusCode.INVALID_ARGUMENT,
+     "invalid value for 'classification' parameter, expected >= 0"),
+    ({}, {"classification": grpc_param(int64_param=2), "shared_memory_region": grpc_param(string_param="r")},
+     grpc.StatusCode.INVALID_ARGUMENT, "output can't set both 'shared_memory_region' and 'classification'"),
+])
+def test_grpc_parameter_errors_are_tritons(simple_server, params, output_params, code, message):
+    request = service_pb2.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        request.raw_input_contents.append(b"\0" * 64)
+    for key, value in params.items():
+        request.parameters[key].CopyFrom(value)
+    out = request.outputs.add(name="OUTPUT0")
+    for key, value in output_params.items():
+        out.parameters[key].CopyFrom(value)
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{simple_server.grpc_port}")
+    with pytest.raises(grpc.RpcError) as e:
+        g._client_stub.ModelInfer(request, timeout=30)
+    assert (e.value.code(), e.value.details()) == (code, message)
+    g.close()
+
+
 def test_duplicate_requested_outputs_are_answered_once(simple_server):
     body = {"inputs": simple_inputs_json(), "outputs": [{"name": "OUTPUT1"}, {"name": "OUTPUT1"}]}
     r = requests.post(simple_server.http("/v2/models/simple/infer"), json=body, timeout=30)
@@ -707,3 +974,82 @@ def test_shared_memory_registration_errors_are_tritons(simple_server, tmp_path):
     finally:
         requests.post(simple_server.http("/v2/systemsharedmemory/unregister"), timeout=10)
         os.unlink(f"/dev/shm{key}")
+
+
+@pytest.fixture
+def shm_region(simple_server):
+    """A 64-byte system shared-memory region 'rb' registered with the server."""
+    import uuid
+    key = f"/tessera-compat-{uuid.uuid4().hex[:8]}"
+    fd = os.open(f"/dev/shm{key}", os.O_CREAT | os.O_RDWR, 0o600)
+    os.ftruncate(fd, 64)
+    os.close(fd)
+    r = requests.post(simple_server.http("/v2/systemsharedmemory/region/rb/register"),
+                      json={"key": key, "offset": 0, "byte_size": 64}, timeout=10)
+    assert r.status_code == 200, r.text
+    yield "rb"
+    requests.post(simple_server.http("/v2/systemsharedmemory/unregister"), timeout=10)
+    os.unlink(f"/dev/shm{key}")
+
+
+def shm_http_body(**params):
+    inputs = simple_inputs_json()
+    del inputs[0]["data"]
+    inputs[0]["parameters"] = params
+    return {"inputs": inputs}
+
+
+@pytest.mark.parametrize("params, status, message", [
+    ({"shared_memory_region": 5, "shared_memory_byte_size": 64}, 500,
+     "Unable to parse 'shared_memory_region': attempt to access JSON non-string as string"),
+    ({"shared_memory_region": "rb", "shared_memory_offset": -1, "shared_memory_byte_size": 64}, 500,
+     "Unable to parse 'shared_memory_offset': attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    ({"shared_memory_region": "rb", "shared_memory_byte_size": "64"}, 500,
+     "Unable to parse 'shared_memory_byte_size': attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    # No byte size over HTTP is a byte size of 0, which Triton's bounds check refuses at offset 0.
+    ({"shared_memory_region": "rb"}, 400, "Invalid offset + byte size for shared memory region: 'rb'"),
+    ({"shared_memory_region": "rb", "shared_memory_offset": 64, "shared_memory_byte_size": 0}, 400,
+     "Invalid offset for shared memory region: 'rb'"),
+    ({"shared_memory_region": "rb", "shared_memory_offset": 32, "shared_memory_byte_size": 64}, 400,
+     "Invalid offset + byte size for shared memory region: 'rb'"),
+    ({"shared_memory_region": "rb", "shared_memory_byte_size": 60}, 400,
+     P + "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60"),
+])
+def test_http_shared_memory_tensor_errors_are_tritons(simple_server, shm_region, params, status, message):
+    r = requests.post(simple_server.http("/v2/models/simple/infer"), json=shm_http_body(**params), timeout=30)
+    assert (r.status_code, r.json()) == (status, {"error": message}), r.text
+
+
+def test_http_shared_memory_offset_without_region_is_ignored(simple_server):
+    inputs = simple_inputs_json()
+    inputs[0]["parameters"] = {"shared_memory_offset": 8}
+    r = requests.post(simple_server.http("/v2/models/simple/infer"), json={"inputs": inputs}, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"shared_memory_region": grpc_param(int64_param=1), "shared_memory_byte_size": grpc_param(int64_param=64)},
+     "invalid value type for 'shared_memory_region' parameter for tensor 'INPUT0', expected string_param."),
+    ({"shared_memory_region": grpc_param(string_param="rb"), "shared_memory_offset": grpc_param(string_param="0"),
+      "shared_memory_byte_size": grpc_param(int64_param=64)},
+     "invalid value type for 'shared_memory_offset' parameter for tensor 'INPUT0', expected int64_param."),
+    ({"shared_memory_region": grpc_param(string_param="rb"), "shared_memory_byte_size": grpc_param(uint64_param=64)},
+     "invalid value type for 'shared_memory_byte_size' parameter for tensor 'INPUT0', expected int64_param."),
+    ({"shared_memory_byte_size": grpc_param(int64_param=64)},
+     "'shared_memory_byte_size' can not be specified without 'shared_memory_region' parameter for tensor 'INPUT0'"),
+    # A negative offset is taken as unsigned, as Triton does: far past the region.
+    ({"shared_memory_region": grpc_param(string_param="rb"), "shared_memory_offset": grpc_param(int64_param=-1),
+      "shared_memory_byte_size": grpc_param(int64_param=64)}, "Invalid offset for shared memory region: 'rb'"),
+])
+def test_grpc_shared_memory_tensor_errors_are_tritons(simple_server, shm_region, params, message):
+    request = service_pb2.ModelInferRequest(model_name="simple")
+    shm = request.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 16])
+    for key, value in params.items():
+        shm.parameters[key].CopyFrom(value)
+    request.inputs.add(name="INPUT1", datatype="INT32", shape=[1, 16])
+    request.raw_input_contents.append(b"\0" * 64)
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{simple_server.grpc_port}")
+    with pytest.raises(grpc.RpcError) as e:
+        g._client_stub.ModelInfer(request, timeout=30)
+    assert (e.value.code(), e.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, message)
+    g.close()

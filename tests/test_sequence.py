@@ -130,7 +130,13 @@ def test_sequence_errors(server):
     two.set_data_from_numpy(np.array([[1], [2]], dtype=np.int32))
     with pytest.raises(InferenceServerException) as info:
         c.infer("simple_sequence", [two], sequence_id=424243, sequence_start=True)
-    assert "batch size 1" in info.value.message()
+    assert info.value.message() == ("inference request to model 'simple_sequence' must specify batch-size 1 due "
+                                    "to requirements of sequence batcher")
+    # A string correlation id appears unquoted, as in Triton's message.
+    with pytest.raises(InferenceServerException) as info:
+        c.infer("simple_sequence", seq_input(httpclient, 1), sequence_id="abc")
+    assert info.value.message() == ("inference request for sequence abc to model 'simple_sequence' must specify "
+                                    "the START flag on the first request of the sequence")
     c.close()
 
 

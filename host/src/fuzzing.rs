@@ -56,8 +56,8 @@ pub fn model_config(data: &[u8]) {
 
 /// A tensor's `parameters` object as JSON, read for its shared-memory target.
 pub fn shm_parameters(data: &[u8]) {
-    if let Ok(JsonParameters(parameters)) = serde_json::from_slice::<JsonParameters>(data) {
-        drop(crate::shm::parse_target(&parameters, "t"));
+    if let Ok(JsonParameters { entries: parameters, .. }) = serde_json::from_slice::<JsonParameters>(data) {
+        drop(crate::shm::parse_target(&parameters));
     }
 }
 

@@ -21,6 +21,19 @@ pub enum ParamValue {
 
 pub type Parameters = BTreeMap<String, ParamValue>;
 
+/// Longest string correlation id Triton accepts (`TRITONSERVER_InferenceRequestSetCorrelationIdString`).
+const MAX_STRING_CORRELATION_ID: usize = 128;
+
+/// Triton's check on a string `sequence_id`, made at both doors.
+pub fn check_string_correlation_id(id: &str) -> crate::error::CoreResult<()> {
+    if id.len() > MAX_STRING_CORRELATION_ID {
+        return Err(crate::error::CoreError::unsupported(format!(
+            "string correlation ID cannot be longer than {MAX_STRING_CORRELATION_ID} characters"
+        )));
+    }
+    Ok(())
+}
+
 tokio::task_local! {
     static CALLER_MAY_BLOCK: bool;
 }

@@ -32,44 +32,42 @@ use crate::tensor::DataType;
 /// Where POSIX shared-memory objects live on Linux (`shm_open("/k")` is `/dev/shm/k`).
 const SHM_DIR: &str = "/dev/shm";
 
-/// The shared-memory parameters of a tensor (`shared_memory_region`, `shared_memory_offset`,
-/// `shared_memory_byte_size`) as a byte range, with Triton's messages; `None` when the tensor is
-/// not in shared memory. Both doors convert their tensor parameters to the core form and call this.
-pub fn parse_target(params: &Parameters, tensor: &str) -> CoreResult<Option<ShmTarget>> {
-    let uint = |key: &str| -> CoreResult<Option<u64>> {
-        match params.get(key) {
-            None => Ok(None),
-            Some(ParamValue::Int(i)) => u64::try_from(*i)
-                .map(Some)
-                .map_err(|_| CoreError::invalid_arg(format!("'{key}' for tensor '{tensor}' must not be negative"))),
-            Some(ParamValue::Uint(u)) => Ok(Some(*u)),
-            Some(_) => Err(CoreError::invalid_arg(format!("'{key}' for tensor '{tensor}' must be an integer"))),
-        }
+/// The shared-memory parameters of a tensor over HTTP (`shared_memory_region`,
+/// `shared_memory_offset`, `shared_memory_byte_size`) as a byte range, read as Triton's HTTP door
+/// reads them: `None` without a region (an offset alone is ignored), a byte size of 0 when none
+/// is given, and TritonJson's messages for values of the wrong type. (The gRPC door has its own
+/// rules and words, in `grpc::codec`.)
+pub fn parse_target(params: &Parameters) -> CoreResult<Option<ShmTarget>> {
+    let not_a = |key: &str, kind: &str| {
+        CoreError::internal(format!("Unable to parse '{key}': attempt to access JSON non-{kind} as {kind}"))
     };
     let region = match params.get("shared_memory_region") {
-        None => {
-            if params.contains_key("shared_memory_offset") {
-                return Err(CoreError::invalid_arg(format!(
-                    "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter \
-                     for tensor '{tensor}'"
-                )));
-            }
-            return Ok(None);
-        }
+        None => return Ok(None),
         Some(ParamValue::String(s)) => s.clone(),
-        Some(_) => {
-            return Err(CoreError::invalid_arg(format!(
-                "'shared_memory_region' for tensor '{tensor}' must be a string"
-            )));
+        Some(_) => return Err(not_a("shared_memory_region", "string")),
+    };
+    let uint = |key: &str| -> CoreResult<u64> {
+        match params.get(key) {
+            None => Ok(0),
+            Some(ParamValue::Int(i)) => u64::try_from(*i).map_err(|_| not_a(key, "unsigned-integer")),
+            Some(ParamValue::Uint(u)) => Ok(*u),
+            Some(_) => Err(not_a(key, "unsigned-integer")),
         }
     };
-    let byte_size = uint("shared_memory_byte_size")?.ok_or_else(|| {
-        CoreError::invalid_arg(format!(
-            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter \
-             for tensor '{tensor}'"
-        ))
-    })?;
-    Ok(Some(ShmTarget { region, offset: uint("shared_memory_offset")?.unwrap_or(0), byte_size }))
+    Ok(Some(ShmTarget { region, offset: uint("shared_memory_offset")?, byte_size: uint("shared_memory_byte_size")? }))
+}
+
+/// Triton's bounds check for a tensor's range in a region of `region_size` bytes. An empty range
+/// at offset 0 fails as in Triton, whose end (`offset + byte_size - 1`) wraps there.
+pub fn check_range(region: &str, region_size: u64, offset: u64, byte_size: u64) -> CoreResult<()> {
+    if offset >= region_size {
+        return Err(CoreError::invalid_arg(format!("Invalid offset for shared memory region: '{region}'")));
+    }
+    let inside = offset.checked_add(byte_size).is_some_and(|end| end <= region_size);
+    if !inside || (byte_size == 0 && offset == 0) {
+        return Err(CoreError::invalid_arg(format!("Invalid offset + byte size for shared memory region: '{region}'")));
+    }
+    Ok(())
 }
 
 /// An input whose bytes are in shared memory, as a door decoded it: described, not yet read.
@@ -124,24 +122,9 @@ impl Region {
     }
 
     /// Checks that `[offset, offset + len)` lies inside the region; returns the file offset.
-    fn file_offset(&self, offset: u64, len: u64, tensor: &str) -> CoreResult<u64> {
-        if offset >= self.byte_size && len > 0 {
-            return Err(CoreError::invalid_arg(format!(
-                "Invalid offset for shared memory region: '{}' (tensor '{tensor}' starts at byte {offset} of a \
-                {}-byte region)",
-                self.name, self.byte_size
-            )));
-        }
-        match offset.checked_add(len) {
-            Some(end) if end <= self.byte_size => Ok(self.offset + offset),
-            _ => Err(CoreError::invalid_arg(format!(
-                "Invalid offset + byte size for shared memory region: '{}' (tensor '{tensor}' asks for bytes \
-                {offset}..{} of a {}-byte region)",
-                self.name,
-                offset.saturating_add(len),
-                self.byte_size
-            ))),
-        }
+    fn file_offset(&self, offset: u64, len: u64) -> CoreResult<u64> {
+        check_range(&self.name, self.byte_size, offset, len)?;
+        Ok(self.offset + offset)
     }
 
     fn is_cuda(&self) -> bool {
@@ -150,7 +133,7 @@ impl Region {
 
     /// Copies `len` bytes at `offset` (relative to the region) out of shared memory.
     pub fn read(&self, offset: u64, len: u64, tensor: &str) -> CoreResult<Bytes> {
-        let at = self.file_offset(offset, len, tensor)?;
+        let at = self.file_offset(offset, len)?;
         let len = usize::try_from(len).map_err(|_| CoreError::invalid_arg(format!("input '{tensor}' is too large")))?;
         let file = match &self.backing {
             Backing::System(file) => file,
@@ -175,7 +158,10 @@ impl Region {
 
     /// Copies `data` into shared memory at `offset` (relative to the region).
     pub fn write(&self, offset: u64, data: &[u8], tensor: &str) -> CoreResult<()> {
-        let at = self.file_offset(offset, data.len() as u64, tensor)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let at = self.file_offset(offset, data.len() as u64)?;
         let file = match &self.backing {
             Backing::System(file) => file,
             Backing::Cuda(memory) => {

@@ -112,20 +112,35 @@ pub struct Tensor {
 impl Tensor {
     /// Builds a tensor, checking that the data length fits the shape and datatype.
     pub fn new(name: impl Into<String>, datatype: DataType, shape: Vec<i64>, data: Bytes) -> CoreResult<Self> {
-        let name = name.into();
-        let count = element_count(&shape)?;
-        match datatype.element_size() {
+        let tensor = Self::unchecked(name, datatype, shape, data);
+        tensor.validate()?;
+        Ok(tensor)
+    }
+
+    /// A tensor as a client sent it, not yet checked. The doors build these and leave the checks
+    /// to the model (`ModelIo::prepare`), which makes them in Triton's order and words before any
+    /// backend sees the tensor.
+    pub fn unchecked(name: impl Into<String>, datatype: DataType, shape: Vec<i64>, data: Bytes) -> Self {
+        Self { name: name.into(), datatype, shape, data }
+    }
+
+    /// Checks that the data fits the shape and datatype: non-negative dims whose product does not
+    /// overflow, the exact byte size, or well-formed BYTES elements of the right count.
+    pub fn validate(&self) -> CoreResult<()> {
+        let name = &self.name;
+        let count = element_count(&self.shape)?;
+        match self.datatype.element_size() {
             Some(size) => {
                 let expected = count.saturating_mul(size);
-                if data.len() != expected {
+                if self.data.len() != expected {
                     return Err(CoreError::invalid_arg(format!(
                         "input byte size mismatch for input '{name}'. Expected {expected}, got {}",
-                        data.len()
+                        self.data.len()
                     )));
                 }
             }
             None => {
-                let found = bytes_element_count(&data)
+                let found = bytes_element_count(&self.data)
                     .map_err(|e| CoreError::invalid_arg(format!("invalid BYTES data for input '{name}': {e}")))?;
                 if found != count {
                     return Err(CoreError::invalid_arg(format!(
@@ -134,7 +149,7 @@ impl Tensor {
                 }
             }
         }
-        Ok(Self { name, datatype, shape, data })
+        Ok(())
     }
 
     pub fn element_count(&self) -> usize {

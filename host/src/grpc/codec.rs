@@ -54,12 +54,55 @@ pub fn param_to_proto(v: &ParamValue) -> InferParameter {
 }
 
 fn core_params(params: &BTreeMap<String, InferParameter>) -> Parameters {
-    params.iter().filter_map(|(k, v)| param_from_proto(v).map(|v| (k.clone(), v))).collect()
+    params
+        .iter()
+        .filter_map(|(k, v)| param_from_proto(v).map(|v| (k.clone(), v)))
+        .map(|(k, v)| match v {
+            // Triton takes an int64 sequence id as a uint64: -1 is 2^64 - 1.
+            ParamValue::Int(id) if k == "sequence_id" && id < 0 => (k, ParamValue::Uint(id as u64)),
+            v => (k, v),
+        })
+        .collect()
 }
 
-/// The `shared_memory_region` / `_offset` / `_byte_size` parameters of a tensor, if present.
+/// The `shared_memory_region` / `_offset` / `_byte_size` parameters of a tensor, if present,
+/// checked as Triton's gRPC door does (`grpc_utils.h`): a string region, int64 offset and byte
+/// size (a negative one is taken as unsigned, so the region's bounds check reports it), and a
+/// byte size only with a region.
 fn shm_target(params: &BTreeMap<String, InferParameter>, tensor: &str) -> CoreResult<Option<ShmTarget>> {
-    crate::shm::parse_target(&core_params(params), tensor)
+    let choice = |key: &str| params.get(key).map(|p| p.parameter_choice.as_ref());
+    let wrong = |key: &str, expected: &str| {
+        bad(format!("invalid value type for '{key}' parameter for tensor '{tensor}', expected {expected}."))
+    };
+    let region = match choice("shared_memory_region") {
+        None => None,
+        Some(Some(ParameterChoice::StringParam(s))) => Some(s.clone()),
+        Some(_) => return Err(wrong("shared_memory_region", "string_param")),
+    };
+    let int = |key: &str| match choice(key) {
+        None => Ok(None),
+        Some(Some(ParameterChoice::Int64Param(i))) => Ok(Some(*i as u64)),
+        Some(_) => Err(wrong(key, "int64_param")),
+    };
+    let offset = int("shared_memory_offset")?;
+    let byte_size = int("shared_memory_byte_size")?;
+    let Some(region) = region else {
+        for (key, given) in [("shared_memory_byte_size", byte_size), ("shared_memory_offset", offset)] {
+            if given.is_some() {
+                return Err(bad(format!(
+                    "'{key}' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+                )));
+            }
+        }
+        return Ok(None);
+    };
+    let byte_size = byte_size.ok_or_else(|| {
+        bad(format!(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor \
+            '{tensor}'"
+        ))
+    })?;
+    Ok(Some(ShmTarget { region, offset: offset.unwrap_or(0), byte_size }))
 }
 
 /// Typed `contents` to the core's little-endian bytes.
@@ -172,7 +215,7 @@ pub fn decode_request(request: ModelInferRequest) -> CoreResult<DecodedRequest> 
                 }
             },
         };
-        inputs.push(Tensor::new(input.name, datatype, input.shape, data)?);
+        inputs.push(Tensor::unchecked(input.name, datatype, input.shape, data));
     }
     if raw_used != raw.len() {
         return Err(bad(format!(
@@ -194,14 +237,21 @@ pub fn decode_request(request: ModelInferRequest) -> CoreResult<DecodedRequest> 
 }
 
 fn decode_output(output: InferRequestedOutputTensor) -> CoreResult<RequestedOutput> {
-    let class_count = match core_params(&output.parameters).get("classification") {
+    // Triton's messages (grpc_utils.cc), the missing period included.
+    let class_count = match output.parameters.get("classification").map(|p| p.parameter_choice.as_ref()) {
         None => 0,
-        Some(ParamValue::Int(c)) => u32::try_from(*c)
-            .map_err(|_| bad(format!("classification count for output '{}' must be in 0..2^32", output.name)))?,
-        Some(ParamValue::Uint(c)) => u32::try_from(*c)
-            .map_err(|_| bad(format!("classification count for output '{}' must be in 0..2^32", output.name)))?,
-        Some(_) => return Err(bad(format!("classification for output '{}' must be an integer", output.name))),
+        Some(Some(ParameterChoice::Int64Param(c))) => u32::try_from(*c).map_err(|_| {
+            if *c < 0 {
+                bad("invalid value for 'classification' parameter, expected >= 0")
+            } else {
+                bad(format!("classification count for output '{}' must be below 2^32", output.name))
+            }
+        })?,
+        Some(_) => return Err(bad("invalid value type for 'classification' parameter, expected int64_param")),
     };
+    if class_count > 0 && output.parameters.contains_key("shared_memory_region") {
+        return Err(bad("output can't set both 'shared_memory_region' and 'classification'"));
+    }
     let shared_memory = shm_target(&output.parameters, &output.name)?;
     Ok(RequestedOutput { name: output.name, class_count, shared_memory })
 }
@@ -304,7 +354,8 @@ mod tests {
             raw_input_contents: vec![Bytes::from_static(&[1, 0, 0, 0])],
             ..Default::default()
         };
-        assert!(decode_request(short_raw).unwrap_err().message.contains("Expected 8, got 4"));
+        // Sizes are the model's check, made after its name, datatype and shape checks (Triton's order).
+        assert_eq!(decode_request(short_raw).unwrap().request.inputs[0].data.len(), 4);
 
         let fp16 = ModelInferRequest {
             inputs: vec![input("h", "FP16", vec![1], Some(InferTensorContents::default()))],
@@ -321,7 +372,7 @@ mod tests {
             BTreeMap::from([
                 ("shared_memory_region".to_string(), param_to_proto(&ParamValue::String("r".into()))),
                 ("shared_memory_offset".to_string(), param_to_proto(&ParamValue::Int(offset))),
-                ("shared_memory_byte_size".to_string(), param_to_proto(&ParamValue::Uint(4))),
+                ("shared_memory_byte_size".to_string(), param_to_proto(&ParamValue::Int(4))),
             ])
         };
         let in_shm = |name: &str, offset| InferInputTensor {

@@ -26,7 +26,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{CoreError, CoreResult};
 use crate::frontend::{EXTENSIONS, Frontend, SettingValue};
-use crate::infer::InferResponse;
+use crate::infer::{InferResponse, check_string_correlation_id};
 use crate::model::LoadedModel;
 use crate::proto::health::health_check_response::ServingStatus;
 use crate::proto::health::health_server::{Health, HealthServer};
@@ -323,18 +323,54 @@ fn model_statistics(model: &LoadedModel) -> pb::ModelStatistics {
     }
 }
 
-/// Checks request parameters reserved for the server; returns whether an empty final response
-/// was asked for.
+/// Checks the request parameters as Triton's gRPC door does (`SetInferenceRequestMetadata`):
+/// the types of the ones it reserves, `triton_` keys, and the types custom parameters may have.
+/// Returns whether an empty final response was asked for.
 fn reserved_parameters(request: &pb::ModelInferRequest) -> CoreResult<bool> {
     let mut empty_final = false;
+    let wrong_type = |key: &str, expected: &str| {
+        CoreError::invalid_arg(format!("invalid value type for '{key}' parameter, expected {expected}."))
+    };
     for (key, value) in &request.parameters {
-        if key == EMPTY_FINAL_RESPONSE {
-            empty_final = matches!(value.parameter_choice, Some(ParameterChoice::BoolParam(true)));
-        } else if key.starts_with("triton_") {
-            return Err(CoreError::invalid_arg(format!(
-                "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys \
-                starting with 'triton_' are allowed: {EMPTY_FINAL_RESPONSE}"
-            )));
+        let choice = value.parameter_choice.as_ref();
+        match key.as_str() {
+            "sequence_id" => match choice {
+                Some(ParameterChoice::Int64Param(_)) => {}
+                Some(ParameterChoice::StringParam(id)) => check_string_correlation_id(id)?,
+                _ => return Err(wrong_type(key, "int64_param or string_param")),
+            },
+            "sequence_start" | "sequence_end" => {
+                if !matches!(choice, Some(ParameterChoice::BoolParam(_))) {
+                    return Err(wrong_type(key, "bool_param"));
+                }
+            }
+            "priority" => match choice {
+                Some(ParameterChoice::Int64Param(p)) if *p < 0 => {
+                    return Err(CoreError::invalid_arg("invalid value for 'priority', expected value >= 0."));
+                }
+                Some(ParameterChoice::Int64Param(_) | ParameterChoice::Uint64Param(_)) => {}
+                _ => return Err(wrong_type(key, "int64_param or uint64_param")),
+            },
+            "timeout" => {
+                if !matches!(choice, Some(ParameterChoice::Int64Param(_))) {
+                    return Err(wrong_type(key, "int64_param"));
+                }
+            }
+            EMPTY_FINAL_RESPONSE => match choice {
+                Some(ParameterChoice::BoolParam(b)) => empty_final = *b,
+                _ => return Err(wrong_type(key, "bool_param")),
+            },
+            _ if key.starts_with("triton_") => {
+                return Err(CoreError::invalid_arg(format!(
+                    "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys \
+                    starting with 'triton_' are allowed: {EMPTY_FINAL_RESPONSE}"
+                )));
+            }
+            _ => {
+                if matches!(choice, None | Some(ParameterChoice::Uint64Param(_))) {
+                    return Err(wrong_type(key, "int64_param, bool_param, or string_param"));
+                }
+            }
         }
     }
     Ok(empty_final)
@@ -399,8 +435,8 @@ impl GrpcInferenceService for InferenceService {
     async fn model_infer(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
         self.allow(&request, ApiCategory::Inference)?;
         let request = request.into_inner();
-        reserved_parameters(&request)?;
         let model = self.frontend.ready_model(&request.model_name, parse_version(&request.model_version)?)?;
+        reserved_parameters(&request)?;
         if model.is_decoupled() {
             let message = "ModelInfer RPC doesn't support models with decoupled transaction policy";
             return Err(CoreError::unsupported(message).into());
@@ -744,8 +780,8 @@ async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelInferRequest,
         infer_response: Some(pb::ModelInferResponse { id: echo.id.clone(), ..Default::default() }),
     };
     let prepared = (|| {
-        let empty_final = reserved_parameters(&request)?;
         let model = frontend.ready_model(&request.model_name, parse_version(&request.model_version)?)?;
+        let empty_final = reserved_parameters(&request)?;
         // Shared-memory inputs are read here, so their errors come early too, as decoding errors do.
         let mut request = frontend.read_shm_inputs(codec::decode_request(request)?)?;
         request.model_version = Some(model.version);

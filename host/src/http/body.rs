@@ -115,10 +115,9 @@ pub async fn read(
     let encoding = match encoding.as_deref() {
         None | Some("" | "identity") => None,
         Some(e @ ("gzip" | "deflate")) => Some(e.to_string()),
-        Some(other) => {
-            return Err(CoreError::unsupported(format!(
-                "{UNSUPPORTED_COMPRESSION} '{other}' (supported: gzip, deflate)"
-            )));
+        // Triton's words; the answer's Accept-Encoding header lists what is supported.
+        Some(_) => {
+            return Err(CoreError::unsupported(UNSUPPORTED_COMPRESSION));
         }
     };
     let declared =

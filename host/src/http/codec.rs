@@ -71,7 +71,7 @@ impl BinaryOutputs {
     }
 }
 
-const ONE_OF_DATA: &str = "Input must set only one of the following fields: 'data', 'binary_data_size' in \
+pub(super) const ONE_OF_DATA: &str = "Input must set only one of the following fields: 'data', 'binary_data_size' in \
     'parameters', 'shared_memory_region' in 'parameters'";
 
 fn bad(message: impl Into<String>) -> CoreError {
@@ -103,17 +103,25 @@ pub fn decode_request(
             // bodies to `decode_raw`, as Triton treats them.
             bad(format!("the request body for model '{model}' is empty: an inference request needs a JSON header"))
         } else if matches!(e.classify(), Category::Data) {
-            CoreError::internal(format!(
-                "Unable to parse 'inputs': the request must be a JSON object with an 'inputs' array ({e})"
-            ))
+            // Valid JSON of the wrong structure: Triton's message for it, found by a second pass.
+            match super::json_structure::triton_structure_error(&json) {
+                Some((true, text)) => bad(text),
+                Some((false, text)) => CoreError::internal(text),
+                None => CoreError::internal(format!(
+                    "Unable to parse 'inputs': the request must be a JSON object with an 'inputs' array ({e})"
+                )),
+            }
         } else {
             CoreError::internal(format!("failed to parse the request JSON buffer: {e}"))
         }
     })?;
 
+    // Triton reads `id`, then `parameters`, then the inputs, then the outputs.
+    let request_params = request_parameters(parsed.parameters)?;
     let mut inputs = Vec::with_capacity(parsed.inputs.0.len());
     let mut shm_inputs = Vec::new();
     for input in parsed.inputs.0 {
+        one_data_field(&input)?;
         // Triton's message for a negative, fractional or non-numeric dimension.
         let shape = input.shape.0.iter().map(|d| d.0).collect::<Option<Vec<i64>>>().ok_or_else(|| {
             CoreError::internal(
@@ -128,12 +136,12 @@ pub fn decode_request(
             data: input.data,
         };
         let datatype = DataType::from_protocol(&input.datatype)
-            .ok_or_else(|| bad(format!("invalid datatype for input {} ('{}')", input.name, input.datatype)))?;
-        let params = input.parameters.map(|p| p.0).unwrap_or_default();
-        if let Some(target) = crate::shm::parse_target(&params, &input.name)? {
-            if input.data.is_some() || params.contains_key("binary_data_size") {
-                return Err(bad(format!("{ONE_OF_DATA} for input '{}'. But multiple fields are set", input.name)));
-            }
+            .ok_or_else(|| bad(format!("invalid datatype for input {}", input.name)))?;
+        if input.parameters.as_ref().is_some_and(|p| p.non_scalar.iter().any(|k| k == "shared_memory_region")) {
+            return Err(not_a("shared_memory_region", "string"));
+        }
+        let params = JsonParameters::into_entries(input.parameters);
+        if let Some(target) = crate::shm::parse_target(&params)? {
             let position = inputs.len() + shm_inputs.len();
             shm_inputs.push(ShmInput { position, name: input.name, datatype, shape: input.shape, target });
             continue;
@@ -145,9 +153,7 @@ pub fn decode_request(
                     ParamValue::Uint(u) => usize::try_from(*u).ok(),
                     _ => None,
                 }
-                .ok_or_else(|| {
-                    bad(format!("binary_data_size for input '{}' must be a non-negative integer", input.name))
-                })?;
+                .ok_or_else(|| not_a("binary_data_size", "unsigned-integer"))?;
                 if size > binary.len() {
                     return Err(bad(format!(
                         "unexpected size for input '{}', expecting {} additional bytes for model '{model}'",
@@ -157,54 +163,70 @@ pub fn decode_request(
                 }
                 binary.split_to(size)
             }
-            (Some(_), Some(_)) => {
-                return Err(bad(format!("{ONE_OF_DATA} for input '{}'. But multiple fields are set", input.name)));
-            }
             (None, Some(data)) => {
+                if matches!(datatype, DataType::Fp16 | DataType::Bf16) {
+                    return Err(bad(format!(
+                        "receiving {datatype} data via JSON is not supported. Please use the binary data format \
+                        for input {}",
+                        input.name
+                    )));
+                }
+                if !data.get().trim_start().starts_with('[') {
+                    return Err(CoreError::internal(
+                        "Unable to parse 'data': attempt to access JSON non-array as array",
+                    ));
+                }
                 let mut text = serde_json::Deserializer::from_str(data.get());
                 json_data::decode(&input.name, datatype, &input.shape, &mut text, data.get().len())?
             }
-            (None, None) => return Err(bad(format!("{ONE_OF_DATA} for input '{}'. But no field is set", input.name))),
+            // `one_data_field` let through a non-integer binary_data_size only.
+            _ => return Err(not_a("binary_data_size", "unsigned-integer")),
         };
-        inputs.push(Tensor::new(input.name, datatype, input.shape, data)?);
+        inputs.push(Tensor::unchecked(input.name, datatype, input.shape, data));
     }
     if !binary.is_empty() {
-        return Err(bad(format!(
-            "unexpected additional input data for model '{model}' ({} bytes that no input's binary_data_size claims)",
-            binary.len()
-        )));
+        return Err(bad(format!("unexpected additional input data for model '{model}'")));
     }
 
-    let request_params = parsed.parameters.map(|p| p.0).unwrap_or_default();
     let default_binary = matches!(request_params.get("binary_data_output"), Some(ParamValue::Bool(true)));
     let mut overrides = Vec::new();
     let requested = parsed.outputs.map(|o| o.0).unwrap_or_default();
     let mut outputs = Vec::with_capacity(requested.len());
     for output in requested {
-        let params = output.parameters.map(|p| p.0).unwrap_or_default();
+        let params = JsonParameters::into_entries(output.parameters);
+        // Triton reads an output's shared-memory settings first, then `binary_data`, then
+        // `classification`; it "sets" rather than "parses" them once a region is named.
+        let has_region = params.contains_key("shared_memory_region");
+        let verb = if has_region { "set" } else { "parse" };
         let binary_data = match params.get("binary_data") {
             None => None,
             Some(ParamValue::Bool(b)) => Some(*b),
-            Some(_) => return Err(bad(format!("binary_data for output '{}' must be a boolean", output.name))),
+            Some(_) => {
+                return Err(CoreError::internal(format!(
+                    "Unable to {verb} 'binary_data': attempt to access JSON non-boolean as boolean"
+                )));
+            }
         };
+        let class_count = match params.get("classification") {
+            None => 0,
+            Some(ParamValue::Int(i)) if *i >= 0 => u32::try_from(*i).unwrap_or(u32::MAX),
+            Some(ParamValue::Uint(u)) => u32::try_from(*u).unwrap_or(u32::MAX),
+            Some(_) => {
+                return Err(CoreError::internal(
+                    "Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer",
+                ));
+            }
+        };
+        if has_region && binary_data == Some(true) {
+            return Err(bad("Output can't set both 'shared_memory_region' and 'binary_data'"));
+        }
+        if has_region && class_count > 0 {
+            return Err(bad("Output can't set both 'shared_memory_region' and 'classification'"));
+        }
         if let Some(b) = binary_data {
             overrides.push((output.name.clone(), b));
         }
-        let class_count = match params.get("classification") {
-            None => 0,
-            Some(v) => match v {
-                ParamValue::Int(i) => u32::try_from(*i).ok(),
-                ParamValue::Uint(u) => u32::try_from(*u).ok(),
-                _ => None,
-            }
-            .ok_or_else(|| {
-                bad(format!("classification for output '{}' must be a non-negative integer", output.name))
-            })?,
-        };
-        let shared_memory = crate::shm::parse_target(&params, &output.name)?;
-        if shared_memory.is_some() && binary_data == Some(true) {
-            return Err(bad("Output can't set both 'shared_memory_region' and 'binary_data'"));
-        }
+        let shared_memory = crate::shm::parse_target(&params)?;
         outputs.push(RequestedOutput { name: output.name, class_count, shared_memory });
     }
     let request = InferRequest {
@@ -219,6 +241,73 @@ pub fn decode_request(
         request: DecodedRequest { request, shm_inputs },
         binary_outputs: BinaryOutputs { default: default_binary, overrides },
     })
+}
+
+/// TritonJson's message for a value of the wrong type, under Triton's `Unable to parse` (500).
+fn not_a(field: &str, kind: &str) -> CoreError {
+    CoreError::internal(format!("Unable to parse '{field}': attempt to access JSON non-{kind} as {kind}"))
+}
+
+/// Triton's first check on each input: exactly one of `data`, `binary_data_size` and
+/// `shared_memory_region` (the names of those set, in that order, when more than one is).
+fn one_data_field(input: &JsonInput) -> CoreResult<()> {
+    let has = |key: &str| {
+        input.parameters.as_ref().is_some_and(|p| p.entries.contains_key(key) || p.non_scalar.iter().any(|k| k == key))
+    };
+    let set: Vec<&str> = [
+        ("'data'", input.data.is_some()),
+        ("'binary_data_size'", has("binary_data_size")),
+        ("'shared_memory_region'", has("shared_memory_region")),
+    ]
+    .into_iter()
+    .filter_map(|(name, set)| set.then_some(name))
+    .collect();
+    match set.len() {
+        1 => Ok(()),
+        0 => Err(bad(format!("{ONE_OF_DATA}. But no field is set"))),
+        _ => Err(bad(format!("{ONE_OF_DATA}. But set {}", set.join(" ")))),
+    }
+}
+
+/// The request's `parameters`, checked as Triton's HTTP door does: the types of the keys it
+/// reads, `triton_` keys refused, and custom values that are not an int, a bool or a string.
+/// (Triton goes in JSON order; with several wrong keys this reports in name order.)
+fn request_parameters(params: Option<JsonParameters>) -> CoreResult<crate::infer::Parameters> {
+    let Some(params) = params else { return Ok(Default::default()) };
+    if params.not_object {
+        return Err(CoreError::internal("failed to get request params.: attempt to get members for non-object"));
+    }
+    let unsigned = |v: Option<&ParamValue>| {
+        matches!(v, Some(ParamValue::Uint(_))) || matches!(v, Some(ParamValue::Int(i)) if *i >= 0)
+    };
+    let keys = params.entries.keys().chain(&params.non_scalar);
+    for key in keys {
+        let value = params.entries.get(key);
+        match key.as_str() {
+            "sequence_id" => match value {
+                Some(ParamValue::String(id)) => crate::infer::check_string_correlation_id(id)?,
+                v if unsigned(v) => {}
+                _ => return Err(not_a("sequence_id", "string")),
+            },
+            "priority" | "timeout" if !unsigned(value) => return Err(not_a(key, "unsigned-integer")),
+            "sequence_start" | "sequence_end" | "binary_data_output" if !matches!(value, Some(ParamValue::Bool(_))) => {
+                return Err(not_a(key, "boolean"));
+            }
+            "priority" | "timeout" | "sequence_start" | "sequence_end" | "binary_data_output" => {}
+            _ if key.starts_with("triton_") => {
+                return Err(bad(
+                    "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
+                ));
+            }
+            _ if value.is_none() => {
+                return Err(bad(format!(
+                    "parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(params.entries)
 }
 
 /// Triton's raw binary request (`Inference-Header-Content-Length: 0`): the body is the bytes of
@@ -431,16 +520,7 @@ mod tests {
             ("INT8", "[-1,2]", vec![255, 2]),
             ("UINT16", "[1,2]", vec![1, 0, 2, 0]),
             ("INT16", "[-1,2]", vec![255, 255, 2, 0]),
-            (
-                "FP16",
-                "[1.0,2.0]",
-                [half::f16::from_f32(1.0).to_le_bytes(), half::f16::from_f32(2.0).to_le_bytes()].concat(),
-            ),
-            (
-                "BF16",
-                "[1.0,2.0]",
-                [half::bf16::from_f32(1.0).to_le_bytes(), half::bf16::from_f32(2.0).to_le_bytes()].concat(),
-            ),
+            // FP16 and BF16 are refused in JSON, as Triton does (`rejects_out_of_range_and_wrong_kinds`).
         ];
         for (dt, data, bytes) in cases {
             let body = format!(r#"{{"inputs":[{{"name":"x","shape":[1,2],"datatype":"{dt}","data":{data}}}]}}"#);
@@ -464,10 +544,22 @@ mod tests {
         ] {
             let body = format!(r#"{{"inputs":[{{"name":"x","shape":[1],"datatype":"{dt}","data":{data}}}]}}"#);
             let err = decode(&body).err().unwrap_or_else(|| panic!("{dt} {data} accepted"));
-            assert!(err.message.contains("input 'x'"), "{}", err.message);
+            assert!(err.message.starts_with("Unable to parse"), "{}", err.message);
+            assert_eq!(status_code(err.kind), 500);
+        }
+        for (dt, data, message) in [
+            (
+                "FP16",
+                "[1]",
+                "receiving FP16 data via JSON is not supported. Please use the binary data format for input x",
+            ),
+            ("INT32", "5", "Unable to parse 'data': attempt to access JSON non-array as array"),
+        ] {
+            let body = format!(r#"{{"inputs":[{{"name":"x","shape":[1],"datatype":"{dt}","data":{data}}}]}}"#);
+            assert_eq!(decode(&body).err().unwrap().message, message);
         }
         let err = decode(r#"{"inputs":[{"name":"x","shape":[3],"datatype":"INT32","data":[1,2]}]}"#).err().unwrap();
-        assert!(err.message.contains("Shape does not match") && err.message.contains("needs 3"), "{}", err.message);
+        assert_eq!(err.message, "Unable to parse 'data': Shape does not match true shape of 'data' field");
         assert_eq!(status_code(err.kind), 500, "Triton answers data/shape mismatches with 500");
         let err = decode(r#"{"inputs":[{"name":"x","shape":[1],"datatype":"FLOAT","data":[1]}]}"#).err().unwrap();
         assert!(err.message.contains("invalid datatype for input x"), "{}", err.message);
@@ -539,11 +631,16 @@ mod tests {
         assert_eq!(decoded.shm_inputs, [b]);
 
         let both = format!(r#"{{"inputs":[{{"name":"b","shape":[1],"datatype":"FP32","data":[1.0],{shm}}}]}}"#);
-        assert!(decode(&both).err().unwrap().message.contains("But multiple fields are set"));
+        assert!(decode(&both).err().unwrap().message.ends_with(". But set 'data' 'shared_memory_region'"));
         let no_size =
             r#"{"inputs":[{"name":"b","shape":[1],"datatype":"FP32","parameters":{"shared_memory_region":"r"}}]}"#;
-        let err = decode(no_size).err().unwrap();
-        assert!(err.message.starts_with("'shared_memory_byte_size' must be specified along with"), "{}", err.message);
+        // Triton's HTTP door takes a missing byte size as 0 (the region's bounds check reports it).
+        assert_eq!(decode(no_size).unwrap().request.shm_inputs[0].target.byte_size, 0);
+        let bad_offset = no_size.replace(r#""r"}"#, r#""r","shared_memory_offset":-1}"#);
+        assert_eq!(
+            decode(&bad_offset).err().unwrap().message,
+            "Unable to parse 'shared_memory_offset': attempt to access JSON non-unsigned-integer as unsigned-integer"
+        );
     }
 
     #[test]

@@ -36,26 +36,46 @@ pub fn decode<'de, D: Deserializer<'de>>(
     deserializer: D,
     size_hint: usize,
 ) -> CoreResult<Bytes> {
-    let expected = element_count(shape).map_err(|e| {
-        CoreError::internal(format!(
-            "Unable to parse 'data': Shape does not match true shape of 'data' field ({})",
-            e.message
-        ))
-    })?;
+    // Triton counts elements as the product of the dims (0 for an empty shape), multiplying
+    // without overflow checks, and reads no data at all for a count of 0: the model's checks then
+    // report the shape. A count that overflows to anything else is refused here.
+    if shape.is_empty() || shape.iter().fold(1i64, |acc, &d| acc.wrapping_mul(d)) == 0 {
+        return Ok(Bytes::new());
+    }
+    let expected = element_count(shape).map_err(|_| shape_mismatch())?;
+    // Triton does not count BYTES elements here (the model's checks do, in their own words), so
+    // reading stops one element past the shape, which is all those checks need to see.
+    let limit = if datatype == DataType::Bytes { expected.saturating_add(1) } else { expected };
     let per_element = datatype.element_size().unwrap_or(4);
     // Every element takes at least one byte of JSON, so the text's size bounds the allocation
     // whatever the shape claims.
-    let capacity = expected.min(size_hint).saturating_mul(per_element);
-    let mut sink = Sink { name, datatype, expected, count: 0, out: Vec::with_capacity(capacity), error: None };
+    let capacity = limit.min(size_hint).saturating_mul(per_element);
+    let mut sink = Sink { name, datatype, limit, count: 0, out: Vec::with_capacity(capacity), error: None };
     let outcome = (&mut sink).deserialize(deserializer);
     if let Some(error) = sink.error.take() {
-        return Err(error);
+        return match error {
+            SinkError::Full if datatype == DataType::Bytes => Ok(Bytes::from(sink.out)),
+            SinkError::Full => Err(shape_mismatch()),
+            SinkError::Core(error) => Err(error),
+        };
     }
     outcome.map_err(|e| CoreError::internal(format!("Unable to parse 'data': {e}")))?;
-    if sink.count != expected {
-        return Err(sink.shape_mismatch());
+    if datatype != DataType::Bytes && sink.count != expected {
+        return Err(shape_mismatch());
     }
     Ok(Bytes::from(sink.out))
+}
+
+/// Triton's message when `data` holds more or fewer elements than the shape.
+fn shape_mismatch() -> CoreError {
+    CoreError::internal("Unable to parse 'data': Shape does not match true shape of 'data' field")
+}
+
+/// Why the walk over `data` stopped early.
+enum SinkError {
+    /// More elements than the limit.
+    Full,
+    Core(CoreError),
 }
 
 /// `data` as a parsed `Value`.
@@ -66,11 +86,12 @@ pub fn decode_value(name: &str, datatype: DataType, shape: &[i64], data: &Value)
 struct Sink<'a> {
     name: &'a str,
     datatype: DataType,
-    expected: usize,
+    /// Most elements read.
+    limit: usize,
     count: usize,
     out: Vec<u8>,
     /// The first error, kept whole (serde's error type carries only text).
-    error: Option<CoreError>,
+    error: Option<SinkError>,
 }
 
 /// One scalar of `data`.
@@ -97,43 +118,53 @@ impl fmt::Display for Leaf<'_> {
 }
 
 impl Sink<'_> {
-    fn shape_mismatch(&self) -> CoreError {
-        let has =
-            if self.count > self.expected { format!("more than {}", self.expected) } else { self.count.to_string() };
-        CoreError::internal(format!(
-            "Unable to parse 'data': Shape does not match true shape of 'data' field (input '{}': shape needs {} \
-            elements, 'data' has {has})",
-            self.name, self.expected
-        ))
-    }
-
     fn fail<E: de::Error>(&mut self, error: CoreError) -> E {
         let text = error.message.clone();
-        self.error.get_or_insert(error);
+        self.error.get_or_insert(SinkError::Core(error));
         E::custom(text)
     }
 
     fn push<E: de::Error>(&mut self, leaf: Leaf<'_>) -> Result<(), E> {
-        self.count += 1;
-        if self.count > self.expected {
-            let error = self.shape_mismatch();
-            return Err(self.fail(error));
+        if self.count == self.limit {
+            self.error.get_or_insert(SinkError::Full);
+            return Err(E::custom("more elements than the shape holds"));
         }
+        self.count += 1;
         let datatype = self.datatype;
-        let wrong = |leaf: &Leaf<'_>, name: &str| {
-            CoreError::internal(format!(
-                "Unable to parse 'data': {leaf} is not a valid {datatype} value for input '{name}'"
-            ))
+        // TritonJson's words for an element of the wrong JSON type.
+        let wrong = |_: &Leaf<'_>, _: &str| {
+            CoreError::internal(match datatype {
+                DataType::Bytes => "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
+                DataType::Bool => "Unable to parse 'data': attempt to access JSON non-boolean as boolean",
+                DataType::Uint8 | DataType::Uint16 | DataType::Uint32 | DataType::Uint64 => {
+                    "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer"
+                }
+                DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => {
+                    "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
+                }
+                _ => "Unable to parse 'data': attempt to access JSON non-number as double",
+            })
         };
         macro_rules! int {
             ($ty:ty) => {{
+                // An integer of the right kind but out of range: Triton truncates it silently,
+                // Tessera refuses it in its own words.
                 let x = match leaf {
-                    Leaf::Int(i) => <$ty>::try_from(i).ok(),
-                    Leaf::Uint(u) => <$ty>::try_from(u).ok(),
+                    Leaf::Int(i) if i >= 0 || <$ty>::MIN != 0 => {
+                        Some(<$ty>::try_from(i).map_err(|_| format!("{i} is out of range for {datatype}")))
+                    }
+                    Leaf::Uint(u) => {
+                        Some(<$ty>::try_from(u).map_err(|_| format!("{u} is out of range for {datatype}")))
+                    }
                     _ => None,
                 };
                 match x {
-                    Some(x) => self.out.extend_from_slice(&x.to_le_bytes()),
+                    Some(Ok(x)) => self.out.extend_from_slice(&x.to_le_bytes()),
+                    Some(Err(range)) => {
+                        let error =
+                            CoreError::internal(format!("Unable to parse 'data': {range} (input '{}')", self.name));
+                        return Err(self.fail(error));
+                    }
                     None => {
                         let error = wrong(&leaf, self.name);
                         return Err(self.fail(error));
@@ -326,11 +357,26 @@ impl<'de> Deserialize<'de> for ShapeDim {
 /// Most dimensions a JSON `shape` may have.
 pub const MAX_DIMS: usize = 64;
 
-/// A `parameters` object: at most [`MAX_PARAMETERS`] entries, each a bool, number or string (the
-/// protocol's parameter types); anything else is refused while parsing, so a parameter cannot
-/// carry a large nested value.
+/// A `parameters` value: at most [`MAX_PARAMETERS`] entries, each a bool, number or string (the
+/// protocol's parameter types). Keys whose values are anything else (null, an array, an object)
+/// are kept by name only, and a `parameters` that is not an object is noted, so the door can
+/// answer each in Triton's words; neither keeps a large nested value.
 #[derive(Debug, Default)]
-pub struct JsonParameters(pub Parameters);
+pub struct JsonParameters {
+    pub entries: Parameters,
+    /// Keys whose values are not scalars, in the order they came.
+    pub non_scalar: Vec<String>,
+    /// `parameters` was not an object (Triton ignores that on inputs and outputs).
+    pub not_object: bool,
+}
+
+impl JsonParameters {
+    /// The scalar entries, for inputs and outputs (Triton looks up the keys it knows and
+    /// ignores the rest).
+    pub fn into_entries(params: Option<Self>) -> Parameters {
+        params.map(|p| p.entries).unwrap_or_default()
+    }
+}
 
 impl<'de> Deserialize<'de> for JsonParameters {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -339,64 +385,114 @@ impl<'de> Deserialize<'de> for JsonParameters {
             type Value = JsonParameters;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "a parameters object of at most {MAX_PARAMETERS} bool, number or string values")
+                write!(f, "a parameters object of at most {MAX_PARAMETERS} entries")
             }
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<JsonParameters, A::Error> {
-                let mut entries = Parameters::new();
+                let mut params = JsonParameters::default();
                 while let Some(key) = map.next_key::<String>()? {
-                    if entries.len() == MAX_PARAMETERS {
+                    if params.entries.len() + params.non_scalar.len() == MAX_PARAMETERS {
                         return Err(de::Error::custom(format!(
                             "more than {MAX_PARAMETERS} parameters (this server's limit)"
                         )));
                     }
-                    let value = map.next_value::<Scalar>().map_err(|_| {
-                        de::Error::custom(format!("parameter '{key}' must be a bool, a number or a string"))
-                    })?;
                     // A repeated key: the last one wins, as in a JSON object.
-                    entries.insert(key, value.0);
+                    match map.next_value::<Scalar>()?.0 {
+                        Some(value) => {
+                            params.non_scalar.retain(|k| *k != key);
+                            params.entries.insert(key, value);
+                        }
+                        None => {
+                            params.entries.remove(&key);
+                            params.non_scalar.push(key);
+                        }
+                    }
                 }
-                Ok(JsonParameters(entries))
+                Ok(params)
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<JsonParameters, A::Error> {
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(JsonParameters { not_object: true, ..Default::default() })
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<JsonParameters, E> {
+                Ok(JsonParameters { not_object: true, ..Default::default() })
+            }
+
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<JsonParameters, E> {
+                self.visit_unit()
+            }
+
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<JsonParameters, E> {
+                self.visit_unit()
+            }
+
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<JsonParameters, E> {
+                self.visit_unit()
+            }
+
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<JsonParameters, E> {
+                self.visit_unit()
+            }
+
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<JsonParameters, E> {
+                self.visit_unit()
             }
         }
-        deserializer.deserialize_map(Entries)
+        deserializer.deserialize_any(Entries)
     }
 }
 
-struct Scalar(ParamValue);
+/// A parameter's value: `None` for a null, an array or an object (skipped over, not kept).
+struct Scalar(Option<ParamValue>);
 
 impl<'de> Deserialize<'de> for Scalar {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct One;
-        impl Visitor<'_> for One {
+        impl<'de> Visitor<'de> for One {
             type Value = Scalar;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a bool, a number or a string")
+                f.write_str("a JSON value")
             }
 
             fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
-                Ok(Scalar(ParamValue::Bool(v)))
+                Ok(Scalar(Some(ParamValue::Bool(v))))
             }
 
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
-                Ok(Scalar(ParamValue::Int(v)))
+                Ok(Scalar(Some(ParamValue::Int(v))))
             }
 
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
-                Ok(Scalar(i64::try_from(v).map_or(ParamValue::Uint(v), ParamValue::Int)))
+                Ok(Scalar(Some(i64::try_from(v).map_or(ParamValue::Uint(v), ParamValue::Int))))
             }
 
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
-                Ok(Scalar(ParamValue::Double(v)))
+                Ok(Scalar(Some(ParamValue::Double(v))))
             }
 
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
-                Ok(Scalar(ParamValue::String(v.to_owned())))
+                Ok(Scalar(Some(ParamValue::String(v.to_owned()))))
             }
 
             fn visit_string<E: de::Error>(self, v: String) -> Result<Scalar, E> {
-                Ok(Scalar(ParamValue::String(v)))
+                Ok(Scalar(Some(ParamValue::String(v))))
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Scalar, E> {
+                Ok(Scalar(None))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(Scalar(None))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar, A::Error> {
+                while map.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
+                Ok(Scalar(None))
             }
         }
         deserializer.deserialize_any(One)
@@ -425,14 +521,16 @@ mod tests {
     #[test]
     fn errors_name_the_problem() {
         for (datatype, shape, json, needle) in [
-            (DataType::Uint8, vec![1], "[256]", "256 is not a valid UINT8 value"),
-            (DataType::Int32, vec![1], "[1.5]", "1.5 is not a valid INT32 value"),
-            (DataType::Bool, vec![1], "[1]", "1 is not a valid BOOL value"),
-            (DataType::Bytes, vec![1], "[3]", "3 is not a valid BYTES value"),
-            (DataType::Fp32, vec![1], "[null]", "null is not a valid FP32 value"),
-            (DataType::Fp32, vec![1], "[{\"a\": 1}]", "an object is not a valid FP32 value"),
-            (DataType::Fp32, vec![3], "[1, 2]", "needs 3 elements, 'data' has 2"),
-            (DataType::Fp32, vec![1], "[1, 2]", "needs 1 elements, 'data' has more than 1"),
+            (DataType::Uint8, vec![1], "[256]", "256 is out of range for UINT8 (input 'x')"),
+            (DataType::Int8, vec![1], "[-129]", "-129 is out of range for INT8 (input 'x')"),
+            (DataType::Uint8, vec![1], "[-1]", "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+            (DataType::Int32, vec![1], "[1.5]", "attempt to access JSON non-signed-integer as signed-integer"),
+            (DataType::Bool, vec![1], "[1]", "attempt to access JSON non-boolean as boolean"),
+            (DataType::Bytes, vec![1], "[3]", "Unable to parse JSON bytes array: attempt to access JSON non-string"),
+            (DataType::Fp32, vec![1], "[null]", "attempt to access JSON non-number as double"),
+            (DataType::Fp32, vec![1], "[{\"a\": 1}]", "attempt to access JSON non-number as double"),
+            (DataType::Fp32, vec![3], "[1, 2]", "Shape does not match true shape of 'data' field"),
+            (DataType::Fp32, vec![1], "[1, 2]", "Shape does not match true shape of 'data' field"),
             (DataType::Fp32, vec![-1], "[1]", "Shape does not match"),
         ] {
             let message = text(datatype, &shape, json).unwrap_err().message;
@@ -444,7 +542,11 @@ mod tests {
     fn a_huge_shape_allocates_by_the_text_not_the_shape() {
         // 2^40 elements claimed, three given: refused after reading them, without reserving 4 TiB.
         let message = text(DataType::Fp32, &[1 << 40], "[1, 2, 3]").unwrap_err().message;
-        assert!(message.contains("'data' has 3"), "{message}");
+        assert!(message.contains("Shape does not match"), "{message}");
+        // BYTES elements are counted by the model's checks: reading stops one past the shape.
+        let two = text(DataType::Bytes, &[1], r#"["a", "b", "c"]"#).unwrap();
+        assert_eq!(crate::tensor::bytes_elements(&two).count(), 2);
+        assert!(text(DataType::Int32, &[], "[1, 2]").unwrap().is_empty(), "an empty shape reads no data");
     }
 
     #[test]
@@ -455,10 +557,11 @@ mod tests {
         assert!(err.contains("more than 3 items"), "{err}");
 
         let params: JsonParameters = serde_json::from_str(r#"{"a": 1, "b": "s", "c": true, "d": 0.5}"#).unwrap();
-        assert_eq!(params.0.get("a"), Some(&ParamValue::Int(1)));
-        assert_eq!(params.0.get("c"), Some(&ParamValue::Bool(true)));
-        let err = serde_json::from_str::<JsonParameters>(r#"{"a": [1, 2]}"#).unwrap_err().to_string();
-        assert!(err.contains("parameter 'a' must be a bool, a number or a string"), "{err}");
+        assert_eq!(params.entries.get("a"), Some(&ParamValue::Int(1)));
+        assert_eq!(params.entries.get("c"), Some(&ParamValue::Bool(true)));
+        let odd: JsonParameters = serde_json::from_str(r#"{"a": [1, 2], "b": null, "c": {"d": 1}, "e": 2}"#).unwrap();
+        assert_eq!((odd.non_scalar, odd.entries.len()), (vec!["a".into(), "b".into(), "c".into()], 1));
+        assert!(serde_json::from_str::<JsonParameters>("[1]").unwrap().not_object);
         let many =
             format!("{{{}}}", (0..=MAX_PARAMETERS).map(|i| format!("\"k{i}\": 1")).collect::<Vec<_>>().join(","));
         let err = serde_json::from_str::<JsonParameters>(&many).unwrap_err().to_string();

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::classify::classify;
+use super::triton_order::triton_input_order;
 use crate::backend::ExecRequest;
 use crate::config::{ModelConfig, TensorConfig, datatype_from_config};
 use crate::error::{CoreError, CoreResult};
@@ -72,142 +73,236 @@ impl ModelIo {
         Ok(Self { name: config.name.clone(), max_batch_size: config.max_batch_size, inputs, outputs, labels })
     }
 
-    /// Checks the request's inputs against the config (names, datatypes, shapes, batch size) and
-    /// applies input reshapes. Returns the instance-facing inputs and the batch size (1 for models
-    /// that do not batch).
-    pub fn prepare(&self, request: &InferRequest) -> CoreResult<(ExecRequest, usize)> {
+    /// Checks a request against the config and applies input reshapes, in the order Triton's
+    /// core (`InferenceRequest::Normalize`) checks, with its messages: duplicate inputs, the
+    /// requested outputs (sorted by name), the number of inputs, then per input (in Triton's
+    /// hash-map order, see [`triton_input_order`]) the name, batch dimension and batch size,
+    /// datatype, shape, and last the data's size. Door decoders leave sizes to this, so a request
+    /// gets the same first error over HTTP, gRPC and shared memory. Returns the instance-facing
+    /// request, the batch size (1 for models that do not batch) and the outputs to return.
+    pub fn prepare(&self, request: &InferRequest) -> CoreResult<(ExecRequest, usize, Vec<RequestedOutput>)> {
         let model = &self.name;
+        let log = request_prefix(request);
+        let invalid = |text: String| CoreError::invalid_arg(format!("{log}{text}"));
+        for (i, tensor) in request.inputs.iter().enumerate() {
+            if request.inputs[..i].iter().any(|t| t.name == tensor.name) {
+                return Err(invalid(format!("input '{}' already exists in request", tensor.name)));
+            }
+        }
+        let wanted = self.check_outputs(request)?;
+        let order = triton_input_order(&request.inputs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>());
+        let in_order = || order.iter().map(|&i| &request.inputs[i]);
+        let required = self.inputs.iter().filter(|s| !s.optional).count();
+        if request.inputs.len() > self.inputs.len() || request.inputs.len() < required {
+            return Err(invalid(self.input_count_message(request, in_order().map(|t| t.name.as_str()))));
+        }
         let batching = self.max_batch_size > 0;
-        // Like Triton, agree on the batch size (dim 0 of every input) before checking shapes.
-        let mut batch_size: Option<(i64, &str)> = None;
+        // Triton keeps the batch size in a u32 and 0 means "not set yet".
+        let mut batch_size: u32 = 0;
         if batching {
-            for tensor in &request.inputs {
-                let b = tensor.shape.first().copied().unwrap_or(0);
-                match batch_size {
-                    None => batch_size = Some((b, &tensor.name)),
-                    Some((prev, first)) if prev != b => {
-                        return Err(CoreError::invalid_arg(format!(
-                            "input '{}' batch size does not match other inputs for '{model}' (input \
-                            '{first}' has batch size {prev}, '{}' has {b})",
-                            tensor.name, tensor.name
-                        )));
-                    }
-                    Some(_) => {}
+            for tensor in in_order() {
+                self.spec(&tensor.name)?;
+                let Some(&first) = tensor.shape.first() else {
+                    return Err(invalid(format!(
+                        "input '{}' has no shape but model requires batch dimension for '{model}'",
+                        tensor.name
+                    )));
+                };
+                if batch_size == 0 {
+                    batch_size = first as u32;
+                } else if first != i64::from(batch_size) {
+                    return Err(invalid(format!(
+                        "input '{}' batch size does not match other inputs for '{model}'",
+                        tensor.name
+                    )));
                 }
             }
         }
-        let mut inputs = Vec::with_capacity(request.inputs.len());
-        for (i, tensor) in request.inputs.iter().enumerate() {
-            if request.inputs[..i].iter().any(|t| t.name == tensor.name) {
-                return Err(CoreError::invalid_arg(format!("input '{}' already exists in request", tensor.name)));
-            }
-            let spec = self.inputs.iter().find(|s| s.name == tensor.name).ok_or_else(|| {
-                CoreError::invalid_arg(format!(
-                    "unexpected inference input '{}' for model '{model}'. Allowed inputs are: {}",
-                    tensor.name,
-                    self.inputs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
-                ))
-            })?;
+        if batch_size as i32 > self.max_batch_size {
+            return Err(invalid(format!(
+                "inference request batch-size must be <= {} for '{model}'",
+                self.max_batch_size
+            )));
+        }
+        let mut inputs: Vec<Option<Tensor>> = vec![None; request.inputs.len()];
+        for &position in &order {
+            let tensor = &request.inputs[position];
+            let spec = self.spec(&tensor.name)?;
             if tensor.datatype != spec.datatype {
-                return Err(CoreError::invalid_arg(format!(
+                return Err(invalid(format!(
                     "inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
                     tensor.name, tensor.datatype, spec.datatype
                 )));
             }
-            let dims = if batching {
-                let Some((_, rest)) = tensor.shape.split_first() else {
-                    return Err(CoreError::invalid_arg(format!(
-                        "input '{}' has no batch dimension but model '{model}' supports batching (max_batch_size {})",
-                        tensor.name, self.max_batch_size
+            let dims = if batching { &tensor.shape[1..] } else { &tensor.shape[..] };
+            match shape_check(dims, &spec.dims) {
+                ShapeCheck::Matches => {}
+                ShapeCheck::Wildcard => {
+                    return Err(invalid(format!(
+                        "All input dimensions should be specified for input '{}' for model '{model}', got {}",
+                        tensor.name,
+                        format_shape(&tensor.shape)
                     )));
-                };
-                rest
-            } else {
-                &tensor.shape[..]
-            };
-            if !shape_matches(dims, &spec.dims) {
-                let expected: Vec<i64> =
-                    if batching { [-1].iter().chain(&spec.dims).copied().collect() } else { spec.dims.clone() };
-                return Err(CoreError::invalid_arg(format!(
-                    "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}. {}",
-                    tensor.name,
-                    format_shape(&expected),
-                    format_shape(&tensor.shape),
-                    if batching { BATCH_NOTE } else { "" }
-                )));
+                }
+                ShapeCheck::Differs => {
+                    let expected: Vec<i64> =
+                        if batching { [-1].iter().chain(&spec.dims).copied().collect() } else { spec.dims.clone() };
+                    return Err(invalid(format!(
+                        "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}. {}",
+                        tensor.name,
+                        format_shape(&expected),
+                        format_shape(&tensor.shape),
+                        if batching { BATCH_NOTE } else { "" }
+                    )));
+                }
             }
+            // Triton counts elements over its own batch size (a u32) and the other dims,
+            // leaving the batch out when it is 0, multiplying without overflow checks.
+            let batch = if batching && batch_size > 0 { i64::from(batch_size) } else { 1 };
+            let count = dims.iter().fold(batch, |acc, &d| acc.wrapping_mul(d));
+            self.check_data(&log, tensor, count)?;
             let mut model_tensor = tensor.clone();
             if let Some(reshape) = &spec.reshape {
                 let mut shape: Vec<i64> = if batching { vec![tensor.shape[0]] } else { Vec::new() };
                 shape.extend(fill_variable_dims(reshape, &spec.dims, dims));
                 model_tensor.shape = shape;
             }
-            inputs.push(model_tensor);
+            inputs[position] = Some(model_tensor);
         }
-        let missing: Vec<&str> = self
-            .inputs
-            .iter()
-            .filter(|s| !s.optional && !request.inputs.iter().any(|t| t.name == s.name))
-            .map(|s| s.name.as_str())
-            .collect();
+        for tensor in in_order().filter(|t| t.datatype == DataType::Bytes) {
+            bytes_overrun(tensor)?;
+        }
+        // Triton hands these to the backend (negative dims whose product fits, counts that wrap
+        // to the data's size); they are refused here, so backends only see consistent tensors.
+        for tensor in in_order() {
+            tensor.validate().map_err(|e| invalid(e.message))?;
+        }
+        let missing: Vec<&IoSpec> =
+            self.inputs.iter().filter(|s| !s.optional && !request.inputs.iter().any(|t| t.name == s.name)).collect();
         if !missing.is_empty() {
-            let quoted =
-                |names: &mut dyn Iterator<Item = &str>| names.map(|n| format!("'{n}'")).collect::<Vec<_>>().join(",");
-            return Err(CoreError::invalid_arg(format!(
-                "expected {} inputs but got {} inputs for model '{model}'. Got input(s) [{}], but missing \
-                required input(s) [{}]. Please provide all required input(s).",
-                self.inputs.iter().filter(|s| !s.optional).count(),
-                request.inputs.len(),
-                quoted(&mut request.inputs.iter().map(|t| t.name.as_str())),
-                quoted(&mut missing.iter().copied())
-            )));
+            return Err(invalid(self.input_count_message(request, in_order().map(|t| t.name.as_str()))));
         }
-        let batch_size = batch_size.map_or(1, |(b, _)| b);
-        if batching && (batch_size < 1 || batch_size > i64::from(self.max_batch_size)) {
-            return Err(CoreError::invalid_arg(format!(
-                "inference request batch-size must be <= {} for '{model}'",
-                self.max_batch_size
-            )));
+        if batching && batch_size == 0 {
+            return Err(invalid(format!("inference request batch-size must be >= 1 for '{model}'")));
         }
-
         let exec = ExecRequest {
             id: request.id.clone(),
-            inputs,
+            inputs: inputs.into_iter().flatten().collect(),
+            outputs: wanted.iter().map(|o| o.name.clone()).collect(),
             parameters: request.parameters.clone(),
             ..Default::default()
         };
-        Ok((exec, usize::try_from(batch_size).unwrap_or(1)))
+        let batch_size = if batching { batch_size as usize } else { 1 };
+        Ok((exec, batch_size, wanted))
     }
 
-    /// The outputs to return: the requested ones (checked against the config), or all of them.
-    /// An output named twice is returned once, with its first entry's settings (as Triton does).
-    pub fn check_outputs(&self, request: &InferRequest) -> CoreResult<Vec<RequestedOutput>> {
-        let model = &self.name;
-        Ok(if request.outputs.is_empty() {
-            self.outputs.iter().map(|o| RequestedOutput::named(o.name.clone())).collect()
-        } else {
-            for (i, out) in request.outputs.iter().enumerate() {
-                let spec = self.outputs.iter().find(|s| s.name == out.name).ok_or_else(|| {
-                    CoreError::invalid_arg(format!("unexpected inference output '{}' for model '{model}'", out.name))
-                })?;
-                if request.outputs[..i].iter().any(|o| o.name == out.name) {
-                    continue;
-                }
-                if out.class_count > 0 && !spec.datatype.is_numeric() {
-                    return Err(CoreError::invalid_arg(format!(
-                        "classification is not supported for output '{}' of type {}",
-                        out.name, spec.datatype
-                    )));
-                }
-            }
-            let mut outputs: Vec<RequestedOutput> = Vec::with_capacity(request.outputs.len());
-            for out in &request.outputs {
-                if !outputs.iter().any(|o| o.name == out.name) {
-                    outputs.push(out.clone());
-                }
-            }
-            outputs
+    /// The config's entry for an input, or Triton's `Model::GetInput` error (it has no prefix).
+    fn spec(&self, name: &str) -> CoreResult<&IoSpec> {
+        self.inputs.iter().find(|s| s.name == name).ok_or_else(|| {
+            CoreError::invalid_arg(format!("unexpected inference input '{name}' for model '{}'", self.name))
         })
+    }
+
+    /// Triton's message for a request with too few or too many inputs (its `]` when nothing is
+    /// missing included).
+    fn input_count_message<'a>(&self, request: &InferRequest, names: impl Iterator<Item = &'a str>) -> String {
+        let required = self.inputs.iter().filter(|s| !s.optional).count();
+        let mut missing = String::from("[");
+        for spec in self.inputs.iter().filter(|s| !s.optional && !request.inputs.iter().any(|t| t.name == s.name)) {
+            missing.push_str(&format!("'{}',", spec.name));
+        }
+        missing.pop();
+        missing.push(']');
+        let got = names.map(|n| format!("'{n}'")).collect::<Vec<_>>().join(",");
+        let expected = if required == self.inputs.len() {
+            format!("expected {required} inputs")
+        } else {
+            format!("expected number of inputs between {required} and {}", self.inputs.len())
+        };
+        format!(
+            "{expected} but got {} inputs for model '{}'. Got input(s) [{got}], but missing required input(s) \
+            {missing}. Please provide all required input(s).",
+            request.inputs.len(),
+            self.name
+        )
+    }
+
+    /// The data's size against the element count, with Triton's messages: bytes for fixed-size
+    /// types, string elements for BYTES.
+    fn check_data(&self, log: &str, tensor: &Tensor, count: i64) -> CoreResult<()> {
+        let (name, model) = (&tensor.name, &self.name);
+        let invalid = |text: String| Err(CoreError::invalid_arg(format!("{log}{text}")));
+        let Some(size) = tensor.datatype.element_size() else {
+            let mut rest = &tensor.data[..];
+            let mut found: i64 = 0;
+            while !rest.is_empty() {
+                let Some((prefix, tail)) = rest.split_first_chunk::<4>() else {
+                    return invalid(format!(
+                        "incomplete string length indicator for inference input '{name}' for model '{model}', \
+                        expecting 4 bytes but only {} bytes available. Please make sure the string length \
+                        indicator is in one buffer.",
+                        rest.len()
+                    ));
+                };
+                found += 1;
+                if found > count {
+                    return invalid(format!(
+                        "unexpected number of string elements {found} for inference input '{name}' for model \
+                        '{model}', expecting {count}"
+                    ));
+                }
+                let len = u32::from_le_bytes(*prefix) as usize;
+                // An element longer than the data ends the walk; the backend reports it.
+                rest = tail.get(len..).unwrap_or_default();
+            }
+            if found != count {
+                return invalid(format!(
+                    "expected {count} string elements for inference input '{name}' for model '{model}', got {found}"
+                ));
+            }
+            return Ok(());
+        };
+        let expected = count.wrapping_mul(size as i64);
+        if i64::try_from(tensor.data.len()) != Ok(expected) {
+            return invalid(format!(
+                "input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, got {}",
+                tensor.data.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The outputs to return: the requested ones (checked against the config in name order, as
+    /// Triton's `std::set` of them is), or all of them. An output named twice is returned once,
+    /// with its first entry's settings (as Triton does).
+    fn check_outputs(&self, request: &InferRequest) -> CoreResult<Vec<RequestedOutput>> {
+        if request.outputs.is_empty() {
+            return Ok(self.outputs.iter().map(|o| RequestedOutput::named(o.name.clone())).collect());
+        }
+        let names: std::collections::BTreeSet<&str> = request.outputs.iter().map(|o| o.name.as_str()).collect();
+        for name in names {
+            if !self.outputs.iter().any(|s| s.name == name) {
+                return Err(CoreError::invalid_arg(format!(
+                    "unexpected inference output '{name}' for model '{}'",
+                    self.name
+                )));
+            }
+        }
+        let mut outputs: Vec<RequestedOutput> = Vec::with_capacity(request.outputs.len());
+        for out in &request.outputs {
+            if outputs.iter().any(|o| o.name == out.name) {
+                continue;
+            }
+            let datatype = self.outputs.iter().find(|s| s.name == out.name).map(|s| s.datatype);
+            if let Some(datatype) = datatype.filter(|d| out.class_count > 0 && !d.is_numeric()) {
+                return Err(CoreError::invalid_arg(format!(
+                    "classification is not supported for output '{}' of type {datatype}",
+                    out.name
+                )));
+            }
+            outputs.push(out.clone());
+        }
+        Ok(outputs)
     }
 
     /// Checks outputs against the config, undoes output reshapes and applies classification.
@@ -295,6 +390,54 @@ fn fill_variable_dims(target: &[i64], source: &[i64], actual: &[i64]) -> Vec<i64
     target.iter().map(|&d| if d == -1 { variable.next().unwrap_or(-1) } else { d }).collect()
 }
 
+/// How a request's dims (without the batch dim) compare with the config's, checked as Triton
+/// does: left to right, a -1 in the request is reported unless an earlier dim already differed.
+enum ShapeCheck {
+    Matches,
+    Wildcard,
+    Differs,
+}
+
+fn shape_check(actual: &[i64], expected: &[i64]) -> ShapeCheck {
+    if actual.len() != expected.len() {
+        return ShapeCheck::Differs;
+    }
+    for (&a, &e) in actual.iter().zip(expected) {
+        if a == -1 {
+            return ShapeCheck::Wildcard;
+        }
+        if e != -1 && e != a {
+            return ShapeCheck::Differs;
+        }
+    }
+    ShapeCheck::Matches
+}
+
+/// Triton's backends' message for a BYTES element longer than the data left (no prefix: it
+/// comes from the backend, after the core's checks).
+fn bytes_overrun(tensor: &Tensor) -> CoreResult<()> {
+    let mut rest = &tensor.data[..];
+    while let Some((prefix, tail)) = rest.split_first_chunk::<4>() {
+        let len = u32::from_le_bytes(*prefix) as usize;
+        let Some(next) = tail.get(len..) else {
+            return Err(CoreError::invalid_arg(format!(
+                "incomplete string data for inference input '{}', expecting string of length {len} but only {} \
+                bytes available",
+                tensor.name,
+                tail.len()
+            )));
+        };
+        rest = next;
+    }
+    Ok(())
+}
+
+/// Triton's prefix for the core's request errors.
+pub fn request_prefix(request: &InferRequest) -> String {
+    let id = request.id.as_deref().filter(|id| !id.is_empty()).unwrap_or("<id_unknown>");
+    format!("[request id: {id}] ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,7 +476,7 @@ mod tests {
     #[test]
     fn inputs_are_reshaped_and_the_batch_size_found() {
         let io = io(RESHAPED);
-        let (exec, batch) = io.prepare(&request(vec![tensor("a", DataType::Fp32, vec![3, 4])])).unwrap();
+        let (exec, batch, _) = io.prepare(&request(vec![tensor("a", DataType::Fp32, vec![3, 4])])).unwrap();
         assert_eq!(batch, 3);
         assert_eq!(exec.inputs[0].shape, vec![3, 2, 2], "the model sees the reshaped input");
     }
@@ -343,16 +486,107 @@ mod tests {
         let io = io(RESHAPED);
         let err = |inputs| io.prepare(&request(inputs)).unwrap_err().message;
         let a = |shape| tensor("a", DataType::Fp32, shape);
-        assert!(err(vec![a(vec![1, 5])]).starts_with("unexpected shape for input 'a' for model 'm'. Expected [-1,4]"));
-        assert!(err(vec![a(vec![5, 4])]).contains("batch-size must be <= 4"));
-        assert!(err(vec![tensor("a", DataType::Int32, vec![1, 4])]).contains("data-type is 'INT32'"));
+        let p = "[request id: <id_unknown>] ";
         assert!(
-            err(vec![a(vec![1, 4]), tensor("c", DataType::Fp32, vec![1])]).contains("unexpected inference input 'c'")
+            err(vec![a(vec![1, 5])])
+                .starts_with(&format!("{p}unexpected shape for input 'a' for model 'm'. Expected [-1,4]"))
         );
-        assert!(err(vec![a(vec![1, 4]), a(vec![1, 4])]).contains("already exists"));
+        assert_eq!(err(vec![a(vec![5, 4])]), format!("{p}inference request batch-size must be <= 4 for 'm'"));
+        assert!(err(vec![tensor("a", DataType::Int32, vec![1, 4])]).contains("data-type is 'INT32'"));
+        // GetInput's error has no prefix in Triton.
+        assert_eq!(
+            err(vec![a(vec![1, 4]), tensor("c", DataType::Fp32, vec![1])]),
+            "unexpected inference input 'c' for model 'm'"
+        );
+        assert_eq!(err(vec![a(vec![1, 4]), a(vec![1, 4])]), format!("{p}input 'a' already exists in request"));
+        assert_eq!(
+            err(vec![a(vec![1, 4]), tensor("b", DataType::Int32, vec![1, 2]), tensor("c", DataType::Int32, vec![1])]),
+            format!(
+                "{p}expected number of inputs between 1 and 2 but got 3 inputs for model 'm'. Got input(s) \
+                 ['c','b','a'], but missing required input(s) ]. Please provide all required input(s)."
+            )
+        );
         assert!(err(vec![tensor("b", DataType::Int32, vec![1, 2])]).contains("missing required input(s) ['a']"));
-        let mismatch = err(vec![a(vec![1, 4]), tensor("b", DataType::Int32, vec![2, 2])]);
-        assert!(mismatch.contains("batch size does not match"), "{mismatch}");
+        assert_eq!(
+            err(vec![a(vec![1, 4]), tensor("b", DataType::Int32, vec![2, 2])]),
+            format!("{p}input 'a' batch size does not match other inputs for 'm'"),
+            "named in Triton's hash-map order"
+        );
+        assert_eq!(
+            err(vec![a(vec![])]),
+            format!("{p}input 'a' has no shape but model requires batch dimension for 'm'")
+        );
+    }
+
+    #[test]
+    fn data_sizes_are_checked_last_with_tritons_messages() {
+        let io = io(RESHAPED);
+        let p = "[request id: <id_unknown>] ";
+        let raw = |name: &str, datatype, shape: Vec<i64>, data: Vec<u8>| {
+            Tensor::unchecked(name, datatype, shape, data.into())
+        };
+        let err = |inputs| io.prepare(&request(inputs)).unwrap_err().message;
+        assert_eq!(
+            err(vec![raw("a", DataType::Fp32, vec![2, 4], vec![0; 12])]),
+            format!("{p}input byte size mismatch for input 'a' for model 'm'. Expected 32, got 12")
+        );
+        // A batch of 0 leaves the batch dim out of the count, as Triton does.
+        assert_eq!(
+            err(vec![raw("a", DataType::Fp32, vec![0, 4], Vec::new())]),
+            format!("{p}input byte size mismatch for input 'a' for model 'm'. Expected 16, got 0")
+        );
+        let b = |shape: Vec<i64>, data: Vec<u8>| {
+            vec![tensor("a", DataType::Fp32, vec![1, 4]), raw("b", DataType::Int32, shape, data)]
+        };
+        assert_eq!(
+            err(b(vec![1, -1], Vec::new())),
+            format!("{p}All input dimensions should be specified for input 'b' for model 'm', got [1,-1]")
+        );
+        assert_eq!(
+            err(b(vec![1, -2], vec![0; 8])),
+            format!("{p}input byte size mismatch for input 'b' for model 'm'. Expected -8, got 8")
+        );
+        // A count that matches only by wrapping is still refused before any backend sees it.
+        assert!(err(b(vec![1, -2, -2], vec![0; 16])).contains("unexpected shape"));
+
+        let strings = ModelIo::from_config(
+            &crate::config::parse_pbtxt(
+                r#"name: "s" input [ { name: "t" data_type: TYPE_STRING dims: [ 2 ] } ]
+                   output [ { name: "u" data_type: TYPE_STRING dims: [ 2 ] } ]"#,
+                std::path::Path::new("config.pbtxt"),
+            )
+            .unwrap(),
+            std::path::Path::new("/nonexistent"),
+        )
+        .unwrap();
+        let err = |data: &[u8]| {
+            let t = raw("t", DataType::Bytes, vec![2], data.to_vec());
+            strings.prepare(&InferRequest { inputs: vec![t], ..Default::default() }).unwrap_err().message
+        };
+        assert_eq!(
+            err(&[1, 0, 0, 0, b'x']),
+            format!("{p}expected 2 string elements for inference input 't' for model 's', got 1")
+        );
+        assert_eq!(
+            err(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            format!("{p}unexpected number of string elements 3 for inference input 't' for model 's', expecting 2")
+        );
+        assert!(err(&[0, 0, 0, 0, 1, 0]).starts_with(&format!(
+            "{p}incomplete string length indicator for inference input 't' for model 's', expecting 4 bytes but \
+             only 2 bytes available."
+        )));
+        assert_eq!(
+            err(&[0, 0, 0, 0, 5, 0, 0, 0, b'x']),
+            "incomplete string data for inference input 't', expecting string of length 5 but only 1 bytes available"
+        );
+    }
+
+    #[test]
+    fn triton_checks_outputs_first_in_name_order() {
+        let io = io(RESHAPED);
+        let mut req = request(vec![tensor("zz", DataType::Fp32, vec![1])]);
+        req.outputs = vec![RequestedOutput::named("ZZZ"), RequestedOutput::named("AAA")];
+        assert_eq!(io.prepare(&req).unwrap_err().message, "unexpected inference output 'AAA' for model 'm'");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub mod classify;
 pub mod io;
+mod triton_order;
 pub mod warmup;
 
 use std::path::Path;
@@ -206,10 +207,7 @@ impl LoadedModel {
 
     /// Checks a request and turns it into what an instance sees; returns its batch size too.
     fn prepare(&self, request: &InferRequest) -> CoreResult<(ExecRequest, usize, Vec<crate::infer::RequestedOutput>)> {
-        let (exec, batch_size) = self.io.prepare(request).map_err(|e| with_request_id(request, e))?;
-        let wanted = self.io.check_outputs(request)?;
-        let exec = ExecRequest { outputs: wanted.iter().map(|o| o.name.clone()).collect(), ..exec };
-        Ok((exec, batch_size, wanted))
+        self.io.prepare(request)
     }
 
     /// Runs one request and streams its responses: one for a regular model, 0..n for a decoupled
@@ -307,10 +305,4 @@ impl LoadedModel {
         }
         Ok(InferResponse { compute: compute.get(), ..self.response(request.id, outputs, true) })
     }
-}
-
-/// Triton prefixes the core's input-validation errors with the request id.
-fn with_request_id(request: &InferRequest, e: CoreError) -> CoreError {
-    let id = request.id.as_deref().filter(|id| !id.is_empty()).unwrap_or("<id_unknown>");
-    CoreError::new(e.kind, format!("[request id: {id}] {}", e.message))
 }

@@ -6,7 +6,6 @@ use std::path::Path;
 use bytes::Bytes;
 
 use super::io::ModelIo;
-use crate::backend::ExecRequest;
 use crate::config::pb::ModelWarmup;
 use crate::config::pb::model_warmup::input::InputDataType;
 use crate::error::{CoreError, CoreResult};
@@ -21,9 +20,7 @@ pub fn run(io: &ModelIo, scheduler: &Scheduler, samples: &[ModelWarmup], model_d
             CoreError::new(e.kind, format!("model '{}' failed warmup sample '{}': {}", io.name, sample.name, e.message))
         };
         let request = request(io, sample, model_dir).map_err(fail)?;
-        let (exec, batch_size) = io.prepare(&request).map_err(fail)?;
-        let wanted = io.check_outputs(&request).map_err(fail)?;
-        let exec = ExecRequest { outputs: wanted.iter().map(|o| o.name.clone()).collect(), ..exec };
+        let (exec, batch_size, wanted) = io.prepare(&request).map_err(fail)?;
         let times = usize::try_from(sample.count.max(1)).unwrap_or(1);
         scheduler.execute_on_each(&[exec], times, |results| {
             for outputs in results {

@@ -45,7 +45,8 @@ impl std::fmt::Display for CorrelationId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Uint(u) => write!(f, "{u}"),
-            Self::Str(s) => write!(f, "'{s}'"),
+            // Unquoted, as Triton writes it in its messages.
+            Self::Str(s) => f.write_str(s),
         }
     }
 }
@@ -329,8 +330,8 @@ impl SequenceBatcher {
         let sent = flags.and_then(|flags| {
             if batch_size != 1 {
                 return Err(CoreError::invalid_arg(format!(
-                    "inference request to model '{}' has batch size {batch_size}: requests of a sequence \
-                    must have batch size 1",
+                    "inference request to model '{}' must specify batch-size 1 due to requirements of sequence \
+                    batcher",
                     self.model
                 )));
             }

@@ -1,0 +1,570 @@
+//! Triton's messages for an infer request body that is valid JSON of the wrong structure.
+//!
+//! The door parses bodies with typed serde structs, which stop at the first structural problem
+//! in the order the JSON is written and describe it in serde's words. Triton parses a tree and
+//! walks it field by field (`id`, `parameters`, then each input: the one-data-field check,
+//! `name`, `datatype`, `shape`; then `outputs`), with TritonJson's messages. When the typed
+//! parse fails on the body's structure, this second pass finds the error Triton would report.
+//! It streams over the body like the first pass, keeping a few flags per input and nothing of
+//! the values, so a hostile body costs no more here than there.
+
+use std::fmt;
+
+use serde::Deserializer;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+/// A member's JSON type as TritonJson's accessors see it.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+enum Member {
+    #[default]
+    Missing,
+    String,
+    Array,
+    Other,
+}
+
+/// What Triton's checks need to know about one input.
+#[derive(Default)]
+struct InputFacts {
+    is_object: bool,
+    has_data: bool,
+    has_binary_size: bool,
+    has_region: bool,
+    name: Member,
+    datatype: Member,
+    shape: Member,
+}
+
+/// The facts of a whole request, in the order Triton checks them.
+#[derive(Default)]
+struct RequestFacts {
+    is_object: bool,
+    id: Member,
+    inputs: Member,
+    outputs: Member,
+    /// The first input Triton would refuse (inputs after it are not looked at).
+    bad_input: Option<InputFacts>,
+    /// Whether some output is not an object or lacks a string `name`.
+    bad_output_name: Option<Member>,
+}
+
+/// TritonJson's texts.
+fn not_a(field: &str, kind: &str) -> String {
+    format!("Unable to parse '{field}': attempt to access JSON non-{kind} as {kind}")
+}
+
+fn missing(field: &str) -> String {
+    format!("Unable to parse '{field}': attempt to access non-existing object member '{field}'")
+}
+
+/// Triton's message for a body whose structure is wrong, with whether it is a 400 (else 500), or
+/// `None` when Triton would find nothing wrong with the structure (the caller keeps its error).
+pub fn triton_structure_error(json: &[u8]) -> Option<(bool, String)> {
+    let mut facts = RequestFacts::default();
+    let mut de = serde_json::Deserializer::from_slice(json);
+    de.deserialize_any(RootVisitor(&mut facts)).ok()?;
+    if !facts.is_object || facts.inputs == Member::Missing {
+        return Some((false, missing("inputs")));
+    }
+    match facts.id {
+        Member::Missing | Member::String => {}
+        _ => return Some((false, not_a("id", "string"))),
+    }
+    if facts.inputs != Member::Array {
+        return Some((false, not_a("inputs", "array")));
+    }
+    if let Some(input) = facts.bad_input {
+        let set: Vec<&str> = [
+            ("'data'", input.has_data),
+            ("'binary_data_size'", input.has_binary_size),
+            ("'shared_memory_region'", input.has_region),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect();
+        if !input.is_object || set.is_empty() {
+            return Some((true, format!("{}. But no field is set", super::codec::ONE_OF_DATA)));
+        }
+        if set.len() > 1 {
+            return Some((true, format!("{}. But set {}", super::codec::ONE_OF_DATA, set.join(" "))));
+        }
+        for (field, member) in [("name", input.name), ("datatype", input.datatype)] {
+            match member {
+                Member::String => {}
+                Member::Missing => return Some((false, missing(field))),
+                _ => return Some((false, not_a(field, "string"))),
+            }
+        }
+        match input.shape {
+            Member::Array => {}
+            Member::Missing => return Some((false, missing("shape"))),
+            _ => return Some((false, not_a("shape", "array"))),
+        }
+    }
+    match facts.outputs {
+        Member::Missing | Member::Array => {}
+        _ => return Some((false, not_a("outputs", "array"))),
+    }
+    match facts.bad_output_name {
+        None => None,
+        Some(Member::Missing) => Some((false, missing("name"))),
+        Some(_) => Some((false, not_a("name", "string"))),
+    }
+}
+
+/// Reads a member's JSON type and skips its value.
+struct TypeOf;
+
+impl<'de> DeserializeSeed<'de> for TypeOf {
+    type Value = Member;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Member, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TypeOf {
+    type Value = Member;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Member, E> {
+        Ok(Member::String)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Member, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Member::Array)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Member, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Member::Other)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+}
+
+struct RootVisitor<'a>(&'a mut RequestFacts);
+
+impl<'de> Visitor<'de> for RootVisitor<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.0.is_object = true;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "id" => self.0.id = map.next_value_seed(TypeOf)?,
+                "inputs" => self.0.inputs = map.next_value_seed(Inputs(&mut *self.0))?,
+                "outputs" => self.0.outputs = map.next_value_seed(Outputs(&mut *self.0))?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+/// The `inputs` member: its type, and the first input Triton would refuse.
+struct Inputs<'a>(&'a mut RequestFacts);
+
+impl<'de> DeserializeSeed<'de> for Inputs<'_> {
+    type Value = Member;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Member, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Inputs<'_> {
+    type Value = Member;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Member, A::Error> {
+        while let Some(input) = seq.next_element_seed(OneInput)? {
+            let data_fields = [input.has_data, input.has_binary_size, input.has_region].iter().filter(|&&b| b).count();
+            let bad = !input.is_object
+                || data_fields != 1
+                || input.name != Member::String
+                || input.datatype != Member::String
+                || input.shape != Member::Array;
+            if bad && self.0.bad_input.is_none() {
+                self.0.bad_input = Some(input);
+            }
+        }
+        Ok(Member::Array)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Member, A::Error> {
+        TypeOf.visit_map(map)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+}
+
+/// One element of `inputs`.
+struct OneInput;
+
+impl<'de> DeserializeSeed<'de> for OneInput {
+    type Value = InputFacts;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<InputFacts, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OneInput {
+    type Value = InputFacts;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<InputFacts, A::Error> {
+        let mut input = InputFacts { is_object: true, ..Default::default() };
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "name" => input.name = map.next_value_seed(TypeOf)?,
+                "datatype" => input.datatype = map.next_value_seed(TypeOf)?,
+                "shape" => input.shape = map.next_value_seed(TypeOf)?,
+                "data" => {
+                    map.next_value::<IgnoredAny>()?;
+                    input.has_data = true;
+                }
+                "parameters" => {
+                    let (binary_size, region) = map.next_value_seed(DataParameters)?;
+                    input.has_binary_size = binary_size;
+                    input.has_region = region;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(input)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<InputFacts, A::Error> {
+        TypeOf.visit_seq(seq).map(|_| InputFacts::default())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<InputFacts, E> {
+        Ok(InputFacts::default())
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<InputFacts, E> {
+        Ok(InputFacts::default())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<InputFacts, E> {
+        Ok(InputFacts::default())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<InputFacts, E> {
+        Ok(InputFacts::default())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<InputFacts, E> {
+        Ok(InputFacts::default())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<InputFacts, E> {
+        Ok(InputFacts::default())
+    }
+}
+
+/// An input's `parameters`: whether it names `binary_data_size` and `shared_memory_region`.
+struct DataParameters;
+
+impl<'de> DeserializeSeed<'de> for DataParameters {
+    type Value = (bool, bool);
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(bool, bool), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DataParameters {
+    type Value = (bool, bool);
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(bool, bool), A::Error> {
+        let mut found = (false, false);
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            map.next_value::<IgnoredAny>()?;
+            match key.as_ref() {
+                "binary_data_size" => found.0 = true,
+                "shared_memory_region" => found.1 = true,
+                _ => {}
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(bool, bool), A::Error> {
+        TypeOf.visit_seq(seq).map(|_| (false, false))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(bool, bool), E> {
+        Ok((false, false))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(bool, bool), E> {
+        Ok((false, false))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(bool, bool), E> {
+        Ok((false, false))
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(bool, bool), E> {
+        Ok((false, false))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(bool, bool), E> {
+        Ok((false, false))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(bool, bool), E> {
+        Ok((false, false))
+    }
+}
+
+/// The `outputs` member: its type, and whether some output lacks a string `name`.
+struct Outputs<'a>(&'a mut RequestFacts);
+
+impl<'de> DeserializeSeed<'de> for Outputs<'_> {
+    type Value = Member;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Member, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Outputs<'_> {
+    type Value = Member;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Member, A::Error> {
+        while let Some(name) = seq.next_element_seed(OutputName)? {
+            if name != Member::String && self.0.bad_output_name.is_none() {
+                self.0.bad_output_name = Some(name);
+            }
+        }
+        Ok(Member::Array)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Member, A::Error> {
+        TypeOf.visit_map(map)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Member, E> {
+        Ok(Member::Other)
+    }
+}
+
+/// One element of `outputs`: the type of its `name` (Missing when it is not an object).
+struct OutputName;
+
+impl<'de> DeserializeSeed<'de> for OutputName {
+    type Value = Member;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Member, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OutputName {
+    type Value = Member;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Member, A::Error> {
+        let mut name = Member::Missing;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == "name" {
+                name = map.next_value_seed(TypeOf)?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(name)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Member, A::Error> {
+        TypeOf.visit_seq(seq).map(|_| Member::Missing)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Member, E> {
+        Ok(Member::Missing)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Member, E> {
+        Ok(Member::Missing)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Member, E> {
+        Ok(Member::Missing)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Member, E> {
+        Ok(Member::Missing)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Member, E> {
+        Ok(Member::Missing)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Member, E> {
+        Ok(Member::Missing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(json: &str) -> Option<(bool, String)> {
+        triton_structure_error(json.as_bytes())
+    }
+
+    #[test]
+    fn structure_errors_are_tritonjsons() {
+        let inputs_missing = "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'";
+        assert_eq!(check("[1]"), Some((false, inputs_missing.into())));
+        assert_eq!(check(r#"{"id": "x"}"#), Some((false, inputs_missing.into())));
+        assert_eq!(check(r#"{"inputs": 5}"#).unwrap().1, not_a("inputs", "array"));
+        assert_eq!(check(r#"{"inputs": 5, "id": 3}"#).unwrap().1, not_a("id", "string"), "id is read first");
+        let good = r#"{"name":"a","datatype":"INT32","shape":[1],"data":[1]}"#;
+        assert_eq!(check(&format!(r#"{{"inputs":[{good}]}}"#)), None);
+        let (is_400, text) = check(r#"{"inputs":[5]}"#).unwrap();
+        assert!(is_400 && text.ends_with(". But no field is set"), "{text}");
+        assert_eq!(check(r#"{"inputs":[{"datatype":"INT32","shape":[1],"data":[1]}]}"#).unwrap().1, missing("name"));
+        assert_eq!(
+            check(r#"{"inputs":[{"name":1,"datatype":2,"shape":[1],"data":[1]}]}"#).unwrap().1,
+            not_a("name", "string")
+        );
+        assert_eq!(
+            check(r#"{"inputs":[{"name":"a","datatype":2,"shape":[1],"data":[1]}]}"#).unwrap().1,
+            not_a("datatype", "string")
+        );
+        assert_eq!(check(r#"{"inputs":[{"name":"a","datatype":"INT32","data":[1]}]}"#).unwrap().1, missing("shape"));
+        assert_eq!(
+            check(r#"{"inputs":[{"name":"a","datatype":"INT32","shape":7,"data":[1]}]}"#).unwrap().1,
+            not_a("shape", "array")
+        );
+        assert_eq!(check(&format!(r#"{{"inputs":[{good}],"outputs":{{}}}}"#)).unwrap().1, not_a("outputs", "array"));
+        assert_eq!(check(&format!(r#"{{"inputs":[{good}],"outputs":[{{}}]}}"#)).unwrap().1, missing("name"));
+        assert_eq!(
+            check(&format!(r#"{{"inputs":[{good}],"outputs":[{{"name":[]}}]}}"#)).unwrap().1,
+            not_a("name", "string")
+        );
+    }
+}
