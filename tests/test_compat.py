@@ -1053,3 +1053,110 @@ def test_grpc_shared_memory_tensor_errors_are_tritons(simple_server, shm_region,
         g._client_stub.ModelInfer(request, timeout=30)
     assert (e.value.code(), e.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, message)
     g.close()
+
+
+@pytest.mark.parametrize("body, message", [
+    # rapidjson's words and byte offsets, as Triton answers a syntax error (500).
+    (b'{"inputs":[{"name":', "Invalid value. at 19"),
+    (b'{"inputs" 1}', "Missing a colon after a name of object member. at 10"),
+    (b'{"inputs":1 "b":2}', "Missing a comma or '}' after an object member. at 12"),
+    (b'{"inputs":[]} xyz', "The document root must not be followed by other values. at 14"),
+    (b'{"inputs":[1 2]}', "Missing a comma or ']' after an array element. at 13"),
+    (b'{"id":"\\x"}', "Invalid escape character in string. at 7"),
+    (b'{"id":"abc', "Missing a closing quotation mark in string. at 10"),
+    (b'{"inputs":[],"a":1.}', "Miss fraction part in number. at 19"),
+    (b'{"inputs":[],"a":1e}', "Miss exponent in number. at 19"),
+    (b' ', "The document is empty. at 1"),
+])
+def test_http_json_syntax_errors_are_rapidjsons(simple_server, body, message):
+    r = requests.post(simple_server.http("/v2/models/simple/infer"), data=body, timeout=30)
+    assert (r.status_code, r.json()) == (500, {"error": "failed to parse the request JSON buffer: " + message}), r.text
+
+
+def test_http_json_is_read_as_rapidjson_reads_it(simple_server):
+    body = json.dumps({"inputs": simple_inputs_json()}).encode()
+    for variant in (body + b"\0 trailing bytes after a NUL", b"\xef\xbb\xbf" + body):
+        r = requests.post(simple_server.http("/v2/models/simple/infer"), data=variant, timeout=30)
+        assert r.status_code == 200, r.text
+
+
+def test_shared_memory_register_bodies_are_tritons(simple_server, shm_region):
+    def register(path, body):
+        return requests.post(simple_server.http(path), data=body, timeout=10)
+    url = "/v2/systemsharedmemory/region/r2/register"
+    cases = [
+        (url, b"", 500, "failed to parse the request JSON buffer: The document is empty. at 0"),
+        (url, b"{", 500, "failed to parse the request JSON buffer: Missing a name for object member. at 1"),
+        (url, b'{"key": 5, "byte_size": 64}', 500, "attempt to access JSON non-string as string"),
+        (url, b'{"key": "/k", "offset": -1, "byte_size": 64}', 500,
+         "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+        (url, b'{"key": "/k", "byte_size": "64"}', 500, "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+        ("/v2/systemsharedmemory/register", b'{"key": "/k", "byte_size": 64}', 400,
+         "'region name' is necessary to register system shared memory region"),
+        ("/v2/cudasharedmemory/register", b"{}", 400,
+         "'region name' is necessary to register cuda shared memory region"),
+    ]
+    for path, body, status, message in cases:
+        r = register(path, body)
+        assert (r.status_code, r.json()) == (status, {"error": message}), (body, r.text)
+    # Over gRPC an empty region name is a name, as in Triton.
+    key = requests.get(simple_server.http(f"/v2/systemsharedmemory/region/{shm_region}/status"),
+                       timeout=10).json()[0]["key"]
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{simple_server.grpc_port}")
+    g.register_system_shared_memory("", key, 64)
+    assert [r.name for r in g.get_system_shared_memory_status().regions.values()].count("") == 1
+    g.close()
+    r = requests.get(simple_server.http(f"/v2/cudasharedmemory/region/{shm_region}/status"), timeout=10)
+    assert (r.status_code, r.json()) == (404, {
+        "error": "The region named 'rb' is registered as system shared memory, not CUDA shared memory"}), r.text
+
+
+@pytest.mark.parametrize("datatype, contents, message", [
+    ("INT32", {"fp32_contents": [0.0] * 16},
+     "unexpected explicit tensor data for input tensor 'INPUT0' for model 'simple' of type 'FP32', expected datatype "
+     "'INT32'"),
+    ("INT32", {"int_contents": [0] * 16, "fp32_contents": [0.0] * 16},
+     "unexpected explicit tensor data for input tensor 'INPUT0' for model 'simple', binary data was already supplied."),
+    # The count is the core's check, after the model's: a byte-size mismatch.
+    ("INT32", {"int_contents": [0] * 15},
+     P + "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60"),
+])
+def test_grpc_typed_contents_errors_are_tritons(simple_server, datatype, contents, message):
+    request = service_pb2.ModelInferRequest(model_name="simple")
+    typed = request.inputs.add(name="INPUT0", datatype=datatype, shape=[1, 16])
+    for field, values in contents.items():
+        getattr(typed.contents, field).extend(values)
+    request.inputs.add(name="INPUT1", datatype="INT32", shape=[1, 16]).contents.int_contents.extend([0] * 16)
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{simple_server.grpc_port}")
+    with pytest.raises(grpc.RpcError) as e:
+        g._client_stub.ModelInfer(request, timeout=30)
+    assert (e.value.code(), e.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, message)
+    g.close()
+
+
+def test_a_body_that_is_not_gzip_is_refused_as_such(simple_server):
+    # Decided: Triton inflates it to nothing and answers as for a raw request; Tessera says what is wrong.
+    r = requests.post(simple_server.http("/v2/models/simple/infer"), data=b"not gzip at all", timeout=30,
+                      headers={"Content-Encoding": "gzip"})
+    assert (r.status_code, r.json()) == (400, {"error": "failed to decompress the gzip request body: invalid gzip header"})
+
+
+def test_an_unknown_datatype_is_reported_as_triton_does(simple_server):
+    invalid = P + "inference input 'INPUT0' data-type is '<invalid>', but model 'simple' expects 'INT32'"
+    # gRPC: the model's datatype check, in Triton's order, names the type '<invalid>'.
+    request = service_pb2.ModelInferRequest(model_name="simple")
+    request.inputs.add(name="INPUT0", datatype="FLOAT", shape=[1, 16])
+    request.inputs.add(name="INPUT1", datatype="INT32", shape=[1, 16])
+    request.raw_input_contents.extend([b"\0" * 64, b"\0" * 64])
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{simple_server.grpc_port}")
+    with pytest.raises(grpc.RpcError) as e:
+        g._client_stub.ModelInfer(request, timeout=30)
+    assert (e.value.code(), e.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, invalid)
+    g.close()
+    # HTTP binary data: the same; with JSON data the door refuses it first (it cannot read the values).
+    header = json.dumps({"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "FLOAT", "parameters": {"binary_data_size": 64}},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}}]}).encode()
+    r = requests.post(simple_server.http("/v2/models/simple/infer"), data=header + b"\0" * 128, timeout=30,
+                      headers={"Inference-Header-Content-Length": str(len(header))})
+    assert (r.status_code, r.json()) == (400, {"error": invalid}), r.text

@@ -4,6 +4,7 @@ and clear errors, and unregistering regions that requests are using."""
 
 from __future__ import annotations
 
+import base64
 import os
 import queue
 import uuid
@@ -255,7 +256,9 @@ def test_http_shared_memory_endpoints_raw(server, regions):
     r = requests.post(f"{base}/v2/systemsharedmemory/region/raw/register", json={"byte_size": NBYTES}, timeout=10)
     assert r.status_code == 400 and "has no 'key' field" in r.json()["error"]
     r = requests.post(f"{base}/v2/systemsharedmemory/region/raw/register", data=b"{not json", timeout=10)
-    assert r.status_code == 400 and "failed to parse" in r.json()["error"]
+    # Triton's answer: rapidjson's words and offset, 500.
+    assert (r.status_code, r.json()["error"]) == (
+        500, "failed to parse the request JSON buffer: Missing a name for object member. at 1")
     r = requests.post(f"{base}/v2/systemsharedmemory/region/raw/register", json={"key": key, "byte_size": NBYTES}, timeout=10)
     assert r.status_code == 200, r.text
     r = requests.get(f"{base}/v2/systemsharedmemory/region/raw/status", timeout=10)
@@ -267,7 +270,20 @@ def test_http_shared_memory_endpoints_raw(server, regions):
     # CUDA shared memory on a machine without a GPU
     assert requests.get(f"{base}/v2/cudasharedmemory/status", timeout=10).json() == []
     assert requests.post(f"{base}/v2/cudasharedmemory/unregister", timeout=10).status_code == 200
+    # The handle is checked before any GPU is looked at, as Triton does: 3 bytes are no cudaIpcMemHandle_t.
     r = requests.post(f"{base}/v2/cudasharedmemory/region/g/register",
                       json={"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 64}, timeout=10)
+    assert (r.status_code, r.json()["error"]) == (400, "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+    for body, message in [
+        ({"device_id": 0, "byte_size": 64}, "attempt to access non-existing object member 'raw_handle'"),
+        ({"raw_handle": {}, "device_id": 0, "byte_size": 64}, "attempt to access non-existing object member 'b64'"),
+        ({"raw_handle": {"b64": "AAAA"}, "byte_size": 64}, "attempt to access non-existing object member 'device_id'"),
+        ({"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": -1},
+         "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    ]:
+        r = requests.post(f"{base}/v2/cudasharedmemory/region/g/register", json=body, timeout=10)
+        assert (r.status_code, r.json()["error"]) == (500, message), body
+    r = requests.post(f"{base}/v2/cudasharedmemory/region/g/register", timeout=10,
+                      json={"raw_handle": {"b64": base64.b64encode(b"\0" * 64).decode()}, "device_id": 0, "byte_size": 64})
     assert r.status_code == 400 and r.json()["error"].startswith(
         "failed to register shared memory region: invalid args")

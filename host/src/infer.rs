@@ -132,6 +132,10 @@ pub struct InferRequest {
     /// Empty means "every output of the model".
     pub outputs: Vec<RequestedOutput>,
     pub parameters: Parameters,
+    /// Inputs whose datatype the client named with a string this server does not know (their
+    /// tensors carry BYTES as a stand-in). Triton reports such an input as `'<invalid>'` in its
+    /// datatype check, in its order, so the doors leave it to the model's checks too.
+    pub unknown_datatype_inputs: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -218,9 +218,7 @@ impl SharedMemoryManager {
 
     /// Registers `name` as `byte_size` bytes at `offset` of the shared-memory object `key`.
     pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> CoreResult<()> {
-        if name.is_empty() {
-            return Err(CoreError::invalid_arg("shared memory region name must not be empty"));
-        }
+        // An empty name is a name (Triton accepts it over gRPC; the HTTP route needs one).
         let path = key_path(key)?;
         let mut regions = self.regions.write().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
         ensure_vacant(&regions, name)?;
@@ -323,11 +321,13 @@ impl SharedMemoryManager {
     pub fn status(&self, name: Option<&str>) -> CoreResult<Vec<RegionStatus>> {
         let regions = self.regions.read().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
         match name {
-            Some(name) => {
-                regions.get(name).filter(|r| !r.is_cuda()).map(|r| vec![r.status()]).ok_or_else(|| {
-                    CoreError::not_found(format!("Unable to find system shared memory region: '{name}'"))
-                })
-            }
+            Some(name) => match regions.get(name) {
+                Some(r) if r.is_cuda() => Err(CoreError::not_found(format!(
+                    "The region named '{name}' is registered as CUDA shared memory, not system shared memory"
+                ))),
+                Some(r) => Ok(vec![r.status()]),
+                None => Err(CoreError::not_found(format!("Unable to find system shared memory region: '{name}'"))),
+            },
             None => Ok(regions.values().filter(|r| !r.is_cuda()).map(|r| r.status()).collect()),
         }
     }
@@ -342,11 +342,15 @@ impl SharedMemoryManager {
             Backing::System(_) => None,
         };
         match name {
-            Some(name) => regions
-                .get(name)
-                .and_then(|r| status(r))
-                .map(|s| vec![s])
-                .ok_or_else(|| CoreError::not_found(format!("Unable to find cuda shared memory region: '{name}'"))),
+            Some(name) => match regions.get(name) {
+                Some(r) if !r.is_cuda() => Err(CoreError::not_found(format!(
+                    "The region named '{name}' is registered as system shared memory, not CUDA shared memory"
+                ))),
+                region => region
+                    .and_then(|r| status(r))
+                    .map(|s| vec![s])
+                    .ok_or_else(|| CoreError::not_found(format!("Unable to find cuda shared memory region: '{name}'"))),
+            },
             None => Ok(regions.values().filter_map(|r| status(r)).collect()),
         }
     }

@@ -18,7 +18,7 @@ use crate::proto::inference::{
     InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse, infer_parameter::ParameterChoice,
 };
 use crate::shm::ShmInput;
-use crate::tensor::{DataType, Tensor, element_count, push_bytes_element};
+use crate::tensor::{DataType, Tensor, push_bytes_element};
 
 fn bad(message: impl Into<String>) -> CoreError {
     CoreError::invalid_arg(message)
@@ -105,28 +105,59 @@ fn shm_target(params: &BTreeMap<String, InferParameter>, tensor: &str) -> CoreRe
     Ok(Some(ShmTarget { region, offset: offset.unwrap_or(0), byte_size }))
 }
 
-/// Typed `contents` to the core's little-endian bytes.
+/// Typed `contents` to the core's little-endian bytes, checked as Triton's gRPC door checks
+/// them: one typed field only, of the kind the datatype uses (`int_contents` for INT8..INT32,
+/// `uint_contents` for UINT8..UINT32; FP16 and BF16 have none). The element count is left to the
+/// model's checks, which report it as Triton's core does (a byte-size or string-count mismatch).
 fn contents_to_bytes(
     input: &InferInputTensor,
-    datatype: DataType,
+    known: Option<DataType>,
     contents: &InferTensorContents,
+    model: &str,
 ) -> CoreResult<Bytes> {
+    use DataType as D;
     let name = &input.name;
-    let expected = element_count(&input.shape)?;
+    // An unknown datatype takes no typed field (Triton names it '<invalid>').
+    let (datatype, shown) = match known {
+        Some(d) => (d, d.as_str()),
+        None => (D::Fp16, "<invalid>"),
+    };
+    // Triton's order of the fields, each with the type name its messages give it.
+    let fields = [
+        ("BOOL", contents.bool_contents.len(), matches!(datatype, D::Bool)),
+        ("INT32", contents.int_contents.len(), matches!(datatype, D::Int8 | D::Int16 | D::Int32)),
+        ("INT64", contents.int64_contents.len(), matches!(datatype, D::Int64)),
+        ("UINT32", contents.uint_contents.len(), matches!(datatype, D::Uint8 | D::Uint16 | D::Uint32)),
+        ("UINT64", contents.uint64_contents.len(), matches!(datatype, D::Uint64)),
+        ("FP32", contents.fp32_contents.len(), matches!(datatype, D::Fp32)),
+        ("FP64", contents.fp64_contents.len(), matches!(datatype, D::Fp64)),
+        ("BYTES", contents.bytes_contents.len(), matches!(datatype, D::Bytes)),
+    ];
+    let mut supplied = false;
+    for (field_type, len, fits) in fields {
+        if len == 0 {
+            continue;
+        }
+        if supplied {
+            return Err(bad(format!(
+                "unexpected explicit tensor data for input tensor '{name}' for model '{model}', binary data was \
+                already supplied."
+            )));
+        }
+        if !fits {
+            return Err(bad(format!(
+                "unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type \
+                '{field_type}', expected datatype '{shown}'"
+            )));
+        }
+        supplied = true;
+    }
     // Sized from what was sent, never from the (client-chosen) shape.
     let mut out = Vec::new();
-    let count_mismatch = |got: usize| {
-        bad(format!(
-            "unexpected number of elements in 'contents' for input '{name}': shape {:?} needs {expected}, got {got}",
-            input.shape
-        ))
-    };
     macro_rules! narrow {
         ($field:ident, $ty:ty) => {{
-            if contents.$field.len() != expected {
-                return Err(count_mismatch(contents.$field.len()));
-            }
             for &v in &contents.$field {
+                // Triton keeps the low bytes of a value out of range; Tessera refuses it.
                 let x = <$ty>::try_from(v)
                     .map_err(|_| bad(format!("value {v} does not fit {datatype} for input '{name}'")))?;
                 out.extend_from_slice(&x.to_le_bytes());
@@ -134,36 +165,24 @@ fn contents_to_bytes(
         }};
     }
     match datatype {
-        DataType::Bool => {
-            if contents.bool_contents.len() != expected {
-                return Err(count_mismatch(contents.bool_contents.len()));
-            }
-            out.extend(contents.bool_contents.iter().map(|&b| u8::from(b)));
-        }
-        DataType::Int8 => narrow!(int_contents, i8),
-        DataType::Int16 => narrow!(int_contents, i16),
-        DataType::Int32 => narrow!(int_contents, i32),
-        DataType::Int64 => narrow!(int64_contents, i64),
-        DataType::Uint8 => narrow!(uint_contents, u8),
-        DataType::Uint16 => narrow!(uint_contents, u16),
-        DataType::Uint32 => narrow!(uint_contents, u32),
-        DataType::Uint64 => narrow!(uint64_contents, u64),
-        DataType::Fp32 => narrow!(fp32_contents, f32),
-        DataType::Fp64 => narrow!(fp64_contents, f64),
-        DataType::Bytes => {
-            if contents.bytes_contents.len() != expected {
-                return Err(count_mismatch(contents.bytes_contents.len()));
-            }
+        D::Bool => out.extend(contents.bool_contents.iter().map(|&b| u8::from(b))),
+        D::Int8 => narrow!(int_contents, i8),
+        D::Int16 => narrow!(int_contents, i16),
+        D::Int32 => narrow!(int_contents, i32),
+        D::Int64 => narrow!(int64_contents, i64),
+        D::Uint8 => narrow!(uint_contents, u8),
+        D::Uint16 => narrow!(uint_contents, u16),
+        D::Uint32 => narrow!(uint_contents, u32),
+        D::Uint64 => narrow!(uint64_contents, u64),
+        D::Fp32 => narrow!(fp32_contents, f32),
+        D::Fp64 => narrow!(fp64_contents, f64),
+        D::Bytes => {
             for item in &contents.bytes_contents {
                 push_bytes_element(&mut out, item)?;
             }
         }
-        DataType::Fp16 | DataType::Bf16 => {
-            return Err(bad(format!(
-                "input '{name}' has datatype {datatype}, which has no typed 'contents' field: send it in \
-                raw_input_contents"
-            )));
-        }
+        // No typed field carries these: any field set was refused above.
+        D::Fp16 | D::Bf16 => {}
     }
     Ok(Bytes::from(out))
 }
@@ -177,9 +196,14 @@ pub fn decode_request(request: ModelInferRequest) -> CoreResult<DecodedRequest> 
     let mut raw_used = 0usize;
     let mut inputs = Vec::with_capacity(request.inputs.len());
     let mut shm_inputs = Vec::new();
+    let mut unknown_datatypes = Vec::new();
     for input in request.inputs {
-        let datatype = DataType::from_protocol(&input.datatype)
-            .ok_or_else(|| bad(format!("invalid datatype for input {} ('{}')", input.name, input.datatype)))?;
+        // An unknown datatype is left to the model's checks, which report it as Triton does.
+        let known = DataType::from_protocol(&input.datatype);
+        if known.is_none() {
+            unknown_datatypes.push(input.name.clone());
+        }
+        let datatype = known.unwrap_or(DataType::Bytes);
         if let Some(target) = shm_target(&input.parameters, &input.name)? {
             if input.contents.is_some() {
                 return Err(bad(format!(
@@ -200,7 +224,7 @@ pub fn decode_request(request: ModelInferRequest) -> CoreResult<DecodedRequest> 
                         input.name
                     )));
                 }
-                contents_to_bytes(&input, datatype, contents)?
+                contents_to_bytes(&input, known, contents, &model)?
             }
             None => match raw_iter.next() {
                 Some(bytes) => {
@@ -232,6 +256,7 @@ pub fn decode_request(request: ModelInferRequest) -> CoreResult<DecodedRequest> 
         inputs,
         outputs,
         parameters,
+        unknown_datatype_inputs: unknown_datatypes,
     };
     Ok(DecodedRequest { request, shm_inputs })
 }
@@ -357,11 +382,26 @@ mod tests {
         // Sizes are the model's check, made after its name, datatype and shape checks (Triton's order).
         assert_eq!(decode_request(short_raw).unwrap().request.inputs[0].data.len(), 4);
 
-        let fp16 = ModelInferRequest {
-            inputs: vec![input("h", "FP16", vec![1], Some(InferTensorContents::default()))],
+        // Triton's messages for typed fields of the wrong kind, and for two fields.
+        let typed = |datatype: &str, contents: InferTensorContents| ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![input("h", datatype, vec![1], Some(contents))],
             ..Default::default()
         };
-        assert!(decode_request(fp16).unwrap_err().message.contains("raw_input_contents"));
+        let fp32 = || InferTensorContents { fp32_contents: vec![1.0], ..Default::default() };
+        assert_eq!(
+            decode_request(typed("FP16", fp32())).unwrap_err().message,
+            "unexpected explicit tensor data for input tensor 'h' for model 'm' of type 'FP32', expected datatype \
+             'FP16'"
+        );
+        let two = InferTensorContents { int_contents: vec![1], ..fp32() };
+        assert_eq!(
+            decode_request(typed("INT32", two)).unwrap_err().message,
+            "unexpected explicit tensor data for input tensor 'h' for model 'm', binary data was already supplied."
+        );
+        // The count is the model's check (Triton's core reports it as a byte-size mismatch).
+        let long = InferTensorContents { int_contents: vec![1, 2], ..Default::default() };
+        assert_eq!(decode_request(typed("INT32", long)).unwrap().request.inputs[0].data.len(), 8);
         let version = ModelInferRequest { model_version: "x".into(), ..Default::default() };
         assert!(decode_request(version).is_err());
     }

@@ -189,6 +189,10 @@ pub async fn read(
 /// The uncompressed size a single-member gzip body announces in its last four bytes (modulo
 /// 2^32; only a hint, since a client may lie).
 fn gzip_size_hint(raw: &[u8]) -> Option<usize> {
+    // Not gzip at all (no magic number): no hint; the decoder says what is wrong.
+    if !raw.starts_with(&[0x1f, 0x8b]) {
+        return None;
+    }
     let tail: [u8; 4] = raw.get(raw.len().checked_sub(4)?..)?.try_into().ok()?;
     usize::try_from(u32::from_le_bytes(tail)).ok()
 }

@@ -95,31 +95,19 @@ pub fn decode_request(
             None => return Err(bad(format!("inference header size should be in range (0, {}), got: {n}", body.len()))),
         },
     };
-    // Triton answers malformed request JSON with 500 (INTERNAL); we keep its codes.
-    let parsed: JsonRequest = serde_json::from_slice(&json).map_err(|e| {
-        use serde_json::error::Category;
-        if json.is_empty() {
-            // Only reachable through `decode_request` called directly: the door sends empty
-            // bodies to `decode_raw`, as Triton treats them.
-            bad(format!("the request body for model '{model}' is empty: an inference request needs a JSON header"))
-        } else if matches!(e.classify(), Category::Data) {
-            // Valid JSON of the wrong structure: Triton's message for it, found by a second pass.
-            match super::json_structure::triton_structure_error(&json) {
-                Some((true, text)) => bad(text),
-                Some((false, text)) => CoreError::internal(text),
-                None => CoreError::internal(format!(
-                    "Unable to parse 'inputs': the request must be a JSON object with an 'inputs' array ({e})"
-                )),
-            }
-        } else {
-            CoreError::internal(format!("failed to parse the request JSON buffer: {e}"))
-        }
-    })?;
-
+    if json.is_empty() {
+        // Only reachable through `decode_request` called directly: the door sends empty bodies
+        // to `decode_raw`, as Triton treats them.
+        return Err(bad(format!(
+            "the request body for model '{model}' is empty: an inference request needs a JSON header"
+        )));
+    }
+    let parsed = parse_request_json(&json)?;
     // Triton reads `id`, then `parameters`, then the inputs, then the outputs.
     let request_params = request_parameters(parsed.parameters)?;
     let mut inputs = Vec::with_capacity(parsed.inputs.0.len());
     let mut shm_inputs = Vec::new();
+    let mut unknown_datatypes = Vec::new();
     for input in parsed.inputs.0 {
         one_data_field(&input)?;
         // Triton's message for a negative, fractional or non-numeric dimension.
@@ -135,8 +123,16 @@ pub fn decode_request(
             parameters: input.parameters,
             data: input.data,
         };
-        let datatype = DataType::from_protocol(&input.datatype)
-            .ok_or_else(|| bad(format!("invalid datatype for input {}", input.name)))?;
+        // An unknown datatype is the door's error for JSON data (Triton needs the type to read it)
+        // and the model's check otherwise (`InferRequest::unknown_datatype_inputs`).
+        let known = DataType::from_protocol(&input.datatype);
+        if known.is_none() {
+            if input.data.is_some() {
+                return Err(bad(format!("invalid datatype for input {}", input.name)));
+            }
+            unknown_datatypes.push(input.name.clone());
+        }
+        let datatype = known.unwrap_or(DataType::Bytes);
         if input.parameters.as_ref().is_some_and(|p| p.non_scalar.iter().any(|k| k == "shared_memory_region")) {
             return Err(not_a("shared_memory_region", "string"));
         }
@@ -236,11 +232,44 @@ pub fn decode_request(
         inputs,
         outputs,
         parameters: request_params,
+        unknown_datatype_inputs: unknown_datatypes,
     };
     Ok(HttpInferRequest {
         request: DecodedRequest { request, shm_inputs },
         binary_outputs: BinaryOutputs { default: default_binary, overrides },
     })
+}
+
+/// The request JSON, or Triton's error for it (500, INTERNAL, as Triton answers): rapidjson's
+/// words and offset for a syntax error, TritonJson's for valid JSON of the wrong structure. What
+/// rapidjson accepts and serde does not (a NUL ending the text, a leading byte-order mark) is
+/// read as rapidjson reads it; NaN and Infinity stay refused (no tensor JSON type holds them).
+fn parse_request_json(json: &[u8]) -> CoreResult<JsonRequest> {
+    use serde_json::error::Category;
+    let error = match serde_json::from_slice::<JsonRequest>(json) {
+        Ok(parsed) => return Ok(parsed),
+        Err(e) => e,
+    };
+    // Triton parses the whole text before it looks at the structure: a syntax error wins.
+    if let Some(message) = super::json_syntax::rapidjson_error(json) {
+        return Err(CoreError::internal(message));
+    }
+    if matches!(error.classify(), Category::Data) {
+        // Valid JSON of the wrong structure: Triton's message for it, found by a second pass.
+        return Err(match super::json_structure::triton_structure_error(json) {
+            Some((true, text)) => bad(text),
+            Some((false, text)) => CoreError::internal(text),
+            None => CoreError::internal(format!(
+                "Unable to parse 'inputs': the request must be a JSON object with an 'inputs' array ({error})"
+            )),
+        });
+    }
+    let read = super::json_syntax::as_rapidjson_reads(json);
+    let read = read.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(read);
+    if read.len() < json.len() {
+        return parse_request_json(read);
+    }
+    Err(CoreError::internal(format!("failed to parse the request JSON buffer: {error}")))
 }
 
 /// TritonJson's message for a value of the wrong type, under Triton's `Unable to parse` (500).
@@ -651,8 +680,9 @@ mod tests {
         assert_eq!(status_code(syntax.kind), 500);
         assert!(decode("[]").err().unwrap().message.contains("Unable to parse"));
         assert!(decode("{}").err().unwrap().message.contains("inputs"));
+        // Unterminated and deep: rapidjson's answer, found without recursion.
         let deep = "[".repeat(100_000);
-        assert!(decode(&deep).err().unwrap().message.contains("Unable to parse"));
+        assert!(decode(&deep).err().unwrap().message.ends_with("Invalid value. at 100000"));
         let deep_data = format!(
             r#"{{"inputs":[{{"name":"x","shape":[1],"datatype":"INT32","data":{}1{}}}]}}"#,
             "[".repeat(5000),

@@ -9,6 +9,7 @@ mod error;
 mod generate;
 pub(crate) mod json_data;
 mod json_structure;
+mod json_syntax;
 mod path;
 mod response;
 mod serve;
@@ -90,11 +91,13 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/systemsharedmemory/status", get(shm_status_all))
         .route("/v2/systemsharedmemory/region/{region}/status", get(shm_status))
         .route("/v2/systemsharedmemory/region/{region}/register", post(shm_register))
+        .route("/v2/systemsharedmemory/register", post(shm_register_unnamed))
         .route("/v2/systemsharedmemory/unregister", post(shm_unregister_all))
         .route("/v2/systemsharedmemory/region/{region}/unregister", post(shm_unregister))
         .route("/v2/cudasharedmemory/status", get(cuda_shm_status_all))
         .route("/v2/cudasharedmemory/region/{region}/status", get(cuda_shm_status))
         .route("/v2/cudasharedmemory/region/{region}/register", post(cuda_shm_register))
+        .route("/v2/cudasharedmemory/register", post(cuda_shm_register_unnamed))
         .route("/v2/cudasharedmemory/unregister", post(cuda_shm_unregister_all))
         .route("/v2/cudasharedmemory/region/{region}/unregister", post(cuda_shm_unregister))
         .route("/v2/trace/setting", get(trace_get).post(trace_update))
@@ -130,8 +133,19 @@ fn parse_json_body(body: &[u8], kind: ErrorKind) -> CoreResult<Value> {
     if body.is_empty() {
         return Ok(json!({}));
     }
-    serde_json::from_slice(body)
-        .map_err(|e| CoreError::new(kind, format!("failed to parse the request JSON buffer: {e}")))
+    parse_json(body, kind)
+}
+
+/// JSON as Triton reads it (rapidjson: text up to a NUL byte, a byte-order mark skipped), with
+/// rapidjson's words and byte offset for a syntax error.
+fn parse_json(body: &[u8], kind: ErrorKind) -> CoreResult<Value> {
+    let read = json_syntax::as_rapidjson_reads(body);
+    let read = read.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(read);
+    serde_json::from_slice(read).map_err(|e| {
+        let message = json_syntax::rapidjson_error(body)
+            .unwrap_or_else(|| format!("failed to parse the request JSON buffer: {e}"));
+        CoreError::new(kind, message)
+    })
 }
 
 async fn server_metadata(State(state): State<HttpState>) -> Response {
@@ -365,22 +379,34 @@ async fn shm_status(State(state): State<HttpState>, Path(region): Path<String>) 
     Ok(shm_status_json(state.frontend.shm.status(Some(&region))?))
 }
 
+/// Triton's reading of a register body: rapidjson's errors (500, an empty body included), a
+/// missing `key` or `byte_size` (400), and TritonJson's words, without a prefix, for values of
+/// the wrong type (500).
 async fn shm_register(State(state): State<HttpState>, Path(region): Path<String>, body: Bytes) -> HttpResult {
-    let body = parse_json_body(&body, ErrorKind::InvalidArg)?;
-    let key = body
-        .get("key")
-        .and_then(Value::as_str)
-        .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'key' field"))?;
-    let byte_size = body
-        .get("byte_size")
-        .and_then(Value::as_u64)
-        .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'byte_size' field"))?;
+    let body = parse_json(&body, ErrorKind::Internal)?;
+    let wrong = |kind: &str| CoreError::internal(format!("attempt to access JSON non-{kind} as {kind}"));
+    let key =
+        body.get("key").ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'key' field"))?;
+    let key = key.as_str().ok_or_else(|| wrong("string"))?;
     let offset = match body.get("offset") {
         None => 0,
-        Some(v) => v.as_u64().ok_or_else(|| CoreError::invalid_arg("'offset' must be a non-negative integer"))?,
+        Some(v) => v.as_u64().ok_or_else(|| wrong("unsigned-integer"))?,
     };
+    let byte_size = body
+        .get("byte_size")
+        .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'byte_size' field"))?;
+    let byte_size = byte_size.as_u64().ok_or_else(|| wrong("unsigned-integer"))?;
     state.frontend.shm.register(&region, key, offset, byte_size)?;
     Ok(empty_ok())
+}
+
+/// `POST /v2/{system,cuda}sharedmemory/register` without a region name: Triton's 400.
+async fn shm_register_unnamed() -> HttpResult {
+    Err(CoreError::invalid_arg("'region name' is necessary to register system shared memory region").into())
+}
+
+async fn cuda_shm_register_unnamed() -> HttpResult {
+    Err(CoreError::invalid_arg("'region name' is necessary to register cuda shared memory region").into())
 }
 
 async fn shm_unregister_all(State(state): State<HttpState>) -> HttpResult {
@@ -409,29 +435,34 @@ async fn cuda_shm_status(State(state): State<HttpState>, Path(region): Path<Stri
     Ok(cuda_shm_status_json(state.frontend.shm.cuda_status(Some(&region))?))
 }
 
-/// Body: `{"raw_handle": {"b64": "<base64 of cudaIpcMemHandle_t>"}, "device_id": 0, "byte_size": N}`.
+/// Body: `{"raw_handle": {"b64": "<base64 of cudaIpcMemHandle_t>"}, "device_id": 0, "byte_size": N}`,
+/// read as Triton reads it: rapidjson's errors, TritonJson's words without a prefix (500) for a
+/// missing or mistyped member, in the order `raw_handle`, `b64`, `device_id`, `byte_size`, then
+/// a handle that does not decode to the 64 bytes of a `cudaIpcMemHandle_t` (400), all before
+/// any GPU is looked at.
 async fn cuda_shm_register(State(state): State<HttpState>, Path(region): Path<String>, body: Bytes) -> HttpResult {
     use base64::Engine as _;
-    let body = parse_json_body(&body, ErrorKind::InvalidArg)?;
-    let b64 = body
-        .get("raw_handle")
-        .and_then(|h| h.get("b64"))
-        .and_then(Value::as_str)
-        .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'raw_handle' field"))?;
+    let body = parse_json(&body, ErrorKind::Internal)?;
+    let missing = |field: &str| CoreError::internal(format!("attempt to access non-existing object member '{field}'"));
+    let wrong = |kind: &str| CoreError::internal(format!("attempt to access JSON non-{kind} as {kind}"));
+    let handle = body.get("raw_handle").ok_or_else(|| missing("raw_handle"))?;
+    let handle = handle.as_object().ok_or_else(|| wrong("object"))?;
+    let b64 = handle.get("b64").ok_or_else(|| missing("b64"))?.as_str().ok_or_else(|| wrong("string"))?;
+    let device_id = body.get("device_id").ok_or_else(|| missing("device_id"))?;
+    let device_id = device_id.as_i64().ok_or_else(|| wrong("signed-integer"))?;
+    let byte_size = body.get("byte_size").ok_or_else(|| missing("byte_size"))?;
+    let byte_size = byte_size.as_u64().ok_or_else(|| wrong("unsigned-integer"))?;
     let raw_handle = base64::engine::general_purpose::STANDARD
         .decode(b64)
-        .map_err(|e| CoreError::invalid_arg(format!("'raw_handle' is not valid base64: {e}")))?;
-    let device_id = body
-        .get("device_id")
-        .and_then(Value::as_i64)
-        .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'device_id' field"))?;
-    let byte_size = body
-        .get("byte_size")
-        .and_then(Value::as_u64)
-        .ok_or_else(|| CoreError::invalid_arg("Shared memory register request has no 'byte_size' field"))?;
+        .ok()
+        .filter(|h| h.len() == CUDA_IPC_HANDLE_BYTES)
+        .ok_or_else(|| CoreError::invalid_arg("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"))?;
     state.frontend.shm.register_cuda(&region, &raw_handle, device_id, byte_size)?;
     Ok(empty_ok())
 }
+
+/// `sizeof(cudaIpcMemHandle_t)`.
+const CUDA_IPC_HANDLE_BYTES: usize = 64;
 
 async fn cuda_shm_unregister_all(State(state): State<HttpState>) -> HttpResult {
     state.frontend.shm.unregister_cuda(None)?;
@@ -642,6 +673,12 @@ mod tests {
         assert_eq!(malformed.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert!(malformed.body.contains("failed to parse the request JSON buffer"), "{}", malformed.body);
         let malformed = call(Method::POST, "/v2/systemsharedmemory/region/r/register", &[], "{").await;
-        assert_eq!(malformed.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            (malformed.status, malformed.body),
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                error_body("failed to parse the request JSON buffer: Missing a name for object member. at 1")
+            )
+        );
     }
 }

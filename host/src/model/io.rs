@@ -128,6 +128,12 @@ impl ModelIo {
         for &position in &order {
             let tensor = &request.inputs[position];
             let spec = self.spec(&tensor.name)?;
+            if request.unknown_datatype_inputs.contains(&tensor.name) {
+                return Err(invalid(format!(
+                    "inference input '{}' data-type is '<invalid>', but model '{model}' expects '{}'",
+                    tensor.name, spec.datatype
+                )));
+            }
             if tensor.datatype != spec.datatype {
                 return Err(invalid(format!(
                     "inference input '{}' data-type is '{}', but model '{model}' expects '{}'",

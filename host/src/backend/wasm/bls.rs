@@ -100,6 +100,7 @@ impl GuestState {
             inputs: tensors,
             outputs: outputs.into_iter().map(RequestedOutput::named).collect(),
             parameters: params_from_wit(parameters),
+            unknown_datatype_inputs: Vec::new(),
         };
         Ok(Ok(BlsCall { infer, runtime, request, timeout: shared.bls_timeout }))
     }

@@ -316,6 +316,7 @@ impl<'a> Run<'a> {
             outputs,
             // Sequence ids and flags, priorities, timeouts: every composing request gets them.
             parameters: self.exec.parameters.clone(),
+            unknown_datatype_inputs: Vec::new(),
         };
         if !spec.decoupled && plan.max_inflight > 0 && self.active >= plan.max_inflight {
             self.waiting.push_back(Waiting { step, request, key });
