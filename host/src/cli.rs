@@ -220,6 +220,16 @@ pub struct ServeArgs {
     /// When true, /v2/health/ready is 200 only if every loaded model is ready.
     #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub strict_readiness: bool,
+    /// A model that must have a ready version for the server to be ready (/v2/health/ready),
+    /// whatever --strict-readiness says; repeatable. It is not loaded by being named here.
+    #[arg(long = "required-model", env = "TESSERA_REQUIRED_MODELS", value_delimiter = ',')]
+    pub required_models: Vec<String>,
+    /// Triton's SageMaker and Vertex AI endpoints are not implemented: `false` (what ModelMesh's
+    /// Triton runtime passes) is accepted, `true` refused at startup.
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub allow_sagemaker: bool,
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub allow_vertex_ai: bool,
     /// Exit at startup if any model fails to load (Triton's default: true).
     #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub exit_on_error: bool,
@@ -321,6 +331,11 @@ impl ServeArgs {
         if !self.allow_http && !self.allow_grpc {
             return Err("--allow-http=false and --allow-grpc=false leave no front door".into());
         }
+        if self.allow_sagemaker || self.allow_vertex_ai {
+            return Err("--allow-sagemaker and --allow-vertex-ai: those endpoints are not implemented (only false is \
+                accepted); use the KServe v2 HTTP or gRPC protocol"
+                .into());
+        }
         let mut wasm = WasmOptions { max_instances: self.wasm_max_instances, ..WasmOptions::default() };
         if let Some(dir) = &self.wasm_cache_dir {
             wasm.cache_dir = Some(dir.clone());
@@ -332,6 +347,7 @@ impl ServeArgs {
             poll_interval: Duration::from_secs(self.repository_poll_secs.max(1)),
             strict_model_config: self.strict_config(),
             strict_readiness: self.strict_readiness,
+            required_models: self.required_models.clone(),
             exit_on_error: self.exit_on_error,
             server_id: self.id.clone().unwrap_or_else(|| if as_triton { "triton" } else { "tessera" }.to_string()),
             http: self.allow_http.then(|| Listen::new(&self.http_address, self.http_port)),
@@ -426,7 +442,11 @@ pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
         let stop = server.stop_handle();
         tokio::spawn(async move {
             shutdown_signal().await;
-            stop.stop();
+            // A second signal during the drain stops at once.
+            tokio::select! {
+                () = stop.drain_then_stop() => {}
+                () = shutdown_signal() => stop.stop_now(),
+            }
         });
         // Returns after a stop signal, or once every door has ended on its own.
         let code = match server.wait().await {
@@ -482,6 +502,33 @@ mod tests {
             Command::Serve(s) => *s,
             Command::Guest(_) => unreachable!("parsed a serve command line"),
         })
+    }
+
+    #[test]
+    fn takes_the_flags_kserve_and_modelmesh_pass() {
+        let modelmesh = serve(&[
+            "--model-repository=/models/_triton_models",
+            "--model-control-mode=explicit",
+            "--strict-model-config=false",
+            "--strict-readiness=false",
+            "--allow-http=true",
+            "--allow-sagemaker=false",
+        ])
+        .unwrap();
+        assert!(modelmesh.server_config(true).is_ok());
+        let kserve =
+            serve(&["--model-store=/mnt/models", "--grpc-port=9000", "--http-port=8080", "--allow-grpc=true"]).unwrap();
+        assert_eq!((kserve.grpc_port, kserve.http_port), (9000, 8080));
+        let sagemaker = serve(&["--model-store=/m", "--allow-sagemaker=true"]).unwrap();
+        let refused = sagemaker.server_config(true).err().unwrap_or_default();
+        assert!(refused.contains("not implemented"), "{refused}");
+    }
+
+    #[test]
+    fn required_models_repeat_or_split_on_commas() {
+        let a = serve(&["--model-store=/m", "--required-model=a,b", "--required-model", "c"]).unwrap();
+        assert_eq!(a.required_models, ["a", "b", "c"]);
+        assert_eq!(a.server_config(false).map(|c| c.required_models).unwrap_or_default(), ["a", "b", "c"]);
     }
 
     #[test]

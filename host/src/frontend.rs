@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{CoreError, CoreResult};
-use crate::infer::{Infer, InferRequest, InferResponse, ResponseStream, ShmTarget};
+use crate::infer::{Infer, InferRequest, InferResponse, ShmTarget};
+use crate::lifecycle::{Lifecycle, TrackedStream};
 use crate::model::LoadedModel;
 use crate::repository::{ControlMode, IndexEntry, ModelManager};
 use crate::shm::{Region, SharedMemoryManager, ShmInput};
@@ -77,6 +78,10 @@ pub struct Frontend {
     pub server_id: String,
     pub version: &'static str,
     pub strict_readiness: bool,
+    /// Models that must be ready for the server to be ready, whatever `strict_readiness` says.
+    required_models: Vec<String>,
+    /// Requests in flight and the drain that SIGTERM starts.
+    pub lifecycle: Arc<Lifecycle>,
     trace: Mutex<BTreeMap<String, SettingValue>>,
     log: Mutex<BTreeMap<String, SettingValue>>,
     log_applier: Option<LogApplier>,
@@ -123,6 +128,8 @@ impl Frontend {
             server_id,
             version: env!("CARGO_PKG_VERSION"),
             strict_readiness,
+            required_models: Vec::new(),
+            lifecycle: Lifecycle::new(),
             trace: Mutex::new(trace),
             log: Mutex::new(log),
             log_applier: None,
@@ -153,8 +160,18 @@ impl Frontend {
         Self::new(manager, "tessera".into(), true)
     }
 
+    /// Models that must be ready (`--required-model`) for the server to be.
+    pub fn with_required_models(mut self, models: Vec<String>) -> Self {
+        self.required_models = models;
+        self
+    }
+
+    /// Ready: not draining, every required model has a ready version, and with strict readiness
+    /// every loaded model is ready.
     pub fn server_ready(&self) -> bool {
-        !self.strict_readiness || self.manager.all_ready()
+        !self.lifecycle.is_draining()
+            && self.required_models.iter().all(|name| self.manager.get(name, None).is_ok())
+            && (!self.strict_readiness || self.manager.all_ready())
     }
 
     pub fn model_ready(&self, name: &str, version: Option<i64>) -> bool {
@@ -326,6 +343,7 @@ impl Frontend {
 
     /// Runs one request on a (non-decoupled) model, with shared-memory outputs written.
     pub async fn infer(&self, request: InferRequest) -> CoreResult<InferResponse> {
+        let _in_flight = self.lifecycle.start_request();
         let shm_outputs = self.shm_outputs(&request)?;
         let mut response = self.manager.infer(request).await?;
         Self::write_shm_outputs(&shm_outputs, &mut response)?;
@@ -334,11 +352,13 @@ impl Frontend {
 
     /// Runs one request and streams its responses (0..n for a decoupled model), each with its
     /// shared-memory outputs written.
-    pub async fn infer_stream(&self, request: InferRequest) -> CoreResult<ResponseStream> {
+    /// The request counts as in flight until the stream is dropped.
+    pub async fn infer_stream(&self, request: InferRequest) -> CoreResult<TrackedStream> {
+        let in_flight = self.lifecycle.start_request();
         let shm_outputs = self.shm_outputs(&request)?;
         let mut inner = self.manager.infer_stream(request).await?;
         if shm_outputs.0.is_empty() {
-            return Ok(inner);
+            return Ok(TrackedStream::new(inner, in_flight));
         }
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
@@ -349,7 +369,7 @@ impl Frontend {
                 }
             }
         });
-        Ok(rx)
+        Ok(TrackedStream::new(rx, in_flight))
     }
 
     pub fn trace_settings(&self, model: Option<&str>) -> CoreResult<BTreeMap<String, SettingValue>> {

@@ -41,6 +41,7 @@ mod frontend;
 mod grpc;
 mod http;
 mod infer;
+mod lifecycle;
 mod metrics;
 mod model;
 mod repository;

@@ -173,8 +173,9 @@ impl BackendRegistry {
         let by_platform = |platform: &str| self.backends.iter().find(|b| b.platforms().contains(&platform));
         let found = match (config.backend.as_str(), config.platform.as_str()) {
             ("", "") => {
+                // A file, or a directory in the backend's layout (ONNX's `model.onnx/model.onnx`).
                 let has = |b: &&Arc<dyn Backend>| {
-                    version_dir.is_some_and(|dir| dir.join(b.default_model_filename()).is_file())
+                    version_dir.is_some_and(|dir| dir.join(b.default_model_filename()).exists())
                 };
                 return self.backends.iter().find(has).cloned().ok_or_else(|| {
                     CoreError::invalid_arg(

@@ -478,7 +478,7 @@ impl ModelManager {
                 self.backends.resolve(&config, versions.last().map(|v| dir.join(v.to_string())).as_deref())?;
             if let Some(latest) = versions.last() {
                 let path = dir.join(latest.to_string()).join(model_filename(&config, backend.default_model_filename()));
-                if path.is_file() {
+                if path.exists() {
                     backend.autocomplete(&mut config, &path)?;
                 }
             }

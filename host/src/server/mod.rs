@@ -9,8 +9,8 @@ pub mod logging;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 use crate::backend::onnx::OnnxBackend;
 use crate::backend::utility::UtilityBackend;
@@ -23,6 +23,7 @@ use crate::frontend::{Frontend, LogApplier, SettingValue};
 use crate::grpc::GrpcOptions;
 use crate::http::{BodyBudget, ConnectionLimits, HttpState, router};
 use crate::infer::Infer;
+use crate::lifecycle::Lifecycle;
 use crate::metrics::{HostSampler, MetricsState};
 use crate::repository::{ControlMode, ModelManager, RepositoryOptions};
 use crate::restricted::Restrictions;
@@ -55,6 +56,9 @@ pub struct ServerConfig {
     pub strict_model_config: bool,
     /// When true, server readiness requires every loaded model to be ready.
     pub strict_readiness: bool,
+    /// Models that must have a ready version for the server to be ready, whatever
+    /// `strict_readiness` says (`--required-model`).
+    pub required_models: Vec<String>,
     /// Fail [`Server::start`] if a model fails to load at startup.
     pub exit_on_error: bool,
     /// Reported as the server name in server metadata.
@@ -113,6 +117,7 @@ impl Default for ServerConfig {
             poll_interval: Duration::from_secs(15),
             strict_model_config: false,
             strict_readiness: true,
+            required_models: Vec::new(),
             exit_on_error: true,
             server_id: "tessera".into(),
             http: None,
@@ -267,7 +272,8 @@ impl Server {
             });
         }
 
-        let mut frontend = Frontend::new(Arc::clone(&manager), config.server_id.clone(), config.strict_readiness);
+        let mut frontend = Frontend::new(Arc::clone(&manager), config.server_id.clone(), config.strict_readiness)
+            .with_required_models(config.required_models.clone());
         if let Some(applier) = config.log_applier {
             frontend = frontend.with_log_settings(config.log_settings, applier);
         }
@@ -317,7 +323,14 @@ impl Server {
                     .map_err(|e| format!("metrics server failed: {e}"))
             });
         }
-        Ok(ServerHandle { manager, addresses, stop_tx: Arc::new(stop_tx), tasks, exit_timeout: config.exit_timeout })
+        let stopping = Arc::new(Stopping {
+            stop_tx,
+            drain_started: OnceLock::new(),
+            lifecycle: Arc::clone(&frontend.lifecycle),
+            exit_timeout: config.exit_timeout,
+            abort: tokio::sync::Notify::new(),
+        });
+        Ok(ServerHandle { manager, addresses, stopping, tasks })
     }
 }
 
@@ -348,9 +361,50 @@ struct Addresses {
 pub struct ServerHandle {
     manager: Arc<ModelManager>,
     addresses: Addresses,
-    stop_tx: Arc<tokio::sync::watch::Sender<bool>>,
+    stopping: Arc<Stopping>,
     tasks: tokio::task::JoinSet<Result<(), String>>,
+}
+
+/// How the server ends: the doors' stop signal, and the drain before it.
+struct Stopping {
+    stop_tx: tokio::sync::watch::Sender<bool>,
+    /// When a drain began; the exit timeout counts from there.
+    drain_started: OnceLock<Instant>,
+    lifecycle: Arc<Lifecycle>,
     exit_timeout: Duration,
+    /// Ends the wait for open connections at once (a second signal).
+    abort: tokio::sync::Notify,
+}
+
+impl Stopping {
+    fn stop(&self) {
+        let _ = self.stop_tx.send(true);
+    }
+
+    fn stop_now(&self) {
+        self.stop();
+        self.abort.notify_one();
+    }
+
+    async fn drain_then_stop(&self) {
+        let started = *self.drain_started.get_or_init(Instant::now);
+        let waiting = self.lifecycle.in_flight();
+        tracing::info!(
+            "draining: not ready; waiting up to {}s (--exit-timeout-secs) for {waiting} inference request(s) in flight",
+            self.exit_timeout.as_secs()
+        );
+        let left = self.lifecycle.drain(self.exit_timeout.saturating_sub(started.elapsed())).await;
+        if left > 0 {
+            tracing::warn!("{left} inference request(s) still in flight at the exit timeout; stopping anyway");
+        }
+        self.stop();
+    }
+
+    /// What is left of the exit timeout (counted from the drain's start, or from now).
+    fn time_left(&self) -> Duration {
+        let started = self.drain_started.get().copied().unwrap_or_else(Instant::now);
+        self.exit_timeout.saturating_sub(started.elapsed())
+    }
 }
 
 impl ServerHandle {
@@ -396,26 +450,31 @@ impl ServerHandle {
 
     /// Asks every door to stop taking requests; [`Self::wait`] returns once they are done.
     pub fn stop(&self) {
-        let _ = self.stop_tx.send(true);
+        self.stopping.stop();
     }
 
-    /// Something that can call [`Self::stop`] from elsewhere (a signal handler) while another
-    /// task waits.
+    /// Something that can stop the server from elsewhere (a signal handler) while another task
+    /// waits.
     pub fn stop_handle(&self) -> StopHandle {
-        StopHandle(Arc::clone(&self.stop_tx))
+        StopHandle(Arc::clone(&self.stopping))
     }
 
-    /// Waits until every door has ended (after [`Self::stop`], or each failing on its own).
-    /// Connections still open `exit_timeout` after the stop are dropped.
+    /// Waits until every door has ended (after a stop, or each failing on its own). Connections
+    /// still open when the exit timeout runs out (counted from the drain's start, if one ran)
+    /// are dropped.
     pub async fn wait(mut self) -> Result<(), String> {
         let mut result = Ok(());
-        let exit_timeout = self.exit_timeout;
-        let mut stop_seen = self.stop_tx.subscribe();
+        let exit_timeout = self.stopping.exit_timeout;
+        let stopping = Arc::clone(&self.stopping);
+        let mut stop_seen = self.stopping.stop_tx.subscribe();
         let deadline = async move {
             let _ = stop_seen.wait_for(|s| *s).await;
-            tokio::time::sleep(exit_timeout).await;
+            tokio::time::sleep(stopping.time_left()).await;
         };
         tokio::pin!(deadline);
+        let aborting = Arc::clone(&self.stopping);
+        let abort = aborting.abort.notified();
+        tokio::pin!(abort);
         loop {
             tokio::select! {
                 joined = self.tasks.join_next() => match joined {
@@ -432,6 +491,11 @@ impl ServerHandle {
                     self.tasks.abort_all();
                     break;
                 }
+                () = &mut abort => {
+                    tracing::warn!("stopping now: open connections are dropped");
+                    self.tasks.abort_all();
+                    break;
+                }
             }
         }
         result
@@ -440,11 +504,24 @@ impl ServerHandle {
 
 /// Stops a server from another task; see [`ServerHandle::stop_handle`].
 #[derive(Clone)]
-pub struct StopHandle(Arc<tokio::sync::watch::Sender<bool>>);
+pub struct StopHandle(Arc<Stopping>);
 
 impl StopHandle {
+    /// Stops the doors now; requests already running get the exit timeout to finish.
     pub fn stop(&self) {
-        let _ = self.0.send(true);
+        self.0.stop();
+    }
+
+    /// Stops the doors and drops open connections without waiting (a second signal).
+    pub fn stop_now(&self) {
+        self.0.stop_now();
+    }
+
+    /// What SIGTERM does: readiness turns false at once while the doors keep serving; the doors
+    /// stop once no inference request is in flight or the exit timeout has passed (see
+    /// [`crate::lifecycle`]).
+    pub async fn drain_then_stop(&self) {
+        self.0.drain_then_stop().await;
     }
 }
 

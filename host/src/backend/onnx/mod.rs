@@ -71,6 +71,9 @@ impl OnnxBackend {
     }
 
     fn session(&self, config: &ModelConfig, model_path: &Path, device: InstanceDevice) -> CoreResult<Session> {
+        // As Triton's ONNX Runtime backend: `model.onnx` may be a directory holding `model.onnx`
+        // (and its external data files); ModelMesh's adapter lays models out that way.
+        let model_path = &if model_path.is_dir() { model_path.join("model.onnx") } else { model_path.to_path_buf() };
         let environment = self.environment().map_err(CoreError::unavailable)?;
         let threads = thread_param(config, "intra_op_thread_count")?.unwrap_or(1);
         let inter_threads = thread_param(config, "inter_op_thread_count")?.unwrap_or(1);

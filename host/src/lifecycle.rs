@@ -1,0 +1,129 @@
+//! The part of the server's life the orchestrators watch: inference requests in flight, and the
+//! drain that SIGTERM starts.
+//!
+//! On SIGTERM (Kubernetes' way of ending a pod) the server turns not-ready at once, so the
+//! readiness probe takes it out of its Service, but keeps its doors open and keeps serving,
+//! as Triton does while it exits (its core admits inference during exit so that sequences can
+//! complete). It stops its doors when no inference request is in flight, or when
+//! `--exit-timeout-secs` has passed, whichever is first.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::error::CoreResult;
+use crate::infer::{InferResponse, ResponseStream};
+
+/// Counts inference requests in flight (one per request, however many responses it streams)
+/// and knows whether the server is draining.
+#[derive(Debug, Default)]
+pub struct Lifecycle {
+    in_flight: AtomicUsize,
+    idle: Notify,
+    draining: AtomicBool,
+}
+
+impl Lifecycle {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// Counts one request until the returned guard is dropped.
+    pub fn start_request(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(Arc::clone(self))
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Marks the server as draining (readiness turns false), then waits until no request is in
+    /// flight or `timeout` passes. Returns the number still in flight (0: drained).
+    pub async fn drain(&self, timeout: Duration) -> usize {
+        self.draining.store(true, Ordering::Release);
+        let wait_idle = async {
+            loop {
+                // Registered before the check, so a request ending in between still wakes us.
+                let notified = self.idle.notified();
+                if self.in_flight() == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(timeout, wait_idle).await;
+        self.in_flight()
+    }
+}
+
+/// One request in flight; dropping it ends the count.
+#[derive(Debug)]
+pub struct InFlight(Arc<Lifecycle>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// A request's responses, counted in flight until the stream is dropped.
+#[derive(Debug)]
+pub struct TrackedStream {
+    responses: ResponseStream,
+    _in_flight: InFlight,
+}
+
+impl TrackedStream {
+    pub fn new(responses: ResponseStream, in_flight: InFlight) -> Self {
+        Self { responses, _in_flight: in_flight }
+    }
+
+    /// The next response; `None` once the request has answered its last.
+    pub async fn recv(&mut self) -> Option<CoreResult<InferResponse>> {
+        self.responses.recv().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn drain_returns_when_the_last_request_ends() {
+        let lifecycle = Lifecycle::new();
+        let first = lifecycle.start_request();
+        let second = lifecycle.start_request();
+        let draining = {
+            let lifecycle = Arc::clone(&lifecycle);
+            tokio::spawn(async move { lifecycle.drain(Duration::from_secs(30)).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(lifecycle.is_draining());
+        drop(first);
+        tokio::task::yield_now().await;
+        assert!(!draining.is_finished());
+        drop(second);
+        assert_eq!(draining.await.ok(), Some(0));
+    }
+
+    #[tokio::test]
+    async fn drain_gives_up_at_the_timeout_and_says_how_many_remain() {
+        let lifecycle = Lifecycle::new();
+        let _stuck = lifecycle.start_request();
+        assert_eq!(lifecycle.drain(Duration::from_millis(20)).await, 1);
+    }
+
+    #[tokio::test]
+    async fn an_idle_server_drains_at_once() {
+        assert_eq!(Lifecycle::new().drain(Duration::from_secs(30)).await, 0);
+    }
+}
