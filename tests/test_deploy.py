@@ -23,6 +23,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -90,7 +91,7 @@ def load_yaml(path: Path) -> list[dict]:
 def validate(docs: list[dict], version: str) -> subprocess.CompletedProcess:
     """kubernetes-validate, strict (unknown fields are errors), on the given documents."""
     text = yaml.safe_dump_all(docs)
-    exe = Path(os.sys.executable).parent / "kubernetes-validate"
+    exe = Path(sys.executable).parent / "kubernetes-validate"
     return subprocess.run([str(exe), "--strict", "-k", version, "-"], input=text, capture_output=True,
                           text=True, timeout=120)
 

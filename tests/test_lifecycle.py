@@ -93,7 +93,7 @@ def test_sigterm_turns_readiness_false_at_once_and_drains_in_flight_requests(ser
     wait_until(lambda: ready_status(srv) == 400, 2, "readiness false after SIGTERM", srv)
     assert time.monotonic() - signalled < 2
     assert requests.get(srv.http("/v2/health/live"), timeout=5).status_code == 200
-    # A request that arrives during the drain is still served (as Triton admits inference while exiting).
+    # A request that arrives during the drain is still served (sent before the endpoint update landed).
     late = requests.post(srv.http("/v2/models/slow_repeat/generate_stream"), timeout=30,
                          json={"IN": [7], "DELAY": [0], "WAIT": [0]})
     assert late.status_code == 200 and '"OUT":7' in late.text.replace(" ", ""), late.text

@@ -279,6 +279,11 @@ pub struct ServeArgs {
     /// Accepted for compatibility with Triton command lines (`<backend>,<setting>=<value>`).
     #[arg(long)]
     pub backend_config: Vec<String>,
+    /// Accepted for compatibility with Triton command lines (Triton loads this many model
+    /// versions at once; Tessera loads them one after another, a few ms each for ONNX and
+    /// cached WebAssembly models).
+    #[arg(long)]
+    pub model_load_thread_count: Option<u32>,
 }
 
 impl ServeArgs {
@@ -411,9 +416,14 @@ pub fn embedded_server_config(flags: &[String]) -> Result<ServerConfig, String> 
 /// `tessera serve`: logging, the runtime, the server, and a graceful stop on SIGINT/SIGTERM.
 pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
     let applier = logging::init(args.log_flags());
-    if args.backend_directory.is_some() || args.cache_directory.is_some() || !args.backend_config.is_empty() {
+    if args.backend_directory.is_some()
+        || args.cache_directory.is_some()
+        || !args.backend_config.is_empty()
+        || args.model_load_thread_count.is_some()
+    {
         tracing::info!(
-            "--backend-directory, --cache-directory and --backend-config are accepted for compatibility and ignored"
+            "--backend-directory, --cache-directory, --backend-config and --model-load-thread-count are accepted for \
+            compatibility and ignored"
         );
     }
     let mut config = match args.server_config(as_triton) {
@@ -513,6 +523,7 @@ mod tests {
             "--strict-readiness=false",
             "--allow-http=true",
             "--allow-sagemaker=false",
+            "--model-load-thread-count=4",
         ])
         .unwrap();
         assert!(modelmesh.server_config(true).is_ok());

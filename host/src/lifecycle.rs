@@ -2,10 +2,15 @@
 //! drain that SIGTERM starts.
 //!
 //! On SIGTERM (Kubernetes' way of ending a pod) the server turns not-ready at once, so the
-//! readiness probe takes it out of its Service, but keeps its doors open and keeps serving,
-//! as Triton does while it exits (its core admits inference during exit so that sequences can
-//! complete). It stops its doors when no inference request is in flight, or when
-//! `--exit-timeout-secs` has passed, whichever is first.
+//! readiness probe takes it out of its Service, and keeps its doors open and serving, new
+//! requests included: those are the ones sent before every node has seen the endpoint removed.
+//! It stops its doors when no inference request is in flight, or when `--exit-timeout-secs` has
+//! passed, whichever is first. Liveness stays true throughout.
+//!
+//! Triton 2.51 differs, on purpose here: it stays ready until its HTTP connections have drained,
+//! then answers live and ready with 503 "Server exiting" and refuses new inference ("Server is
+//! stopping, scheduler for model has stopped accepting new inference requests") except a
+//! sequence's next request; so its deployments need a preStop sleep, and ours do not.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
