@@ -5,9 +5,11 @@ own rows, requests with different shapes are never merged, and a full queue reje
 from __future__ import annotations
 
 import queue
+import threading
 
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
@@ -159,3 +161,40 @@ def test_wasm_guest_executes_the_formed_batch(server_factory, tmp_path):
     s = stats_of(c, "add_sub_rust")
     assert int(s["inference_count"]) == 8 and int(s["execution_count"]) < 8, s
     c.close()
+
+
+def test_full_queue_is_503_over_http_with_tritons_message(server_factory, tmp_path):
+    """One request executes (for 1 s), one waits in the queue (max_queue_size 1); every other
+    request sent meanwhile is refused at once: HTTP 503 with Triton's message and request id."""
+    repo = tmp_path / "repo"
+    slow = repo / "slow_queue"
+    (slow / "1").mkdir(parents=True)
+    (slow / "config.pbtxt").write_text(
+        'name: "slow_queue"\nbackend: "identity"\nmax_batch_size: 1\n'
+        'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n'
+        'parameters [ { key: "execute_delay_ms" value: { string_value: "1000" } } ]\n')
+    srv = server_factory(repo)
+    wait_model_ready(srv, "slow_queue")
+    answers: queue.Queue = queue.Queue()
+
+    def post(i: int) -> None:
+        body = {"id": f"r{i}", "inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "INT32", "data": [i]}]}
+        r = requests.post(srv.http("/v2/models/slow_queue/infer"), json=body, timeout=60)
+        answers.put((i, r.status_code, r.json()))
+
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    results = [answers.get_nowait() for _ in threads]
+    served = [(i, body) for i, code, body in results if code == 200]
+    refused = [(i, body) for i, code, body in results if code == 503]
+    assert len(served) + len(refused) == 8, results
+    assert 1 <= len(served) <= 3 and len(refused) >= 5, results
+    for i, body in refused:
+        assert body == {"error": f"[request id: r{i}] Exceeds maximum queue size"}, body
+    for i, body in served:
+        assert body["outputs"][0]["data"] == [i] and body["id"] == f"r{i}"

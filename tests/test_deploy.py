@@ -324,7 +324,9 @@ def test_chart_has_probes_ports_scraping_autoscaling_and_a_locked_down_pod():
     assert mounts["/models"] == "model-repository"
     # The kubelet must not kill the pod before the server's own drain deadline.
     exit_timeout = flag(container["args"], "exit-timeout-secs", 30)
-    assert pod["spec"]["terminationGracePeriodSeconds"] > exit_timeout
+    prestop = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert prestop[-1].startswith("sleep "), prestop
+    assert pod["spec"]["terminationGracePeriodSeconds"] > exit_timeout + int(prestop[-1].split()[1])
 
 
 def test_prometheus_adapter_rule_reads_metrics_the_server_exports(tmp_path):
@@ -370,6 +372,16 @@ def test_chart_container_runs_as_written(tmp_path):
 # KServe
 # ---------------------------------------------------------------------------------------------
 
+def assert_runtime_fits_the_default_image(spec: dict, container: dict) -> None:
+    """What the default image cannot serve is never picked automatically, the read-only root gets a
+    writable /tmp from the manifest itself, and a preStop hook covers the endpoint removal."""
+    formats = {f["name"]: f for f in spec["supportedModelFormats"]}
+    assert formats["pytorch"]["autoSelect"] is False, "the default image has no TorchScript backend"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "/tmp" in {m["mountPath"] for m in container["volumeMounts"]}
+    assert container["lifecycle"]["preStop"]["exec"]["command"]
+
+
 def test_kserve_runtime_and_inference_service_are_well_formed():
     runtime = one(load_yaml(KSERVE_RUNTIME), "ClusterServingRuntime")
     assert runtime["apiVersion"] == "serving.kserve.io/v1alpha1"
@@ -383,8 +395,9 @@ def test_kserve_runtime_and_inference_service_are_well_formed():
     assert container["args"][0] == "tritonserver"
     assert {"--model-store=/mnt/models", "--grpc-port=9000", "--http-port=8080"} <= set(container["args"])
     assert container_ports(container) == {"h2c": 9000}
-    # The container itself is a valid core Container.
-    assert_valid([as_pod(container)], KUBERNETES_VERSIONS[-1])
+    # The container itself is a valid core Container, and its volumes valid core Volumes.
+    assert_valid([as_pod(container, spec["volumes"])], KUBERNETES_VERSIONS[-1])
+    assert_runtime_fits_the_default_image(spec, container)
     isvc = one(load_yaml(KSERVE_ISVC), "InferenceService")
     model = isvc["spec"]["predictor"]["model"]
     assert model["runtime"] == runtime["metadata"]["name"]
@@ -426,7 +439,8 @@ def test_modelmesh_runtime_is_well_formed():
     for needed in ("--model-control-mode=explicit", "--strict-model-config=false", "--strict-readiness=false"):
         assert needed in script
     assert container["livenessProbe"]["exec"]["command"][0] == "curl"
-    assert_valid([as_pod(container)], KUBERNETES_VERSIONS[-1])
+    assert_valid([as_pod(container, spec["volumes"])], KUBERNETES_VERSIONS[-1])
+    assert_runtime_fits_the_default_image(spec, container)
 
 
 class TritonAdapter:
@@ -606,6 +620,36 @@ class PodmanContainer:
         return rc
 
 
+def manifest_mounts(volumes: list[dict], container: dict, filled: dict[str, tuple[Path, bool]],
+                    work: Path) -> dict[str, tuple[Path, bool]]:
+    """The volumes a pod of this manifest would give the container, for podman: the directories
+    the test fills (a model repository where the orchestrator puts one) plus, for each of the
+    container's volumeMounts, a fresh writable directory for an emptyDir. A mount of any other
+    volume kind fails the test: it would need something this test cannot stand in for."""
+    by_name = {v["name"]: v for v in volumes}
+    mounts = dict(filled)
+    for mount in container.get("volumeMounts", []):
+        path = mount["mountPath"]
+        if path in mounts:
+            continue
+        volume = by_name.get(mount["name"])
+        assert volume is not None, f"volumeMount {mount['name']} names no volume of the manifest"
+        assert "emptyDir" in volume, f"volume {mount['name']} at {path} is not an emptyDir: {volume}"
+        directory = work / f"emptydir-{mount['name']}"
+        directory.mkdir()
+        mounts[path] = (directory, bool(mount.get("readOnly", False)))
+    return mounts
+
+
+def run_prestop(run: "PodmanContainer", container: dict) -> None:
+    """Runs the container's preStop hook inside the image, as the kubelet would before SIGTERM."""
+    command = container["lifecycle"]["preStop"]["exec"]["command"]
+    started = time.monotonic()
+    result = run.exec(command, 60)
+    assert result.returncode == 0, f"preStop {command} failed: {result.stderr}"
+    assert time.monotonic() - started >= 4, "the preStop hook waits for the endpoint removal to spread"
+
+
 def test_image_is_from_scratch_small_and_non_root():
     out = subprocess.run(["skopeo", "inspect", "--raw", f"oci-archive:{IMAGE_ARCHIVE}"], capture_output=True,
                          text=True, timeout=120)
@@ -626,10 +670,10 @@ def test_image_runs_the_chart_container(tmp_path, image):
     container = one(rendered_chart(), "Deployment")["spec"]["template"]["spec"]["containers"][0]
     ports = container_ports(container)
     require_free(*ports.values())
+    pod = one(rendered_chart(), "Deployment")["spec"]["template"]["spec"]
     repo = small_repository(tmp_path / "repo")
-    (tmp_path / "tmp").mkdir()
-    run = PodmanContainer(image, container, {"/models": (repo, True), "/tmp": (tmp_path / "tmp", False)},
-                          "chart")
+    mounts = manifest_mounts(pod["volumes"], container, {"/models": (repo, True)}, tmp_path)
+    run = PodmanContainer(image, container, mounts, "chart")
     try:
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             wait_probe(container[probe], ports, probe)
@@ -641,36 +685,40 @@ def test_image_runs_the_chart_container(tmp_path, image):
         assert run.exec(["touch", "/opt/x"], 10).returncode != 0
         assert run.exec(["test", "-e", "/dev/shm"], 10).returncode != 0
         assert run.exec(["id", "-u"], 10).stdout.strip() == "1000"
+        run_prestop(run, container)
     finally:
         assert run.stop() == 0, "the server exits 0 on the SIGTERM `podman stop` sends"
 
 
 def test_image_runs_the_kserve_container(tmp_path, image):
-    container = one(load_yaml(KSERVE_RUNTIME), "ClusterServingRuntime")["spec"]["containers"][0]
+    spec = one(load_yaml(KSERVE_RUNTIME), "ClusterServingRuntime")["spec"]
+    container = spec["containers"][0]
     http_port, grpc_port = flag(container["args"], "http-port", 8000), container_ports(container)["h2c"]
     require_free(http_port, grpc_port)
+    # KServe's storage initializer puts the repository at /mnt/models; the rest is the manifest's.
     repo = small_repository(tmp_path / "mnt-models")
-    (tmp_path / "tmp").mkdir()
-    run = PodmanContainer(image, container, {"/mnt/models": (repo, True), "/tmp": (tmp_path / "tmp", False)},
-                          "kserve")
+    mounts = manifest_mounts(spec["volumes"], container, {"/mnt/models": (repo, True)}, tmp_path)
+    run = PodmanContainer(image, container, mounts, "kserve")
     try:
         wait_until(lambda: http_get(http_port, "/v2/health/ready") == 200, STARTUP_DEADLINE, "KServe readiness")
         run.assert_running()
         assert_infers_http(http_port)
         assert_infers_grpc(grpc_port)
+        run_prestop(run, container)
     finally:
         assert run.stop() == 0
 
 
 def test_image_runs_the_modelmesh_container_and_its_curl_probe(tmp_path, image):
-    container = one(load_yaml(MODELMESH_RUNTIME), "ServingRuntime")["spec"]["containers"][0]
+    spec = one(load_yaml(MODELMESH_RUNTIME), "ServingRuntime")["spec"]
+    container = spec["containers"][0]
     require_free(8000, 8001, 8002)
     models = tmp_path / "models"
     models.mkdir()
     os.chmod(models, 0o777)  # an emptyDir the adapter sidecar (another user) writes too
-    (tmp_path / "tmp").mkdir()
-    run = PodmanContainer(image, container, {"/models": (models, False), "/tmp": (tmp_path / "tmp", False)},
-                          "modelmesh")
+    # ModelMesh adds the /models volume it shares with the adapter; the rest is the manifest's.
+    mounts = manifest_mounts(spec["volumes"], container, {"/models": (models, False)}, tmp_path)
+    run = PodmanContainer(image, container, mounts, "modelmesh")
     try:
         wait_probe(container["livenessProbe"], {}, "ModelMesh liveness (curl inside the image)",
                    run_exec=run.exec)
@@ -692,5 +740,6 @@ def test_image_runs_the_modelmesh_container_and_its_curl_probe(tmp_path, image):
             assert adapter.ready_models() == set()
         finally:
             adapter.close()
+        run_prestop(run, container)
     finally:
         assert run.stop() == 0

@@ -11,7 +11,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tessera_testlib import copy_model, run_cli, start_server, wait_model_ready
+from tessera_testlib import READY_DEADLINE, copy_model, run_cli, start_server, wait_model_ready, wait_until
 
 HEADER = "Tok-Name"
 
@@ -87,3 +87,86 @@ def test_grpc_restricted_protocols_need_the_prefixed_metadata(server):
 def test_malformed_restriction_flags_stop_startup_with_tritons_message(tmp_path, flag, why):
     r = run_cli(["serve", "--model-repository", str(tmp_path), *flag.split()])
     assert r.returncode != 0 and why in r.stderr
+
+
+# Every category Triton defines, with one call of each door that belongs to it.
+CATEGORIES = ["health", "metadata", "inference", "shared-memory", "model-config", "model-repository",
+              "statistics", "trace", "logging"]
+
+HTTP_CALLS = {
+    "health": ("GET", "/v2/health/ready", None),
+    "metadata": ("GET", "/v2/models/add_sub", None),
+    "inference": ("POST", "/v2/models/add_sub/infer",
+                  {"inputs": [{"name": n, "shape": [1, 16], "datatype": "FP32", "data": [0.0] * 16}
+                              for n in ("INPUT0", "INPUT1")]}),
+    "shared-memory": ("GET", "/v2/systemsharedmemory/status", None),
+    "model-config": ("GET", "/v2/models/add_sub/config", None),
+    "model-repository": ("POST", "/v2/repository/index", {}),
+    "statistics": ("GET", "/v2/models/add_sub/stats", None),
+    "trace": ("GET", "/v2/trace/setting", None),
+    "logging": ("GET", "/v2/logging", None),
+}
+
+
+def grpc_calls(client):
+    return {
+        "health": lambda h: client.is_server_live(headers=h),
+        "metadata": lambda h: client.get_model_metadata("add_sub", headers=h),
+        "inference": lambda h: client.infer("add_sub", add_sub_inputs(grpcclient), headers=h),
+        "shared-memory": lambda h: client.get_system_shared_memory_status(headers=h),
+        "model-config": lambda h: client.get_model_config("add_sub", headers=h),
+        "model-repository": lambda h: client.get_model_repository_index(headers=h),
+        "statistics": lambda h: client.get_inference_statistics("add_sub", headers=h),
+        "trace": lambda h: client.get_trace_settings(headers=h),
+        "logging": lambda h: client.get_log_settings(headers=h),
+    }
+
+
+@pytest.fixture(scope="module")
+def every_category(tmp_path_factory):
+    """Each category restricted on both doors with a key of its own."""
+    tmp = tmp_path_factory.mktemp("restricted-all")
+    repo = tmp / "repo"
+    copy_model(repo, "add_sub")
+    flags = [f"--http-restricted-api={c}:key-{c}=v-{c}" for c in CATEGORIES]
+    flags += [f"--grpc-restricted-protocol={c}:key-{c}=v-{c}" for c in CATEGORIES]
+    # Health itself is restricted: readiness is asked with its header.
+    srv = start_server(tmp, [repo], flags, wait=False)
+    ready = {"key-health": "v-health"}
+    wait_until(lambda: requests.get(srv.http("/v2/models/add_sub/ready"), headers=ready, timeout=5).status_code == 200,
+               READY_DEADLINE, "add_sub is ready", srv)
+    yield srv
+    srv.stop_and_check()
+
+
+@pytest.mark.parametrize("category", CATEGORIES)
+def test_every_http_category_is_refused_without_its_header_and_served_with_it(every_category, category):
+    method, path, body = HTTP_CALLS[category]
+    url = every_category.base_url + path
+
+    def call(headers):
+        return requests.request(method, url, json=body, headers=headers, timeout=30)
+
+    for headers in ({}, {f"key-{category}": "wrong"}, {f"key-{other}": f"v-{other}" for other in CATEGORIES
+                                                        if other != category}):
+        r = call(headers)
+        assert r.status_code == 403, (category, headers, r.status_code)
+        assert r.json() == {"error": f"This API is restricted, expecting header 'key-{category}'"}
+    r = call({f"key-{category}": f"v-{category}"})
+    assert r.status_code == 200, (category, r.status_code, r.text)
+
+
+@pytest.mark.parametrize("category", CATEGORIES)
+def test_every_grpc_category_is_refused_without_its_metadata_and_served_with_it(every_category, category):
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{every_category.grpc_port}")
+    try:
+        call = grpc_calls(client)[category]
+        key = f"triton-grpc-protocol-key-{category}"
+        for headers in (None, {key: "wrong"}, {f"key-{category}": f"v-{category}"}):
+            with pytest.raises(InferenceServerException) as ei:
+                call(headers)
+            assert ei.value.status() == "StatusCode.UNAVAILABLE", (category, headers)
+            assert ei.value.message() == f"This protocol is restricted, expecting header '{key}'"
+        call({key: f"v-{category}"})
+    finally:
+        client.close()

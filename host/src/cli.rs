@@ -93,9 +93,10 @@ pub struct ServeArgs {
     /// Largest request body accepted, after decompression (Triton's default: 64 MiB).
     #[arg(long, default_value = "67108864", value_parser = parse_byte_size)]
     pub http_max_input_size: usize,
-    /// Server-wide budget of HTTP request bytes held at once (bodies as received plus what
-    /// decompression makes of them); a request that does not fit is refused with 503 /
-    /// UNAVAILABLE. Default: 1 GiB, or 4x --http-max-input-size when that is larger.
+    /// Server-wide budget of request bytes held at once by both doors (HTTP bodies and gRPC
+    /// messages as received, plus what decompression and decoding make of them); a request that
+    /// does not fit is refused with 503 / UNAVAILABLE, and a gRPC message larger than the whole
+    /// budget can never be served. Default: 1 GiB, or 4x --http-max-input-size when that is larger.
     #[arg(long, value_parser = parse_byte_size, env = "TESSERA_MAX_INFLIGHT_REQUEST_BYTES")]
     pub max_inflight_request_bytes: Option<usize>,
     /// Most HTTP connections open at once; a client beyond them is answered 503 and closed.

@@ -360,11 +360,11 @@ impl Frontend {
         if shm_outputs.0.is_empty() {
             return Ok(TrackedStream::new(inner, in_flight));
         }
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = crate::infer::response_stream();
         tokio::spawn(async move {
             while let Some(item) = inner.recv().await {
                 let item = item.and_then(|mut r| Self::write_shm_outputs(&shm_outputs, &mut r).map(|()| r));
-                if tx.send(item).is_err() {
+                if tx.send(item).await.is_err() {
                     break;
                 }
             }

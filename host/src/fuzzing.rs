@@ -36,9 +36,16 @@ pub fn http_infer(data: &[u8]) {
     }
 }
 
-/// A gRPC `ModelInferRequest` message to the core request.
+/// A gRPC `ModelInferRequest` message: scanned for its bounds as the gRPC door does before
+/// decoding (which must never call a message the decoder accepts malformed), then decoded to the
+/// core request.
 pub fn grpc_infer(data: &[u8]) {
+    let scanned = crate::grpc::limits::scan_infer_request(data);
     if let Ok(request) = crate::pb::ModelInferRequest::decode(data) {
+        assert!(
+            !matches!(scanned, Err(crate::grpc::limits::ScanError::Malformed)),
+            "the scan refused a message that decodes"
+        );
         drop(crate::grpc::codec::decode_request(request));
     }
 }

@@ -156,7 +156,19 @@ pub struct InferResponse {
 }
 
 /// Responses of one request, in order; the stream ends after the final one.
-pub type ResponseStream = tokio::sync::mpsc::UnboundedReceiver<CoreResult<InferResponse>>;
+pub type ResponseStream = tokio::sync::mpsc::Receiver<CoreResult<InferResponse>>;
+/// The producing end of a [`ResponseStream`].
+pub type ResponseSender = tokio::sync::mpsc::Sender<CoreResult<InferResponse>>;
+
+/// Responses buffered per request (in a [`ResponseStream`], and in a decoupled backend's
+/// responder) before the producer waits for its reader: the back-pressure that keeps a slow or
+/// stalled reader from making the server buffer a decoupled model's output without bound.
+pub const RESPONSE_BUFFER: usize = 64;
+
+/// A new response stream and its sender.
+pub fn response_stream() -> (ResponseSender, ResponseStream) {
+    tokio::sync::mpsc::channel(RESPONSE_BUFFER)
+}
 
 /// A boxed future, so [`Infer`] can be used as `dyn Infer` (BLS holds a `Weak<dyn Infer>`).
 pub type InferFuture<'a, T> = Pin<Box<dyn Future<Output = CoreResult<T>> + Send + 'a>>;

@@ -25,6 +25,7 @@
 
 // Layers, each using only the ones listed before it:
 //   core types:  error, tensor, infer (InferRequest/Response, the Infer trait), config, stats,
+//                limits (request byte budget, bounded decompression, count bounds),
 //                cache (response cache), shm (shared-memory registry)
 //   backend:     Backend / ModelInstance, ONNX Runtime, Wasm (BLS through Weak<dyn Infer>)
 //   scheduler:   instance pool, dynamic batcher, sequence batcher
@@ -42,6 +43,7 @@ mod grpc;
 mod http;
 mod infer;
 mod lifecycle;
+mod limits;
 mod metrics;
 mod model;
 mod repository;

@@ -10,7 +10,9 @@
 //! Triton 2.51 differs, on purpose here: it stays ready until its HTTP connections have drained,
 //! then answers live and ready with 503 "Server exiting" and refuses new inference ("Server is
 //! stopping, scheduler for model has stopped accepting new inference requests") except a
-//! sequence's next request; so its deployments need a preStop sleep, and ours do not.
+//! sequence's next request. Either way a server with nothing in flight closes its ports as soon
+//! as SIGTERM arrives, so a deployment still needs a preStop sleep to cover the time the
+//! endpoint removal takes to reach every node: the chart and both runtimes in deploy/ have one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -282,9 +282,10 @@ fn call_python_batched(
 fn call_python_decoupled(function: &Py<PyAny>, mut batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
     let n = batch.len();
     let responders: Vec<_> = batch.iter_mut().map(|r| r.responder.take()).collect();
-    let send = |index: usize, outputs: CoreResult<Vec<Tensor>>| {
+    // The responder is bounded: while the caller's buffer is full, wait without the GIL.
+    let send = |py: Python<'_>, index: usize, outputs: CoreResult<Vec<Tensor>>| {
         if let Some(Some(responder)) = responders.get(index) {
-            let _ = responder.send(RawResponse { outputs, is_final: false });
+            let _ = py.detach(|| responder.blocking_send(RawResponse { outputs, is_final: false }));
         }
     };
     Python::attach(|py| {
@@ -295,17 +296,20 @@ fn call_python_decoupled(function: &Py<PyAny>, mut batch: Vec<ExecRequest>) -> V
             Ok(iterator) => iterator,
             Err(e) => {
                 let error = CoreError::internal(format!("model function failed: {e}"));
-                (0..n).for_each(|i| send(i, Err(error.clone())));
+                (0..n).for_each(|i| send(py, i, Err(error.clone())));
                 return;
             }
         };
         for item in iterator {
             let parsed = item.and_then(|item| item.extract::<(usize, Bound<'_, PyAny>)>());
             match parsed {
-                Ok((index, result)) => send(index, result_from_py(&result)),
+                Ok((index, result)) => {
+                    let outputs = result_from_py(&result);
+                    send(py, index, outputs);
+                }
                 Err(e) => {
                     let error = CoreError::internal(format!("model function failed: {e}"));
-                    (0..n).for_each(|i| send(i, Err(error.clone())));
+                    (0..n).for_each(|i| send(py, i, Err(error.clone())));
                     return;
                 }
             }

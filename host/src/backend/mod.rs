@@ -26,8 +26,21 @@ pub struct RawResponse {
 }
 
 /// Where a decoupled model's responses for one request go. Dropping the sender also ends the
-/// request: a final flag without a response.
-pub type Responder = tokio::sync::mpsc::UnboundedSender<RawResponse>;
+/// request: a final flag without a response. It is bounded ([`crate::infer::RESPONSE_BUFFER`]):
+/// a backend producing faster than the caller reads waits ([`send_blocking`] on its own thread,
+/// `send().await` in a task) instead of queueing without bound.
+pub type Responder = tokio::sync::mpsc::Sender<RawResponse>;
+
+/// A new responder and the receiving end the scheduler reads.
+pub fn responder() -> (Responder, tokio::sync::mpsc::Receiver<RawResponse>) {
+    tokio::sync::mpsc::channel(crate::infer::RESPONSE_BUFFER)
+}
+
+/// Sends from a backend's own (blocking) thread, waiting while the caller's buffer is full;
+/// false when the caller has gone.
+pub fn send_blocking(responder: &Responder, response: RawResponse) -> bool {
+    responder.blocking_send(response).is_ok()
+}
 
 /// One request as an instance sees it: inputs already checked against the config and reshaped to
 /// what the model expects, plus the names of the outputs the caller needs.

@@ -9,6 +9,7 @@
 //! `triton_enable_empty_final_response`.
 
 pub mod codec;
+pub mod limits;
 mod status;
 
 use std::collections::BTreeMap;
@@ -183,6 +184,7 @@ pub async fn serve(
     frontend: Arc<Frontend>,
     listener: tokio::net::TcpListener,
     options: GrpcOptions,
+    budget: crate::limits::RequestBudget,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let mut stopped = stop.clone();
@@ -231,6 +233,7 @@ pub async fn serve(
     builder
         .http2_keepalive_interval(Some(options.keepalive_time))
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
+        .layer(limits::MessageLimitsLayer::new(budget, options.max_message_size))
         .add_service(inference)
         .add_service(health)
         .serve_with_incoming_shutdown(incoming, shutdown)

@@ -18,14 +18,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::infer::{ParamValue, Parameters};
 use crate::tensor::{DataType, element_count, push_bytes_element};
 
-/// Most inputs one request may name. Triton sets no number; models with more inputs than this
-/// are unheard of, and the bound stops a body of a million tiny `inputs` objects while it is
-/// being parsed rather than after.
-pub const MAX_INPUTS: usize = 4096;
-/// Most requested outputs per request.
-pub const MAX_OUTPUTS: usize = 4096;
-/// Most parameters in one `parameters` object (request, input or output).
-pub const MAX_PARAMETERS: usize = 1024;
+pub use crate::limits::{MAX_INPUTS, MAX_OUTPUTS, MAX_PARAMETERS};
 
 /// Decodes `data` (nested arrays in row-major order, or a scalar) for a tensor of `shape`.
 /// `deserializer` is a JSON text (the infer body's raw `data`) or a parsed `Value`.

@@ -29,7 +29,6 @@ use serde_json::{Value, json};
 use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::{DefaultPredicate, Predicate};
 
-pub use self::body::BodyBudget;
 use self::body::UNSUPPORTED_COMPRESSION;
 pub use self::error::HttpError;
 pub use self::path::ModelPath;
@@ -48,7 +47,7 @@ pub struct HttpState {
     /// Largest request body accepted, after decompression (Triton's --http-max-input-size).
     pub max_input_size: usize,
     /// The server's budget of request bytes in flight (`--max-inflight-request-bytes`).
-    pub body_budget: BodyBudget,
+    pub body_budget: crate::limits::RequestBudget,
 }
 
 type HttpResult = Result<Response, HttpError>;
@@ -576,7 +575,7 @@ mod tests {
             frontend: Arc::new(Frontend::for_tests()),
             restrictions: Arc::default(),
             max_input_size: 1 << 20,
-            body_budget: BodyBudget::new(1 << 24),
+            body_budget: crate::limits::RequestBudget::new(1 << 24),
         };
         let mut request = HttpRequest::builder().method(method).uri(uri);
         for (name, value) in headers {

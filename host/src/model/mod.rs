@@ -213,14 +213,14 @@ impl LoadedModel {
     /// Runs one request and streams its responses: one for a regular model, 0..n for a decoupled
     /// one. The stream ends after the final response.
     pub async fn infer_stream(self: &Arc<Self>, request: InferRequest) -> CoreResult<ResponseStream> {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = crate::infer::response_stream();
         if !self.is_decoupled() {
-            let _ = tx.send(self.infer(request).await);
+            let _ = tx.send(self.infer(request).await).await;
             return Ok(rx);
         }
         let start = Instant::now();
         let (exec, batch_size, wanted) = self.prepare(&request)?;
-        let (raw_tx, mut raw_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (raw_tx, mut raw_rx) = crate::backend::responder();
         // Kept until execute returns, so an instance failure still reaches the caller's stream.
         let error_tx = raw_tx.clone();
         let compute = Arc::new(ComputeTime::default());
@@ -235,7 +235,7 @@ impl LoadedModel {
                     .and_then(|outputs| model.io.postprocess(outputs, batch_size, &wanted))
                     .map(|outputs| model.response(id.clone(), outputs, is_final));
                 ok &= response.is_ok();
-                if tx.send(response).is_err() {
+                if tx.send(response).await.is_err() {
                     break;
                 }
             }
@@ -248,7 +248,7 @@ impl LoadedModel {
             // ends the stream with that error.
             let executed = model.scheduler.execute_decoupled(exec, batch_size).await;
             if let Err(e) = &executed {
-                let _ = error_tx.send(RawResponse { outputs: Err(e.clone()), is_final: true });
+                let _ = error_tx.send(RawResponse { outputs: Err(e.clone()), is_final: true }).await;
             }
             drop(error_tx);
             let streamed_ok = forward.await.unwrap_or(false);

@@ -21,9 +21,10 @@ use crate::config::ModelConfig;
 use crate::error::CoreResult;
 use crate::frontend::{Frontend, LogApplier, SettingValue};
 use crate::grpc::GrpcOptions;
-use crate::http::{BodyBudget, ConnectionLimits, HttpState, router};
+use crate::http::{ConnectionLimits, HttpState, router};
 use crate::infer::Infer;
 use crate::lifecycle::Lifecycle;
+use crate::limits::RequestBudget;
 use crate::metrics::{HostSampler, MetricsState};
 use crate::repository::{ControlMode, ModelManager, RepositoryOptions};
 use crate::restricted::Restrictions;
@@ -66,7 +67,7 @@ pub struct ServerConfig {
     pub http: Option<Listen>,
     /// Largest HTTP request body accepted, after decompression.
     pub http_max_input_size: usize,
-    /// Budget of HTTP request bytes held at once, server-wide (see `http::BodyBudget`).
+    /// Budget of request bytes held at once, server-wide, by both doors (see `limits::RequestBudget`).
     pub max_inflight_request_bytes: usize,
     /// The HTTP door's connection cap and timeouts.
     pub http_connections: ConnectionLimits,
@@ -283,6 +284,8 @@ impl Server {
         };
 
         let mut addresses = Addresses::default();
+        // One budget of request bytes in flight for both doors.
+        let request_budget = RequestBudget::new(config.max_inflight_request_bytes);
         if let Some(listen) = &config.http {
             let listener = bind("HTTPService", listen).await?;
             addresses.http = listener.local_addr().ok();
@@ -290,7 +293,7 @@ impl Server {
                 frontend: Arc::clone(&frontend),
                 restrictions: Arc::new(config.http_restrictions.clone()),
                 max_input_size: config.http_max_input_size,
-                body_budget: BodyBudget::new(config.max_inflight_request_bytes),
+                body_budget: request_budget.clone(),
             };
             let (stop, limits) = (stop_rx.clone(), config.http_connections.clone());
             tasks.spawn(async move {
@@ -303,8 +306,9 @@ impl Server {
             let listener = bind("GRPCInferenceService", listen).await?;
             addresses.grpc = listener.local_addr().ok();
             let (stop, frontend, options) = (stop_rx.clone(), Arc::clone(&frontend), config.grpc_options.clone());
+            let budget = request_budget.clone();
             tasks.spawn(async move {
-                crate::grpc::serve(frontend, listener, options, stop)
+                crate::grpc::serve(frontend, listener, options, budget, stop)
                     .await
                     .map_err(|e| format!("gRPC server failed: {e}"))
             });

@@ -278,7 +278,7 @@ mod tests {
     struct FakeInfer {
         seen: Mutex<Vec<InferRequest>>,
         /// Senders of streams kept open without responses.
-        open: Mutex<Vec<tokio::sync::mpsc::UnboundedSender<CoreResult<InferResponse>>>>,
+        open: Mutex<Vec<crate::infer::ResponseSender>>,
     }
 
     impl FakeInfer {
@@ -304,16 +304,16 @@ mod tests {
 
         fn infer_stream(&self, request: InferRequest) -> InferFuture<'_, ResponseStream> {
             Box::pin(async move {
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let (tx, rx) = crate::infer::response_stream();
                 let slow = request.model_name == "slow";
                 let first = self.answer(request)?;
-                let _ = tx.send(Ok(first.clone()));
+                let _ = tx.try_send(Ok(first.clone()));
                 if slow {
                     self.open.lock().expect("lock").push(tx);
                     return Ok(rx);
                 }
-                let _ = tx.send(Ok(first));
-                let _ = tx.send(Err(CoreError::internal("stream broke")));
+                let _ = tx.try_send(Ok(first));
+                let _ = tx.try_send(Err(CoreError::internal("stream broke")));
                 Ok(rx)
             })
         }

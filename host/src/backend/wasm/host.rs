@@ -230,7 +230,8 @@ fn send_on(sender: &mut HostSender, item: CoreResult<Vec<Tensor>>, final_: bool)
     let flag_only = final_ && matches!(&item, Ok(outputs) if outputs.is_empty());
     if !flag_only {
         // A gone receiver means the caller stopped listening; that is not the guest's error.
-        let _ = tx.send(RawResponse { outputs: item, is_final: final_ });
+        // Waits while the caller's buffer is full (the guest runs on a blocking thread).
+        let _ = crate::backend::send_blocking(tx, RawResponse { outputs: item, is_final: final_ });
     }
     if final_ {
         *slot = None;
@@ -387,7 +388,7 @@ pub(super) mod tests {
     #[test]
     fn senders_close_after_the_final_response() {
         let mut s = state(shared(AllowList::Nothing, None));
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, mut rx) = crate::backend::responder();
         let (r, _) = request(&mut s, Some(tx));
         let sender = s.sender(Resource::new_borrow(r.rep())).expect("sender");
         let out = s.create("OUT".into(), wit::DataType::Uint8, vec![1], vec![7]).expect("no trap").expect("valid");

@@ -12,12 +12,12 @@ mod run;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::backend::{ExecRequest, RawResponse};
+use crate::backend::{ExecRequest, RawResponse, Responder};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::Infer;
 use crate::tensor::Tensor;
 pub use plan::{EnsemblePlan, StepCatalog, composing_models, is_ensemble};
-use run::Run;
+use run::{Outlet, Run};
 
 pub struct EnsembleScheduler {
     plan: EnsemblePlan,
@@ -40,14 +40,9 @@ impl EnsembleScheduler {
 
     /// Runs a request of a regular ensemble: its outputs, and the steps' summed compute time.
     pub async fn execute(&self, exec: ExecRequest) -> CoreResult<(Vec<Tensor>, Duration)> {
-        let mut outputs = None;
-        let compute = Run::new(&self.plan, self.infer()?, exec)
-            .run(&mut |tensors| {
-                outputs = Some(tensors);
-                false
-            })
-            .await?;
-        let outputs = outputs.ok_or_else(|| {
+        let mut collect = Collect(None);
+        let compute = Run::new(&self.plan, self.infer()?, exec).run(&mut collect).await?;
+        let outputs = collect.0.ok_or_else(|| {
             CoreError::internal(format!("in ensemble '{}', no outputs were produced", self.plan.name))
         })?;
         Ok((outputs, compute))
@@ -60,9 +55,26 @@ impl EnsembleScheduler {
             .responder
             .take()
             .ok_or_else(|| CoreError::internal("a decoupled ensemble request has no responder"))?;
-        Run::new(&self.plan, self.infer()?, exec)
-            .run(&mut |tensors| responder.send(RawResponse { outputs: Ok(tensors), is_final: false }).is_ok())
-            .await
+        Run::new(&self.plan, self.infer()?, exec).run(&mut Respond(responder)).await
+    }
+}
+
+/// A regular ensemble's outlet: its one set of outputs, after which the run ends.
+struct Collect(Option<Vec<Tensor>>);
+
+impl Outlet for Collect {
+    async fn emit(&mut self, outputs: Vec<Tensor>) -> bool {
+        self.0 = Some(outputs);
+        false
+    }
+}
+
+/// A decoupled ensemble's outlet: each set is a response, sent when the caller has room for it.
+struct Respond(Responder);
+
+impl Outlet for Respond {
+    async fn emit(&mut self, outputs: Vec<Tensor>) -> bool {
+        self.0.send(RawResponse { outputs: Ok(outputs), is_final: false }).await.is_ok()
     }
 }
 
@@ -174,11 +186,11 @@ mod tests {
         fn infer_stream(&self, request: InferRequest) -> InferFuture<'_, ResponseStream> {
             Box::pin(async move {
                 self.calls.lock().expect("lock").push(request.model_name.clone());
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let (tx, rx) = crate::infer::response_stream();
                 let x = values(&request.inputs[0]);
                 for i in 0..3 {
                     let y = x.iter().map(|v| v * 10 + i).collect();
-                    let _ = tx.send(Ok(InferResponse { is_final: false, ..answer("fan", &request, y) }));
+                    let _ = tx.try_send(Ok(InferResponse { is_final: false, ..answer("fan", &request, y) }));
                 }
                 Ok(rx)
             })
@@ -300,7 +312,7 @@ mod tests {
         assert!(e.plan().decoupled);
         // `fan` does not batch: the ensemble's batch dimension is stripped for it and added back.
         assert!(e.plan().steps[0].inputs[0].strip_batch && e.plan().steps[0].outputs[0].add_batch);
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, mut rx) = crate::backend::responder();
         let request = ExecRequest { responder: Some(tx), ..exec(vec![int32("IN", vec![1, 1], &[2])], &["OUT"]) };
         e.execute_decoupled(request).await.expect("ran");
         let mut got = Vec::new();
@@ -314,7 +326,7 @@ mod tests {
         assert_eq!(models.calls().iter().filter(|c| *c == "inc").count(), 3);
 
         // A batch of two cannot go through a step that does not batch.
-        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, _rx) = crate::backend::responder();
         let request = ExecRequest { responder: Some(tx), ..exec(vec![int32("IN", vec![2, 1], &[2, 3])], &["OUT"]) };
         let err = e.execute_decoupled(request).await.expect_err("batch of two");
         assert!(err.message.contains("model fan does not support batching"), "{}", err.message);
@@ -332,7 +344,7 @@ mod tests {
         .replace("ensemble_scheduling {", "ensemble_scheduling { max_inflight_responses: 1");
         let e = ensemble(&models, &text).expect("valid");
         assert_eq!(e.plan().max_inflight, 1);
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, mut rx) = crate::backend::responder();
         let request = ExecRequest { responder: Some(tx), ..exec(vec![int32("IN", vec![1, 1], &[1])], &["OUT"]) };
         e.execute_decoupled(request).await.expect("ran");
         let mut count = 0;

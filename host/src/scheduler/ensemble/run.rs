@@ -49,6 +49,12 @@ struct Parked {
     stream: ResponseStream,
 }
 
+/// Where a run's complete sets of requested outputs go.
+pub(super) trait Outlet: Send {
+    /// Takes one set of outputs; false when nobody listens any more (the run ends).
+    fn emit(&mut self, outputs: Vec<Tensor>) -> impl std::future::Future<Output = bool> + Send;
+}
+
 /// One ensemble request in progress.
 pub(super) struct Run<'a> {
     plan: &'a EnsemblePlan,
@@ -65,6 +71,8 @@ pub(super) struct Run<'a> {
     values: Vec<(TensorId, Key, Option<Tensor>)>,
     started: Vec<(usize, Key)>,
     emitted: Vec<Key>,
+    /// Complete sets of requested outputs not handed to the outlet yet.
+    outbox: Vec<Vec<Tensor>>,
     /// Step work in flight. One piece alone (a chain of steps) is awaited directly: going
     /// through `FuturesUnordered` costs an extra wake-up hop per step.
     work: FuturesUnordered<Work>,
@@ -100,6 +108,7 @@ impl<'a> Run<'a> {
             values: Vec::with_capacity(plan.tensors.len()),
             started: Vec::new(),
             emitted: Vec::new(),
+            outbox: Vec::new(),
             work: FuturesUnordered::new(),
             only: None,
             active: 0,
@@ -113,15 +122,17 @@ impl<'a> Run<'a> {
         CoreError::new(e.kind, format!("in ensemble '{}', {}", self.plan.name, e.message))
     }
 
-    /// Runs the request to its end, handing each complete set of requested outputs to `emit`
-    /// (once for a regular ensemble; once per value for a decoupled one). `emit` returns false
-    /// when nobody listens any more, which ends the run.
-    pub(super) async fn run(mut self, emit: &mut (dyn FnMut(Vec<Tensor>) -> bool + Send)) -> CoreResult<Duration> {
+    /// Runs the request to its end, handing each complete set of requested outputs to `outlet`
+    /// (once for a regular ensemble; once per value for a decoupled one). The outlet returns
+    /// false when nobody listens any more, which ends the run; it may wait (a decoupled caller
+    /// reading slowly), which pauses the run.
+    pub(super) async fn run<O: Outlet>(mut self, outlet: &mut O) -> CoreResult<Duration> {
         let inputs = std::mem::take(&mut self.exec.inputs);
         let plan = self.plan;
         for (name, &tensor) in &plan.inputs {
             let value = inputs.iter().find(|t| &t.name == name).cloned();
-            if self.add_value(tensor, Key::new(), value, emit)? {
+            let done = self.add_value(tensor, Key::new(), value)?;
+            if !self.flush(outlet).await || done {
                 return Ok(self.compute);
             }
         }
@@ -145,7 +156,7 @@ impl<'a> Run<'a> {
                     self.active -= 1;
                     self.compute += compute;
                     let response = result.map_err(|e| self.error(e))?;
-                    let stop = self.add_outputs(step, &key, response, emit)?;
+                    let stop = self.add_outputs(step, &key, response)?;
                     self.release();
                     stop
                 }
@@ -155,26 +166,30 @@ impl<'a> Run<'a> {
                     Some(Ok(response)) => {
                         let mut value_key = key.clone();
                         value_key.push(index);
-                        let stop = self.add_outputs(step, &value_key, response, emit)?;
+                        let stop = self.add_outputs(step, &value_key, response)?;
                         self.poll_stream(Parked { step, key, index: index + 1, stream });
                         stop
                     }
                 },
             };
-            if stop {
+            if !self.flush(outlet).await || stop {
                 return Ok(self.compute);
             }
         }
     }
 
+    /// Hands the outbox to the outlet; false when it stopped listening.
+    async fn flush<O: Outlet>(&mut self, outlet: &mut O) -> bool {
+        for outputs in std::mem::take(&mut self.outbox) {
+            if !outlet.emit(outputs).await {
+                return false;
+            }
+        }
+        true
+    }
+
     /// A step's response: each output it was asked for becomes a value of its ensemble tensor.
-    fn add_outputs(
-        &mut self,
-        step: usize,
-        key: &Key,
-        response: InferResponse,
-        emit: &mut (dyn FnMut(Vec<Tensor>) -> bool + Send),
-    ) -> CoreResult<bool> {
+    fn add_outputs(&mut self, step: usize, key: &Key, response: InferResponse) -> CoreResult<bool> {
         let plan = self.plan;
         let mut outputs = response.outputs;
         for output in &plan.steps[step].outputs {
@@ -184,22 +199,17 @@ impl<'a> Run<'a> {
                 tensor.shape.insert(0, 1);
             }
             tensor.name.clone_from(&plan.tensors[output.tensor].name);
-            if self.add_value(output.tensor, key.clone(), Some(tensor), emit)? {
+            if self.add_value(output.tensor, key.clone(), Some(tensor))? {
                 return Ok(true);
             }
         }
         Ok(false)
     }
 
-    /// Records a tensor value, starts every step run it completes, and emits the outputs it
-    /// completes. Returns true when the run is over (everything emitted, or nobody listens).
-    fn add_value(
-        &mut self,
-        tensor: TensorId,
-        key: Key,
-        value: Option<Tensor>,
-        emit: &mut (dyn FnMut(Vec<Tensor>) -> bool + Send),
-    ) -> CoreResult<bool> {
+    /// Records a tensor value, starts every step run it completes, and puts the outputs it
+    /// completes in the outbox. Returns true when the run is over (a regular ensemble's outputs
+    /// are complete).
+    fn add_value(&mut self, tensor: TensorId, key: Key, value: Option<Tensor>) -> CoreResult<bool> {
         self.values.push((tensor, key.clone(), value));
         let plan = self.plan;
         for &step in &plan.tensors[tensor].consumers {
@@ -234,7 +244,8 @@ impl<'a> Run<'a> {
                     .zip(&self.wanted)
                     .filter_map(|(t, (name, _))| t.map(|t| Tensor { name: name.clone(), ..t }))
                     .collect();
-                if !emit(outputs) || !plan.decoupled {
+                self.outbox.push(outputs);
+                if !plan.decoupled {
                     return Ok(true);
                 }
             }
@@ -336,7 +347,7 @@ impl<'a> Run<'a> {
                         Event::Streamed { step, key, index: 0, item, stream }
                     }
                     Err(e) => {
-                        let (_, stream) = tokio::sync::mpsc::unbounded_channel();
+                        let (_, stream) = crate::infer::response_stream();
                         Event::Streamed { step, key, index: 0, item: Some(Err(e)), stream }
                     }
                 }
