@@ -478,3 +478,78 @@ def test_grpc_clients_past_the_connection_cap_fail_fast(server_factory, tmp_path
     for c in held:
         assert c.is_server_live()
         c.close()
+
+
+def test_a_stream_nobody_reads_does_not_make_the_server_buffer_its_responses(server_factory, tmp_path):
+    """A decoupled model producing two million responses to a gRPC client that reads none: the
+    producer waits once the request's small buffer (and HTTP/2's window) is full. Before that
+    back-pressure the server buffered every response (1,003 MiB of RSS within 2 s, here)."""
+    from tritonclient.grpc import service_pb2
+
+    repo = tmp_path / "repo"
+    (repo / "repeat_int32" / "1").mkdir(parents=True)
+    (repo / "repeat_int32" / "config.pbtxt").write_text(
+        'name: "repeat_int32"\nbackend: "repeat"\nmax_batch_size: 0\n'
+        'model_transaction_policy { decoupled: true }\n'
+        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },\n'
+        '        { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },\n'
+        '        { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },\n'
+        '         { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]\n')
+    srv = server_factory(repo)
+    wait_model_ready(srv, "repeat_int32")
+    n = 2_000_000
+    request = service_pb2.ModelInferRequest(model_name="repeat_int32")
+    for name, datatype, values in (("IN", "INT32", np.arange(n, dtype=np.int32)),
+                                   ("DELAY", "UINT32", np.zeros(n, dtype=np.uint32)),
+                                   ("WAIT", "UINT32", np.zeros(1, dtype=np.uint32))):
+        tensor = request.inputs.add()
+        tensor.name, tensor.datatype = name, datatype
+        tensor.shape.append(len(values))
+        request.raw_input_contents.append(values.tobytes())
+    payload = request.SerializeToString()
+    data = b"\0" + len(payload).to_bytes(4, "big") + payload
+    before = status_kib(srv, "VmRSS")
+    sock = socket.create_connection(("127.0.0.1", srv.grpc_port), timeout=30)
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    stream = conn.get_next_available_stream_id()
+    conn.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":authority", "x"),
+                               (":path", "/inference.GRPCInferenceService/ModelStreamInfer"),
+                               ("content-type", "application/grpc"), ("te", "trailers")])
+    sock.sendall(conn.data_to_send())
+    sock.settimeout(0.05)
+    sent = 0
+    try:
+        while sent < len(data):
+            room = min(conn.local_flow_control_window(stream), conn.max_outbound_frame_size, len(data) - sent)
+            if room > 0:
+                conn.send_data(stream, data[sent:sent + room])
+                sent += room
+            else:
+                # Window updates for what we send; the responses are read by h2 but their flow
+                # control is never acknowledged, so the server's window to us closes.
+                try:
+                    conn.receive_data(sock.recv(65536))
+                except socket.timeout:
+                    pass
+            sock.sendall(conn.data_to_send())
+        # The model now produces as fast as it can be made to. Watch the server's memory.
+        peak = before
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            peak = max(peak, status_kib(srv, "VmRSS"))
+            time.sleep(0.1)
+    finally:
+        sock.close()
+    rise_mib = (peak - before) // 1024
+    print(f"RSS rise with a stalled reader: {rise_mib} MiB")
+    # The request itself (16 MiB of inputs, decoded) is most of what remains.
+    assert rise_mib < 256, f"the server's RSS rose by {rise_mib} MiB for a stream nobody reads"
+    assert_serves_grpc_model(srv)
+
+
+def assert_serves_grpc_model(srv) -> None:
+    c = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
+    assert c.is_model_ready("repeat_int32")
+    c.close()
