@@ -22,7 +22,7 @@ build() {  # SRC SDK OUT
   touch "$out"
 }
 
-for guest in add_sub_rust tokenizer bls_router repeat bls_fanout score_label text_pipeline_bls; do
+for guest in add_sub_rust bls_add_sub tokenizer bls_router repeat bls_fanout score_label text_pipeline_bls; do
   build "example-guests/$guest" guest-sdk/rust "$Q/$guest/1/model.wasm"
 done
 build example-guests/faulty guest-sdk/rust target/guests/faulty/model.wasm

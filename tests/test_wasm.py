@@ -426,6 +426,7 @@ import time
 import triton_python_backend_utils as pb_utils
 
 MARKER = "@MARKER@"
+HOARD = []
 
 
 def probe(op, arg):
@@ -445,6 +446,9 @@ def probe(op, arg):
             return "OK:" + MARKER
         if op == "big":
             return "OK:" + "x" * int(arg)
+        if op == "hoard":  # a deliberate leak: keeps arg bytes for the instance's life
+            HOARD.append(bytearray(int(arg)))
+            return "OK:%d" % len(HOARD)
         return "ERR:unknown op " + op
     except Exception as e:
         return "ERR:%s: %s" % (type(e).__name__, e)
@@ -727,14 +731,25 @@ def test_failed_reload_keeps_the_old_guest_serving(server_factory, tmp_path, was
     assert_faulty_ok(srv)
 
 
-def test_python_guest_survives_large_outputs_beyond_its_memory_limit(sandbox_server):
-    # componentize-py never frees the guest copy of bytes sent to the host: 150 responses of 1 MiB
-    # from a 64 MiB guest would trap after ~40 calls unless the host recycles the instance when its
-    # memory nears the limit (between calls, so no request fails).
+def test_python_guest_outputs_cost_no_guest_memory_after_the_call(sandbox_server):
+    # componentize-py never frees the guest copy of a bytes argument sent to the host; the SDK
+    # sends output bytes as a latin-1 string, which it frees. 150 responses of 1 MiB from a 64 MiB
+    # guest (the old way, every one leaked: a trap after ~40) need no recycling of the instance.
+    before = sandbox_server.log_text().count("recycling a guest instance")
     with requests.Session() as s:
         for i in range(150):
             answer = probe(sandbox_server, "small_memory", "big", str(1 << 20), session=s)
             assert answer.startswith("OK:") and len(answer) == 3 + (1 << 20), f"call {i}: {answer[:200]}"
+    assert sandbox_server.log_text().count("recycling a guest instance") == before
+
+
+def test_a_guest_that_hoards_memory_is_recycled_between_calls(sandbox_server):
+    # A guest that keeps 1 MiB per call would trap at its 64 MiB limit after ~40 calls; the host
+    # recycles the instance when its memory nears the limit, between calls, so no request fails.
+    with requests.Session() as s:
+        for i in range(150):
+            answer = probe(sandbox_server, "small_memory", "hoard", str(1 << 20), session=s)
+            assert answer.startswith("OK:"), f"call {i}: {answer[:200]}"
     assert "recycling a guest instance near its memory limit" in sandbox_server.log_text()
 
 

@@ -46,6 +46,32 @@ pub async fn with_caller_blocking<F: Future>(may_block: bool, call: F) -> F::Out
     CALLER_MAY_BLOCK.scope(may_block, call).await
 }
 
+/// Runs `wait`, which blocks its thread (a BLS call waiting for its model, a send waiting for a
+/// slow reader), from code that may be running on an async runtime thread (an execution the pool
+/// runs inline): tokio's `block_in_place` then moves that thread's other tasks elsewhere first.
+/// On a blocking thread, or outside a runtime, it just runs `wait`.
+pub fn blocking<R>(wait: impl FnOnce() -> R) -> R {
+    let on_multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if on_multi_thread { tokio::task::block_in_place(wait) } else { wait() }
+}
+
+/// Runs `future` to its end from synchronous code (a guest's host call): polled once right here,
+/// where a callee that runs inline (an idle instance, short executions) finishes with no thread
+/// hop at all; only a future that has to wait is then blocked on, through [`blocking`].
+pub fn wait_for<F: Future>(runtime: &tokio::runtime::Handle, future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    {
+        // Entered so that the first poll can reach the runtime's timers and I/O.
+        let _entered = runtime.enter();
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+    }
+    blocking(|| runtime.block_on(future))
+}
+
 /// Whether the current task said it may block (see [`with_caller_blocking`]).
 pub fn caller_may_block() -> bool {
     CALLER_MAY_BLOCK.try_with(|may| *may).unwrap_or(false)

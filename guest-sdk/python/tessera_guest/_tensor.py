@@ -272,9 +272,13 @@ class Tensor:
                 self._shape = shape
 
     def _create_handle(self):
+        # The bytes cross as a latin-1 string: componentize-py frees a string argument after the
+        # call but never the buffer it lowers a bytes (list<u8>) argument into, which leaked
+        # every output's size in guest memory.
         _host.require()
-        return _host_call(_host.wit_types.Tensor.create, self._name,
-                          _host.wit_datatype(self.datatype()), self.shape(), self.to_bytes())
+        return _host_call(_host.wit_types.Tensor.create_latin1, self._name,
+                          _host.wit_datatype(self.datatype()), self.shape(),
+                          self.to_bytes().decode("latin-1"))
 
     def _lower_owned(self):
         """An owned host handle to give away (response, response sender): a new handle to the

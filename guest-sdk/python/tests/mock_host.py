@@ -178,8 +178,12 @@ class MockHost:
             t = self._get(h)
             return self._own(T(name, t.datatype, t.shape, t.data), TENSOR)
 
+        def create_latin1(name, dt, shape, text):
+            return create(name, dt, shape, text.encode("latin-1"))
+
         w = self._wrap
         li.add_func("[static]tensor.create", w("tensor.create", create))
+        li.add_func("[static]tensor.create-latin1", w("tensor.create-latin1", create_latin1))
         li.add_func("[method]tensor.name", w("tensor.name", lambda h: self._get(h).name))
         li.add_func("[method]tensor.datatype", w("tensor.datatype", lambda h: self._get(h).datatype.lower()))
         li.add_func("[method]tensor.shape", w("tensor.shape", lambda h: list(self._get(h).shape)))

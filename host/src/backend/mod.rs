@@ -39,7 +39,13 @@ pub fn responder() -> (Responder, tokio::sync::mpsc::Receiver<RawResponse>) {
 /// Sends from a backend's own (blocking) thread, waiting while the caller's buffer is full;
 /// false when the caller has gone.
 pub fn send_blocking(responder: &Responder, response: RawResponse) -> bool {
-    responder.blocking_send(response).is_ok()
+    match responder.try_send(response) {
+        Ok(()) => true,
+        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => false,
+        Err(tokio::sync::mpsc::error::TrySendError::Full(response)) => {
+            crate::infer::blocking(|| responder.blocking_send(response).is_ok())
+        }
+    }
 }
 
 /// One request as an instance sees it: inputs already checked against the config and reshaped to
@@ -125,6 +131,16 @@ pub trait ModelInstance: Send {
     /// function: tens of microseconds). The price: that call cannot be abandoned midway (a
     /// client disconnect waits for the execution).
     fn runs_inline(&self) -> bool {
+        false
+    }
+
+    /// Whether `execute` only computes: it never waits on other threads, locks, I/O or timers,
+    /// except through [`crate::infer::blocking`] (which a BLS call or a full response buffer
+    /// goes through). Such an instance's executions run on the async runtime's own thread, with
+    /// no hand-off at all, once the scheduler has measured them short (see
+    /// `scheduler::pool::InlineGate`): for a few-microsecond model the hand-off to a blocking
+    /// thread and back costs more than the work.
+    fn only_computes(&self) -> bool {
         false
     }
 }

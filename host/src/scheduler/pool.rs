@@ -4,7 +4,7 @@
 //! scheduler formed the batch.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,65 @@ pub struct InstancePool {
     /// lone request from one arriving under load.
     epoch: Instant,
     last_done_us: AtomicU64,
+    /// Whether executions have been short enough to run inline (see [`InlineGate`]).
+    gate: InlineGate,
+}
+
+/// Whether a model's executions run on the calling task's own thread, decided by measuring them.
+///
+/// Handing an execution to a blocking thread and back costs two thread wake-ups: on this kind of
+/// box tens of microseconds of CPU and of latency, more than a small ONNX model or a Rust guest
+/// takes to run. So an instance that [`ModelInstance::only_computes`] runs its executions inline,
+/// on the async runtime's thread, once the last [`FIRST_STREAK`] executions of its model each took
+/// at most [`SHORT_EXECUTION`] (a runtime thread may be held that long: tokio's guidance is tens
+/// to a hundred or so microseconds between awaits). Wall time is what is measured (reading the
+/// thread's CPU time costs a system call per reading); since a short execution on a busy box is
+/// sometimes preempted midway, one a little longer ([`SHORT_EXECUTION`] to [`LONG_EXECUTION`])
+/// only counts against the model when [`AMBIGUOUS_IN_A_ROW`] come in a row, while one past
+/// [`LONG_EXECUTION`] (a guest looping to its time limit) closes the gate at once. After holding a
+/// runtime thread long the model goes back to hand-offs and must show a streak twice as long as
+/// before to run inline again, so a model alternating short and long runs holds a runtime thread
+/// a logarithmic number of times at most.
+struct InlineGate {
+    /// Executions in a row no longer than [`SHORT_EXECUTION`].
+    streak: AtomicU32,
+    /// Executions in a row between [`SHORT_EXECUTION`] and [`LONG_EXECUTION`].
+    ambiguous: AtomicU32,
+    /// The streak that opens the gate.
+    needed: AtomicU32,
+}
+
+const SHORT_EXECUTION: Duration = Duration::from_micros(200);
+const LONG_EXECUTION: Duration = Duration::from_millis(2);
+const AMBIGUOUS_IN_A_ROW: u32 = 4;
+const FIRST_STREAK: u32 = 8;
+const LONGEST_STREAK: u32 = 1 << 20;
+
+impl InlineGate {
+    fn new() -> Self {
+        Self { streak: AtomicU32::new(0), ambiguous: AtomicU32::new(0), needed: AtomicU32::new(FIRST_STREAK) }
+    }
+
+    fn open(&self) -> bool {
+        self.streak.load(Ordering::Relaxed) >= self.needed.load(Ordering::Relaxed)
+    }
+
+    fn record(&self, took: Duration, inline: bool) {
+        if took <= SHORT_EXECUTION {
+            self.ambiguous.store(0, Ordering::Relaxed);
+            let _ = self.streak.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+            return;
+        }
+        if took <= LONG_EXECUTION && self.ambiguous.fetch_add(1, Ordering::Relaxed) + 1 < AMBIGUOUS_IN_A_ROW {
+            return;
+        }
+        self.ambiguous.store(0, Ordering::Relaxed);
+        self.streak.store(0, Ordering::Relaxed);
+        if inline {
+            let _ =
+                self.needed.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some((n * 2).min(LONGEST_STREAK)));
+        }
+    }
 }
 
 /// A caller's request runs inline only when no execution ended this recently: closer arrivals
@@ -42,7 +101,15 @@ impl InstancePool {
         let available = Arc::new(Semaphore::new(instances.len()));
         let alive = Arc::new(AtomicUsize::new(instances.len()));
         let idle = Arc::new(Mutex::new(instances));
-        Self { idle, available, alive, stats, epoch: Instant::now(), last_done_us: AtomicU64::new(0) }
+        Self {
+            idle,
+            available,
+            alive,
+            stats,
+            epoch: Instant::now(),
+            last_done_us: AtomicU64::new(0),
+            gate: InlineGate::new(),
+        }
     }
 
     pub fn stats(&self) -> &Arc<ModelStats> {
@@ -135,7 +202,10 @@ impl InstancePool {
         let sinks: Vec<_> = batch.iter().filter_map(|r| r.compute.clone()).collect();
         let started = Instant::now();
         let results = match self.run_on_instance(permit, batch, dispatch).await {
-            Ok(results) => results,
+            Ok((results, executed, inline)) => {
+                self.gate.record(executed, inline);
+                results
+            }
             Err(e) => vec![Err(e); count],
         };
         let took = started.elapsed();
@@ -150,19 +220,25 @@ impl InstancePool {
         results
     }
 
+    /// Runs the batch on an idle instance: inline with no hand-off when the instance only
+    /// computes and the gate is open; in place on the caller's thread (`block_in_place`) for a
+    /// lone request to an instance that [`ModelInstance::runs_inline`]; otherwise on a blocking
+    /// thread. Returns the results, what the execution took, and whether it ran with no hand-off.
     async fn run_on_instance(
         &self,
         permit: OwnedSemaphorePermit,
         batch: Vec<ExecRequest>,
         dispatch: Dispatch,
-    ) -> CoreResult<BatchResults> {
+    ) -> CoreResult<(BatchResults, Duration, bool)> {
         let instance = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let Some(mut instance) = instance else {
             return Err(CoreError::internal("no idle model instance despite a free slot"));
         };
+        let direct = instance.only_computes() && self.gate.open() && on_multi_thread_runtime();
         let idle_for =
             self.epoch.elapsed().saturating_sub(Duration::from_micros(self.last_done_us.load(Ordering::Relaxed)));
-        let inline = matches!(dispatch, Dispatch::Caller)
+        let in_place = !direct
+            && matches!(dispatch, Dispatch::Caller)
             && crate::infer::caller_may_block()
             && idle_for >= INLINE_AFTER_IDLE
             && instance.runs_inline()
@@ -173,13 +249,16 @@ impl InstancePool {
         // The work itself returns the instance and its slot, so a caller that goes away
         // mid-execution (client disconnect, BLS timeout) cannot lose the instance.
         let work = move || {
-            match execute_on(instance.as_mut(), batch) {
+            let started = Instant::now();
+            let executed = execute_on(instance.as_mut(), batch);
+            let took = started.elapsed();
+            match executed {
                 Some(results) => {
                     if let Ok(mut idle) = idle.lock() {
                         idle.push(instance);
                     }
                     drop(permit);
-                    Some(results)
+                    Some((results, took))
                 }
                 None => {
                     // The instance may be in an inconsistent state: retire it and its slot.
@@ -192,10 +271,15 @@ impl InstancePool {
                 }
             }
         };
-        let joined =
-            if inline { Ok(tokio::task::block_in_place(work)) } else { tokio::task::spawn_blocking(work).await };
+        let joined = if direct {
+            Ok(work())
+        } else if in_place {
+            Ok(tokio::task::block_in_place(work))
+        } else {
+            tokio::task::spawn_blocking(work).await
+        };
         match joined {
-            Ok(Some(results)) => Ok(results),
+            Ok(Some((results, took))) => Ok((results, took, direct)),
             Ok(None) | Err(_) => Err(CoreError::internal("model instance failed during execution")),
         }
     }

@@ -270,7 +270,7 @@ impl Backend for OnnxBackend {
             })?;
             check_against_model("output", output, batching, model)?;
         }
-        Ok(Box::new(OnnxInstance { session }))
+        Ok(Box::new(OnnxInstance { session, on_cpu: ctx.device == InstanceDevice::Cpu }))
     }
 }
 
@@ -328,6 +328,8 @@ fn names(sig: &[(String, DataType, Vec<i64>)]) -> String {
 
 struct OnnxInstance {
     session: Session,
+    /// A CPU session only computes; a GPU one waits on the device.
+    on_cpu: bool,
 }
 
 impl ModelInstance for OnnxInstance {
@@ -335,6 +337,10 @@ impl ModelInstance for OnnxInstance {
     /// each request then gets its rows of the outputs it asked for.
     fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
         super::batch::execute_merged(batch, |request| self.run(request))
+    }
+
+    fn only_computes(&self) -> bool {
+        self.on_cpu
     }
 }
 

@@ -227,6 +227,11 @@ impl ModelInstance for TorchInstance {
     fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
         super::batch::execute_merged(batch, |request| self.run(request))
     }
+
+    /// On the CPU a forward pass only computes; on a GPU it waits on the device.
+    fn only_computes(&self) -> bool {
+        self.device == Device::Cpu
+    }
 }
 
 impl TorchInstance {

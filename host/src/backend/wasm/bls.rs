@@ -105,8 +105,9 @@ impl GuestState {
         Ok(Ok(BlsCall { infer, runtime, request, timeout: shared.bls_timeout }))
     }
 
-    /// BLS: runs `model`, blocking this (blocking-pool) thread. `call` (infer or infer_stream)
-    /// runs bounded by the caller's time limit.
+    /// BLS: runs `model` to its end on this thread (see [`crate::infer::wait_for`]: no thread
+    /// hop when the callee runs inline). `call` (infer or infer_stream) runs bounded by the
+    /// caller's time limit.
     pub(super) fn bls<T, Fut>(
         bls: BlsCall,
         call: impl FnOnce(Arc<dyn Infer>, InferRequest) -> Fut,
@@ -115,7 +116,7 @@ impl GuestState {
         Fut: Future<Output = CoreResult<T>>,
     {
         let runtime = bls.runtime.clone();
-        runtime.block_on(bls.run(call)).map_err(wit_error)
+        crate::infer::wait_for(&runtime, bls.run(call)).map_err(wit_error)
     }
 
     /// `infer-async`: checks the call like `infer`, then runs it on the runtime and returns at once.
@@ -161,19 +162,21 @@ impl GuestState {
         let Some(runtime) = self.shared.runtime.clone() else { return Ok(None) };
         let done = Arc::clone(&self.bls_done);
         let deadline = tokio::time::Instant::now() + self.shared.bls_timeout;
-        runtime.block_on(async {
-            loop {
-                // Registered before checking, so a call finishing in between still wakes us.
-                let notified = done.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                if let Some(found) = finished(self) {
-                    return Ok(Some(found));
+        crate::infer::blocking(|| {
+            runtime.block_on(async {
+                loop {
+                    // Registered before checking, so a call finishing in between still wakes us.
+                    let notified = done.notified();
+                    tokio::pin!(notified);
+                    notified.as_mut().enable();
+                    if let Some(found) = finished(self) {
+                        return Ok(Some(found));
+                    }
+                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                        return Ok(finished(self));
+                    }
                 }
-                if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                    return Ok(finished(self));
-                }
-            }
+            })
         })
     }
 }
@@ -240,7 +243,8 @@ impl wit_host::HostResponseStream for GuestState {
         };
         let timeout = self.shared.bls_timeout;
         let stream = self.table.get_mut(&handle).map_err(table_error)?;
-        let item = runtime.block_on(async { tokio::time::timeout(timeout, stream.0.recv()).await });
+        // An async block: the timer is made at the first poll, inside the runtime's context.
+        let item = crate::infer::wait_for(&runtime, async { tokio::time::timeout(timeout, stream.0.recv()).await });
         match item {
             Ok(None) => Ok(None),
             Ok(Some(Ok(response))) => Ok(Some(Ok(self.new_tensors(response.outputs)?))),

@@ -122,6 +122,21 @@ impl wit::HostTensor for GuestState {
         }
     }
 
+    fn create_latin1(
+        &mut self,
+        name: String,
+        datatype: wit::DataType,
+        shape: Vec<i64>,
+        data: String,
+    ) -> wasmtime::Result<Result<Resource<HostTensor>, wit::Error>> {
+        match latin1_bytes(&data) {
+            Some(bytes) => self.create(name, datatype, shape, bytes),
+            None => Ok(Err(wit_error(CoreError::invalid_arg(format!(
+                "tensor '{name}': create-latin1 data holds a character above U+00FF, which is not one byte"
+            ))))),
+        }
+    }
+
     fn name(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<String> {
         Ok(self.tensor(&handle)?.name.clone())
     }
@@ -214,6 +229,15 @@ impl wit::HostResponseSender for GuestState {
     fn drop(&mut self, handle: Resource<HostSender>) -> wasmtime::Result<()> {
         self.table.delete(handle).map(|_| ()).map_err(table_error)
     }
+}
+
+/// The bytes a latin-1 string stands for (each character one byte), or `None` if a character is
+/// above U+00FF. ASCII text is its own bytes.
+fn latin1_bytes(text: &str) -> Option<Vec<u8>> {
+    if text.is_ascii() {
+        return Some(text.as_bytes().to_vec());
+    }
+    text.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect()
 }
 
 fn send_on(sender: &mut HostSender, item: CoreResult<Vec<Tensor>>, final_: bool) -> Result<(), wit::Error> {
@@ -429,6 +453,20 @@ pub(super) mod tests {
         let mut s = state(shared(AllowList::Nothing, None));
         let e = s.name(Resource::new_borrow(12345)).expect_err("a trap");
         assert!(e.to_string().starts_with("resource table: "), "{e}");
+    }
+
+    #[test]
+    fn latin1_strings_are_their_bytes() {
+        assert_eq!(latin1_bytes("abc"), Some(b"abc".to_vec()));
+        let all: String = (0u8..=255).map(char::from).collect();
+        assert_eq!(latin1_bytes(&all), Some((0u8..=255).collect()));
+        assert_eq!(latin1_bytes("\u{100}"), None);
+        let mut s = state(shared(AllowList::Nothing, None));
+        let t = s.create_latin1("t".into(), wit::DataType::Uint8, vec![2], "\u{ff}\u{0}".into());
+        let t = t.expect("no trap").expect("valid");
+        assert_eq!(s.tensor(&t).expect("tensor").data.as_ref(), &[255u8, 0]);
+        let bad = s.create_latin1("t".into(), wit::DataType::Uint8, vec![1], "\u{263a}".into()).expect("no trap");
+        assert!(bad.is_err_and(|e| e.message.contains("above U+00FF")));
     }
 
     #[test]

@@ -221,6 +221,12 @@ impl ModelInstance for WasmInstance {
             Err(e) => (0..count).map(|_| Err(e.clone())).collect(),
         }
     }
+
+    /// A guest only computes; its host calls that wait (BLS, a full response buffer) go through
+    /// `crate::infer::blocking`, and the epoch deadline bounds a loop.
+    fn only_computes(&self) -> bool {
+        true
+    }
 }
 
 impl Drop for WasmInstance {
