@@ -8,7 +8,7 @@
 #
 # 1. runs the reference setup (idempotent): perf_analyzer 2.51.0 and tritonserver 2.51.0;
 # 2. starts Tessera on model-repos/quickstart (HTTP 18100, gRPC 18101, metrics 18102) and waits for
-#    /v2/health/ready;
+#    every model it compares to be ready;
 # 3. starts the reference Triton on its python-backend model repository (18200-18202) via run.sh;
 # 4. measures add_sub over PROTOCOL at each concurrency, REPEATS times, interleaving the servers (and
 #    alternating which goes first) so that drift from other load hits both;
@@ -29,6 +29,17 @@
 #   MODEL=add_sub  CONCURRENCY="1 16"  REPEATS=3  MEASURE_MS=3000  WARMUP=1
 #   TESSERA_MODEL=$MODEL  the quickstart model Tessera serves (add_sub = ONNX, add_sub_rust /
 #                         add_sub_python = WebAssembly guests)
+#   PAIRS="$MODEL:$TESSERA_MODEL"  several comparisons in one run, each TRITON_MODEL:TESSERA_MODEL,
+#                         e.g. PAIRS="add_sub:add_sub add_sub:add_sub_rust bls_add_sub:bls_add_sub";
+#                         with both bls_add_sub and add_sub:add_sub in it, the report adds the BLS
+#                         hop (bls_add_sub's server-side time minus add_sub's) for each server
+#
+# Besides perf_analyzer's client view (infer/s, p50, p99), every measurement window reports each
+# server's own cost, from bench/server_sample.py before and after it: CPU time of the server's
+# whole process tree per inference (Triton's python stubs included) and server-side time per
+# request (the statistics extension's success time / count), plus executions per inference (below
+# 1 means dynamic batching merged requests). On a box where the client shares the cores these are
+# the fair figures; client throughput mostly measures the client.
 #   PA_TIMEOUT=60         seconds per perf_analyzer run (one retry after a failure or timeout)
 #   READY_TIMEOUT=60      seconds for each server to become ready
 #   TRITON_REF_DIR=<repo>/../shared/reference/triton   (falls back to /work/shared/reference/triton)
@@ -53,6 +64,7 @@ MODEL=${MODEL:-add_sub}
 # The model Tessera serves for the comparison (e.g. add_sub_rust, add_sub_python); Triton always
 # serves MODEL from its python-backend repository.
 TESSERA_MODEL=${TESSERA_MODEL:-$MODEL}
+PAIRS=${PAIRS:-$MODEL:$TESSERA_MODEL}
 CONCURRENCY=${CONCURRENCY:-1 16}
 REPEATS=${REPEATS:-3}
 MEASURE_MS=${MEASURE_MS:-3000}
@@ -144,15 +156,22 @@ if has tessera; then
   # shellcheck disable=SC2206
   tcmd=("$TESSERA_BIN" serve --model-repository "${TESSERA_REPO:-model-repos/quickstart}" --http-address 127.0.0.1
         --http-port "$TESSERA_HTTP" --grpc-address 127.0.0.1 --grpc-port "$TESSERA_GRPC"
-        --metrics-port "$TESSERA_METRICS" $TESSERA_ARGS)
+        --metrics-port "$TESSERA_METRICS" --exit-on-error=false $TESSERA_ARGS)
   TESSERA_CMD="ORT_DYLIB_PATH=$ORT_DYLIB_PATH ${tcmd[*]}"
   log "starting Tessera: ${tcmd[*]}"
   t0=$(date +%s%N)
   "${tcmd[@]}" </dev/null >"$OUT_DIR/tessera.log" 2>&1 &
   TESSERA_PID=$!
+  # Ready when every model the pairs name is ready (not /v2/health/ready: a binary built without a
+  # backend that some other quickstart model needs is never ready as a whole).
+  tessera_models=$(for pair in $PAIRS; do echo "${pair#*:}"; done | sort -u)
   while :; do
-    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://127.0.0.1:$TESSERA_HTTP/v2/health/ready" || true)
-    [ "$code" = 200 ] && break
+    waiting=0
+    for m in $tessera_models; do
+      code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://127.0.0.1:$TESSERA_HTTP/v2/models/$m/ready" || true)
+      [ "$code" = 200 ] || waiting=1
+    done
+    [ "$waiting" = 0 ] && break
     if ! kill -0 "$TESSERA_PID" 2>/dev/null; then
       tail -30 "$OUT_DIR/tessera.log" >&2; log "Tessera exited during startup (log: $OUT_DIR/tessera.log)"; exit 1
     fi
@@ -178,12 +197,18 @@ if has triton; then
 fi
 
 # ---- 4. measurements -----------------------------------------------------------------------------
-pa_args() {  # port concurrency window_ms
-  local model=$MODEL
-  { [ "$1" = "$TESSERA_HTTP" ] || [ "$1" = "$TESSERA_GRPC" ]; } && model=$TESSERA_MODEL
+pa_args() {  # model port concurrency window_ms
   local shm_args=
   [ "$SHM" = system ] && shm_args="--shared-memory system --output-shared-memory-size 1024"
-  echo "-m $model -i $PROTOCOL -u 127.0.0.1:$1 -b 1 --concurrency-range $2 -p $3 -s 100 -r 5 $shm_args"
+  echo "-m $1 -i $PROTOCOL -u 127.0.0.1:$2 -b 1 --concurrency-range $3 -p $4 -s 100 -r 5 $shm_args"
+}
+model_of() {  # server pair -> the model that server serves for the pair
+  if [ "$1" = tessera ]; then echo "${2#*:}"; else echo "${2%%:*}"; fi
+}
+pid_of() { if [ "$1" = tessera ]; then echo "$TESSERA_PID"; else echo "$TRITON_PID"; fi; }
+http_of() { if [ "$1" = tessera ]; then echo "$TESSERA_HTTP"; else echo "$TRITON_HTTP"; fi; }
+sample() {  # server model -> "cpu_s count ns executions"
+  "${PYTHON:-python3}" bench/server_sample.py "$(pid_of "$1")" "$(http_of "$1")" "$2" 2>/dev/null || echo "NA NA NA NA"
 }
 pa() {  # csv_or_empty port concurrency window_ms   (stdout+stderr to the caller)
   local csv=$1 rc=0; shift
@@ -204,43 +229,58 @@ parse_csv() {  # csv -> "infer_per_s p50_us p99_us"
 }
 
 if [ "$WARMUP" = 1 ]; then
-  for s in "${SERVERS[@]}"; do
-    maxc=$(tr ' ' '\n' <<<"$CONCURRENCY" | sort -n | tail -1)
-    log "warm-up $s (concurrency $maxc, 1 s windows, not recorded)"
-    pa "" "$(port_of "$s")" "$maxc" 1000 >"$OUT_DIR/raw/warmup_$s.txt" 2>&1 \
-      || log "warm-up of $s failed (rc $?), see $OUT_DIR/raw/warmup_$s.txt"
+  maxc=$(tr ' ' '\n' <<<"$CONCURRENCY" | sort -n | tail -1)
+  for pair in $PAIRS; do
+    for s in "${SERVERS[@]}"; do
+      m=$(model_of "$s" "$pair")
+      log "warm-up $s $m (concurrency $maxc, 1 s windows, not recorded)"
+      pa "" "$m" "$(port_of "$s")" "$maxc" 1000 >"$OUT_DIR/raw/warmup_${s}_$m.txt" 2>&1 \
+        || log "warm-up of $s $m failed (rc $?), see $OUT_DIR/raw/warmup_${s}_$m.txt"
+    done
   done
 fi
 
 RESULTS=$OUT_DIR/results.tsv
-printf 'server\tconcurrency\trepeat\tinfer_per_s\tp50_us\tp99_us\ttries\n' >"$RESULTS"
-n_total=$(( REPEATS * $(wc -w <<<"$CONCURRENCY") * ${#SERVERS[@]} ))
+printf 'pair\tserver\tconcurrency\trepeat\tinfer_per_s\tp50_us\tp99_us\ttries\tcpu_us\tserver_us\texec_per_inf\n' >"$RESULTS"
+n_total=$(( REPEATS * $(wc -w <<<"$PAIRS") * $(wc -w <<<"$CONCURRENCY") * ${#SERVERS[@]} ))
 n=0
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 for rep in $(seq "$REPEATS"); do
-  for c in $CONCURRENCY; do
-    order=("${SERVERS[@]}")
-    if [ $(( rep % 2 )) = 0 ] && [ "${#order[@]}" = 2 ]; then order=("${order[1]}" "${order[0]}"); fi
-    for s in "${order[@]}"; do
-      n=$((n + 1))
-      base=$OUT_DIR/raw/${s}_c${c}_r${rep}
-      vals=
-      for try in 1 2; do
-        rm -f "$base.csv"
-        if pa "$base.csv" "$(port_of "$s")" "$c" "$MEASURE_MS" >"$base.try$try.txt" 2>&1 \
-           && vals=$(parse_csv "$base.csv"); then
-          break
-        fi
+  for pair in $PAIRS; do
+    for c in $CONCURRENCY; do
+      order=("${SERVERS[@]}")
+      if [ $(( rep % 2 )) = 0 ] && [ "${#order[@]}" = 2 ]; then order=("${order[1]}" "${order[0]}"); fi
+      for s in "${order[@]}"; do
+        n=$((n + 1))
+        m=$(model_of "$s" "$pair")
+        base=$OUT_DIR/raw/${s}_${m}_c${c}_r${rep}
         vals=
-        log "  $s c=$c rep $rep try $try failed (rc/log: $base.try$try.txt)"
+        for try in 1 2; do
+          rm -f "$base.csv"
+          before=$(sample "$s" "$m")
+          if pa "$base.csv" "$m" "$(port_of "$s")" "$c" "$MEASURE_MS" >"$base.try$try.txt" 2>&1 \
+             && vals=$(parse_csv "$base.csv"); then
+            after=$(sample "$s" "$m")
+            break
+          fi
+          vals=
+          log "  $s $m c=$c rep $rep try $try failed (rc/log: $base.try$try.txt)"
+        done
+        if [ -n "$vals" ]; then
+          read -r ips p50 p99 <<<"$vals"
+          # CPU and server-side figures over every inference of the window (perf_analyzer's
+          # stabilisation windows included: the same load, so the same cost per inference).
+          read -r cpu server execs <<<"$(awk -v a="$before" -v b="$after" 'BEGIN {
+            split(a, x, " "); split(b, y, " "); n = y[2] - x[2]
+            if (x[1] == "NA" || y[1] == "NA" || n <= 0) { print "NA NA NA"; exit }
+            printf "%.1f %.1f %.2f\n", (y[1] - x[1]) * 1e6 / n, (y[3] - x[3]) / n / 1000, (y[4] - x[4]) / n }')"
+        else
+          ips=NA p50=NA p99=NA try=2 cpu=NA server=NA execs=NA
+        fi
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$pair" "$s" "$c" "$rep" "$ips" "$p50" "$p99" \
+          "$try" "$cpu" "$server" "$execs" >>"$RESULTS"
+        log "[$n/$n_total] $s $m c=$c rep $rep: $ips infer/s, p50 $p50 us, p99 $p99 us; server CPU $cpu us/inference, server-side $server us/request"
       done
-      if [ -n "$vals" ]; then
-        read -r ips p50 p99 <<<"$vals"
-      else
-        ips=NA p50=NA p99=NA try=2
-      fi
-      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$s" "$c" "$rep" "$ips" "$p50" "$p99" "$try" >>"$RESULTS"
-      log "[$n/$n_total] $s c=$c rep $rep: $ips infer/s, p50 $p50 us, p99 $p99 us"
     done
   done
 done
@@ -248,74 +288,14 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- 5. report -----------------------------------------------------------------------------------
 CPU_MODEL=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
-export PROTOCOL SHM RESULTS MODEL TESSERA_MODEL REPEATS MEASURE_MS PA_VERSION TESSERA_CMD TRITON_CMD CPU_MODEL LOAD_START LOAD_END
+export PROTOCOL SHM RESULTS PAIRS REPEATS MEASURE_MS PA_VERSION TESSERA_CMD TRITON_CMD CPU_MODEL LOAD_START LOAD_END
 export NPROC=$(nproc) KERNEL=$(uname -r) DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 export GIT_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "no commit")
 export TESSERA_READY_S=${TESSERA_READY_S:-} TRITON_READY_S=${TRITON_READY_S:-}
-export PA_EXAMPLE="LD_LIBRARY_PATH=\$PERF_ANALYZER_LD_LIBRARY_PATH \$PERF_ANALYZER $(pa_args PORT C "$MEASURE_MS") -f out.csv"
-"${PYTHON:-python3}" - >"$OUT_DIR/results.md" <<'EOF'
-import csv, os, statistics as st
-
-rows = list(csv.DictReader(open(os.environ["RESULTS"]), delimiter="\t"))
-names = {"tessera": f"Tessera ({os.environ['TESSERA_MODEL']})", "triton": "Triton 2.51.0 (python backend)"}
-servers = [s for s in ("tessera", "triton") if any(r["server"] == s for r in rows)]
-concs = sorted({int(r["concurrency"]) for r in rows})
-
-def vals(s, c, key):
-    return [float(r[key]) for r in rows
-            if r["server"] == s and int(r["concurrency"]) == c and r[key] != "NA"]
-
-def med(v):
-    return st.median(v) if v else None
-
-def fmt(x, nd=0):
-    return "n/a" if x is None else f"{x:,.{nd}f}"
-
-shm = " with system shared memory" if os.environ["SHM"] == "system" else ""
-print(f"### perf_analyzer over {os.environ['PROTOCOL'].upper()}{shm}: `{os.environ['MODEL']}`, batch 1, "
-      f"median of {os.environ['REPEATS']} run(s) ({os.environ['MEASURE_MS']} ms windows)\n")
-print("| server | concurrency | infer/s (median) | infer/s min-max | p50 µs | p99 µs | runs ok |")
-print("|---|---:|---:|---:|---:|---:|---:|")
-for c in concs:
-    for s in servers:
-        ips = vals(s, c, "infer_per_s")
-        rng = f"{fmt(min(ips))}-{fmt(max(ips))}" if ips else "n/a"
-        n = sum(1 for r in rows if r["server"] == s and int(r["concurrency"]) == c)
-        print(f"| {names[s]} | {c} | {fmt(med(ips))} | {rng} | {fmt(med(vals(s, c, 'p50_us')))} "
-              f"| {fmt(med(vals(s, c, 'p99_us')))} | {len(ips)}/{n} |")
-
-if len(servers) == 2:
-    print("\n| concurrency | Tessera/Triton infer/s | Tessera/Triton p50 | Tessera/Triton p99 |")
-    print("|---:|---:|---:|---:|")
-    for c in concs:
-        out = []
-        for key in ("infer_per_s", "p50_us", "p99_us"):
-            a, b = med(vals("tessera", c, key)), med(vals("triton", c, key))
-            out.append("n/a" if a is None or not b else f"{a / b:.2f}x")
-        print(f"| {c} | " + " | ".join(out) + " |")
-    print("\n(infer/s: higher is better; latency ratios: lower is better.)")
-
-ready = []
-if os.environ.get("TESSERA_READY_S"): ready.append(f"Tessera {os.environ['TESSERA_READY_S']} s")
-if os.environ.get("TRITON_READY_S"): ready.append(f"Triton {os.environ['TRITON_READY_S']} s")
-print(f"""
-- machine: {os.environ['NPROC']} CPUs, {os.environ['CPU_MODEL']}, Linux {os.environ['KERNEL']}; client and
-  servers share these cores. Load average (1/5/15 min) before: {os.environ['LOAD_START']}, after: {os.environ['LOAD_END']}.
-- {os.environ['DATE']}, tessera repo at {os.environ['GIT_REV']}, {os.environ['PA_VERSION']}.
-- start to ready: {', '.join(ready) or 'n/a'}.
-- backends differ: Triton serves add_sub with its python backend (dynamic batching on, one stub
-  process per instance); Tessera serves model-repos/quickstart/add_sub (onnxruntime).
-- commands:""")
-if os.environ.get("TESSERA_CMD"):
-    print(f"  - Tessera: `{os.environ['TESSERA_CMD']}`")
-if any(s == "triton" for s in servers):
-    print(f"  - Triton: `{os.environ['TRITON_CMD']}`")
-ports = "18101 Tessera, 18201 Triton" if os.environ["PROTOCOL"] == "grpc" else "18100 Tessera, 18200 Triton"
-print(f"  - each measurement (`source /opt/triton-reference/triton/env.sh` first; PORT {ports}): "
-      f"`{os.environ['PA_EXAMPLE']}`")
-EOF
+export PA_EXAMPLE="LD_LIBRARY_PATH=\$PERF_ANALYZER_LD_LIBRARY_PATH \$PERF_ANALYZER $(pa_args MODEL PORT C "$MEASURE_MS") -f out.csv"
+"${PYTHON:-python3}" bench/perf_report.py >"$OUT_DIR/results.md"
 cat "$OUT_DIR/results.md"
 log "raw results, CSVs and logs: $OUT_DIR"
-if awk -F'\t' 'NR > 1 && $4 == "NA" { bad = 1 } END { exit !bad }' "$RESULTS"; then
+if awk -F'\t' 'NR > 1 && $5 == "NA" { bad = 1 } END { exit !bad }' "$RESULTS"; then
   log "some measurements failed (n/a in the table)"; exit 1
 fi
