@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import select
 import socket
 import threading
 import urllib.parse
@@ -30,7 +31,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tessera_testlib import copy_model, wait_model_ready
+from tessera_testlib import copy_model, tessera_bin, wait_model_ready
 
 MiB = 1 << 20
 LIMIT = 16 * MiB
@@ -478,6 +479,52 @@ def test_grpc_clients_past_the_connection_cap_fail_fast(server_factory, tmp_path
     for c in held:
         assert c.is_server_live()
         c.close()
+
+
+def test_a_server_at_a_256_file_limit_keeps_answering_past_250_stalled_connections(server_factory, tmp_path):
+    """The measured failure: with the process's file limit at 256, 250 idle connections made real
+    clients hang. The default connection cap is half the file limit, so clients past it are
+    answered 503 at once (HTTP) while gRPC, with slots of its own, keeps serving."""
+    repo = tmp_path / "repo"
+    copy_model(repo, "simple")
+    wrapper = tmp_path / "tessera-at-256-files"
+    wrapper.write_text(f'#!/bin/sh\nulimit -n 256 || exit 99\nexec "{tessera_bin()}" "$@"\n')
+    wrapper.chmod(0o755)
+    srv = server_factory(repo, bin_path=wrapper)
+    wait_model_ready(srv, "simple")
+    assert "Max open files            256" in Path(f"/proc/{srv.process.pid}/limits").read_text()
+    stalled = [connect(srv) for _ in range(250)]
+    try:
+        # Half the file limit is the default cap: the server holds at most 128 and answers the rest
+        # 503 (one more when the readiness probe's connection still held a slot as they arrived).
+        refused, deadline = set(), time.monotonic() + 10
+        while len(refused) < 250 - 128 and time.monotonic() < deadline:
+            ready, _, _ = select.select([s for s in stalled if s not in refused], [], [], 0.5)
+            refused.update(ready)
+        assert len(refused) >= 250 - 128, f"only {len(refused)} of 250 stalled connections were answered"
+        assert all(s.recv(100).startswith(b"HTTP/1.1 503") for s in refused)
+        # Real clients get an answer, not a hang: HTTP a 503 naming the cap (or, if a slot came
+        # free meanwhile, the inference), gRPC its inference.
+        started = time.monotonic()
+        c = httpclient.InferenceServerClient(f"127.0.0.1:{srv.http_port}", network_timeout=10)
+        inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        for inp in inputs:
+            inp.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+        try:
+            assert c.infer("simple", inputs).as_numpy("OUTPUT0").tolist() == [[2] * 16]
+        except InferenceServerException as e:
+            assert "--http-max-connections" in str(e), e
+        c.close()
+        assert time.monotonic() - started < 5
+        assert_serves_grpc(srv)
+    finally:
+        for s in stalled:
+            s.close()
+    deadline = time.monotonic() + 10
+    while requests.get(srv.http("/v2/health/live"), timeout=10).status_code != 200:
+        assert time.monotonic() < deadline, "connection slots were not given back"
+        time.sleep(0.05)
+    assert_serves(srv)
 
 
 def test_a_stream_nobody_reads_does_not_make_the_server_buffer_its_responses(server_factory, tmp_path):
