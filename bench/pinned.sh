@@ -47,15 +47,9 @@ taskset -c "$SERVER_CPUS" "$TESSERA_BIN" serve --model-repository "$TESSERA_REPO
   --http-port $HTTP --grpc-address 127.0.0.1 --grpc-port $GRPC --metrics-port 18402 --exit-on-error=false \
   ${TESSERA_ARGS:-} </dev/null >"$OUT_DIR/server.log" 2>&1 &
 SERVER_PID=$!
-for m in $MODELS; do
-  for _ in $(seq 600); do
-    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://127.0.0.1:$HTTP/v2/models/$m/ready" || true)
-    [ "$code" = 200 ] && break
-    kill -0 "$SERVER_PID" 2>/dev/null || { tail -20 "$OUT_DIR/server.log" >&2; log "server exited"; exit 1; }
-    sleep 0.1
-  done
-  [ "$code" = 200 ] || { log "$m not ready"; exit 1; }
-done
+# shellcheck disable=SC1091,SC2086
+source bench/lib.sh
+wait_models_ready "$SERVER_PID" $HTTP "$OUT_DIR/server.log" $MODELS || exit 1
 
 sample() { "$PYTHON" bench/server_sample.py "$SERVER_PID" "$HTTP" "$1"; }
 # perf_analyzer only generates the load here: at these rates (70-95k infer/s) its stabilisation

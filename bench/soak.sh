@@ -4,7 +4,7 @@
 #   usage: bench/soak.sh                       (add_sub_python, concurrency 16, 600 s)
 #          MODEL=add_sub_rust SECS=120 bench/soak.sh
 #
-# Starts Tessera on model-repos/quickstart (127.0.0.1, ports 18300-18302), waits for MODEL, runs
+# Starts Tessera on model-repos/quickstart (127.0.0.1, ports 18700-18702), waits for MODEL, runs
 # one perf_analyzer window of SECS seconds at CONCURRENCY over HTTP and prints RSS over time, then
 # a summary: RSS after the first minute (the warm baseline: allocator pools and the instance's
 # linear memory grow to their working size first), at the end, the maximum, the drift from the
@@ -21,7 +21,7 @@ CONCURRENCY=${CONCURRENCY:-16}
 SECS=${SECS:-600}
 SAMPLE_S=${SAMPLE_S:-10}
 TESSERA_BIN=${TESSERA_BIN:-target/release/tessera}
-HTTP=18300
+HTTP=18700
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/tessera-soak.XXXXXX)}
 log() { echo "soak: $*" >&2; }
 
@@ -44,13 +44,9 @@ trap cleanup EXIT
   --grpc-address 127.0.0.1 --grpc-port $((HTTP + 1)) --metrics-port $((HTTP + 2)) --exit-on-error=false \
   </dev/null >"$OUT_DIR/server.log" 2>&1 &
 SERVER_PID=$!
-for _ in $(seq 600); do
-  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://127.0.0.1:$HTTP/v2/models/$MODEL/ready" || true)
-  [ "$code" = 200 ] && break
-  kill -0 "$SERVER_PID" 2>/dev/null || { tail -20 "$OUT_DIR/server.log" >&2; log "server exited"; exit 1; }
-  sleep 0.1
-done
-[ "$code" = 200 ] || { log "$MODEL not ready"; exit 1; }
+# shellcheck disable=SC1091,SC2086
+source bench/lib.sh
+wait_models_ready "$SERVER_PID" $HTTP "$OUT_DIR/server.log" "$MODEL" || exit 1
 
 rss() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$SERVER_PID/status"; }
 count() { curl -s --max-time 5 "http://127.0.0.1:$HTTP/v2/models/$MODEL/stats" \
