@@ -37,11 +37,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+from server_sample import cpu_seconds  # bench/ is the script's own directory, so on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "model-repos" / "quickstart"
 REF = next((p for p in (ROOT.parent / "shared" / "reference" / "triton", Path("/work/shared/reference/triton"))
             if p.is_dir()), None)
-TICK = os.sysconf("SC_CLK_TCK")
 # fanout_target: the add_sub graph, ~35 µs a call; fanout_wait: the same, but a call alone waits out
 # a 1 ms batching delay (four together do not), like a model whose calls take time.
 FANOUT_TARGETS = ("fanout_target", "fanout_wait")
@@ -131,30 +132,6 @@ def wait_ready(port: int, proc: subprocess.Popen | None, what: str, timeout: flo
     sys.exit(f"{what} not ready within {timeout:.0f} s")
 
 
-def tree(pid: int) -> set[int]:
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        out.add(p)
-        try:
-            for t in os.listdir(f"/proc/{p}/task"):
-                todo.extend(int(c) for c in open(f"/proc/{p}/task/{t}/children").read().split())
-        except OSError:
-            pass
-    return out
-
-
-def cpu_s(pid: int) -> float:
-    total = 0
-    for p in tree(pid):
-        try:
-            f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
-            total += int(f[11]) + int(f[12])
-        except OSError:
-            pass
-    return total / TICK
-
-
 def stats(port: int, model: str) -> tuple[int, int]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/stats", timeout=10) as r:
         s = json.load(r)["model_stats"]
@@ -185,9 +162,9 @@ def window(env, port, pid, model, steps_model, conc, secs, params=()):
     perf(env, port, model, conc, 1, list(params))  # warm-up
     n0, ns0 = stats(port, model)
     m0 = stats(port, steps_model) if steps_model else (0, 0)
-    c0 = cpu_s(pid)
+    c0 = cpu_seconds(pid)
     thr = perf(env, port, model, conc, secs, list(params))
-    c1 = cpu_s(pid)
+    c1 = cpu_seconds(pid)
     n1, ns1 = stats(port, model)
     m1 = stats(port, steps_model) if steps_model else (0, 0)
     n = max(n1 - n0, 1)

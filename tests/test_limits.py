@@ -50,19 +50,16 @@ def status_kib(srv, field: str) -> int:
     raise AssertionError(f"{field} missing from /proc/{srv.process.pid}/status")
 
 
-def burst(url: str, body: bytes, headers: dict, count: int) -> list[tuple[int, str]]:
-    """POSTs `body` `count` times at once (one thread each; all start together)."""
-    results: list[tuple[int, str]] = []
+def at_once(call, count: int) -> list:
+    """Runs `call()` `count` times at once (one thread each, all released together); returns the
+    results in completion order."""
+    results = []
     lock = threading.Lock()
     start = threading.Barrier(count)
 
     def one():
         start.wait()
-        try:
-            r = requests.post(url, data=body, headers=headers, timeout=120)
-            item = (r.status_code, r.text[:300])
-        except requests.RequestException as e:  # the server may close on a refused upload
-            item = (-1, str(e)[:300])
+        item = call()
         with lock:
             results.append(item)
 
@@ -72,6 +69,18 @@ def burst(url: str, body: bytes, headers: dict, count: int) -> list[tuple[int, s
     for t in threads:
         t.join()
     return results
+
+
+def burst(url: str, body: bytes, headers: dict, count: int) -> list[tuple[int, str]]:
+    """POSTs `body` `count` times at once."""
+    def post():
+        try:
+            r = requests.post(url, data=body, headers=headers, timeout=120)
+            return r.status_code, r.text[:300]
+        except requests.RequestException as e:  # the server may close on a refused upload
+            return -1, str(e)[:300]
+
+    return at_once(post, count)
 
 
 def assert_serves(srv) -> None:
@@ -192,22 +201,7 @@ def grpc_raw_call(port: int, path: str, payload: bytes, encoding: str | None) ->
 
 
 def grpc_burst(port: int, payload: bytes, encoding: str | None, count: int) -> list[tuple[int | None, str]]:
-    results: list[tuple[int | None, str]] = []
-    lock = threading.Lock()
-    start = threading.Barrier(count)
-
-    def one():
-        start.wait()
-        item = grpc_raw_call(port, MODEL_INFER, payload, encoding)
-        with lock:
-            results.append(item)
-
-    threads = [threading.Thread(target=one) for _ in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
+    return at_once(lambda: grpc_raw_call(port, MODEL_INFER, payload, encoding), count)
 
 
 RESOURCE_EXHAUSTED, UNAVAILABLE = 8, 14
