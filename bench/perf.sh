@@ -52,6 +52,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+# shellcheck disable=SC1091
+source bench/lib.sh
 
 PROTOCOL=${PROTOCOL:-http}
 SHM=${SHM:-none}
@@ -162,24 +164,9 @@ if has tessera; then
   t0=$(date +%s%N)
   "${tcmd[@]}" </dev/null >"$OUT_DIR/tessera.log" 2>&1 &
   TESSERA_PID=$!
-  # Ready when every model the pairs name is ready (not /v2/health/ready: a binary built without a
-  # backend that some other quickstart model needs is never ready as a whole).
-  tessera_models=$(for pair in $PAIRS; do echo "${pair#*:}"; done | sort -u)
-  while :; do
-    waiting=0
-    for m in $tessera_models; do
-      code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://127.0.0.1:$TESSERA_HTTP/v2/models/$m/ready" || true)
-      [ "$code" = 200 ] || waiting=1
-    done
-    [ "$waiting" = 0 ] && break
-    if ! kill -0 "$TESSERA_PID" 2>/dev/null; then
-      tail -30 "$OUT_DIR/tessera.log" >&2; log "Tessera exited during startup (log: $OUT_DIR/tessera.log)"; exit 1
-    fi
-    if [ $(( ($(date +%s%N) - t0) / 1000000000 )) -ge "$READY_TIMEOUT" ]; then
-      tail -30 "$OUT_DIR/tessera.log" >&2; log "Tessera not ready after ${READY_TIMEOUT}s"; exit 1
-    fi
-    sleep 0.05
-  done
+  # shellcheck disable=SC2046
+  wait_models_ready "$TESSERA_PID" "$TESSERA_HTTP" "$OUT_DIR/tessera.log" \
+    $(for pair in $PAIRS; do echo "${pair#*:}"; done | sort -u) || { log "Tessera did not start"; exit 1; }
   TESSERA_READY_S=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN{printf "%.2f", (b-a)/1e9}')
   log "Tessera ready in ${TESSERA_READY_S}s (PID $TESSERA_PID)"
 fi

@@ -49,8 +49,7 @@ source bench/lib.sh
 wait_models_ready "$SERVER_PID" $HTTP "$OUT_DIR/server.log" "$MODEL" || exit 1
 
 rss() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$SERVER_PID/status"; }
-count() { curl -s --max-time 5 "http://127.0.0.1:$HTTP/v2/models/$MODEL/stats" \
-  | python3 -c 'import json, sys; print(sum(int(v["inference_stats"]["success"]["count"]) for v in json.load(sys.stdin)["model_stats"]))'; }
+count() { python3 bench/server_sample.py "$SERVER_PID" "$HTTP" "$MODEL" | cut -d' ' -f2; }
 # One perf_analyzer window longer than the soak; stopped when the sampling ends.
 LD_LIBRARY_PATH=$PERF_ANALYZER_LD_LIBRARY_PATH "$PERF_ANALYZER" -m "$MODEL" \
   -u 127.0.0.1:$HTTP -i http -b 1 --concurrency-range "$CONCURRENCY" --measurement-mode time_windows \

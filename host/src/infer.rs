@@ -51,9 +51,14 @@ pub async fn with_caller_blocking<F: Future>(may_block: bool, call: F) -> F::Out
 /// runs inline): tokio's `block_in_place` then moves that thread's other tasks elsewhere first.
 /// On a blocking thread, or outside a runtime, it just runs `wait`.
 pub fn blocking<R>(wait: impl FnOnce() -> R) -> R {
-    let on_multi_thread = tokio::runtime::Handle::try_current()
-        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if on_multi_thread { tokio::task::block_in_place(wait) } else { wait() }
+    if on_multi_thread_runtime() { tokio::task::block_in_place(wait) } else { wait() }
+}
+
+/// Whether this thread belongs to a multi-thread tokio runtime: `block_in_place` panics on a
+/// current-thread one, and only a multi-thread runtime has other workers to move tasks to.
+pub fn on_multi_thread_runtime() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 /// Runs `future` to its end from synchronous code (a guest's host call): polled once right here,

@@ -234,7 +234,7 @@ impl InstancePool {
         let Some(mut instance) = instance else {
             return Err(CoreError::internal("no idle model instance despite a free slot"));
         };
-        let direct = instance.only_computes() && self.gate.open() && on_multi_thread_runtime();
+        let direct = instance.only_computes() && self.gate.open() && crate::infer::on_multi_thread_runtime();
         let idle_for =
             self.epoch.elapsed().saturating_sub(Duration::from_micros(self.last_done_us.load(Ordering::Relaxed)));
         let in_place = !direct
@@ -242,7 +242,7 @@ impl InstancePool {
             && crate::infer::caller_may_block()
             && idle_for >= INLINE_AFTER_IDLE
             && instance.runs_inline()
-            && on_multi_thread_runtime();
+            && crate::infer::on_multi_thread_runtime();
         let idle = Arc::clone(&self.idle);
         let alive = Arc::clone(&self.alive);
         let available = Arc::clone(&self.available);
@@ -298,12 +298,6 @@ enum Dispatch {
     /// which moves the dispatching worker's core to another thread at every batch (measured at
     /// concurrency 16: 42.5 µs of CPU per inference handed off, 47 µs inline).
     Handed,
-}
-
-/// `block_in_place` needs a multi-thread runtime (it panics on a current-thread one).
-fn on_multi_thread_runtime() -> bool {
-    tokio::runtime::Handle::try_current()
-        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 /// One batch on one instance. A panic gives `None` (the caller decides what happens to the
