@@ -348,6 +348,55 @@ impl Drop for PendingGuard<'_> {
 mod tests {
     use super::*;
 
+    const SHORT: Duration = Duration::from_micros(20);
+    const AMBIGUOUS: Duration = Duration::from_micros(500);
+    const LONG: Duration = Duration::from_millis(50);
+
+    fn opened_after(gate: &InlineGate, short_runs: u32) -> bool {
+        for _ in 0..short_runs {
+            gate.record(SHORT, false);
+        }
+        gate.open()
+    }
+
+    #[test]
+    fn the_inline_gate_opens_after_a_streak_of_short_executions() {
+        let gate = InlineGate::new();
+        assert!(!opened_after(&gate, FIRST_STREAK - 1), "open before the streak");
+        assert!(opened_after(&gate, 1));
+    }
+
+    #[test]
+    fn a_long_inline_execution_closes_the_gate_and_doubles_the_streak_needed() {
+        let gate = InlineGate::new();
+        assert!(opened_after(&gate, FIRST_STREAK));
+        gate.record(LONG, true);
+        assert!(!gate.open(), "a guest looping to its limit keeps running inline");
+        assert!(!opened_after(&gate, 2 * FIRST_STREAK - 1));
+        assert!(opened_after(&gate, 1));
+        // A long run that was handed off closes the gate but costs no longer streak.
+        gate.record(LONG, false);
+        assert!(!opened_after(&gate, 2 * FIRST_STREAK - 1));
+        assert!(opened_after(&gate, 1));
+    }
+
+    #[test]
+    fn executions_a_little_long_close_the_gate_only_several_in_a_row() {
+        let gate = InlineGate::new();
+        assert!(opened_after(&gate, FIRST_STREAK));
+        for _ in 0..AMBIGUOUS_IN_A_ROW - 1 {
+            gate.record(AMBIGUOUS, true);
+        }
+        assert!(gate.open(), "a preempted short run closed the gate");
+        gate.record(SHORT, true); // a short run in between starts the count again
+        for _ in 0..AMBIGUOUS_IN_A_ROW - 1 {
+            gate.record(AMBIGUOUS, true);
+        }
+        assert!(gate.open());
+        gate.record(AMBIGUOUS, true);
+        assert!(!gate.open(), "{AMBIGUOUS_IN_A_ROW} ambiguous runs in a row left the gate open");
+    }
+
     /// An instance that stays inside execute until `target` executions overlap (or `patience`
     /// passes), counting how many run at once.
     struct GatedInstance {
