@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -678,3 +679,24 @@ def sse_events(resp: requests.Response) -> list[dict]:
         if line and line.startswith("data:"):
             events.append(json.loads(line[len("data:"):].strip()))
     return events
+
+
+def at_once(call, count: int) -> list:
+    """Runs `call()` `count` times at once (one thread each, all released together); returns the
+    results in completion order."""
+    results = []
+    lock = threading.Lock()
+    start = threading.Barrier(count)
+
+    def one():
+        start.wait()
+        item = call()
+        with lock:
+            results.append(item)
+
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results

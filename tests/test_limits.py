@@ -13,7 +13,6 @@ import gzip
 import json
 import select
 import socket
-import threading
 import urllib.parse
 import zlib
 import time
@@ -31,7 +30,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tessera_testlib import copy_model, tessera_bin, wait_model_ready
+from tessera_testlib import at_once, copy_model, tessera_bin, wait_model_ready
 
 MiB = 1 << 20
 LIMIT = 16 * MiB
@@ -48,27 +47,6 @@ def status_kib(srv, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise AssertionError(f"{field} missing from /proc/{srv.process.pid}/status")
-
-
-def at_once(call, count: int) -> list:
-    """Runs `call()` `count` times at once (one thread each, all released together); returns the
-    results in completion order."""
-    results = []
-    lock = threading.Lock()
-    start = threading.Barrier(count)
-
-    def one():
-        start.wait()
-        item = call()
-        with lock:
-            results.append(item)
-
-    threads = [threading.Thread(target=one) for _ in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
 
 
 def burst(url: str, body: bytes, headers: dict, count: int) -> list[tuple[int, str]]:

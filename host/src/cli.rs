@@ -12,6 +12,7 @@ use crate::grpc::{GrpcOptions, GrpcTls};
 use crate::http::ConnectionLimits;
 use crate::repository::ControlMode;
 use crate::restricted::Restrictions;
+use crate::scheduler::rate_limit::ResourceOverride;
 use crate::server::logging::{self, LogFlags};
 use crate::server::{Listen, Server, ServerConfig};
 
@@ -263,9 +264,26 @@ pub struct ServeArgs {
     /// with a warm cache skips compilation.
     #[arg(long, env = "TESSERA_WASM_CACHE_DIR")]
     pub wasm_cache_dir: Option<PathBuf>,
-    /// Most WebAssembly model instances alive at once (sizes the pooling allocator).
-    #[arg(long, default_value_t = 200)]
+    /// Most WebAssembly model instances live at once (sizes the pooling allocator). A server may
+    /// hold more Wasm models than this: past it, the least recently used idle instance is
+    /// evicted and rebuilt on its model's next request.
+    #[arg(long, env = "TESSERA_WASM_MAX_INSTANCES", default_value_t = 1000)]
     pub wasm_max_instances: u32,
+    /// Evict a live WebAssembly instance after this many seconds unused (0: only when its room
+    /// is needed).
+    #[arg(long, env = "TESSERA_WASM_INSTANCE_IDLE_SECS", default_value_t = 0)]
+    pub wasm_instance_idle_secs: u64,
+
+    /// Triton's rate limiter: `execution_count` makes every execution wait until the resources
+    /// its instance group lists (`rate_limiter` in config.pbtxt) are free; `off` (default)
+    /// ignores them.
+    #[arg(long, env = "TESSERA_RATE_LIMIT", default_value = "off", value_parser = ["off", "execution_count"])]
+    pub rate_limit: String,
+    /// How many copies of a rate-limiter resource exist, as `<name>:<count>[:<device>]`
+    /// (repeatable; without a device, on every device). By default: the largest count any
+    /// loaded instance asks for.
+    #[arg(long = "rate-limit-resource", value_name = "NAME:COUNT[:DEVICE]")]
+    pub rate_limit_resource: Vec<ResourceOverride>,
 
     /// Accepted for compatibility with Triton command lines; Tessera's backends are built in.
     #[arg(long)]
@@ -280,10 +298,9 @@ pub struct ServeArgs {
     /// Accepted for compatibility with Triton command lines (`<backend>,<setting>=<value>`).
     #[arg(long)]
     pub backend_config: Vec<String>,
-    /// Accepted for compatibility with Triton command lines (Triton loads this many model
-    /// versions at once; Tessera loads them one after another, a few ms each for ONNX and
-    /// cached WebAssembly models).
-    #[arg(long)]
+    /// How many models load at once at startup (default: one per CPU). Ensembles load after
+    /// the other models, one by one.
+    #[arg(long, env = "TESSERA_MODEL_LOAD_THREAD_COUNT")]
     pub model_load_thread_count: Option<u32>,
 }
 
@@ -342,7 +359,12 @@ impl ServeArgs {
                 accepted); use the KServe v2 HTTP or gRPC protocol"
                 .into());
         }
-        let mut wasm = WasmOptions { max_instances: self.wasm_max_instances, ..WasmOptions::default() };
+        let mut wasm = WasmOptions {
+            max_instances: self.wasm_max_instances,
+            idle_timeout: (self.wasm_instance_idle_secs > 0)
+                .then(|| std::time::Duration::from_secs(self.wasm_instance_idle_secs)),
+            ..WasmOptions::default()
+        };
         if let Some(dir) = &self.wasm_cache_dir {
             wasm.cache_dir = Some(dir.clone());
         }
@@ -384,6 +406,8 @@ impl ServeArgs {
             cpu_metrics_interval: self.allow_cpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
             gpu_metrics_interval: self.allow_gpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
             response_cache_bytes: crate::cache::parse_cache_config(&self.cache_config)?,
+            rate_limit: (self.rate_limit == "execution_count").then(|| self.rate_limit_resource.clone()),
+            model_load_threads: self.model_load_thread_count.unwrap_or(0) as usize,
             onnxruntime_library: self.onnxruntime_library.clone(),
             wasm,
             backends: Vec::new(),
@@ -417,14 +441,9 @@ pub fn embedded_server_config(flags: &[String]) -> Result<ServerConfig, String> 
 /// `tessera serve`: logging, the runtime, the server, and a graceful stop on SIGINT/SIGTERM.
 pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
     let applier = logging::init(args.log_flags());
-    if args.backend_directory.is_some()
-        || args.cache_directory.is_some()
-        || !args.backend_config.is_empty()
-        || args.model_load_thread_count.is_some()
-    {
+    if args.backend_directory.is_some() || args.cache_directory.is_some() || !args.backend_config.is_empty() {
         tracing::info!(
-            "--backend-directory, --cache-directory, --backend-config and --model-load-thread-count are accepted for \
-            compatibility and ignored"
+            "--backend-directory, --cache-directory and --backend-config are accepted for compatibility and ignored"
         );
     }
     let mut config = match args.server_config(as_triton) {

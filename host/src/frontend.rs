@@ -154,6 +154,8 @@ impl Frontend {
                 control_mode: ControlMode::None,
                 strict_config: false,
                 response_cache: None,
+                rate_limiter: None,
+                load_threads: 1,
             },
             crate::backend::BackendRegistry::new(),
         ));

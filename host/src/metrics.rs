@@ -21,7 +21,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use crate::gpu::metrics::{GpuReading, GpuSampler};
 use crate::model::LoadedModel;
 use crate::repository::ModelManager;
-use crate::stats::FailureReason;
+use crate::stats::{FailureReason, Quota, SandboxUsage, TrapKind};
 
 /// Host CPU and memory, refreshed by a background task.
 #[derive(Debug, Default)]
@@ -121,6 +121,23 @@ fn micros(ns: u64) -> u64 {
     ns / 1_000
 }
 
+/// What a sandboxed model used and was refused (`stats::SandboxUsage`).
+fn sandbox_metrics(usage: &SandboxUsage, labels: &[(&'static str, String)]) {
+    counter!("tessera_model_cpu_duration_us", labels).absolute(micros(usage.cpu_ns.load(Ordering::Relaxed)));
+    gauge!("tessera_model_memory_bytes", labels).set(usage.memory_bytes.load(Ordering::Relaxed).max(0) as f64);
+    gauge!("tessera_model_instances_live", labels).set(usage.instances_live.load(Ordering::Relaxed).max(0) as f64);
+    for kind in TrapKind::ALL {
+        let mut with_kind = labels.to_vec();
+        with_kind.push(("kind", kind.as_str().to_string()));
+        counter!("tessera_model_traps_total", &with_kind).absolute(usage.traps(kind));
+    }
+    for quota in Quota::ALL {
+        let mut with_quota = labels.to_vec();
+        with_quota.push(("quota", quota.as_str().to_string()));
+        counter!("tessera_model_quota_refusals_total", &with_quota).absolute(usage.refusals(quota));
+    }
+}
+
 /// Renders the Prometheus text exposition for these model versions, the host and the GPUs.
 pub fn render(models: &[Arc<LoadedModel>], host: Option<&HostSampler>, gpus: &[GpuReading]) -> String {
     let recorder = PrometheusBuilder::new().build_recorder();
@@ -174,6 +191,19 @@ pub fn render(models: &[Arc<LoadedModel>], host: Option<&HostSampler>, gpus: &[G
             Unit::Microseconds,
             "Total cache miss (insertion) duration per model, in microseconds"
         );
+        describe_counter!(
+            "tessera_model_cpu_duration_us",
+            Unit::Microseconds,
+            "CPU time the model's sandboxed executions used, in microseconds (thread CPU time)"
+        );
+        describe_gauge!(
+            "tessera_model_memory_bytes",
+            Unit::Bytes,
+            "Linear memory of the model's live WebAssembly instances, in bytes"
+        );
+        describe_gauge!("tessera_model_instances_live", "The model's WebAssembly instances that hold a live store");
+        describe_counter!("tessera_model_traps_total", "Executions of the model that trapped, by kind");
+        describe_counter!("tessera_model_quota_refusals_total", "Requests refused by one of the model's quotas");
         for model in models {
             let s = model.stats.snapshot();
             let labels = [("model", model.name.clone()), ("version", model.version.to_string())];
@@ -192,6 +222,9 @@ pub fn render(models: &[Arc<LoadedModel>], host: Option<&HostSampler>, gpus: &[G
             counter!("nv_inference_compute_infer_duration_us", &labels).absolute(micros(s.compute_infer.ns));
             counter!("nv_inference_compute_output_duration_us", &labels).absolute(micros(s.compute_output.ns));
             gauge!("nv_inference_pending_request_count", &labels).set(model.stats.pending() as f64);
+            if model.platform == "wasm" {
+                sandbox_metrics(&model.stats.usage, &labels);
+            }
             if model.response_cache_enabled() {
                 counter!("nv_cache_num_hits_per_model", &labels).absolute(s.cache_hit.count);
                 counter!("nv_cache_num_misses_per_model", &labels).absolute(s.cache_miss.count);

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -86,6 +86,129 @@ pub struct ModelStats {
     inner: Mutex<Inner>,
     /// Requests waiting for an instance (Triton's pending request count).
     pending: AtomicI64,
+    /// What the model's sandboxed code used and was refused (Wasm models; zero for others).
+    pub usage: SandboxUsage,
+}
+
+/// How a sandboxed execution ended badly, for `tessera_model_traps_total{kind=...}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrapKind {
+    /// Ran past `max_execute_ms`.
+    Timeout,
+    /// Grew linear memory past `max_memory_bytes`.
+    Memory,
+    /// Anything else: a panic, `unreachable`, a bad handle, a wrong result count.
+    Fault,
+}
+
+impl TrapKind {
+    pub const ALL: [TrapKind; 3] = [Self::Timeout, Self::Memory, Self::Fault];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Memory => "memory",
+            Self::Fault => "fault",
+        }
+    }
+}
+
+/// The per-model quotas a request can be refused by, for `tessera_model_quota_refusals_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quota {
+    /// `max_queue_size`: too many requests already waiting.
+    Queue,
+    /// `max_cpu_ms_per_second`: the model's CPU budget is spent.
+    Cpu,
+    /// `--wasm-max-instances`: every live instance slot is busy.
+    Instances,
+}
+
+impl Quota {
+    pub const ALL: [Quota; 3] = [Self::Queue, Self::Cpu, Self::Instances];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queue => "queue",
+            Self::Cpu => "cpu",
+            Self::Instances => "instances",
+        }
+    }
+}
+
+/// Counters a sandboxed model's instances keep up to date (lock-free: they sit on the execute path).
+#[derive(Debug, Default)]
+pub struct SandboxUsage {
+    /// CPU time the model's executions used (thread CPU time, so a guest waiting on a BLS call
+    /// is not charged for the wait).
+    pub cpu_ns: AtomicU64,
+    /// Linear memory of the model's live instances.
+    pub memory_bytes: AtomicI64,
+    /// Instances holding a live store.
+    pub instances_live: AtomicI64,
+    traps: [AtomicU64; 3],
+    refusals: [AtomicU64; 3],
+    /// The CPU quota's token bucket (see [`SandboxUsage::cpu_budget_left`]).
+    cpu_bucket: Mutex<Option<CpuBucket>>,
+}
+
+/// CPU time a model may still use: refilled at the quota's rate, at most one second's worth.
+#[derive(Debug)]
+struct CpuBucket {
+    level_ns: i64,
+    refilled: Instant,
+}
+
+impl SandboxUsage {
+    /// Whether a model with a CPU quota of `per_second` may start an execution now: its bucket
+    /// is not empty. An execution is charged when it ends ([`Self::charge_cpu`]) and may leave
+    /// the bucket in debt (it ran up to `max_execute_ms`): the model is then refused until the
+    /// refill pays the debt, so over any stretch of time it uses at most its quota plus one
+    /// execution.
+    pub fn cpu_budget_left(&self, per_second: Duration) -> bool {
+        self.with_bucket(per_second, |b| b.level_ns > 0)
+    }
+
+    /// Counts `used` CPU time, and takes it from the bucket of a model with a quota.
+    pub fn charge_cpu(&self, used: Duration, per_second: Option<Duration>) {
+        let ns = u64::try_from(used.as_nanos()).unwrap_or(u64::MAX);
+        self.cpu_ns.fetch_add(ns, Ordering::Relaxed);
+        if let Some(per_second) = per_second {
+            self.with_bucket(per_second, |b| {
+                b.level_ns = b.level_ns.saturating_sub(i64::try_from(ns).unwrap_or(i64::MAX))
+            });
+        }
+    }
+
+    fn with_bucket<R>(&self, per_second: Duration, f: impl FnOnce(&mut CpuBucket) -> R) -> R {
+        let rate = i64::try_from(per_second.as_nanos()).unwrap_or(i64::MAX);
+        let now = Instant::now();
+        let mut guard = self.cpu_bucket.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let bucket = guard.get_or_insert(CpuBucket { level_ns: rate, refilled: now });
+        let elapsed = now.duration_since(bucket.refilled).as_secs_f64();
+        let refill = (elapsed * rate as f64) as i64;
+        if refill > 0 {
+            bucket.level_ns = bucket.level_ns.saturating_add(refill).min(rate);
+            bucket.refilled = now;
+        }
+        f(bucket)
+    }
+
+    pub fn record_trap(&self, kind: TrapKind) {
+        self.traps[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn traps(&self, kind: TrapKind) -> u64 {
+        self.traps[kind as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn record_refusal(&self, quota: Quota) {
+        self.refusals[quota as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn refusals(&self, quota: Quota) -> u64 {
+        self.refusals[quota as usize].load(Ordering::Relaxed)
+    }
 }
 
 impl ModelStats {
@@ -205,5 +328,41 @@ mod tests {
         assert_eq!(j["inference_stats"]["fail"]["count"], 1);
         assert_eq!(j["batch_stats"][0]["batch_size"], 2);
         assert_eq!(j["batch_stats"][0]["compute_infer"]["ns"], 20);
+    }
+
+    #[test]
+    fn the_cpu_bucket_allows_a_seconds_worth_then_refuses_until_refilled() {
+        let usage = SandboxUsage::default();
+        let quota = Duration::from_millis(100);
+        assert!(usage.cpu_budget_left(quota), "a fresh model starts with a full bucket");
+        usage.charge_cpu(Duration::from_millis(60), Some(quota));
+        assert!(usage.cpu_budget_left(quota));
+        // One execution may overrun: the model is then in debt.
+        usage.charge_cpu(Duration::from_millis(300), Some(quota));
+        assert!(!usage.cpu_budget_left(quota));
+        assert_eq!(usage.cpu_ns.load(Ordering::Relaxed), 360_000_000, "every execution is counted");
+        // Pretend the refill has had 2.7 s (270 ms at 100 ms/s): the 260 ms debt is paid.
+        if let Ok(mut bucket) = usage.cpu_bucket.lock()
+            && let Some(b) = bucket.as_mut()
+        {
+            b.refilled -= Duration::from_millis(2_700);
+        }
+        assert!(usage.cpu_budget_left(quota));
+        // Without a quota nothing is refused, and nothing is kept in a bucket.
+        let free = SandboxUsage::default();
+        free.charge_cpu(Duration::from_secs(10), None);
+        assert!(free.cpu_bucket.lock().unwrap().is_none());
+    }
+
+    #[test]
+    fn traps_and_refusals_are_counted_by_kind() {
+        let usage = SandboxUsage::default();
+        usage.record_trap(TrapKind::Memory);
+        usage.record_trap(TrapKind::Memory);
+        usage.record_refusal(Quota::Cpu);
+        assert_eq!(TrapKind::ALL.map(|k| usage.traps(k)), [0, 2, 0]);
+        assert_eq!(Quota::ALL.map(|q| usage.refusals(q)), [0, 1, 0]);
+        assert_eq!(TrapKind::ALL.map(TrapKind::as_str), ["timeout", "memory", "fault"]);
+        assert_eq!(Quota::ALL.map(Quota::as_str), ["queue", "cpu", "instances"]);
     }
 }

@@ -115,6 +115,8 @@ pub struct InstanceContext<'a> {
     /// `<group name>_<index>`, as Triton names instances.
     pub instance_name: String,
     pub device: InstanceDevice,
+    /// The model version's statistics, where a sandboxing backend counts what its instances use.
+    pub stats: &'a std::sync::Arc<crate::stats::ModelStats>,
 }
 
 /// One loaded copy of a model (Triton's "model instance"). An instance runs one batch at a time;

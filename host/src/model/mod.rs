@@ -16,11 +16,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::backend::{Backend, ComputeTime, ExecRequest, InstanceContext, InstanceDevice, RawResponse};
 use crate::cache::ResponseCache;
 use crate::config::ModelConfig;
+use crate::config::pb::ModelInstanceGroup as InstanceGroup;
 use crate::config::pb::model_instance_group::Kind;
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{InferRequest, InferResponse, ResponseStream};
 use crate::scheduler::Scheduler;
 use crate::scheduler::ensemble::EnsembleScheduler;
+use crate::scheduler::rate_limit::{Claim, RateLimiter};
 use crate::stats::{FailureReason, ModelStats};
 pub use io::{IoSpec, ModelIo};
 
@@ -65,6 +67,20 @@ fn place_instances(config: &mut ModelConfig, backend: &dyn Backend) -> CoreResul
     Ok(())
 }
 
+/// What an instance of `group` on `device` needs from the rate limiter (CPU instances count as
+/// device 0, see `scheduler::rate_limit`).
+fn rate_limit_claim(limiter: &RateLimiter, group: &InstanceGroup, device: InstanceDevice) -> CoreResult<Arc<Claim>> {
+    let (resources, priority) = match &group.rate_limiter {
+        Some(r) => (r.resources.iter().map(|x| (x.name.clone(), u64::from(x.count), x.global)).collect(), r.priority),
+        None => (Vec::new(), 0),
+    };
+    let device = match device {
+        InstanceDevice::Gpu(id) => id,
+        InstanceDevice::Cpu => 0,
+    };
+    limiter.register(&resources, priority, device)
+}
+
 impl LoadedModel {
     /// Reads the config's tensors (and label files in `model_dir`), creates every instance of
     /// every instance group with `backend`, picks the scheduler and runs warmup. Blocking
@@ -75,12 +91,15 @@ impl LoadedModel {
         backend: &dyn Backend,
         model_dir: &Path,
         model_path: &Path,
+        limiter: Option<&Arc<RateLimiter>>,
     ) -> CoreResult<Self> {
         // Cheap checks first: a bad label file fails before any session is created.
         let io = ModelIo::from_config(&config, model_dir)?;
         place_instances(&mut config, backend)?;
         let version_dir = model_path.parent().unwrap_or(model_dir);
+        let stats = Arc::new(ModelStats::default());
         let mut instances = Vec::new();
+        let mut claims = Vec::new();
         for group in &config.instance_group {
             let devices: Vec<InstanceDevice> = if group.kind == Kind::Gpu as i32 {
                 group.gpus.iter().map(|&g| InstanceDevice::Gpu(g.unsigned_abs())).collect()
@@ -99,14 +118,18 @@ impl LoadedModel {
                         version,
                         instance_name: format!("{}_{index}", group.name),
                         device,
+                        stats: &stats,
                     };
+                    if let Some(limiter) = limiter {
+                        claims.push(rate_limit_claim(limiter, group, device)?);
+                    }
                     instances.push(backend.create_instance(&ctx)?);
                     index += 1;
                 }
             }
         }
-        let stats = Arc::new(ModelStats::default());
-        let scheduler = Scheduler::new(&config, instances, Arc::clone(&stats), model_dir)?;
+        let rate_limits = limiter.map(|l| (Arc::clone(l), claims));
+        let scheduler = Scheduler::new(&config, instances, Arc::clone(&stats), model_dir, rate_limits)?;
         warmup::run(&io, &scheduler, &config.model_warmup, model_dir)?;
         Ok(Self {
             name: config.name.clone(),

@@ -26,6 +26,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::infer::{Infer, InferFuture, InferRequest, InferResponse, ResponseStream};
 use crate::model::LoadedModel;
 use crate::scheduler::ensemble::is_ensemble;
+use crate::scheduler::rate_limit::RateLimiter;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ControlMode {
@@ -42,6 +43,10 @@ pub struct RepositoryOptions {
     pub strict_config: bool,
     /// The server's response cache (`--cache-config local,size=N`), for models that enable it.
     pub response_cache: Option<Arc<ResponseCache>>,
+    /// Triton's rate limiter (`--rate-limit execution_count`); `None` when off.
+    pub rate_limiter: Option<Arc<RateLimiter>>,
+    /// How many models load at once at startup (`--model-load-thread-count`; 0: one per CPU).
+    pub load_threads: usize,
 }
 
 #[derive(Clone)]
@@ -85,11 +90,20 @@ pub struct ModelManager {
     models: RwLock<BTreeMap<String, ModelEntry>>,
     /// Serialises load / unload / poll so two reloads of one model never interleave.
     control: tokio::sync::Mutex<()>,
+    /// The last load failure logged (with the model's name taken out) and how many loads since
+    /// failed the same way: 10,000 models failing for one reason log it once, not 10,000 times.
+    last_failure: std::sync::Mutex<(String, usize)>,
 }
 
 impl ModelManager {
     pub fn new(options: RepositoryOptions, backends: BackendRegistry) -> Self {
-        Self { options, backends, models: RwLock::default(), control: tokio::sync::Mutex::new(()) }
+        Self {
+            options,
+            backends,
+            models: RwLock::default(),
+            control: tokio::sync::Mutex::new(()),
+            last_failure: std::sync::Mutex::default(),
+        }
     }
 
     pub fn control_mode(&self) -> ControlMode {
@@ -103,8 +117,32 @@ impl ModelManager {
             ControlMode::Explicit if !explicit.iter().any(|n| n == "*") => explicit.to_vec(),
             _ => self.scan().into_keys().collect(),
         };
+        // Models that are not ensembles load in parallel (as Triton's model load threads do);
+        // ensembles after them, one by one, each after the composing models it needs.
+        let (ensembles, plain): (Vec<String>, Vec<String>) =
+            names.into_iter().partition(|name| self.locate(name).is_ok_and(|dir| mentions_ensemble(&dir)));
+        let threads = match self.options.load_threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        };
         let mut failures = Vec::new();
-        for name in names {
+        {
+            use futures_util::StreamExt;
+            let _guard = self.control.lock().await;
+            let mut loads = futures_util::stream::iter(plain)
+                .map(|name| async move {
+                    let outcome = self.load_one(&name, None, None).await;
+                    (name, outcome)
+                })
+                .buffer_unordered(threads);
+            while let Some((name, outcome)) = loads.next().await {
+                if let Err(e) = outcome {
+                    failures.push((name, e.message));
+                }
+            }
+        }
+        self.refresh_ensembles(None);
+        for name in ensembles {
             // Already loaded in this pass as an ensemble's composing model.
             if self.models.read().is_ok_and(|m| m.contains_key(&name)) {
                 continue;
@@ -113,6 +151,8 @@ impl ModelManager {
                 failures.push((name, e.message));
             }
         }
+        self.flush_failures();
+        failures.sort();
         failures
     }
 
@@ -270,9 +310,38 @@ impl ModelManager {
         }
         match &outcome {
             Ok(()) => tracing::info!(model = name, "model loaded"),
-            Err(e) => tracing::error!(model = name, "failed to load model: {}", e.message),
+            Err(e) => self.log_failure(name, &e.message),
         }
         outcome
+    }
+
+    /// Logs a load failure, unless the previous one failed the same way: those are counted, and
+    /// the count is logged with the next different failure or [`Self::flush_failures`].
+    fn log_failure(&self, name: &str, message: &str) {
+        let reason = message.replace(&format!("'{name}'"), "'<model>'");
+        let Ok(mut last) = self.last_failure.lock() else { return };
+        if last.0 == reason {
+            last.1 += 1;
+            tracing::debug!(model = name, "failed to load model: {message}");
+            return;
+        }
+        Self::log_repeats(&last);
+        *last = (reason, 0);
+        tracing::error!(model = name, "failed to load model: {message}");
+    }
+
+    fn log_repeats(last: &(String, usize)) {
+        if last.1 > 0 {
+            tracing::error!("{} more model(s) failed to load the same way: {}", last.1, last.0);
+        }
+    }
+
+    /// Logs how many loads repeated the last failure (once a batch of loads is done).
+    fn flush_failures(&self) {
+        if let Ok(mut last) = self.last_failure.lock() {
+            Self::log_repeats(&last);
+            *last = Default::default();
+        }
     }
 
     /// Unloads a model. Ensembles that use it become unavailable until it is loaded again. With
@@ -336,8 +405,9 @@ impl ModelManager {
         config::validate(&config, &name).map_err(|e| CoreError::invalid_arg(e.to_string()))?;
         let _guard = self.control.lock().await;
         let cache = self.options.response_cache.clone();
+        let limiter = self.options.rate_limiter.clone();
         let loaded = tokio::task::spawn_blocking(move || {
-            LoadedModel::load(config, version, backend.as_ref(), Path::new(""), Path::new(""))
+            LoadedModel::load(config, version, backend.as_ref(), Path::new(""), Path::new(""), limiter.as_ref())
                 .map(|m| m.with_response_cache(cache))
         })
         .await
@@ -428,9 +498,16 @@ impl ModelManager {
         for version in versions {
             let version_dir = dir.join(version.to_string());
             let file = model_filename(&config, backend.default_model_filename());
-            let state = LoadedModel::load(config.clone(), version, backend.as_ref(), dir, &version_dir.join(file))
-                .map(|m| VersionState::Ready(Arc::new(m.with_response_cache(self.options.response_cache.clone()))))
-                .unwrap_or_else(|e| VersionState::Unavailable(e.message));
+            let state = LoadedModel::load(
+                config.clone(),
+                version,
+                backend.as_ref(),
+                dir,
+                &version_dir.join(file),
+                self.options.rate_limiter.as_ref(),
+            )
+            .map(|m| VersionState::Ready(Arc::new(m.with_response_cache(self.options.response_cache.clone()))))
+            .unwrap_or_else(|e| VersionState::Unavailable(e.message));
             entry.versions.insert(version, state);
         }
         entry
@@ -642,6 +719,12 @@ fn file_reference(config: &ModelConfig) -> Option<&'static str> {
         return Some("initial_state data_file");
     }
     None
+}
+
+/// Whether a model directory's config.pbtxt mentions an ensemble (a cheap test that sends every
+/// ensemble, and perhaps a model with "ensemble" in a comment, to the one-by-one startup loads).
+fn mentions_ensemble(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("config.pbtxt")).is_ok_and(|text| text.contains("ensemble"))
 }
 
 fn entry_outcome(name: &str, entry: &ModelEntry) -> CoreResult<()> {

@@ -106,6 +106,17 @@ impl BatcherConfig {
         }
     }
 
+    /// Caps every level's queue at `max` requests (the `max_queue_size` quota): a policy's own
+    /// smaller size stays.
+    pub fn cap_queues(mut self, max: usize) -> Self {
+        for policy in self.policies.values_mut() {
+            if policy.max_queue_size == 0 || policy.max_queue_size > max {
+                policy.max_queue_size = max;
+            }
+        }
+        self
+    }
+
     /// The queue level of a request: its `priority` parameter when valid, else the default.
     fn level_of(&self, exec: &ExecRequest) -> u64 {
         if self.levels == 0 {
@@ -230,6 +241,7 @@ impl BatcherTask {
         let queue = self.queues.entry(level).or_default();
         if max > 0 && queue.len() >= max {
             self.stats.pending_add(-1);
+            self.stats.usage.record_refusal(crate::stats::Quota::Queue);
             let id = pending.exec.id.as_deref().filter(|id| !id.is_empty()).unwrap_or("<id_unknown>");
             let message = format!("[request id: {id}] Exceeds maximum queue size");
             let _ = pending.reply.send(Err(CoreError::unavailable(message)));

@@ -15,6 +15,7 @@
 pub mod dynamic;
 pub mod ensemble;
 pub mod pool;
+pub mod rate_limit;
 pub mod sequence;
 
 use std::path::Path;
@@ -29,6 +30,7 @@ use crate::tensor::Tensor;
 use dynamic::{BatcherConfig, DynamicBatcher};
 use ensemble::EnsembleScheduler;
 use pool::InstancePool;
+use rate_limit::{Claim, RateLimiter};
 use sequence::{SequenceBatcher, SequenceConfig};
 
 pub enum Scheduler {
@@ -56,6 +58,7 @@ impl Scheduler {
         instances: Vec<Box<dyn ModelInstance>>,
         stats: Arc<ModelStats>,
         model_dir: &Path,
+        rate_limits: Option<(Arc<RateLimiter>, Vec<Arc<Claim>>)>,
     ) -> CoreResult<Self> {
         if instances.is_empty() {
             return Err(CoreError::invalid_arg(format!(
@@ -64,7 +67,12 @@ impl Scheduler {
             )));
         }
         let count = instances.len();
-        let pool = Arc::new(InstancePool::new(instances, stats));
+        let quotas = Quotas::from_config(config)?;
+        let mut pool = InstancePool::new(instances, stats).with_quotas(&config.name, quotas);
+        if let Some((limiter, claims)) = rate_limits {
+            pool = pool.with_rate_limits(limiter, claims);
+        }
+        let pool = Arc::new(pool);
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
         Ok(match &config.scheduling_choice {
             Some(SchedulingChoice::SequenceBatching(_)) if decoupled => {
@@ -79,7 +87,10 @@ impl Scheduler {
                 sequencer: OnceLock::new(),
             },
             Some(SchedulingChoice::DynamicBatching(d)) if config.max_batch_size > 0 => Self::Dynamic {
-                config: BatcherConfig::new(config.max_batch_size, d),
+                config: match quotas.max_queue {
+                    Some(max) => BatcherConfig::new(config.max_batch_size, d).cap_queues(max),
+                    None => BatcherConfig::new(config.max_batch_size, d),
+                },
                 pool,
                 model: config.name.clone(),
                 batcher: OnceLock::new(),
@@ -165,6 +176,34 @@ impl Scheduler {
 
 /// Whether two requests can share a batch: same inputs, datatypes and non-batch dims (ragged
 /// batching is not supported).
+/// Per-model quotas from config `parameters` (string values, positive integers), enforced here
+/// for every backend so that a model's own code cannot get around them:
+/// - `max_queue_size`: requests waiting for an instance (or in the dynamic batcher's queue)
+///   beyond this are refused at once with UNAVAILABLE;
+/// - `max_concurrent_executions`: at most this many of the model's instances execute at once,
+///   whatever its `instance_group` count says.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Quotas {
+    pub max_queue: Option<usize>,
+    pub max_concurrent: Option<usize>,
+}
+
+impl Quotas {
+    pub fn from_config(config: &ModelConfig) -> CoreResult<Self> {
+        let number = |key: &str| -> CoreResult<Option<usize>> {
+            let Some(p) = config.parameters.get(key) else { return Ok(None) };
+            let v = p.string_value.trim();
+            v.parse::<usize>().ok().filter(|n| *n > 0).map(Some).ok_or_else(|| {
+                CoreError::invalid_arg(format!(
+                    "model '{}': parameter '{key}' must be a positive integer, got '{v}'",
+                    config.name
+                ))
+            })
+        };
+        Ok(Self { max_queue: number("max_queue_size")?, max_concurrent: number("max_concurrent_executions")? })
+    }
+}
+
 pub(crate) fn compatible(a: &ExecRequest, b: &ExecRequest) -> bool {
     a.inputs.len() == b.inputs.len()
         && a.inputs.iter().all(|x| {
@@ -189,7 +228,7 @@ mod tests {
     fn scheduler(config: &str, instances: usize) -> CoreResult<Scheduler> {
         let config = crate::config::parse_pbtxt(config, Path::new("config.pbtxt")).unwrap();
         let instances = (0..instances).map(|_| Box::new(Echo) as Box<dyn ModelInstance>).collect();
-        Scheduler::new(&config, instances, Arc::default(), Path::new("/nonexistent"))
+        Scheduler::new(&config, instances, Arc::default(), Path::new("/nonexistent"), None)
     }
 
     const IO: &str = r#"input [ { name: "x" data_type: TYPE_INT32 dims: [ 1 ] } ]
@@ -223,5 +262,26 @@ mod tests {
         assert_eq!(&out[0].data[..], &[7, 0, 0, 0]);
         let stats = scheduler.pool().unwrap().stats().snapshot();
         assert_eq!((stats.execution_count, stats.inference_count, stats.queue.count), (1, 1, 1));
+    }
+
+    #[test]
+    fn quotas_come_from_parameters_and_bad_values_say_which() {
+        let config = |params: &str| {
+            crate::config::parse_pbtxt(&format!("name: \"m\" {IO} {params}"), Path::new("config.pbtxt")).unwrap()
+        };
+        let param = |k: &str, v: &str| format!("parameters {{ key: \"{k}\" value: {{ string_value: \"{v}\" }} }}");
+        assert_eq!(Quotas::from_config(&config("")).unwrap(), Quotas::default());
+        let both = format!("{} {}", param("max_queue_size", "8"), param("max_concurrent_executions", " 2 "));
+        assert_eq!(
+            Quotas::from_config(&config(&both)).unwrap(),
+            Quotas { max_queue: Some(8), max_concurrent: Some(2) }
+        );
+        for bad in ["0", "-1", "lots", ""] {
+            let e = Quotas::from_config(&config(&param("max_queue_size", bad))).unwrap_err();
+            assert_eq!(
+                e.message,
+                format!("model 'm': parameter 'max_queue_size' must be a positive integer, got '{}'", bad.trim())
+            );
+        }
     }
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::rate_limit::{Claim, RateLimiter};
 use crate::backend::{ExecRequest, ModelInstance};
 use crate::error::{CoreError, CoreResult};
 use crate::stats::ModelStats;
@@ -19,7 +20,9 @@ use crate::tensor::Tensor;
 pub type BatchResults = Vec<CoreResult<Vec<Tensor>>>;
 
 pub struct InstancePool {
-    idle: Arc<Mutex<Vec<Box<dyn ModelInstance>>>>,
+    idle: Arc<Mutex<Vec<Pooled>>>,
+    /// The server's rate limiter, when `--rate-limit execution_count` is on.
+    limiter: Option<Arc<RateLimiter>>,
     available: Arc<Semaphore>,
     /// Instances not retired after a panic; at zero the semaphore is closed so that waiting and
     /// later requests fail instead of waiting forever.
@@ -31,6 +34,8 @@ pub struct InstancePool {
     last_done_us: AtomicU64,
     /// Whether executions have been short enough to run inline (see [`InlineGate`]).
     gate: InlineGate,
+    /// The `max_queue_size` quota: requests waiting for an instance beyond it are refused.
+    max_queue: Option<usize>,
 }
 
 /// Whether a model's executions run on the calling task's own thread, decided by measuring them.
@@ -100,16 +105,45 @@ impl InstancePool {
     pub fn new(instances: Vec<Box<dyn ModelInstance>>, stats: Arc<ModelStats>) -> Self {
         let available = Arc::new(Semaphore::new(instances.len()));
         let alive = Arc::new(AtomicUsize::new(instances.len()));
-        let idle = Arc::new(Mutex::new(instances));
+        let idle =
+            Arc::new(Mutex::new(instances.into_iter().map(|instance| Pooled { instance, claim: None }).collect()));
         Self {
             idle,
+            limiter: None,
             available,
             alive,
             stats,
             epoch: Instant::now(),
             last_done_us: AtomicU64::new(0),
             gate: InlineGate::new(),
+            max_queue: None,
         }
+    }
+
+    /// Makes every execution wait for its instance's rate-limiter resources; `claims` are the
+    /// instances' claims, in the order the instances were given to [`Self::new`].
+    pub fn with_rate_limits(mut self, limiter: Arc<RateLimiter>, claims: Vec<Arc<Claim>>) -> Self {
+        if let Ok(mut idle) = self.idle.lock() {
+            for (pooled, claim) in idle.iter_mut().zip(claims) {
+                pooled.claim = Some(claim);
+            }
+        }
+        self.limiter = Some(limiter);
+        self
+    }
+
+    /// Applies the model's quotas (see [`super::Quotas`]): fewer execution slots than instances
+    /// for `max_concurrent_executions`, a bound on waiting requests for `max_queue_size`.
+    pub fn with_quotas(mut self, model: &str, quotas: super::Quotas) -> Self {
+        let instances = self.available.available_permits();
+        if let Some(max) = quotas.max_concurrent
+            && max < instances
+        {
+            tracing::info!(model, instances, max, "max_concurrent_executions: fewer slots than instances");
+            self.available = Arc::new(Semaphore::new(max));
+        }
+        self.max_queue = quotas.max_queue;
+        self
     }
 
     pub fn stats(&self) -> &Arc<ModelStats> {
@@ -144,9 +178,9 @@ impl InstancePool {
         let Ok(mut idle) = self.idle.lock() else {
             return Err(CoreError::internal("instance pool poisoned"));
         };
-        for instance in idle.iter_mut() {
+        for pooled in idle.iter_mut() {
             for _ in 0..times {
-                let results = execute_on(instance.as_mut(), batch.to_vec())
+                let results = execute_on(pooled.instance.as_mut(), batch.to_vec())
                     .ok_or_else(|| CoreError::internal("model instance failed during execution"))?;
                 check(results)?;
             }
@@ -157,6 +191,21 @@ impl InstancePool {
     /// Waits for an idle instance (counting the request as pending and its queue time meanwhile),
     /// then runs the batch on it.
     async fn execute_as(&self, batch: Vec<ExecRequest>, rows: usize, dispatch: Dispatch) -> BatchResults {
+        if let Some(max) = self.max_queue
+            && self.available.available_permits() == 0
+            && self.stats.pending() >= i64::try_from(max).unwrap_or(i64::MAX)
+        {
+            self.stats.usage.record_refusal(crate::stats::Quota::Queue);
+            return batch
+                .iter()
+                .map(|r| {
+                    let id = r.id.as_deref().filter(|id| !id.is_empty()).unwrap_or("<id_unknown>");
+                    Err(CoreError::unavailable(format!(
+                        "[request id: {id}] Exceeds maximum queue size (the model's max_queue_size quota is {max})"
+                    )))
+                })
+                .collect();
+        }
         let queued = Instant::now();
         let pending = PendingGuard::new(&self.stats);
         let permit = self.acquire().await;
@@ -230,8 +279,18 @@ impl InstancePool {
         batch: Vec<ExecRequest>,
         dispatch: Dispatch,
     ) -> CoreResult<(BatchResults, Duration, bool)> {
-        let instance = self.idle.lock().ok().and_then(|mut idle| idle.pop());
-        let Some(mut instance) = instance else {
+        let pooled = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let Some(pooled) = pooled else {
+            return Err(CoreError::internal("no idle model instance despite a free slot"));
+        };
+        let mut borrowed = Borrowed { pooled: Some(pooled), idle: Arc::clone(&self.idle) };
+        // Rate limiting: the instance waits for its resources (and goes back to the idle list
+        // if the caller leaves meanwhile, see `Borrowed`).
+        let held = match (&self.limiter, borrowed.pooled.as_ref().and_then(|p| p.claim.clone())) {
+            (Some(limiter), Some(claim)) => Some(limiter.acquire(&claim).await?),
+            _ => None,
+        };
+        let Some(instance) = borrowed.pooled.as_ref().map(|p| &p.instance) else {
             return Err(CoreError::internal("no idle model instance despite a free slot"));
         };
         let direct = instance.only_computes() && self.gate.open() && crate::infer::on_multi_thread_runtime();
@@ -243,25 +302,27 @@ impl InstancePool {
             && idle_for >= INLINE_AFTER_IDLE
             && instance.runs_inline()
             && crate::infer::on_multi_thread_runtime();
-        let idle = Arc::clone(&self.idle);
         let alive = Arc::clone(&self.alive);
         let available = Arc::clone(&self.available);
         // The work itself returns the instance and its slot, so a caller that goes away
         // mid-execution (client disconnect, BLS timeout) cannot lose the instance.
         let work = move || {
             let started = Instant::now();
-            let executed = execute_on(instance.as_mut(), batch);
+            let executed = match borrowed.pooled.as_mut() {
+                Some(pooled) => execute_on(pooled.instance.as_mut(), batch),
+                None => None,
+            };
             let took = started.elapsed();
+            drop(held);
             match executed {
                 Some(results) => {
-                    if let Ok(mut idle) = idle.lock() {
-                        idle.push(instance);
-                    }
+                    drop(borrowed);
                     drop(permit);
                     Some((results, took))
                 }
                 None => {
                     // The instance may be in an inconsistent state: retire it and its slot.
+                    drop(borrowed.pooled.take());
                     permit.forget();
                     tracing::error!("model instance panicked during execution and was retired");
                     if alive.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -281,6 +342,29 @@ impl InstancePool {
         match joined {
             Ok(Some((results, took))) => Ok((results, took, direct)),
             Ok(None) | Err(_) => Err(CoreError::internal("model instance failed during execution")),
+        }
+    }
+}
+
+/// An instance and the rate-limiter resources it needs to execute.
+struct Pooled {
+    instance: Box<dyn ModelInstance>,
+    claim: Option<Arc<Claim>>,
+}
+
+/// An instance taken from the idle list for one execution: it goes back when this is dropped,
+/// whether the execution ran or its caller left while it waited (for rate-limiter resources).
+struct Borrowed {
+    pooled: Option<Pooled>,
+    idle: Arc<Mutex<Vec<Pooled>>>,
+}
+
+impl Drop for Borrowed {
+    fn drop(&mut self) {
+        if let Some(pooled) = self.pooled.take()
+            && let Ok(mut idle) = self.idle.lock()
+        {
+            idle.push(pooled);
         }
     }
 }
@@ -483,5 +567,68 @@ mod tests {
         assert!(first[0].as_ref().is_err_and(|e| e.message.contains("failed during execution")));
         let second = pool.execute_as(vec![ExecRequest::default()], 1, Dispatch::Handed).await;
         assert!(second[0].as_ref().is_err_and(|e| e.message.contains("no model instance is left")));
+    }
+
+    fn gated_pool(instances: usize, target: usize, patience: Duration) -> (InstancePool, Arc<AtomicUsize>) {
+        let running = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let instances = (0..instances)
+            .map(|_| {
+                let instance = GatedInstance { running: running.clone(), peak: peak.clone(), target, patience };
+                Box::new(instance) as Box<dyn ModelInstance>
+            })
+            .collect();
+        (InstancePool::new(instances, Arc::default()), peak)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_concurrency_quota_caps_executions_below_the_instance_count() {
+        let (pool, peak) = gated_pool(4, 4, Duration::from_millis(100));
+        let quotas = super::super::Quotas { max_concurrent: Some(2), max_queue: None };
+        let pool = Arc::new(pool.with_quotas("m", quotas));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let pool = pool.clone();
+                tokio::spawn(async move { pool.execute_as(vec![ExecRequest::default()], 1, Dispatch::Handed).await })
+            })
+            .collect();
+        for task in tasks {
+            assert!(task.await.unwrap().iter().all(Result::is_ok), "a capped request waits, it is not refused");
+        }
+        assert_eq!(peak.load(Ordering::SeqCst), 2, "4 instances, at most 2 executing");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_queue_quota_refuses_what_would_wait_beyond_it() {
+        // One instance that holds its execution until the test lets it go (peak 2 never comes).
+        let (pool, _) = gated_pool(1, 2, Duration::from_millis(300));
+        let quotas = super::super::Quotas { max_concurrent: None, max_queue: Some(1) };
+        let pool = Arc::new(pool.with_quotas("m", quotas));
+        let call = |pool: Arc<InstancePool>| {
+            tokio::spawn(async move {
+                let request = ExecRequest { id: Some("r".into()), ..ExecRequest::default() };
+                pool.execute_as(vec![request], 1, Dispatch::Handed).await
+            })
+        };
+        let executing = call(pool.clone());
+        while pool.available.available_permits() > 0 {
+            tokio::task::yield_now().await;
+        }
+        let queued = call(pool.clone());
+        while pool.stats().pending() < 1 {
+            tokio::task::yield_now().await;
+        }
+        let refused = call(pool.clone()).await.unwrap();
+        let message = refused[0].as_ref().err().map(|e| (e.kind, e.message.clone()));
+        assert_eq!(
+            message,
+            Some((
+                crate::error::ErrorKind::Unavailable,
+                "[request id: r] Exceeds maximum queue size (the model's max_queue_size quota is 1)".to_string()
+            ))
+        );
+        assert_eq!(pool.stats().usage.refusals(crate::stats::Quota::Queue), 1);
+        assert!(executing.await.unwrap()[0].is_ok());
+        assert!(queued.await.unwrap()[0].is_ok(), "the one request within the quota waits and runs");
     }
 }

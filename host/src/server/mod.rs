@@ -28,6 +28,7 @@ use crate::limits::RequestBudget;
 use crate::metrics::{HostSampler, MetricsState};
 use crate::repository::{ControlMode, ModelManager, RepositoryOptions};
 use crate::restricted::Restrictions;
+use crate::scheduler::rate_limit::{RateLimiter, ResourceOverride};
 
 /// Where a front door listens. Port 0 picks a free port ([`ServerHandle`] reports it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +84,11 @@ pub struct ServerConfig {
     pub gpu_metrics_interval: Option<Duration>,
     /// Size of the response cache in bytes, for models that enable it.
     pub response_cache_bytes: Option<usize>,
+    /// Triton's rate limiter (`--rate-limit execution_count`) with the `--rate-limit-resource`
+    /// totals; `None` when off.
+    pub rate_limit: Option<Vec<ResourceOverride>>,
+    /// How many models load at once at startup (0: one per CPU).
+    pub model_load_threads: usize,
     /// libonnxruntime.so; `None` searches the usual places.
     pub onnxruntime_library: Option<PathBuf>,
     pub wasm: WasmOptions,
@@ -132,6 +138,8 @@ impl Default for ServerConfig {
             cpu_metrics_interval: None,
             gpu_metrics_interval: None,
             response_cache_bytes: None,
+            rate_limit: None,
+            model_load_threads: 0,
             onnxruntime_library: None,
             wasm: WasmOptions::default(),
             backends: Vec::new(),
@@ -233,6 +241,8 @@ impl Server {
                 control_mode: config.control_mode,
                 strict_config: config.strict_model_config,
                 response_cache: config.response_cache_bytes.map(|bytes| Arc::new(ResponseCache::new(bytes))),
+                rate_limiter: config.rate_limit.clone().map(RateLimiter::new),
+                load_threads: config.model_load_threads,
             },
             backends,
         ));
@@ -246,8 +256,13 @@ impl Server {
             }
         }
         let failures = manager.load_startup_models(&config.startup_models).await;
-        for (model, reason) in &failures {
-            tracing::error!(model = model.as_str(), "{reason}");
+        if !failures.is_empty() {
+            // Each reason was logged as it happened (repeats counted once): here, which models.
+            const NAMED: usize = 10;
+            let names: Vec<&str> = failures.iter().take(NAMED).map(|(m, _)| m.as_str()).collect();
+            let more = failures.len().saturating_sub(NAMED);
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            tracing::error!("{} model(s) failed to load: {}{more}", failures.len(), names.join(", "));
         }
         if !failures.is_empty() && config.exit_on_error {
             return Err(StartError::ModelLoad(failures));

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -21,7 +21,22 @@ pub(super) const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// default one stands in (so the server still starts) together with the reason, which every
 /// Wasm model load then reports.
 pub(super) fn build(options: &WasmOptions) -> (Engine, Linker<GuestState>, Option<String>) {
-    match build_engine(options.max_instances) {
+    let pooled = build_engine(Allocation::Pooling(options.max_instances));
+    let built = match pooled {
+        Ok(built) => Ok(built),
+        Err(e) => {
+            // Said once, here: the pool's address space reservation failed (too many instances
+            // for this machine's virtual memory or map count). Every model still loads, with
+            // instances allocated one by one (slower instantiation, same limits).
+            tracing::error!(
+                max_instances = options.max_instances,
+                "could not reserve the WebAssembly instance pool ({e}); allocating instances on demand instead \
+                 (lower --wasm-max-instances to get the pool back)"
+            );
+            build_engine(Allocation::OnDemand)
+        }
+    };
+    match built {
         Ok((engine, linker)) => {
             spawn_epoch_ticker(&engine);
             (engine, linker, None)
@@ -35,7 +50,29 @@ pub(super) fn build(options: &WasmOptions) -> (Engine, Linker<GuestState>, Optio
     }
 }
 
-fn build_engine(max_instances: u32) -> wasmtime::Result<(Engine, Linker<GuestState>)> {
+/// How the engine allocates instances: from a pool reserved up front for this many live
+/// instances (fast instantiation), or one by one.
+#[derive(Clone, Copy, Debug)]
+enum Allocation {
+    Pooling(u32),
+    OnDemand,
+}
+
+fn build_engine(allocation: Allocation) -> wasmtime::Result<(Engine, Linker<GuestState>)> {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    config.wasm_component_model(true);
+    if let Allocation::Pooling(max_instances) = allocation {
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool_config(max_instances)));
+    }
+    let engine = Engine::new(&config)?;
+    let mut linker = Linker::new(&engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    bindings::Model::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s)?;
+    Ok((engine, linker))
+}
+
+fn pool_config(max_instances: u32) -> PoolingAllocationConfig {
     let n = max_instances.max(1);
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(n)
@@ -50,15 +87,7 @@ fn build_engine(max_instances: u32) -> wasmtime::Result<(Engine, Linker<GuestSta
         .max_core_instance_size(16 << 20)
         .max_component_instance_size(4 << 20)
         .total_stacks(n);
-    let mut config = Config::new();
-    config.epoch_interruption(true);
-    config.wasm_component_model(true);
-    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    let engine = Engine::new(&config)?;
-    let mut linker = Linker::new(&engine);
-    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-    bindings::Model::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s)?;
-    Ok((engine, linker))
+    pool
 }
 
 /// Epoch interruption needs a clock: one thread ticks the engine until it is dropped.
@@ -76,38 +105,118 @@ fn spawn_epoch_ticker(engine: &Engine) {
         .ok();
 }
 
+/// A compiled, pre-instantiated component.
+pub(super) type Prepared = Arc<bindings::ModelPre<GuestState>>;
+
 /// Compiled, pre-instantiated components by [`cache_key`], shared by every instance and version
 /// (a reload of an unchanged model compiles nothing), backed by `<dir>/<key>.cwasm` files so a
 /// restart compiles nothing either.
+///
+/// With a cache directory, a component stays in memory only while a live instance uses it
+/// (about 150 KB of code and metadata for a small guest: 10,000 distinct guests kept resident
+/// would hold 1.5 GB); an instance rebuilt after eviction loads it back from its `.cwasm` file
+/// ([`Self::reload`], a fraction of a millisecond). Without one, components stay resident, since
+/// getting one back would mean compiling it again.
 pub(super) struct CompileCache {
     dir: Option<PathBuf>,
-    components: Mutex<HashMap<String, bindings::ModelPre<GuestState>>>,
+    components: Mutex<HashMap<String, Resident>>,
+    /// One lock per key being prepared: models loading in parallel with the same component
+    /// compile it once.
+    preparing: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+}
+
+enum Resident {
+    Kept(Prepared),
+    WhileUsed(Weak<bindings::ModelPre<GuestState>>),
 }
 
 impl CompileCache {
     pub(super) fn new(dir: Option<PathBuf>) -> Self {
-        Self { dir, components: Mutex::default() }
+        Self { dir, components: Mutex::default(), preparing: Mutex::default() }
     }
 
-    /// Compiles (or loads from the disk cache) and pre-instantiates a component.
+    /// Compiles (or loads from the disk cache) and pre-instantiates a component; returns it with
+    /// its cache key, which [`Self::reload`] takes.
     pub(super) fn prepare(
         &self,
         engine: &Engine,
         linker: &Linker<GuestState>,
         path: &Path,
-    ) -> CoreResult<bindings::ModelPre<GuestState>> {
+    ) -> CoreResult<(String, Prepared)> {
         let bytes = std::fs::read(path)
             .map_err(|e| CoreError::invalid_arg(format!("failed to read {}: {e}", path.display())))?;
         let key = cache_key(engine, &bytes);
-        if let Some(pre) = self.components.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        if let Some(pre) = self.resident(&key) {
+            return Ok((key, pre));
+        }
+        let gate = self.preparing.lock().map(|mut p| Arc::clone(p.entry(key.clone()).or_default())).ok();
+        let _preparing = gate.as_ref().map(|g| g.lock());
+        if let Some(pre) = self.resident(&key) {
+            return Ok((key, pre));
+        }
+        let prepared = self
+            .load_component(engine, &bytes, &key, path)
+            .and_then(|component| self.pre_instantiate(linker, &component, &key, path));
+        if let Ok(mut preparing) = self.preparing.lock() {
+            preparing.remove(&key);
+        }
+        Ok((key, prepared?))
+    }
+
+    /// The component `key` again (for an instance rebuilt after eviction): from memory if some
+    /// instance still uses it, else from the disk cache, else compiled from `path` again, which
+    /// must still hold the same bytes.
+    pub(super) fn reload(
+        &self,
+        engine: &Engine,
+        linker: &Linker<GuestState>,
+        key: &str,
+        path: &Path,
+    ) -> CoreResult<Prepared> {
+        if let Some(pre) = self.resident(key) {
             return Ok(pre);
         }
-        let component = self.load_component(engine, &bytes, &key, path)?;
-        let pre = linker.instantiate_pre(&component).and_then(bindings::ModelPre::new).map_err(|e| {
+        if let Some(file) = self.dir.as_ref().map(|d| d.join(format!("{key}.cwasm")))
+            && let Ok(component) = deserialize_cached(engine, &file)
+        {
+            return self.pre_instantiate(linker, &component, key, path);
+        }
+        let bytes = std::fs::read(path)
+            .map_err(|e| CoreError::unavailable(format!("failed to read {}: {e}", path.display())))?;
+        if cache_key(engine, &bytes) != key {
+            return Err(CoreError::unavailable(format!(
+                "{} changed since the model was loaded: load the model again",
+                path.display()
+            )));
+        }
+        let component = self.load_component(engine, &bytes, key, path)?;
+        self.pre_instantiate(linker, &component, key, path)
+    }
+
+    fn resident(&self, key: &str) -> Option<Prepared> {
+        match self.components.lock().ok()?.get(key)? {
+            Resident::Kept(pre) => Some(Arc::clone(pre)),
+            Resident::WhileUsed(weak) => weak.upgrade(),
+        }
+    }
+
+    fn pre_instantiate(
+        &self,
+        linker: &Linker<GuestState>,
+        component: &Component,
+        key: &str,
+        path: &Path,
+    ) -> CoreResult<Prepared> {
+        let pre = linker.instantiate_pre(component).and_then(bindings::ModelPre::new).map_err(|e| {
             CoreError::invalid_arg(format!("{} does not implement the tessera:model world: {e:#}", path.display()))
         })?;
+        let pre = Arc::new(pre);
         if let Ok(mut cache) = self.components.lock() {
-            cache.insert(key, pre.clone());
+            let entry = match self.dir {
+                Some(_) => Resident::WhileUsed(Arc::downgrade(&pre)),
+                None => Resident::Kept(Arc::clone(&pre)),
+            };
+            cache.insert(key.to_string(), entry);
         }
         Ok(pre)
     }
@@ -270,9 +379,19 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn a_pool_too_large_for_the_address_space_falls_back_to_on_demand_allocation() {
+        // 400,000 memories of 4 GiB: far past the 128 TiB a process can map.
+        let options = WasmOptions { cache_dir: None, max_instances: 100_000, idle_timeout: None };
+        assert!(build_engine(Allocation::Pooling(options.max_instances)).is_err(), "the pool cannot be reserved");
+        let (engine, linker, error) = build(&options);
+        assert_eq!(error, None, "the server still gets a working engine");
+        drop((engine, linker));
+    }
+
+    #[test]
     fn prepare_reports_unreadable_invalid_and_incomplete_components() {
         let tmp = TempDir::new("prepare");
-        let (engine, linker) = build_engine(1).expect("engine");
+        let (engine, linker) = build_engine(Allocation::Pooling(1)).expect("engine");
         let cache = CompileCache::new(None);
 
         let missing = tmp.0.join("missing.wasm");

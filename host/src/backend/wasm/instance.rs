@@ -2,60 +2,140 @@
 //! per batch, `finalize` on drop. A trap, or memory grown near the cap, replaces the store with a
 //! fresh one from the pre-instantiated component, so one bad batch never takes the model down.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use wasmtime::component::Resource;
+use wasmtime::component::{Linker, Resource};
 use wasmtime::{Engine, Store, Trap};
 
 use super::convert::kind_from_wit;
 use super::engine::EPOCH_TICK;
+use super::engine::{CompileCache, Prepared};
 use super::host::{GuestShared, GuestState, HostRequest, HostTensor, SharedResponder};
+use super::live::{LiveSet, Slot};
 use super::sandbox::{GuestLimiter, Sandbox};
 use super::{bindings, wit};
 use crate::backend::{ExecRequest, ModelInstance};
 use crate::error::{CoreError, CoreResult};
+use crate::stats::{ModelStats, Quota, TrapKind};
 use crate::tensor::Tensor;
 
-struct Live {
+/// A started guest: its store and the instantiated component (kept in memory while it lives).
+pub(super) struct Live {
     store: Store<GuestState>,
     model: bindings::Model,
+    _component: Prepared,
+}
+
+impl Live {
+    /// Runs the guest's `finalize` within `deadline` and drops the store.
+    pub(super) fn retire(mut self, model: &str, deadline: Duration) {
+        self.store.set_epoch_deadline(ticks_for(deadline));
+        if let Err(e) = self.model.call_finalize(&mut self.store) {
+            tracing::warn!(model, "finalize trapped: {e}");
+        }
+    }
 }
 
 pub(super) struct WasmInstance {
     engine: Engine,
-    pre: bindings::ModelPre<GuestState>,
+    component: ComponentSource,
     sandbox: Sandbox,
     shared: Arc<GuestShared>,
     args: wit::InitializeArgs,
     decoupled: bool,
-    /// `None` after a trap until the next request rebuilds it.
-    live: Option<Live>,
+    /// The store, when live; see [`LiveSet`].
+    slot: Arc<Slot>,
+    live_set: Arc<LiveSet>,
+    stats: Arc<ModelStats>,
+}
+
+/// How long a load waits for room in the live set when every live instance is executing (models
+/// loading in parallel with a small `--wasm-max-instances`).
+const LOAD_PATIENCE: Duration = Duration::from_secs(10);
+
+/// What the backend hands a new instance besides its sandbox and arguments.
+pub(super) struct InstanceParts {
+    pub(super) engine: Engine,
+    /// The component, prepared for the first start.
+    pub(super) pre: Prepared,
+    pub(super) component: ComponentSource,
+    pub(super) live_set: Arc<LiveSet>,
+    pub(super) stats: Arc<ModelStats>,
+}
+
+/// Where an instance gets its component back after eviction.
+pub(super) struct ComponentSource {
+    pub(super) cache: Arc<CompileCache>,
+    pub(super) linker: Arc<Linker<GuestState>>,
+    pub(super) key: String,
+    pub(super) path: PathBuf,
+}
+
+impl ComponentSource {
+    fn load(&self, engine: &Engine) -> CoreResult<Prepared> {
+        self.cache.reload(engine, &self.linker, &self.key, &self.path)
+    }
 }
 
 impl WasmInstance {
-    /// Creates the instance and starts it: a model whose `initialize` fails does not load.
+    /// Creates the instance and starts it: a model whose `initialize` fails does not load. The
+    /// store stays live until the live set needs its room.
     pub(super) fn start(
-        engine: Engine,
-        pre: bindings::ModelPre<GuestState>,
+        parts: InstanceParts,
         sandbox: Sandbox,
         shared: Arc<GuestShared>,
         args: wit::InitializeArgs,
         decoupled: bool,
     ) -> CoreResult<Self> {
-        let mut instance = Self { engine, pre, sandbox, shared, args, decoupled, live: None };
-        instance.restart()?;
+        let InstanceParts { engine, pre, component, live_set, stats } = parts;
+        let slot = Slot::new(shared.model_name.clone(), Arc::clone(&stats));
+        let instance = Self { engine, component, sandbox, shared, args, decoupled, slot, live_set, stats };
+        {
+            let mut guard = instance.slot.lock()?;
+            instance.ensure_live_with(&mut guard, Some(pre), LOAD_PATIENCE)?;
+        }
         Ok(instance)
     }
 
+    /// Gives the slot a store if it has none: room in the live set, then a fresh instance.
+    fn ensure_live(&self, guard: &mut Option<Live>) -> CoreResult<()> {
+        self.ensure_live_with(guard, None, Duration::ZERO)
+    }
+
+    fn ensure_live_with(&self, guard: &mut Option<Live>, pre: Option<Prepared>, patience: Duration) -> CoreResult<()> {
+        self.live_set.touch(&self.slot);
+        if guard.is_some() {
+            return Ok(());
+        }
+        self.live_set.admit(&self.slot, patience)?;
+        let built = match pre {
+            Some(pre) => Ok(pre),
+            None => self.component.load(&self.engine),
+        }
+        .and_then(|pre| self.build(pre));
+        match built {
+            Ok(live) => {
+                self.slot.put(guard, live);
+                Ok(())
+            }
+            Err(e) => {
+                self.live_set.leave(&self.slot);
+                Err(e)
+            }
+        }
+    }
+
     /// Instantiates the component in a fresh store and runs `initialize`.
-    fn restart(&mut self) -> CoreResult<()> {
+    fn build(&self, component: Prepared) -> CoreResult<Live> {
         let state =
             GuestState::new(self.sandbox.wasi()?, GuestLimiter::new(self.sandbox.max_memory), Arc::clone(&self.shared));
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
-        store.set_epoch_deadline(deadline_ticks(&self.sandbox));
+        store.set_epoch_deadline(ticks_for(self.sandbox.max_execute));
         store.epoch_deadline_trap();
-        let model = self.pre.instantiate(&mut store).map_err(|e| {
+        let model = component.instantiate(&mut store).map_err(|e| {
             CoreError::unavailable(format!(
                 "failed to instantiate WebAssembly model '{}': {e:#}",
                 self.shared.model_name
@@ -71,20 +151,39 @@ impl WasmInstance {
                 ));
             }
             Err(trap) => {
+                self.stats.usage.record_trap(trap_kind(&trap));
                 let log = &store.data().last_log;
                 return Err(trap_error(&self.shared.model_name, "initialize", &trap, &self.sandbox, log));
             }
         }
-        self.live = Some(Live { store, model });
-        Ok(())
+        self.slot.set_memory(store.data().limits.peak());
+        Ok(Live { store, model, _component: component })
     }
 
     fn run(&mut self, batch: Vec<ExecRequest>) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
-        if self.live.is_none() {
-            self.restart()?;
+        if let Some(budget) = self.sandbox.max_cpu_per_second
+            && !self.stats.usage.cpu_budget_left(budget)
+        {
+            self.stats.usage.record_refusal(Quota::Cpu);
+            return Err(CoreError::unavailable(format!(
+                "model '{}' has used its CPU quota of {} ms per second (max_cpu_ms_per_second); try again later",
+                self.shared.model_name,
+                budget.as_millis()
+            )));
         }
-        let ticks = deadline_ticks(&self.sandbox);
-        let Some(live) = self.live.as_mut() else {
+        let slot = Arc::clone(&self.slot);
+        let mut guard = slot.lock()?;
+        self.ensure_live(&mut guard)?;
+        let cpu_before = thread_cpu_time();
+        let outcome = self.call(&mut guard, batch);
+        let used = thread_cpu_time().saturating_sub(cpu_before);
+        self.stats.usage.charge_cpu(used, self.sandbox.max_cpu_per_second);
+        outcome
+    }
+
+    fn call(&self, guard: &mut Option<Live>, batch: Vec<ExecRequest>) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
+        let ticks = ticks_for(self.sandbox.max_execute);
+        let Some(live) = guard.as_mut() else {
             return Err(CoreError::internal("instance is not running"));
         };
         let count = batch.len();
@@ -119,28 +218,33 @@ impl WasmInstance {
         let results = match called {
             Ok(results) => results,
             Err(trap) => {
+                self.stats.usage.record_trap(trap_kind(&trap));
                 let log = &live.store.data().last_log;
                 let error = trap_error(&self.shared.model_name, "execute", &trap, &self.sandbox, log);
-                // A trapped instance can never be entered again: drop it, rebuild on the next request
-                // (or now, so the next request does not pay for it).
-                self.live = None;
-                self.restart_or_warn();
+                // A trapped instance can never be entered again: drop it and rebuild it now, so
+                // the next request does not pay for it.
+                drop(self.slot.take(guard));
+                self.restart_or_warn(guard);
                 return Err(error);
             }
         };
-        let high_water = near_memory_limit(live.store.data().limits.peak(), self.sandbox.max_memory);
-        let results = self.collect(results, count);
-        if high_water {
+        let peak = live.store.data().limits.peak();
+        self.slot.set_memory(peak);
+        let results = self.collect(live, results, count);
+        if results.is_err() {
+            self.stats.usage.record_trap(TrapKind::Fault);
+        }
+        if near_memory_limit(peak, self.sandbox.max_memory) {
             tracing::info!(model = self.shared.model_name.as_str(), "recycling a guest instance near its memory limit");
-            self.live = None;
-            self.restart_or_warn();
+            drop(self.slot.take(guard));
+            self.restart_or_warn(guard);
         }
         results
     }
 
     /// Rebuilds the instance now; if that fails, the next request tries again (and reports it).
-    fn restart_or_warn(&mut self) {
-        if let Err(e) = self.restart() {
+    fn restart_or_warn(&self, guard: &mut Option<Live>) {
+        if let Err(e) = self.ensure_live(guard) {
             tracing::warn!(
                 model = self.shared.model_name.as_str(),
                 "could not restart the instance yet: {}",
@@ -151,13 +255,11 @@ impl WasmInstance {
 
     /// Turns `execute`'s return value into per-request results, taking tensors out of the table.
     fn collect(
-        &mut self,
+        &self,
+        live: &mut Live,
         results: Vec<Result<Vec<Resource<HostTensor>>, wit::Error>>,
         count: usize,
     ) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
-        let Some(live) = self.live.as_mut() else {
-            return Err(CoreError::internal("instance is not running"));
-        };
         let table = &mut live.store.data_mut().table;
         if self.decoupled {
             if !results.is_empty() {
@@ -201,10 +303,23 @@ impl WasmInstance {
     }
 }
 
-/// Epoch ticks for one call: `max_execute_ms` rounded down to whole ticks (at least one), plus
-/// one because the tick in progress when the call starts may be almost over.
-fn deadline_ticks(sandbox: &Sandbox) -> u64 {
-    (sandbox.max_execute.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
+/// Epoch ticks for a call that may take `limit`: rounded down to whole ticks (at least one),
+/// plus one because the tick in progress when the call starts may be almost over.
+fn ticks_for(limit: Duration) -> u64 {
+    (limit.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
+}
+
+/// The calling thread's CPU time: what an execution costs, without the time it spent waiting
+/// (on a BLS call, or preempted).
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID needs nothing else.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(u64::try_from(ts.tv_sec).unwrap_or(0), u32::try_from(ts.tv_nsec).unwrap_or(0))
 }
 
 /// Past three quarters of its cap, an instance is recycled between calls rather than left to trap
@@ -231,13 +346,22 @@ impl ModelInstance for WasmInstance {
 
 impl Drop for WasmInstance {
     fn drop(&mut self) {
-        let ticks = deadline_ticks(&self.sandbox);
-        if let Some(live) = self.live.as_mut() {
-            live.store.set_epoch_deadline(ticks);
-            if let Err(e) = live.model.call_finalize(&mut live.store) {
-                tracing::warn!(model = self.shared.model_name.as_str(), "finalize trapped: {e}");
-            }
+        if let Ok(mut guard) = self.slot.lock()
+            && let Some(live) = self.slot.take(&mut guard)
+        {
+            live.retire(&self.shared.model_name, self.sandbox.max_execute);
         }
+        self.live_set.leave(&self.slot);
+    }
+}
+
+/// Which kind of trap `error` is, for the per-model trap counters.
+pub(super) fn trap_kind(error: &wasmtime::Error) -> TrapKind {
+    match error.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => TrapKind::Timeout,
+        Some(Trap::AllocationTooLarge) => TrapKind::Memory,
+        _ if format!("{error:#}").contains("grow") => TrapKind::Memory,
+        _ => TrapKind::Fault,
     }
 }
 
@@ -327,9 +451,9 @@ mod tests {
 
     #[test]
     fn deadlines_round_down_to_ticks_plus_one() {
-        assert_eq!(deadline_ticks(&sandbox(&[("max_execute_ms", "1")])), 2, "at least one whole tick");
-        assert_eq!(deadline_ticks(&sandbox(&[("max_execute_ms", "12")])), 3);
-        assert_eq!(deadline_ticks(&sandbox(&[])), 10_000 / 5 + 1);
+        assert_eq!(ticks_for(sandbox(&[("max_execute_ms", "1")]).max_execute), 2, "at least one whole tick");
+        assert_eq!(ticks_for(sandbox(&[("max_execute_ms", "12")]).max_execute), 3);
+        assert_eq!(ticks_for(sandbox(&[]).max_execute), 10_000 / 5 + 1);
     }
 
     #[test]

@@ -26,6 +26,7 @@ mod convert;
 mod engine;
 mod host;
 mod instance;
+mod live;
 mod sandbox;
 
 use std::path::{Path, PathBuf};
@@ -40,7 +41,8 @@ use crate::error::{CoreError, CoreResult};
 use crate::infer::Infer;
 use engine::CompileCache;
 use host::{GuestShared, GuestState};
-use instance::WasmInstance;
+use instance::{ComponentSource, InstanceParts, WasmInstance};
+use live::LiveSet;
 use sandbox::Sandbox;
 
 mod bindings {
@@ -65,13 +67,16 @@ use bindings::tessera::model::{host as wit_host, types as wit};
 pub struct WasmOptions {
     /// Where compiled components are cached (keyed by content hash and engine settings).
     pub cache_dir: Option<PathBuf>,
-    /// Upper bound on live guest instances (sizes the pooling allocator).
+    /// Upper bound on live guest instances (sizes the pooling allocator); past it the least
+    /// recently used idle instance is evicted (see `live`).
     pub max_instances: u32,
+    /// Instances unused this long are evicted; `None` keeps them until their room is needed.
+    pub idle_timeout: Option<std::time::Duration>,
 }
 
 impl Default for WasmOptions {
     fn default() -> Self {
-        Self { cache_dir: default_cache_dir(), max_instances: 200 }
+        Self { cache_dir: default_cache_dir(), max_instances: 1000, idle_timeout: None }
     }
 }
 
@@ -84,9 +89,11 @@ fn default_cache_dir() -> Option<PathBuf> {
 
 pub struct WasmBackend {
     engine: Engine,
-    linker: Linker<GuestState>,
+    linker: Arc<Linker<GuestState>>,
     /// Compiled components, shared by every instance and version.
-    components: CompileCache,
+    components: Arc<CompileCache>,
+    /// Which instances hold a store (and a pooling-allocator slot) now.
+    live_set: Arc<LiveSet>,
     /// Set once the model manager exists: BLS calls go through it.
     infer: OnceLock<Weak<dyn Infer>>,
     runtime: Option<tokio::runtime::Handle>,
@@ -99,8 +106,9 @@ impl WasmBackend {
         let (engine, linker, engine_error) = engine::build(&options);
         Self {
             engine,
-            linker,
-            components: CompileCache::new(options.cache_dir),
+            linker: Arc::new(linker),
+            components: Arc::new(CompileCache::new(options.cache_dir)),
+            live_set: LiveSet::new(options.max_instances, options.idle_timeout),
             infer: OnceLock::new(),
             runtime: tokio::runtime::Handle::try_current().ok(),
             engine_error,
@@ -142,7 +150,7 @@ impl Backend for WasmBackend {
         if let Some(e) = &self.engine_error {
             return Err(CoreError::unavailable(format!("WebAssembly engine unavailable: {e}")));
         }
-        let pre = self.components.prepare(&self.engine, &self.linker, ctx.model_path)?;
+        let (key, pre) = self.components.prepare(&self.engine, &self.linker, ctx.model_path)?;
         let sandbox = Sandbox::from_config(ctx.config, ctx.version_dir)?;
         let shared = Arc::new(GuestShared {
             model_name: ctx.config.name.clone(),
@@ -161,7 +169,19 @@ impl Backend for WasmBackend {
             model_instance_device_id: ctx.device.id().to_string(),
         };
         let decoupled = ctx.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
-        let instance = WasmInstance::start(self.engine.clone(), pre, sandbox, shared, args, decoupled)?;
+        let parts = InstanceParts {
+            engine: self.engine.clone(),
+            pre,
+            component: ComponentSource {
+                cache: Arc::clone(&self.components),
+                linker: Arc::clone(&self.linker),
+                key,
+                path: ctx.model_path.to_path_buf(),
+            },
+            live_set: Arc::clone(&self.live_set),
+            stats: Arc::clone(ctx.stats),
+        };
+        let instance = WasmInstance::start(parts, sandbox, shared, args, decoupled)?;
         Ok(Box::new(instance))
     }
 }
@@ -174,7 +194,7 @@ mod tests {
     use crate::infer::{InferFuture, InferRequest, InferResponse, ResponseStream};
 
     fn backend() -> WasmBackend {
-        WasmBackend::new(WasmOptions { cache_dir: None, max_instances: 1 })
+        WasmBackend::new(WasmOptions { cache_dir: None, max_instances: 1, idle_timeout: None })
     }
 
     fn create(backend: &WasmBackend, dir: &Path) -> CoreResult<Box<dyn ModelInstance>> {
@@ -189,6 +209,7 @@ mod tests {
             version: 1,
             instance_name: "guest_0".into(),
             device: Default::default(),
+            stats: &Arc::default(),
         };
         backend.create_instance(&ctx)
     }

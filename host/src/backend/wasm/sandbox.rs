@@ -21,6 +21,8 @@ const MAX_MEMORY_CAP: usize = 4 << 30;
 pub(super) struct Sandbox {
     pub(super) max_memory: usize,
     pub(super) max_execute: Duration,
+    /// `max_cpu_ms_per_second`: the CPU time the model's executions may use per second.
+    pub(super) max_cpu_per_second: Option<Duration>,
     pub(super) allowed_models: AllowList,
     read_only_dir: Option<PathBuf>,
     clocks: bool,
@@ -83,9 +85,14 @@ impl Sandbox {
                 return Err(CoreError::invalid_arg(format!("parameter 'clocks' must be true or false, got '{other}'")));
             }
         };
+        let max_cpu_per_second = match param("max_cpu_ms_per_second") {
+            None => None,
+            Some(_) => Some(Duration::from_millis(number("max_cpu_ms_per_second", 0)?)),
+        };
         Ok(Self {
             max_memory,
             max_execute: Duration::from_millis(number("max_execute_ms", DEFAULT_MAX_EXECUTE_MS)?),
+            max_cpu_per_second,
             allowed_models,
             read_only_dir,
             clocks,
