@@ -184,8 +184,9 @@ def test_rate_limit_resource_too_small_fails_the_load_with_the_reason(server_fac
                                              "--rate-limit", "execution_count", "--rate-limit-resource", "R:0"])
     entries = {e["name"]: e for e in repository_index(srv)}
     assert entries["slow_a"]["state"] == "UNAVAILABLE"
-    assert "rate limiter resource 'R' is limited to 0 by --rate-limit-resource, but an instance needs 1" \
-        in entries["slow_a"]["reason"], entries["slow_a"]
+    # Triton's message (qa/L0_rate_limiter).
+    assert ('Resource count for "R" is limited to 0 which will prevent scheduling of one or more model instances, '
+            "the minimum required count is 1") in entries["slow_a"]["reason"], entries["slow_a"]
 
 
 # ---------------------------------------------------------------------------------------------

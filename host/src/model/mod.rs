@@ -69,7 +69,11 @@ fn place_instances(config: &mut ModelConfig, backend: &dyn Backend) -> CoreResul
 
 /// What an instance of `group` on `device` needs from the rate limiter (CPU instances count as
 /// device 0, see `scheduler::rate_limit`).
-fn rate_limit_claim(limiter: &RateLimiter, group: &InstanceGroup, device: InstanceDevice) -> CoreResult<Arc<Claim>> {
+fn rate_limit_claim(
+    limiter: &Arc<RateLimiter>,
+    group: &InstanceGroup,
+    device: InstanceDevice,
+) -> CoreResult<Arc<Claim>> {
     let (resources, priority) = match &group.rate_limiter {
         Some(r) => (r.resources.iter().map(|x| (x.name.clone(), u64::from(x.count), x.global)).collect(), r.priority),
         None => (Vec::new(), 0),

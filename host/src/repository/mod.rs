@@ -93,6 +93,8 @@ pub struct ModelManager {
     /// The last load failure logged (with the model's name taken out) and how many loads since
     /// failed the same way: 10,000 models failing for one reason log it once, not 10,000 times.
     last_failure: std::sync::Mutex<(String, usize)>,
+    /// Whether repeated failures are counted rather than logged (during the startup loads).
+    dedupe_failures: std::sync::atomic::AtomicBool,
 }
 
 impl ModelManager {
@@ -103,6 +105,7 @@ impl ModelManager {
             models: RwLock::default(),
             control: tokio::sync::Mutex::new(()),
             last_failure: std::sync::Mutex::default(),
+            dedupe_failures: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -117,15 +120,20 @@ impl ModelManager {
             ControlMode::Explicit if !explicit.iter().any(|n| n == "*") => explicit.to_vec(),
             _ => self.scan().into_keys().collect(),
         };
+        let mut failures = Vec::new();
+        let (names, invalid): (Vec<String>, Vec<String>) = names.into_iter().partition(|n| valid_name(n));
+        for name in invalid {
+            failures.push((name.clone(), format!("invalid model name '{name}'")));
+        }
         // Models that are not ensembles load in parallel (as Triton's model load threads do);
         // ensembles after them, one by one, each after the composing models it needs.
         let (ensembles, plain): (Vec<String>, Vec<String>) =
             names.into_iter().partition(|name| self.locate(name).is_ok_and(|dir| mentions_ensemble(&dir)));
+        self.dedupe_failures.store(true, std::sync::atomic::Ordering::Relaxed);
         let threads = match self.options.load_threads {
             0 => std::thread::available_parallelism().map_or(1, usize::from),
             n => n,
         };
-        let mut failures = Vec::new();
         {
             use futures_util::StreamExt;
             let _guard = self.control.lock().await;
@@ -200,7 +208,7 @@ impl ModelManager {
     /// Loads (or reloads) a model with every version its policy selects. `config_override` is
     /// the load endpoint's JSON `config` parameter, used instead of config.pbtxt.
     pub async fn load(self: &Arc<Self>, name: &str, config_override: Option<String>) -> CoreResult<()> {
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        if !valid_name(name) {
             return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
         }
         let _guard = self.control.lock().await;
@@ -222,7 +230,7 @@ impl ModelManager {
         config: Option<String>,
         files: Vec<(String, Vec<u8>)>,
     ) -> CoreResult<()> {
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        if !valid_name(name) {
             return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
         }
         let poll_failed =
@@ -318,7 +326,11 @@ impl ModelManager {
     /// Logs a load failure, unless the previous one failed the same way: those are counted, and
     /// the count is logged with the next different failure or [`Self::flush_failures`].
     fn log_failure(&self, name: &str, message: &str) {
-        let reason = message.replace(&format!("'{name}'"), "'<model>'");
+        if !self.dedupe_failures.load(std::sync::atomic::Ordering::Relaxed) {
+            tracing::error!(model = name, "failed to load model: {message}");
+            return;
+        }
+        let reason = message.replace(&format!("'{name}'"), "'<model>'").replace(&format!("/{name}/"), "/<model>/");
         let Ok(mut last) = self.last_failure.lock() else { return };
         if last.0 == reason {
             last.1 += 1;
@@ -336,8 +348,9 @@ impl ModelManager {
         }
     }
 
-    /// Logs how many loads repeated the last failure (once a batch of loads is done).
+    /// Logs how many startup loads repeated the last failure, and stops counting repeats.
     fn flush_failures(&self) {
+        self.dedupe_failures.store(false, std::sync::atomic::Ordering::Relaxed);
         if let Ok(mut last) = self.last_failure.lock() {
             Self::log_repeats(&last);
             *last = Default::default();
@@ -385,7 +398,7 @@ impl ModelManager {
     ) -> CoreResult<()> {
         let mut config = config;
         let name = config.name.clone();
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        if !valid_name(&name) {
             return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
         }
         if version < 1 {
@@ -719,6 +732,11 @@ fn file_reference(config: &ModelConfig) -> Option<&'static str> {
         return Some("initial_state data_file");
     }
     None
+}
+
+/// A name that can be a model directory's: not empty, no `/`, not `.` or `..`.
+fn valid_name(name: &str) -> bool {
+    !(name.is_empty() || name.contains('/') || name == "." || name == "..")
 }
 
 /// Whether a model directory's config.pbtxt mentions an ensemble (a cheap test that sends every

@@ -27,6 +27,9 @@ pub struct InstancePool {
     /// Instances not retired after a panic; at zero the semaphore is closed so that waiting and
     /// later requests fail instead of waiting forever.
     alive: Arc<AtomicUsize>,
+    /// Permits in all: the instance count, or fewer under `max_concurrent_executions`; never
+    /// more than `alive`.
+    slots: Arc<AtomicUsize>,
     stats: Arc<ModelStats>,
     /// When the last execution ended, in µs since `epoch`: how [`Dispatch::Caller`] tells a
     /// lone request from one arriving under load.
@@ -104,13 +107,15 @@ const INLINE_AFTER_IDLE: Duration = Duration::from_micros(100);
 impl InstancePool {
     pub fn new(instances: Vec<Box<dyn ModelInstance>>, stats: Arc<ModelStats>) -> Self {
         let available = Arc::new(Semaphore::new(instances.len()));
-        let alive = Arc::new(AtomicUsize::new(instances.len()));
+        let instances_count = instances.len();
+        let alive = Arc::new(AtomicUsize::new(instances_count));
         let idle =
             Arc::new(Mutex::new(instances.into_iter().map(|instance| Pooled { instance, claim: None }).collect()));
         Self {
             idle,
             limiter: None,
             available,
+            slots: Arc::new(AtomicUsize::new(instances_count)),
             alive,
             stats,
             epoch: Instant::now(),
@@ -141,6 +146,7 @@ impl InstancePool {
         {
             tracing::info!(model, instances, max, "max_concurrent_executions: fewer slots than instances");
             self.available = Arc::new(Semaphore::new(max));
+            self.slots.store(max, Ordering::SeqCst);
         }
         self.max_queue = quotas.max_queue;
         self
@@ -303,6 +309,7 @@ impl InstancePool {
             && instance.runs_inline()
             && crate::infer::on_multi_thread_runtime();
         let alive = Arc::clone(&self.alive);
+        let slots = Arc::clone(&self.slots);
         let available = Arc::clone(&self.available);
         // The work itself returns the instance and its slot, so a caller that goes away
         // mid-execution (client disconnect, BLS timeout) cannot lose the instance.
@@ -323,9 +330,16 @@ impl InstancePool {
                 None => {
                     // The instance may be in an inconsistent state: retire it and its slot.
                     drop(borrowed.pooled.take());
-                    permit.forget();
                     tracing::error!("model instance panicked during execution and was retired");
-                    if alive.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    let left = alive.fetch_sub(1, Ordering::SeqCst).saturating_sub(1);
+                    // Fewer instances than permits now: this permit goes with the instance.
+                    if left < slots.load(Ordering::SeqCst) {
+                        slots.fetch_sub(1, Ordering::SeqCst);
+                        permit.forget();
+                    } else {
+                        drop(permit);
+                    }
+                    if left == 0 {
                         available.close();
                     }
                     None
@@ -504,16 +518,8 @@ mod tests {
     }
 
     async fn peak_concurrency(instances: usize, requests: usize, target: usize, patience_ms: u64) -> usize {
-        let patience = Duration::from_millis(patience_ms);
-        let running = Arc::new(AtomicUsize::new(0));
-        let peak = Arc::new(AtomicUsize::new(0));
-        let instances = (0..instances)
-            .map(|_| {
-                let instance = GatedInstance { running: running.clone(), peak: peak.clone(), target, patience };
-                Box::new(instance) as Box<dyn ModelInstance>
-            })
-            .collect();
-        let pool = Arc::new(InstancePool::new(instances, Arc::default()));
+        let (pool, peak) = gated_pool(instances, target, Duration::from_millis(patience_ms));
+        let pool = Arc::new(pool);
         let tasks: Vec<_> = (0..requests)
             .map(|_| {
                 let pool = pool.clone();
@@ -567,6 +573,25 @@ mod tests {
         assert!(first[0].as_ref().is_err_and(|e| e.message.contains("failed during execution")));
         let second = pool.execute_as(vec![ExecRequest::default()], 1, Dispatch::Handed).await;
         assert!(second[0].as_ref().is_err_and(|e| e.message.contains("no model instance is left")));
+    }
+
+    #[tokio::test]
+    async fn with_a_concurrency_quota_panics_retire_instances_and_then_fail_cleanly() {
+        let instances: Vec<Box<dyn ModelInstance>> = (0..3).map(|_| Box::new(PanickingInstance) as _).collect();
+        let quotas = super::super::Quotas { max_concurrent: Some(1), max_queue: None };
+        let pool = InstancePool::new(instances, Arc::default()).with_quotas("m", quotas);
+        for _ in 0..3 {
+            let r = pool.execute_as(vec![ExecRequest::default()], 1, Dispatch::Handed).await;
+            assert!(r[0].as_ref().is_err_and(|e| e.message.contains("failed during execution")), "{r:?}");
+        }
+        // Three instances, one permit: the permit outlived the first two panics, not the third.
+        let after = tokio::time::timeout(
+            Duration::from_secs(5),
+            pool.execute_as(vec![ExecRequest::default()], 1, Dispatch::Handed),
+        )
+        .await
+        .expect("a request after every instance panicked must fail, not wait");
+        assert!(after[0].as_ref().is_err_and(|e| e.message.contains("no model instance is left")));
     }
 
     fn gated_pool(instances: usize, target: usize, patience: Duration) -> (InstancePool, Arc<AtomicUsize>) {

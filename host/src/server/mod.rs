@@ -204,9 +204,15 @@ pub enum StartError {
     Config(String),
 }
 
-/// The models that failed; each failure's reason was already logged as it happened.
+/// The models that failed (the first ten, and how many more); each failure's reason was already
+/// logged as it happened.
 fn names(failed: &[(String, String)]) -> String {
-    failed.iter().map(|(model, _)| model.as_str()).collect::<Vec<_>>().join(", ")
+    const NAMED: usize = 10;
+    let mut names = failed.iter().take(NAMED).map(|(model, _)| model.as_str()).collect::<Vec<_>>().join(", ");
+    if failed.len() > NAMED {
+        names.push_str(&format!(" and {} more", failed.len() - NAMED));
+    }
+    names
 }
 
 /// Starts servers from a [`ServerConfig`].
@@ -258,11 +264,7 @@ impl Server {
         let failures = manager.load_startup_models(&config.startup_models).await;
         if !failures.is_empty() {
             // Each reason was logged as it happened (repeats counted once): here, which models.
-            const NAMED: usize = 10;
-            let names: Vec<&str> = failures.iter().take(NAMED).map(|(m, _)| m.as_str()).collect();
-            let more = failures.len().saturating_sub(NAMED);
-            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
-            tracing::error!("{} model(s) failed to load: {}{more}", failures.len(), names.join(", "));
+            tracing::error!("{} model(s) failed to load: {}", failures.len(), names(&failures));
         }
         if !failures.is_empty() && config.exit_on_error {
             return Err(StartError::ModelLoad(failures));

@@ -149,18 +149,30 @@ impl CompileCache {
         if let Some(pre) = self.resident(&key) {
             return Ok((key, pre));
         }
-        let gate = self.preparing.lock().map(|mut p| Arc::clone(p.entry(key.clone()).or_default())).ok();
-        let _preparing = gate.as_ref().map(|g| g.lock());
-        if let Some(pre) = self.resident(&key) {
-            return Ok((key, pre));
-        }
-        let prepared = self
-            .load_component(engine, &bytes, &key, path)
-            .and_then(|component| self.pre_instantiate(linker, &component, &key, path));
-        if let Ok(mut preparing) = self.preparing.lock() {
-            preparing.remove(&key);
-        }
+        let prepared = self.one_at_a_time(&key, || {
+            if let Some(pre) = self.resident(&key) {
+                return Ok(pre);
+            }
+            let component = self.load_component(engine, &bytes, &key, path)?;
+            self.pre_instantiate(linker, &component, &key, path)
+        });
         Ok((key, prepared?))
+    }
+
+    /// Runs `f` (which loads component `key`) with no other load of that key running.
+    fn one_at_a_time<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
+        let gate = self.preparing.lock().map(|mut p| Arc::clone(p.entry(key.to_string()).or_default())).ok();
+        let result = {
+            let _preparing = gate.as_ref().map(|g| g.lock());
+            f()
+        };
+        // The last one through removes the gate (the map holds one reference, this call one).
+        if let (Some(gate), Ok(mut preparing)) = (gate, self.preparing.lock())
+            && Arc::strong_count(&gate) == 2
+        {
+            preparing.remove(key);
+        }
+        result
     }
 
     /// The component `key` again (for an instance rebuilt after eviction): from memory if some
@@ -176,21 +188,26 @@ impl CompileCache {
         if let Some(pre) = self.resident(key) {
             return Ok(pre);
         }
-        if let Some(file) = self.dir.as_ref().map(|d| d.join(format!("{key}.cwasm")))
-            && let Ok(component) = deserialize_cached(engine, &file)
-        {
-            return self.pre_instantiate(linker, &component, key, path);
-        }
-        let bytes = std::fs::read(path)
-            .map_err(|e| CoreError::unavailable(format!("failed to read {}: {e}", path.display())))?;
-        if cache_key(engine, &bytes) != key {
-            return Err(CoreError::unavailable(format!(
-                "{} changed since the model was loaded: load the model again",
-                path.display()
-            )));
-        }
-        let component = self.load_component(engine, &bytes, key, path)?;
-        self.pre_instantiate(linker, &component, key, path)
+        self.one_at_a_time(key, || {
+            if let Some(pre) = self.resident(key) {
+                return Ok(pre);
+            }
+            if let Some(file) = self.dir.as_ref().map(|d| d.join(format!("{key}.cwasm")))
+                && let Ok(component) = deserialize_cached(engine, &file)
+            {
+                return self.pre_instantiate(linker, &component, key, path);
+            }
+            let bytes = std::fs::read(path)
+                .map_err(|e| CoreError::unavailable(format!("failed to read {}: {e}", path.display())))?;
+            if cache_key(engine, &bytes) != key {
+                return Err(CoreError::unavailable(format!(
+                    "{} changed since the model was loaded: load the model again",
+                    path.display()
+                )));
+            }
+            let component = self.load_component(engine, &bytes, key, path)?;
+            self.pre_instantiate(linker, &component, key, path)
+        })
     }
 
     fn resident(&self, key: &str) -> Option<Prepared> {
@@ -275,8 +292,10 @@ fn deserialize_cached(engine: &Engine, file: &Path) -> wasmtime::Result<Componen
 fn write_atomically(file: &Path, data: &[u8]) -> Result<(), String> {
     let dir = file.parent().ok_or("cache path has no directory")?;
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("entry");
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.tmp{}-{n}", std::process::id()));
     std::fs::write(&tmp, data).map_err(|e| e.to_string())?;
     std::fs::rename(&tmp, file).map_err(|e| e.to_string())
 }

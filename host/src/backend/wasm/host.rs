@@ -13,7 +13,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bls::{HostPendingInfer, HostResponseStream};
 use super::convert::{datatype_from_wit, datatype_to_wit, kind_from_wit, params_to_wit, wit_error};
 use super::sandbox::{AllowList, GuestLimiter};
-use super::{wit, wit_host};
+use super::{thread_cpu_time, wit, wit_host};
 use crate::backend::{RawResponse, Responder};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{Infer, Parameters};
@@ -62,6 +62,9 @@ pub struct GuestState {
     pub(super) calls_in_flight: Arc<AtomicUsize>,
     /// Woken whenever one of this store's `infer-async` calls finishes.
     pub(super) bls_done: Arc<tokio::sync::Notify>,
+    /// CPU time this thread spent running the models this guest called (a BLS callee that runs
+    /// inline runs on the caller's thread) during the current `execute`: not the guest's own.
+    pub(super) bls_cpu: Duration,
 }
 
 /// How many of the guest's last log lines a trap message can quote from.
@@ -78,6 +81,7 @@ impl GuestState {
             call_responders: Vec::new(),
             calls_in_flight: Arc::default(),
             bls_done: Arc::default(),
+            bls_cpu: Duration::ZERO,
         }
     }
 
@@ -291,7 +295,10 @@ impl wit_host::Host for GuestState {
             Ok(call) => call,
             Err(e) => return Ok(Err(e)),
         };
-        match Self::bls(call, |infer, request| async move { infer.infer(request).await }) {
+        let started = thread_cpu_time();
+        let called = Self::bls(call, |infer, request| async move { infer.infer(request).await });
+        self.bls_cpu += thread_cpu_time().saturating_sub(started);
+        match called {
             Ok(response) => Ok(Ok(self.new_tensors(response.outputs)?)),
             Err(e) => Ok(Err(e)),
         }
@@ -327,7 +334,10 @@ impl wit_host::Host for GuestState {
             Ok(call) => call,
             Err(e) => return Ok(Err(e)),
         };
-        match Self::bls(call, |infer, request| async move { infer.infer_stream(request).await }) {
+        let started = thread_cpu_time();
+        let called = Self::bls(call, |infer, request| async move { infer.infer_stream(request).await });
+        self.bls_cpu += thread_cpu_time().saturating_sub(started);
+        match called {
             Ok(stream) => Ok(Ok(self.table.push(HostResponseStream(stream)).map_err(table_error)?)),
             Err(e) => Ok(Err(e)),
         }

@@ -15,7 +15,7 @@ use super::engine::{CompileCache, Prepared};
 use super::host::{GuestShared, GuestState, HostRequest, HostTensor, SharedResponder};
 use super::live::{LiveSet, Slot};
 use super::sandbox::{GuestLimiter, Sandbox};
-use super::{bindings, wit};
+use super::{bindings, thread_cpu_time, wit};
 use crate::backend::{ExecRequest, ModelInstance};
 use crate::error::{CoreError, CoreResult};
 use crate::stats::{ModelStats, Quota, TrapKind};
@@ -175,13 +175,21 @@ impl WasmInstance {
         let mut guard = slot.lock()?;
         self.ensure_live(&mut guard)?;
         let cpu_before = thread_cpu_time();
-        let outcome = self.call(&mut guard, batch);
-        let used = thread_cpu_time().saturating_sub(cpu_before);
+        let mut callees = Duration::ZERO;
+        let outcome = self.call(&mut guard, batch, &mut callees);
+        // What models called through BLS ran on this thread is theirs, not this guest's.
+        let used = thread_cpu_time().saturating_sub(cpu_before).saturating_sub(callees);
         self.stats.usage.charge_cpu(used, self.sandbox.max_cpu_per_second);
         outcome
     }
 
-    fn call(&self, guard: &mut Option<Live>, batch: Vec<ExecRequest>) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
+    /// Runs `execute`; `callees` gets the CPU time BLS calls spent on this thread.
+    fn call(
+        &self,
+        guard: &mut Option<Live>,
+        batch: Vec<ExecRequest>,
+        callees: &mut Duration,
+    ) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
         let ticks = ticks_for(self.sandbox.max_execute);
         let Some(live) = guard.as_mut() else {
             return Err(CoreError::internal("instance is not running"));
@@ -206,8 +214,10 @@ impl WasmInstance {
             handles.push(resource);
         }
         live.store.data_mut().last_log.clear();
+        live.store.data_mut().bls_cpu = Duration::ZERO;
         live.store.set_epoch_deadline(ticks);
         let called = live.model.call_execute(&mut live.store, &handles);
+        *callees = live.store.data().bls_cpu;
         // The contract: when execute returns, every request's stream is final, whatever
         // request or sender handles the guest kept.
         for responder in live.store.data_mut().call_responders.drain(..) {
@@ -309,19 +319,6 @@ fn ticks_for(limit: Duration) -> u64 {
     (limit.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
 }
 
-/// The calling thread's CPU time: what an execution costs, without the time it spent waiting
-/// (on a BLS call, or preempted).
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID needs nothing else.
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(u64::try_from(ts.tv_sec).unwrap_or(0), u32::try_from(ts.tv_nsec).unwrap_or(0))
-}
-
 /// Past three quarters of its cap, an instance is recycled between calls rather than left to trap
 /// in one (guests that leak grow steadily).
 fn near_memory_limit(peak: usize, max_memory: usize) -> bool {
@@ -346,11 +343,13 @@ impl ModelInstance for WasmInstance {
 
 impl Drop for WasmInstance {
     fn drop(&mut self) {
-        if let Ok(mut guard) = self.slot.lock()
-            && let Some(live) = self.slot.take(&mut guard)
-        {
+        // A panic in `execute` (caught by the pool, which then drops the instance) poisons the
+        // lock: the store is still taken out, so the gauges come back down.
+        let mut guard = self.slot.lock_even_if_poisoned();
+        if let Some(live) = self.slot.take(&mut guard) {
             live.retire(&self.shared.model_name, self.sandbox.max_execute);
         }
+        drop(guard);
         self.live_set.leave(&self.slot);
     }
 }

@@ -10,7 +10,7 @@
 //! Triton's model instances that are reloaded. Members idle for `--wasm-instance-idle-secs` are
 //! evicted by a sweeper thread, so an idle server returns their memory.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,9 @@ pub(super) struct LiveSet {
     /// Reserved or live slots; a slot is here from [`LiveSet::admit`] until it is evicted or
     /// leaves.
     members: Mutex<Vec<Arc<Slot>>>,
+    /// Stores the idle sweeper took out of the set and has not dropped yet: they still hold
+    /// pool slots, so they count against the capacity.
+    retiring: AtomicUsize,
 }
 
 /// One instance's place: its live store, if any, and when it was last used.
@@ -58,6 +61,11 @@ impl Slot {
         self.live.lock().map_err(|_| CoreError::internal(format!("instance of '{}' is poisoned", self.model)))
     }
 
+    /// Locks the slot whatever happened before (for dropping the instance).
+    pub(super) fn lock_even_if_poisoned(&self) -> MutexGuard<'_, Option<Live>> {
+        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Puts a newly built store in the slot.
     pub(super) fn put(&self, guard: &mut Option<Live>, live: Live) {
         self.stats.usage.instances_live.fetch_add(1, Ordering::Relaxed);
@@ -83,8 +91,12 @@ impl Slot {
 
 impl LiveSet {
     pub(super) fn new(capacity: u32, idle_after: Option<Duration>) -> Arc<Self> {
-        let set =
-            Arc::new(Self { capacity: capacity.max(1) as usize, epoch: Instant::now(), members: Mutex::default() });
+        let set = Arc::new(Self {
+            capacity: capacity.max(1) as usize,
+            epoch: Instant::now(),
+            members: Mutex::default(),
+            retiring: AtomicUsize::new(0),
+        });
         if let Some(idle_after) = idle_after {
             spawn_sweeper(&set, idle_after);
         }
@@ -129,7 +141,7 @@ impl LiveSet {
             if members.iter().any(|m| Arc::ptr_eq(m, slot)) {
                 return Ok(());
             }
-            let evicted = if members.len() >= self.capacity {
+            let evicted = if members.len() + self.retiring.load(Ordering::SeqCst) >= self.capacity {
                 let Some((index, live)) = take_least_recently_used(&members) else {
                     return Err(CoreError::unavailable(format!(
                         "all {} live WebAssembly instances are executing (--wasm-max-instances); \
@@ -174,12 +186,14 @@ impl LiveSet {
                 }
             }
             *members = kept;
+            self.retiring.fetch_add(retired.len(), Ordering::SeqCst);
         }
         let count = retired.len();
         for (member, live) in retired {
             if let Some(live) = live {
                 live.retire(&member.model, EVICT_FINALIZE);
             }
+            self.retiring.fetch_sub(1, Ordering::SeqCst);
         }
         count
     }
