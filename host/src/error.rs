@@ -56,3 +56,10 @@ impl CoreError {
 }
 
 pub type CoreResult<T> = Result<T, CoreError>;
+
+/// Triton's prefix for a request's errors: `[request id: <id>] `, with `<id_unknown>` for a
+/// request without one.
+pub fn request_id_prefix(id: Option<&str>) -> String {
+    let id = id.filter(|id| !id.is_empty()).unwrap_or("<id_unknown>");
+    format!("[request id: {id}] ")
+}

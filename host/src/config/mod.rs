@@ -162,6 +162,18 @@ pub fn datatype_to_config(datatype: DataType) -> pb::DataType {
     }
 }
 
+/// A config `parameters` entry that must be a positive integer (sandbox limits, quotas): `None`
+/// when it is absent, else its value, or a message that names the key and the value.
+pub fn positive_parameter(config: &ModelConfig, key: &str) -> Result<Option<u64>, String> {
+    let Some(p) = config.parameters.get(key) else { return Ok(None) };
+    let v = p.string_value.trim();
+    v.parse::<u64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .map(Some)
+        .ok_or_else(|| format!("parameter '{key}' must be a positive integer, got '{v}'"))
+}
+
 /// Top-level fields Tessera reads today; any other field that is set is logged once as ignored.
 const IMPLEMENTED_FIELDS: &[&str] = &[
     "name",

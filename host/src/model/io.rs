@@ -440,8 +440,7 @@ fn bytes_overrun(tensor: &Tensor) -> CoreResult<()> {
 
 /// Triton's prefix for the core's request errors.
 pub fn request_prefix(request: &InferRequest) -> String {
-    let id = request.id.as_deref().filter(|id| !id.is_empty()).unwrap_or("<id_unknown>");
-    format!("[request id: {id}] ")
+    crate::error::request_id_prefix(request.id.as_deref())
 }
 
 #[cfg(test)]

@@ -90,11 +90,10 @@ pub struct ModelManager {
     models: RwLock<BTreeMap<String, ModelEntry>>,
     /// Serialises load / unload / poll so two reloads of one model never interleave.
     control: tokio::sync::Mutex<()>,
-    /// The last load failure logged (with the model's name taken out) and how many loads since
-    /// failed the same way: 10,000 models failing for one reason log it once, not 10,000 times.
-    last_failure: std::sync::Mutex<(String, usize)>,
-    /// Whether repeated failures are counted rather than logged (during the startup loads).
-    dedupe_failures: std::sync::atomic::AtomicBool,
+    /// During the startup loads: the last load failure logged (with the model's name taken out)
+    /// and how many loads since failed the same way, so that 10,000 models failing for one
+    /// reason log it once, not 10,000 times. `None` otherwise: every failure is logged.
+    startup_failures: std::sync::Mutex<Option<(String, usize)>>,
 }
 
 impl ModelManager {
@@ -104,8 +103,7 @@ impl ModelManager {
             backends,
             models: RwLock::default(),
             control: tokio::sync::Mutex::new(()),
-            last_failure: std::sync::Mutex::default(),
-            dedupe_failures: std::sync::atomic::AtomicBool::new(false),
+            startup_failures: std::sync::Mutex::default(),
         }
     }
 
@@ -129,7 +127,9 @@ impl ModelManager {
         // ensembles after them, one by one, each after the composing models it needs.
         let (ensembles, plain): (Vec<String>, Vec<String>) =
             names.into_iter().partition(|name| self.locate(name).is_ok_and(|dir| mentions_ensemble(&dir)));
-        self.dedupe_failures.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(mut startup) = self.startup_failures.lock() {
+            *startup = Some(Default::default());
+        }
         let threads = match self.options.load_threads {
             0 => std::thread::available_parallelism().map_or(1, usize::from),
             n => n,
@@ -326,34 +326,27 @@ impl ModelManager {
     /// Logs a load failure, unless the previous one failed the same way: those are counted, and
     /// the count is logged with the next different failure or [`Self::flush_failures`].
     fn log_failure(&self, name: &str, message: &str) {
-        if !self.dedupe_failures.load(std::sync::atomic::Ordering::Relaxed) {
-            tracing::error!(model = name, "failed to load model: {message}");
-            return;
+        if let Ok(mut startup) = self.startup_failures.lock()
+            && let Some(last) = startup.as_mut()
+        {
+            let reason = message.replace(&format!("'{name}'"), "'<model>'").replace(&format!("/{name}/"), "/<model>/");
+            if last.0 == reason {
+                last.1 += 1;
+                tracing::debug!(model = name, "failed to load model: {message}");
+                return;
+            }
+            log_repeats(last);
+            *last = (reason, 0);
         }
-        let reason = message.replace(&format!("'{name}'"), "'<model>'").replace(&format!("/{name}/"), "/<model>/");
-        let Ok(mut last) = self.last_failure.lock() else { return };
-        if last.0 == reason {
-            last.1 += 1;
-            tracing::debug!(model = name, "failed to load model: {message}");
-            return;
-        }
-        Self::log_repeats(&last);
-        *last = (reason, 0);
         tracing::error!(model = name, "failed to load model: {message}");
-    }
-
-    fn log_repeats(last: &(String, usize)) {
-        if last.1 > 0 {
-            tracing::error!("{} more model(s) failed to load the same way: {}", last.1, last.0);
-        }
     }
 
     /// Logs how many startup loads repeated the last failure, and stops counting repeats.
     fn flush_failures(&self) {
-        self.dedupe_failures.store(false, std::sync::atomic::Ordering::Relaxed);
-        if let Ok(mut last) = self.last_failure.lock() {
-            Self::log_repeats(&last);
-            *last = Default::default();
+        if let Ok(mut startup) = self.startup_failures.lock()
+            && let Some(last) = startup.take()
+        {
+            log_repeats(&last);
         }
     }
 
@@ -732,6 +725,13 @@ fn file_reference(config: &ModelConfig) -> Option<&'static str> {
         return Some("initial_state data_file");
     }
     None
+}
+
+/// How many loads repeated a logged failure, if any did.
+fn log_repeats(last: &(String, usize)) {
+    if last.1 > 0 {
+        tracing::error!("{} more model(s) failed to load the same way: {}", last.1, last.0);
+    }
 }
 
 /// A name that can be a model directory's: not empty, no `/`, not `.` or `..`.

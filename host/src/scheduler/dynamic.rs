@@ -242,8 +242,8 @@ impl BatcherTask {
         if max > 0 && queue.len() >= max {
             self.stats.pending_add(-1);
             self.stats.usage.record_refusal(crate::stats::Quota::Queue);
-            let id = pending.exec.id.as_deref().filter(|id| !id.is_empty()).unwrap_or("<id_unknown>");
-            let message = format!("[request id: {id}] Exceeds maximum queue size");
+            let prefix = crate::error::request_id_prefix(pending.exec.id.as_deref());
+            let message = format!("{prefix}Exceeds maximum queue size");
             let _ = pending.reply.send(Err(CoreError::unavailable(message)));
             return;
         }

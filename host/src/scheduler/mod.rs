@@ -191,14 +191,9 @@ pub struct Quotas {
 impl Quotas {
     pub fn from_config(config: &ModelConfig) -> CoreResult<Self> {
         let number = |key: &str| -> CoreResult<Option<usize>> {
-            let Some(p) = config.parameters.get(key) else { return Ok(None) };
-            let v = p.string_value.trim();
-            v.parse::<usize>().ok().filter(|n| *n > 0).map(Some).ok_or_else(|| {
-                CoreError::invalid_arg(format!(
-                    "model '{}': parameter '{key}' must be a positive integer, got '{v}'",
-                    config.name
-                ))
-            })
+            crate::config::positive_parameter(config, key)
+                .map(|n| n.map(|n| usize::try_from(n).unwrap_or(usize::MAX)))
+                .map_err(|e| CoreError::invalid_arg(format!("model '{}': {e}", config.name)))
         };
         Ok(Self { max_queue: number("max_queue_size")?, max_concurrent: number("max_concurrent_executions")? })
     }

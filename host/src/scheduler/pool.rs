@@ -205,9 +205,9 @@ impl InstancePool {
             return batch
                 .iter()
                 .map(|r| {
-                    let id = r.id.as_deref().filter(|id| !id.is_empty()).unwrap_or("<id_unknown>");
+                    let prefix = crate::error::request_id_prefix(r.id.as_deref());
                     Err(CoreError::unavailable(format!(
-                        "[request id: {id}] Exceeds maximum queue size (the model's max_queue_size quota is {max})"
+                        "{prefix}Exceeds maximum queue size (the model's max_queue_size quota is {max})"
                     )))
                 })
                 .collect();

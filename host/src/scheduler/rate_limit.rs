@@ -180,7 +180,7 @@ impl RateLimiter {
         let largest = state.asks.get(key).and_then(|a| a.keys().next_back().copied()).unwrap_or(0);
         let total = self.fixed(key).unwrap_or(largest);
         let before = state.total.insert(key.clone(), total).unwrap_or(0);
-        let delta = i64::try_from(total).unwrap_or(i64::MAX) - i64::try_from(before).unwrap_or(i64::MAX);
+        let delta = copies(total) - copies(before);
         *state.free.entry(key.clone()).or_default() += delta;
     }
 
@@ -283,9 +283,7 @@ impl RateLimiter {
 
     fn release(&self, claim: &Claim) {
         let Ok(mut state) = self.state.lock() else { return };
-        for (key, count) in &claim.needs {
-            *state.free.entry(key.clone()).or_default() += i64::try_from(*count).unwrap_or(i64::MAX);
-        }
+        give_back(&mut state, claim);
         dispatch(&mut state);
     }
 
@@ -298,16 +296,18 @@ impl RateLimiter {
     }
 }
 
+/// A count of copies as the signed number `State::free` keeps.
+fn copies(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
 fn fits(state: &State, claim: &Claim) -> bool {
-    claim
-        .needs
-        .iter()
-        .all(|(key, count)| state.free.get(key).copied().unwrap_or(0) >= i64::try_from(*count).unwrap_or(i64::MAX))
+    claim.needs.iter().all(|(key, count)| state.free.get(key).copied().unwrap_or(0) >= copies(*count))
 }
 
 fn grant(state: &mut State, claim: &Claim) {
     for (key, count) in &claim.needs {
-        *state.free.entry(key.clone()).or_default() -= i64::try_from(*count).unwrap_or(i64::MAX);
+        *state.free.entry(key.clone()).or_default() -= copies(*count);
     }
     let pass = claim.pass.load(Ordering::Relaxed);
     state.virtual_time = state.virtual_time.max(pass);
@@ -333,10 +333,15 @@ fn dispatch(state: &mut State) {
         grant(state, &waiter.claim);
         if waiter.wake.send(()).is_err() {
             // Its caller went away while waiting: the resources go back at once.
-            for (key, count) in &waiter.claim.needs {
-                *state.free.entry(key.clone()).or_default() += i64::try_from(*count).unwrap_or(i64::MAX);
-            }
+            give_back(state, &waiter.claim);
         }
+    }
+}
+
+/// Returns a granted claim's copies to the free pool.
+fn give_back(state: &mut State, claim: &Claim) {
+    for (key, count) in &claim.needs {
+        *state.free.entry(key.clone()).or_default() += copies(*count);
     }
 }
 

@@ -146,25 +146,26 @@ impl CompileCache {
         let bytes = std::fs::read(path)
             .map_err(|e| CoreError::invalid_arg(format!("failed to read {}: {e}", path.display())))?;
         let key = cache_key(engine, &bytes);
-        if let Some(pre) = self.resident(&key) {
-            return Ok((key, pre));
-        }
-        let prepared = self.one_at_a_time(&key, || {
-            if let Some(pre) = self.resident(&key) {
-                return Ok(pre);
-            }
+        let prepared = self.resident_or_load(&key, || {
             let component = self.load_component(engine, &bytes, &key, path)?;
             self.pre_instantiate(linker, &component, &key, path)
-        });
-        Ok((key, prepared?))
+        })?;
+        Ok((key, prepared))
     }
 
-    /// Runs `f` (which loads component `key`) with no other load of that key running.
-    fn one_at_a_time<R>(&self, key: &str, f: impl FnOnce() -> R) -> R {
+    /// Component `key` from memory, else from `load`, run with no other load of that key
+    /// running (the first of several waiting for one key loads it, the others find it resident).
+    fn resident_or_load(&self, key: &str, load: impl FnOnce() -> CoreResult<Prepared>) -> CoreResult<Prepared> {
+        if let Some(pre) = self.resident(key) {
+            return Ok(pre);
+        }
         let gate = self.preparing.lock().map(|mut p| Arc::clone(p.entry(key.to_string()).or_default())).ok();
         let result = {
             let _preparing = gate.as_ref().map(|g| g.lock());
-            f()
+            match self.resident(key) {
+                Some(pre) => Ok(pre),
+                None => load(),
+            }
         };
         // The last one through removes the gate (the map holds one reference, this call one).
         if let (Some(gate), Ok(mut preparing)) = (gate, self.preparing.lock())
@@ -185,13 +186,7 @@ impl CompileCache {
         key: &str,
         path: &Path,
     ) -> CoreResult<Prepared> {
-        if let Some(pre) = self.resident(key) {
-            return Ok(pre);
-        }
-        self.one_at_a_time(key, || {
-            if let Some(pre) = self.resident(key) {
-                return Ok(pre);
-            }
+        self.resident_or_load(key, || {
             if let Some(file) = self.dir.as_ref().map(|d| d.join(format!("{key}.cwasm")))
                 && let Ok(component) = deserialize_cached(engine, &file)
             {

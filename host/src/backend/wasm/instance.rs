@@ -150,11 +150,7 @@ impl WasmInstance {
                     format!("model '{}' initialize failed: {}", self.shared.model_name, e.message),
                 ));
             }
-            Err(trap) => {
-                self.stats.usage.record_trap(trap_kind(&trap));
-                let log = &store.data().last_log;
-                return Err(trap_error(&self.shared.model_name, "initialize", &trap, &self.sandbox, log));
-            }
+            Err(trap) => return Err(self.trapped("initialize", &trap, &store.data().last_log)),
         }
         self.slot.set_memory(store.data().limits.peak());
         Ok(Live { store, model, _component: component })
@@ -228,9 +224,7 @@ impl WasmInstance {
         let results = match called {
             Ok(results) => results,
             Err(trap) => {
-                self.stats.usage.record_trap(trap_kind(&trap));
-                let log = &live.store.data().last_log;
-                let error = trap_error(&self.shared.model_name, "execute", &trap, &self.sandbox, log);
+                let error = self.trapped("execute", &trap, &live.store.data().last_log);
                 // A trapped instance can never be entered again: drop it and rebuild it now, so
                 // the next request does not pay for it.
                 drop(self.slot.take(guard));
@@ -250,6 +244,12 @@ impl WasmInstance {
             self.restart_or_warn(guard);
         }
         results
+    }
+
+    /// Counts a trap of `call` by kind and explains it.
+    fn trapped(&self, call: &str, trap: &wasmtime::Error, log: &[String]) -> CoreError {
+        self.stats.usage.record_trap(trap_kind(trap));
+        trap_error(&self.shared.model_name, call, trap, &self.sandbox, log)
     }
 
     /// Rebuilds the instance now; if that fails, the next request tries again (and reports it).
@@ -354,7 +354,8 @@ impl Drop for WasmInstance {
     }
 }
 
-/// Which kind of trap `error` is, for the per-model trap counters.
+/// Which kind of trap `error` is: what [`trap_error`] explains and the per-model trap counters
+/// count.
 pub(super) fn trap_kind(error: &wasmtime::Error) -> TrapKind {
     match error.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => TrapKind::Timeout,
@@ -373,18 +374,18 @@ pub(super) fn trap_error(
     log: &[String],
 ) -> CoreError {
     let trap = error.downcast_ref::<Trap>();
-    let detail = match trap {
-        Some(Trap::Interrupt) => {
+    let detail = match (trap_kind(error), trap) {
+        (TrapKind::Timeout, _) => {
             format!("exceeded its time limit of {} ms (max_execute_ms)", sandbox.max_execute.as_millis())
         }
-        Some(Trap::AllocationTooLarge) => {
+        (TrapKind::Memory, Some(Trap::AllocationTooLarge)) => {
             format!("exceeded its memory limit of {} bytes (max_memory_bytes)", sandbox.max_memory)
         }
-        _ if format!("{error:#}").contains("grow") => {
+        (TrapKind::Memory, _) => {
             format!("exceeded its memory limit of {} bytes (max_memory_bytes): {error}", sandbox.max_memory)
         }
-        Some(trap) => format!("trapped: {trap}\n{error}"),
-        None => format!("trapped: {error:#}"),
+        (TrapKind::Fault, Some(trap)) => format!("trapped: {trap}\n{error}"),
+        (TrapKind::Fault, None) => format!("trapped: {error:#}"),
     };
     let mut message = format!("WebAssembly model '{model}' {call} {detail}");
     if let Some(last) = log.last() {

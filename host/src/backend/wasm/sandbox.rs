@@ -50,15 +50,9 @@ impl AllowList {
 impl Sandbox {
     pub(super) fn from_config(config: &ModelConfig, version_dir: &Path) -> CoreResult<Self> {
         let param = |key: &str| config.parameters.get(key).map(|p| p.string_value.trim().to_string());
-        let number = |key: &str, default: u64| -> CoreResult<u64> {
-            match param(key) {
-                None => Ok(default),
-                Some(v) => v.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                    CoreError::invalid_arg(format!("parameter '{key}' must be a positive integer, got '{v}'"))
-                }),
-            }
-        };
-        let max_memory = usize::try_from(number("max_memory_bytes", DEFAULT_MAX_MEMORY as u64)?).unwrap_or(usize::MAX);
+        let number = |key: &str| crate::config::positive_parameter(config, key).map_err(CoreError::invalid_arg);
+        let max_memory =
+            number("max_memory_bytes")?.map_or(DEFAULT_MAX_MEMORY, |n| usize::try_from(n).unwrap_or(usize::MAX));
         if max_memory > MAX_MEMORY_CAP {
             return Err(CoreError::invalid_arg("parameter 'max_memory_bytes' must be at most 4 GiB"));
         }
@@ -85,14 +79,10 @@ impl Sandbox {
                 return Err(CoreError::invalid_arg(format!("parameter 'clocks' must be true or false, got '{other}'")));
             }
         };
-        let max_cpu_per_second = match param("max_cpu_ms_per_second") {
-            None => None,
-            Some(_) => Some(Duration::from_millis(number("max_cpu_ms_per_second", 0)?)),
-        };
         Ok(Self {
             max_memory,
-            max_execute: Duration::from_millis(number("max_execute_ms", DEFAULT_MAX_EXECUTE_MS)?),
-            max_cpu_per_second,
+            max_execute: Duration::from_millis(number("max_execute_ms")?.unwrap_or(DEFAULT_MAX_EXECUTE_MS)),
+            max_cpu_per_second: number("max_cpu_ms_per_second")?.map(Duration::from_millis),
             allowed_models,
             read_only_dir,
             clocks,
