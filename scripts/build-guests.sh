@@ -3,7 +3,8 @@
 # build`: the quickstart ones into model-repos/quickstart/<model>/1/, the sandbox-test guest
 # `faulty` into target/guests/faulty/. Idempotent: an output newer than its guest's sources, the
 # SDK and wit/ is left alone. Needs the guest toolchain (scripts/setup-guest-toolchain.sh) and
-# the server binary (TESSERA_BIN, default target/debug/tessera).
+# the server binary (TESSERA_BIN, default target/debug/tessera). The C guests' bindings come from
+# the binary itself, so a rebuilt binary (a changed wit/) is caught through wit/.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -22,8 +23,15 @@ build() {  # SRC SDK OUT
   touch "$out"
 }
 
-for guest in add_sub_rust bls_add_sub tokenizer bls_router repeat bls_fanout score_label text_pipeline_bls; do
+for guest in add_sub_rust bls_add_sub tokenizer bls_router repeat bls_fanout score_label text_pipeline_bls nn_classify; do
   build "example-guests/$guest" guest-sdk/rust "$Q/$guest/1/model.wasm"
+done
+# JavaScript (componentize-js, scripts/setup-js-toolchain.sh) and C / C++ (clang 22, wasi-libc).
+for guest in add_sub_js bls_add_sub_js repeat_js; do
+  build "example-guests/$guest" guest-sdk/js "$Q/$guest/1/model.wasm"
+done
+for guest in add_sub_c bls_add_sub_c add_sub_cpp; do
+  build "example-guests/$guest" guest-sdk/c "$Q/$guest/1/model.wasm"
 done
 build example-guests/faulty guest-sdk/rust target/guests/faulty/model.wasm
 build example-guests/add_sub_python/model.py guest-sdk/python "$Q/add_sub_python/1/model.wasm"

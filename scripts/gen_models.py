@@ -12,6 +12,10 @@ Writes only the model files; config.pbtxt and labels.txt are hand-written files 
   classifier/1/model.onnx  INPUT0 FP32 [batch, 4]  ->  OUTPUT0 FP32 [batch, 5] = INPUT0 @ W + b
   text_scorer/1/model.onnx INPUT_IDS, ATTENTION_MASK INT64 [batch, 16]  ->  TOKEN_COUNT FP32 [batch, 1]
                            = sum(mask), ID_SUM INT64 [batch, 1] = sum(ids * mask)  (fed by the tokenizer guest)
+  image_classifier/1/model.onnx  input FP32 [1, 3, 224, 224] -> output FP32 [1, 1000]: softmax of
+                           the per-channel means times W (the graph the wasi:nn example guest
+                           nn_classify loads by name, shaped like the mobilenet wasmtime's wasi-nn
+                           tests classify): a red image is class 284, green 963, blue 10
   simple_sequence/1/model.onnx  Triton's simple_sequence accumulator with implicit state: INPUT,
                            START, READY, STATE_IN INT32 [batch, 1] -> OUTPUT = STATE_OUT =
                            READY ? INPUT + (START ? 0 : STATE_IN) : STATE_IN
@@ -96,6 +100,34 @@ def classifier() -> onnx.ModelProto:
         ],
     )
     return _model(graph, "classifier: OUTPUT0 = [x0, x1, x2, x3, 0.5]; labels cat dog bird fish horse")
+
+
+IMAGE_CLASSES = 1000
+# The class each colour channel votes for (red, green, blue).
+IMAGE_CHANNEL_CLASS = (284, 963, 10)
+
+
+def image_classifier() -> onnx.ModelProto:
+    """softmax(mean over H, W of the image (one value per channel) @ W + b): W sends each channel
+    to one class with weight 10; b decreases slowly with the class id, so ties break towards the
+    lower id and every output is distinct."""
+    w = np.zeros((3, IMAGE_CLASSES), dtype=np.float32)
+    for channel, cls in enumerate(IMAGE_CHANNEL_CLASS):
+        w[channel, cls] = 10.0
+    b = -np.arange(IMAGE_CLASSES, dtype=np.float32) * 1e-3
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceMean", ["input"], ["means"], axes=[2, 3], keepdims=0, name="means"),
+            helper.make_node("MatMul", ["means", "W"], ["scores"], name="matmul"),
+            helper.make_node("Add", ["scores", "b"], ["logits"], name="bias"),
+            helper.make_node("Softmax", ["logits"], ["output"], axis=1, name="softmax"),
+        ],
+        "image_classifier",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 224, 224])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, IMAGE_CLASSES])],
+        initializer=[numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")],
+    )
+    return _model(graph, "image_classifier: red image -> class 284, green -> 963, blue -> 10")
 
 
 def text_scorer() -> onnx.ModelProto:
@@ -219,6 +251,22 @@ def validate_text_scorer(data: bytes) -> None:
     np.testing.assert_array_equal(total, [[0 + 1 + 2], [sum(range(16, 32))]])
 
 
+def validate_image_classifier(data: bytes) -> None:
+    sess = _session(data)
+    _check_signature(
+        sess,
+        {"input": ("tensor(float)", [1, 3, 224, 224])},
+        {"output": ("tensor(float)", [1, IMAGE_CLASSES])},
+    )
+    for channel, cls in enumerate(IMAGE_CHANNEL_CLASS):
+        image = np.zeros((1, 3, 224, 224), dtype=np.float32)
+        image[0, channel] = 1.0
+        (y,) = sess.run(["output"], {"input": image})
+        assert y.argmax() == cls, (channel, y.argmax())
+        assert abs(float(y.sum()) - 1.0) < 1e-4
+        assert list(np.argsort(-y[0])[:5]) == [cls, 0, 1, 2, 3]
+
+
 # ---- output ------------------------------------------------------------------------------------
 
 def validate_simple_sequence(data: bytes) -> None:
@@ -262,6 +310,7 @@ def main(argv: list[str]) -> int:
         ("classifier", classifier(), validate_classifier),
         ("text_scorer", text_scorer(), validate_text_scorer),
         ("simple_sequence", simple_sequence(), validate_simple_sequence),
+        ("image_classifier", image_classifier(), validate_image_classifier),
     ]
     for name, model, validate in models:
         onnx.checker.check_model(model, full_check=True)

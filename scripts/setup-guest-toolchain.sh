@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Idempotent setup of the toolchain that builds Rust guests (models written as WebAssembly
-# components, see guest-sdk/rust/) on a fresh Debian 12 machine of this kind.
+# Idempotent setup of the toolchains that build Rust, C and C++ guests (models written as
+# WebAssembly components, see guest-sdk/rust/ and guest-sdk/c/) on a fresh Debian 12 machine of
+# this kind. JavaScript guests: scripts/setup-js-toolchain.sh.
 #
 #   usage: scripts/setup-guest-toolchain.sh
 #
@@ -15,7 +16,9 @@
 # `apt-get update` only when something is missing or too old.
 set -euo pipefail
 
-PACKAGES=(rustc-web cargo-web rust-web-src lld-22 wabt)
+# C and C++ guests: clang 22 for wasm32-wasi with its builtins, wasi-libc, libc++ / libc++abi.
+PACKAGES=(rustc-web cargo-web rust-web-src lld-22 wabt
+          clang-22 libclang-rt-22-dev-wasm32 wasi-libc libc++-22-dev-wasm32 libc++abi-22-dev-wasm32)
 MIN_RUSTC=1.96          # the version the guest build recipe was verified with
 WASM_LD=/usr/lib/llvm-22/bin/wasm-ld
 
@@ -68,6 +71,8 @@ if ! rustc_ok; then
 fi
 [[ -x /usr/bin/cargo ]] || { log "/usr/bin/cargo missing (package cargo-web)"; fail=1; }
 [[ -x $WASM_LD ]] || { log "$WASM_LD missing (package lld-22)"; fail=1; }
+[[ -x /usr/bin/clang-22 ]] || { log "/usr/bin/clang-22 missing (package clang-22)"; fail=1; }
+[[ -f /usr/lib/wasm32-wasi/crt1-reactor.o ]] || { log "wasi-libc missing (package wasi-libc)"; fail=1; }
 if [[ ! -f /usr/lib/rustlib/src/rust/library/Cargo.lock ]]; then
   log "std sources missing at /usr/lib/rustlib/src/rust/library (package rust-web-src)"
   fail=1

@@ -3,7 +3,8 @@
 #   1. Python venv (.venv) with onnx, onnxruntime (its wheel ships libonnxruntime.so, which the
 #      server loads at run time), tritonclient, componentize-py and pytest; generates the
 #      quickstart ONNX models.
-#   2. The Rust guest toolchain (Debian's rustc-web with std sources, wasm-ld; apt).
+#   2. The guest toolchains: Rust (Debian's rustc-web with std sources, wasm-ld), C/C++ (clang 22,
+#      wasi-libc, libc++; apt) and JavaScript (componentize-js; npm ci into .tools/js).
 #   3. Builds the server with the TorchScript backend (`--features torch`; LIBTORCH comes from
 #      .cargo/config.toml, pointing at the torch wheel setup-python.sh installs). One shared
 #      target/ dir; dev profile with optimised dependencies.
@@ -29,6 +30,7 @@ fi
 
 bash scripts/setup-python.sh
 bash scripts/setup-guest-toolchain.sh
+bash scripts/setup-js-toolchain.sh
 cargo build --quiet --features torch --bin tessera
 # The `tessera` Python package (python/: the server library through PyO3, PyTriton's API), pip-
 # installed from the checkout into .venv in editable mode (its Python files are used in place).

@@ -41,7 +41,7 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum GuestCommand {
     /// Build a guest into a model.wasm component: a Rust crate directory, a Triton-style
-    /// model.py, or a core .wasm module.
+    /// model.py, a model.js, a directory of C/C++ sources, or a core .wasm module.
     Build {
         /// The guest's source.
         path: PathBuf,
@@ -49,6 +49,18 @@ pub enum GuestCommand {
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Checkout holding wit/ and guest-sdk/ (default: the one this binary was built from).
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
+    /// Write a language's generated bindings of the contract (world `model-nn`), for editors or
+    /// another build system (then `tessera guest build core.wasm` encodes the result).
+    Bindgen {
+        /// The language: `c` (also used by C++).
+        #[arg(value_parser = ["c"])]
+        language: String,
+        /// Directory to write the bindings into.
+        out: PathBuf,
+        /// Checkout holding wit/ (default: the one this binary was built from).
         #[arg(long)]
         root: Option<PathBuf>,
     },

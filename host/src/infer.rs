@@ -217,4 +217,12 @@ pub trait Infer: Send + Sync {
     /// Runs a request and streams its responses: one for a regular model, 0..n for a decoupled
     /// one. Errors before the request starts are returned; later ones arrive in the stream.
     fn infer_stream(&self, request: InferRequest) -> InferFuture<'_, ResponseStream>;
+
+    /// Whether a request to `model` (at `version`, or its newest ready one) would find it ready;
+    /// the error is the one that request would get. For callers that resolve a model before
+    /// they run it (wasi:nn's `load-by-name`). By default every model is taken as ready.
+    fn check_ready(&self, model: &str, version: Option<i64>) -> CoreResult<()> {
+        let _ = (model, version);
+        Ok(())
+    }
 }

@@ -11,5 +11,8 @@ fn main() -> std::process::ExitCode {
         tessera::cli::Command::Guest(tessera::cli::GuestCommand::Build { path, output, root }) => {
             tessera::guest::build(&tessera::guest::BuildOptions { path, output, root })
         }
+        tessera::cli::Command::Guest(tessera::cli::GuestCommand::Bindgen { out, root, .. }) => {
+            tessera::guest::bindgen_c(&out, root.as_deref())
+        }
     }
 }

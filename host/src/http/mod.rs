@@ -11,6 +11,7 @@ pub(crate) mod json_data;
 mod json_structure;
 mod json_syntax;
 mod path;
+mod repoll;
 mod response;
 mod serve;
 

@@ -30,6 +30,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tower::ServiceExt;
 
+use super::repoll::RepollOnSelfWake;
+
 /// Connection limits and timeouts of the HTTP door.
 #[derive(Debug, Clone)]
 pub struct ConnectionLimits {
@@ -166,15 +168,15 @@ async fn serve_connection(
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).keep_alive(true).header_read_timeout(None);
-    let connection = builder.serve_connection(io, service).with_upgrades();
-    tokio::pin!(connection);
+    // Self-wakes (the request body's "want" signal) are polled again in place, not rescheduled.
+    let mut connection = RepollOnSelfWake::new(builder.serve_connection(io, service).with_upgrades());
     let tick =
         (limits.header_read.min(limits.keepalive_idle) / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut watchdog = tokio::time::interval(tick);
     let mut stopping = false;
     loop {
         tokio::select! {
-            result = connection.as_mut() => {
+            result = &mut connection => {
                 if let Err(e) = result {
                     tracing::debug!("HTTP connection ended: {e}");
                 }
@@ -182,7 +184,7 @@ async fn serve_connection(
             }
             _ = stopped(&mut stop), if !stopping => {
                 stopping = true;
-                connection.as_mut().graceful_shutdown();
+                connection.inner_mut().graceful_shutdown();
             }
             _ = watchdog.tick() => {
                 if let Some(reason) = stalled(&activity, &limits) {

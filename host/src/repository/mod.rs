@@ -704,6 +704,10 @@ impl Infer for ModelManager {
             model.infer_stream(request).await
         })
     }
+
+    fn check_ready(&self, model: &str, version: Option<i64>) -> CoreResult<()> {
+        self.get(model, version).map(drop)
+    }
 }
 
 /// The first config field that names a file in the model directory, if any.

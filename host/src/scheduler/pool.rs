@@ -54,8 +54,17 @@ pub struct InstancePool {
 /// only counts against the model when [`AMBIGUOUS_IN_A_ROW`] come in a row, while one past
 /// [`LONG_EXECUTION`] (a guest looping to its time limit) closes the gate at once. After holding a
 /// runtime thread long the model goes back to hand-offs and must show a streak twice as long as
-/// before to run inline again, so a model alternating short and long runs holds a runtime thread
-/// a logarithmic number of times at most.
+/// before to run inline again.
+///
+/// The longer streak decays: each [`DECAY_FACTOR`] x `needed` short executions in a row halve it
+/// again (down to [`FIRST_STREAK`]). Without that, a busy box ratchets every model shut: a short
+/// inline run preempted for a scheduler slice (2-4 ms; on a 2-core VM shared with the client,
+/// about once every few seconds at 5k requests/s) doubled the streak each time, and after a
+/// minute of load no model ran inline again (measured: server-side time at concurrency 1 went
+/// from 20 to 70 µs). A run longer than [`HELD_LONG`], which no preemption explains, turns the
+/// decay off for the model: a guest that loops to its time limit holds a runtime thread a
+/// logarithmic number of times at most, as before; one that stays under that bound holds it at
+/// most once per [`DECAY_FACTOR`] x [`FIRST_STREAK`] short runs, for less than [`HELD_LONG`].
 struct InlineGate {
     /// Executions in a row no longer than [`SHORT_EXECUTION`].
     streak: AtomicU32,
@@ -63,6 +72,8 @@ struct InlineGate {
     ambiguous: AtomicU32,
     /// The streak that opens the gate.
     needed: AtomicU32,
+    /// An inline run took longer than [`HELD_LONG`]: the needed streak no longer decays.
+    held_long: AtomicBool,
 }
 
 const SHORT_EXECUTION: Duration = Duration::from_micros(200);
@@ -70,10 +81,17 @@ const LONG_EXECUTION: Duration = Duration::from_millis(2);
 const AMBIGUOUS_IN_A_ROW: u32 = 4;
 const FIRST_STREAK: u32 = 8;
 const LONGEST_STREAK: u32 = 1 << 20;
+const DECAY_FACTOR: u32 = 16;
+const HELD_LONG: Duration = Duration::from_millis(50);
 
 impl InlineGate {
     fn new() -> Self {
-        Self { streak: AtomicU32::new(0), ambiguous: AtomicU32::new(0), needed: AtomicU32::new(FIRST_STREAK) }
+        Self {
+            streak: AtomicU32::new(0),
+            ambiguous: AtomicU32::new(0),
+            needed: AtomicU32::new(FIRST_STREAK),
+            held_long: AtomicBool::new(false),
+        }
     }
 
     fn open(&self) -> bool {
@@ -83,7 +101,20 @@ impl InlineGate {
     fn record(&self, took: Duration, inline: bool) {
         if took <= SHORT_EXECUTION {
             self.ambiguous.store(0, Ordering::Relaxed);
-            let _ = self.streak.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+            let streak = self
+                .streak
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1))
+                .map_or(u32::MAX, |n| n + 1);
+            let needed = self.needed.load(Ordering::Relaxed);
+            if needed > FIRST_STREAK
+                && streak >= needed.saturating_mul(DECAY_FACTOR)
+                && !self.held_long.load(Ordering::Relaxed)
+            {
+                let halved = (needed / 2).max(FIRST_STREAK);
+                self.needed.store(halved, Ordering::Relaxed);
+                // Still open: the streak counts towards the next halving from here.
+                self.streak.store(halved, Ordering::Relaxed);
+            }
             return;
         }
         if took <= LONG_EXECUTION && self.ambiguous.fetch_add(1, Ordering::Relaxed) + 1 < AMBIGUOUS_IN_A_ROW {
@@ -94,6 +125,9 @@ impl InlineGate {
         if inline {
             let _ =
                 self.needed.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some((n * 2).min(LONGEST_STREAK)));
+            if took > HELD_LONG {
+                self.held_long.store(true, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -476,6 +510,33 @@ mod tests {
         gate.record(LONG, false);
         assert!(!opened_after(&gate, 2 * FIRST_STREAK - 1));
         assert!(opened_after(&gate, 1));
+    }
+
+    #[test]
+    fn the_longer_streak_decays_after_a_well_behaved_stretch() {
+        let gate = InlineGate::new();
+        assert!(opened_after(&gate, FIRST_STREAK));
+        // A preempted short run: past LONG_EXECUTION, short of HELD_LONG.
+        gate.record(LONG_EXECUTION + Duration::from_millis(1), true);
+        assert!(!opened_after(&gate, 2 * FIRST_STREAK - 1));
+        assert!(opened_after(&gate, 1));
+        assert_eq!(gate.needed.load(Ordering::Relaxed), 2 * FIRST_STREAK);
+        opened_after(&gate, 2 * FIRST_STREAK * DECAY_FACTOR);
+        assert_eq!(gate.needed.load(Ordering::Relaxed), FIRST_STREAK, "the streak needed came back down");
+        assert!(gate.open(), "halving the streak needed must not close the gate");
+        gate.record(LONG_EXECUTION + Duration::from_millis(1), true);
+        assert!(!opened_after(&gate, 2 * FIRST_STREAK - 1), "a later preemption doubles from the decayed value");
+        assert!(opened_after(&gate, 1));
+    }
+
+    #[test]
+    fn a_model_that_held_a_thread_longer_than_any_preemption_never_decays() {
+        let gate = InlineGate::new();
+        assert!(opened_after(&gate, FIRST_STREAK));
+        gate.record(HELD_LONG + Duration::from_millis(1), true);
+        assert!(gate.held_long.load(Ordering::Relaxed));
+        opened_after(&gate, 100 * FIRST_STREAK * DECAY_FACTOR);
+        assert_eq!(gate.needed.load(Ordering::Relaxed), 2 * FIRST_STREAK, "a looping guest's streak decayed");
     }
 
     #[test]

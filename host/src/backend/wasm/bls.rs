@@ -46,16 +46,30 @@ pub(super) struct BlsCall {
     timeout: Duration,
 }
 
+/// A BLS call that ran out of the caller's time limit: the error the call answers with.
+pub(super) struct TimedOut(pub(super) CoreError);
+
 impl BlsCall {
     /// Runs the call (`infer` or `infer_stream`) bounded by the caller's BLS time limit.
     async fn run<T, Fut>(self, call: impl FnOnce(Arc<dyn Infer>, InferRequest) -> Fut) -> CoreResult<T>
     where
         Fut: Future<Output = CoreResult<T>>,
     {
+        self.run_bounded(call).await.unwrap_or_else(|TimedOut(e)| Err(e))
+    }
+
+    /// [`Self::run`], telling a timeout apart from the callee's own errors.
+    async fn run_bounded<T, Fut>(
+        self,
+        call: impl FnOnce(Arc<dyn Infer>, InferRequest) -> Fut,
+    ) -> Result<CoreResult<T>, TimedOut>
+    where
+        Fut: Future<Output = CoreResult<T>>,
+    {
         let model = self.request.model_name.clone();
         let timeout = self.timeout;
-        tokio::time::timeout(timeout, call(self.infer, self.request)).await.unwrap_or_else(|_| {
-            Err(CoreError::unavailable(format!(
+        tokio::time::timeout(timeout, call(self.infer, self.request)).await.map_err(|_| {
+            TimedOut(CoreError::unavailable(format!(
                 "BLS call to model '{model}' timed out after {} ms",
                 timeout.as_millis()
             )))
@@ -75,34 +89,60 @@ impl GuestState {
         outputs: Vec<String>,
         parameters: Vec<wit::Parameter>,
     ) -> wasmtime::Result<Result<BlsCall, wit::Error>> {
-        let shared = Arc::clone(&self.shared);
-        if !shared.allowed_models.allows(&model) {
-            return Ok(Err(wit_error(CoreError::new(
-                ErrorKind::InvalidArg,
-                format!(
-                    "model '{}' is not allowed to call model '{model}' (add it to the 'allowed_models' parameter)",
-                    shared.model_name
-                ),
-            ))));
+        if let Err(e) = self.check_allowed(&model) {
+            return Ok(Err(wit_error(e)));
         }
         let mut tensors = Vec::with_capacity(inputs.len());
         for handle in &inputs {
             tensors.push(self.tensor(handle)?.clone());
         }
-        let infer = shared.infer.as_ref().and_then(Weak::upgrade);
-        let (Some(infer), Some(runtime)) = (infer, shared.runtime.clone()) else {
-            return Ok(Err(wit_error(CoreError::unavailable("the server is shutting down"))));
-        };
+        Ok(self.bls_request(model, version, tensors, outputs, params_from_wit(parameters)).map_err(wit_error))
+    }
+
+    /// The guest's config lets it call `model` (the `allowed_models` parameter).
+    pub(super) fn check_allowed(&self, model: &str) -> CoreResult<()> {
+        if self.shared.allowed_models.allows(model) {
+            return Ok(());
+        }
+        Err(CoreError::new(
+            ErrorKind::InvalidArg,
+            format!(
+                "model '{}' is not allowed to call model '{model}' (add it to the 'allowed_models' parameter)",
+                self.shared.model_name
+            ),
+        ))
+    }
+
+    /// The [`Infer`] BLS calls go to, while the server runs.
+    pub(super) fn bls_target(&self) -> CoreResult<(Arc<dyn Infer>, tokio::runtime::Handle)> {
+        let infer = self.shared.infer.as_ref().and_then(Weak::upgrade);
+        match (infer, self.shared.runtime.clone()) {
+            (Some(infer), Some(runtime)) => Ok((infer, runtime)),
+            _ => Err(CoreError::unavailable("the server is shutting down")),
+        }
+    }
+
+    /// A checked BLS call of `model` on core tensors (see [`Self::bls_call`]).
+    pub(super) fn bls_request(
+        &self,
+        model: String,
+        version: Option<i64>,
+        inputs: Vec<crate::tensor::Tensor>,
+        outputs: Vec<String>,
+        parameters: crate::infer::Parameters,
+    ) -> CoreResult<BlsCall> {
+        self.check_allowed(&model)?;
+        let (infer, runtime) = self.bls_target()?;
         let request = InferRequest {
             model_name: model,
             model_version: version,
             id: None,
-            inputs: tensors,
+            inputs,
             outputs: outputs.into_iter().map(RequestedOutput::named).collect(),
-            parameters: params_from_wit(parameters),
+            parameters,
             unknown_datatype_inputs: Vec::new(),
         };
-        Ok(Ok(BlsCall { infer, runtime, request, timeout: shared.bls_timeout }))
+        Ok(BlsCall { infer, runtime, request, timeout: self.shared.bls_timeout })
     }
 
     /// BLS: runs `model` to its end on this thread (see [`crate::infer::wait_for`]: no thread
@@ -117,6 +157,18 @@ impl GuestState {
     {
         let runtime = bls.runtime.clone();
         crate::infer::wait_for(&runtime, bls.run(call)).map_err(wit_error)
+    }
+
+    /// [`Self::bls`] on core errors, telling a timeout apart.
+    pub(super) fn bls_bounded<T, Fut>(
+        bls: BlsCall,
+        call: impl FnOnce(Arc<dyn Infer>, InferRequest) -> Fut,
+    ) -> Result<CoreResult<T>, TimedOut>
+    where
+        Fut: Future<Output = CoreResult<T>>,
+    {
+        let runtime = bls.runtime.clone();
+        crate::infer::wait_for(&runtime, bls.run_bounded(call))
     }
 
     /// `infer-async`: checks the call like `infer`, then runs it on the runtime and returns at once.
@@ -344,6 +396,7 @@ mod tests {
                 bls_timeout: Duration::from_millis(100),
                 infer: Some(infer),
                 runtime: Some(self.runtime.handle().clone()),
+                clock: crate::backend::wasm::ExecutionClock::Wall,
             }))
         }
     }
@@ -439,6 +492,7 @@ mod tests {
             bls_timeout: Duration::from_millis(100),
             infer: Some(gone),
             runtime: Some(f.runtime.handle().clone()),
+            clock: crate::backend::wasm::ExecutionClock::Wall,
         }));
         let e = call(&mut s, "target").expect_err("unavailable");
         assert_eq!(e.message, "the server is shutting down");

@@ -13,7 +13,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bls::{HostPendingInfer, HostResponseStream};
 use super::convert::{datatype_from_wit, datatype_to_wit, kind_from_wit, params_to_wit, wit_error};
 use super::sandbox::{AllowList, GuestLimiter};
-use super::{thread_cpu_time, wit, wit_host};
+use super::{ExecutionClock, wit, wit_host};
 use crate::backend::{RawResponse, Responder};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{Infer, Parameters};
@@ -46,6 +46,8 @@ pub(super) struct GuestShared {
     /// Where BLS calls go; `None` if the backend was never connected.
     pub(super) infer: Option<Weak<dyn Infer>>,
     pub(super) runtime: Option<tokio::runtime::Handle>,
+    /// How executions (and the BLS calls inside them) are timed.
+    pub(super) clock: ExecutionClock,
 }
 
 /// The data of one guest's store.
@@ -62,8 +64,9 @@ pub struct GuestState {
     pub(super) calls_in_flight: Arc<AtomicUsize>,
     /// Woken whenever one of this store's `infer-async` calls finishes.
     pub(super) bls_done: Arc<tokio::sync::Notify>,
-    /// CPU time this thread spent running the models this guest called (a BLS callee that runs
-    /// inline runs on the caller's thread) during the current `execute`: not the guest's own.
+    /// Time (on the model's [`ExecutionClock`]) this thread spent in the models this guest called
+    /// (a BLS callee that runs inline runs on the caller's thread) during the current `execute`:
+    /// not the guest's own.
     pub(super) bls_cpu: Duration,
 }
 
@@ -295,9 +298,10 @@ impl wit_host::Host for GuestState {
             Ok(call) => call,
             Err(e) => return Ok(Err(e)),
         };
-        let started = thread_cpu_time();
+        let clock = self.shared.clock;
+        let started = clock.now();
         let called = Self::bls(call, |infer, request| async move { infer.infer(request).await });
-        self.bls_cpu += thread_cpu_time().saturating_sub(started);
+        self.bls_cpu += clock.now().saturating_sub(started);
         match called {
             Ok(response) => Ok(Ok(self.new_tensors(response.outputs)?)),
             Err(e) => Ok(Err(e)),
@@ -334,9 +338,10 @@ impl wit_host::Host for GuestState {
             Ok(call) => call,
             Err(e) => return Ok(Err(e)),
         };
-        let started = thread_cpu_time();
+        let clock = self.shared.clock;
+        let started = clock.now();
         let called = Self::bls(call, |infer, request| async move { infer.infer_stream(request).await });
-        self.bls_cpu += thread_cpu_time().saturating_sub(started);
+        self.bls_cpu += clock.now().saturating_sub(started);
         match called {
             Ok(stream) => Ok(Ok(self.table.push(HostResponseStream(stream)).map_err(table_error)?)),
             Err(e) => Ok(Err(e)),
@@ -359,6 +364,7 @@ pub(super) mod tests {
             bls_timeout: Duration::from_millis(500),
             infer,
             runtime: None,
+            clock: ExecutionClock::Wall,
         })
     }
 

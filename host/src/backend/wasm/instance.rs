@@ -15,7 +15,7 @@ use super::engine::{CompileCache, Prepared};
 use super::host::{GuestShared, GuestState, HostRequest, HostTensor, SharedResponder};
 use super::live::{LiveSet, Slot};
 use super::sandbox::{GuestLimiter, Sandbox};
-use super::{bindings, thread_cpu_time, wit};
+use super::{bindings, wit};
 use crate::backend::{ExecRequest, ModelInstance};
 use crate::error::{CoreError, CoreResult};
 use crate::stats::{ModelStats, Quota, TrapKind};
@@ -170,11 +170,12 @@ impl WasmInstance {
         let slot = Arc::clone(&self.slot);
         let mut guard = slot.lock()?;
         self.ensure_live(&mut guard)?;
-        let cpu_before = thread_cpu_time();
+        let clock = self.shared.clock;
+        let before = clock.now();
         let mut callees = Duration::ZERO;
         let outcome = self.call(&mut guard, batch, &mut callees);
         // What models called through BLS ran on this thread is theirs, not this guest's.
-        let used = thread_cpu_time().saturating_sub(cpu_before).saturating_sub(callees);
+        let used = clock.now().saturating_sub(before).saturating_sub(callees);
         self.stats.usage.charge_cpu(used, self.sandbox.max_cpu_per_second);
         outcome
     }

@@ -19,7 +19,8 @@
 //!
 //! Files: `engine` (engine, linker, compile cache), `sandbox` (per-model limits and grants),
 //! `instance` (one guest instance's life), `host` (the store data and the host side of the WIT
-//! imports), `bls` (guests calling models), `convert` (core types <-> WIT types).
+//! imports), `bls` (guests calling models), `nn` (the standard wasi:nn interfaces over served
+//! models), `convert` (core types <-> WIT types).
 
 mod bls;
 mod convert;
@@ -27,6 +28,7 @@ mod engine;
 mod host;
 mod instance;
 mod live;
+mod nn;
 mod sandbox;
 
 use std::path::{Path, PathBuf};
@@ -80,9 +82,40 @@ impl Default for WasmOptions {
     }
 }
 
-/// The calling thread's CPU time: what an execution costs, without the time it spent waiting
-/// (on a BLS call, or preempted).
-pub(super) fn thread_cpu_time() -> std::time::Duration {
+/// How a Wasm model's executions are timed for its CPU metric and quota.
+///
+/// Reading a thread's CPU clock is a system call (about 0.5 µs on this project's 2-core VMs), two
+/// per execution: for a Rust guest answering in a few µs that was measurable on the request path
+/// (docs/benchmarks.md). So only a model with a CPU quota, which needs the true figure, pays for
+/// it; the others are timed with the monotonic clock (vDSO, ~20 ns), which counts an execution's
+/// time on its thread, waits included: their `tessera_model_cpu_duration_us` is an upper bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ExecutionClock {
+    /// The calling thread's CPU time: what an execution costs, without the time it spent
+    /// waiting (on a BLS call, or preempted).
+    ThreadCpu,
+    /// Wall time on the monotonic clock.
+    Wall,
+}
+
+impl ExecutionClock {
+    pub(super) fn for_quota(max_cpu_per_second: Option<std::time::Duration>) -> Self {
+        if max_cpu_per_second.is_some() { Self::ThreadCpu } else { Self::Wall }
+    }
+
+    /// The clock's reading; only differences between readings of one thread mean anything.
+    pub(super) fn now(self) -> std::time::Duration {
+        match self {
+            Self::ThreadCpu => thread_cpu_time(),
+            Self::Wall => {
+                static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+                EPOCH.get_or_init(std::time::Instant::now).elapsed()
+            }
+        }
+    }
+}
+
+fn thread_cpu_time() -> std::time::Duration {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID needs nothing else.
     #[allow(unsafe_code)]
@@ -171,6 +204,7 @@ impl Backend for WasmBackend {
             bls_timeout: sandbox.max_execute,
             infer: self.infer.get().cloned(),
             runtime: self.runtime.clone().or_else(|| tokio::runtime::Handle::try_current().ok()),
+            clock: ExecutionClock::for_quota(sandbox.max_cpu_per_second),
         });
         let args = wit::InitializeArgs {
             model_config: crate::config::to_json(ctx.config).to_string(),
