@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import requests
+from server_sample import cpu_seconds, private_kib  # bench/ is the script's own directory, so on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "model-repos" / "quickstart"
@@ -47,21 +48,7 @@ REPEATS = int(os.environ.get("REPEATS", "3"))
 MEASURE_MS = int(os.environ.get("MEASURE_MS", "3000"))
 CALLS = int(os.environ.get("CALLS", "2000"))
 PORT = 18600
-TICK = os.sysconf("SC_CLK_TCK")
 PERF_ENV = Path("/opt/triton-reference/triton/env.sh")
-
-
-def private_kib(pid: int) -> int:
-    fields = {}
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
-        key, value = line.split(":", 1)
-        fields[key] = int(value.split()[0])
-    return fields["Private_Clean"] + fields["Private_Dirty"]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def repo_with(model: str, count: int, root: Path) -> Path:

@@ -41,6 +41,16 @@ def cpu_seconds(pid):
     return total / TICK
 
 
+def private_kib(pid):
+    """The process's private memory: Private_Clean + Private_Dirty of /proc/PID/smaps_rollup."""
+    fields = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f.read().splitlines()[1:]:
+            key, value = line.split(":", 1)
+            fields[key] = int(value.split()[0])
+    return fields["Private_Clean"] + fields["Private_Dirty"]
+
+
 def stats(port, model):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/stats", timeout=10) as r:
         versions = json.load(r)["model_stats"]

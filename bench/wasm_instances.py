@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import requests
+from server_sample import private_kib  # bench/ is the script's own directory, so on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "model-repos" / "quickstart"
@@ -37,14 +38,6 @@ TRITON_REF = Path(os.environ.get("TRITON_REF_DIR", ROOT.parent / "shared" / "ref
 if not TRITON_REF.is_dir():
     TRITON_REF = Path("/work/shared/reference/triton")
 PORT = 18300
-
-
-def private_kib(pid: int) -> int:
-    fields = {}
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
-        key, value = line.split(":", 1)
-        fields[key] = int(value.split()[0])
-    return fields["Private_Clean"] + fields["Private_Dirty"]
 
 
 def children(pid: int) -> list[int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shutil
 import signal
@@ -21,6 +22,7 @@ from typing import Callable, Iterable, Sequence
 
 import pytest
 import requests
+import tritonclient.grpc as grpcclient
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO_ROOT / "model-repos" / "quickstart"
@@ -700,3 +702,23 @@ def at_once(call, count: int) -> list:
     for t in threads:
         t.join()
     return results
+
+
+def grpc_stream_responses(url: str, model: str, inputs, outputs: Sequence[str], timeout: float = 30) -> list[tuple]:
+    """Sends one request on a gRPC stream (tritonclient) and returns, per response until the final
+    flag, the first element of each of `outputs`. An empty final response ends the list."""
+    got: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    try:
+        client.async_stream_infer(model, inputs, request_id="stream-1", enable_empty_final_response=True)
+        values = []
+        while True:
+            result, error = got.get(timeout=timeout)
+            assert error is None, error
+            response = result.get_response()
+            if response.parameters["triton_final_response"].bool_param and not response.outputs:
+                return values
+            values.append(tuple(int(result.as_numpy(name)[0]) for name in outputs))
+    finally:
+        client.stop_stream()

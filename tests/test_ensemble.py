@@ -5,7 +5,6 @@ tritonclient over HTTP and gRPC on 127.0.0.1."""
 
 from __future__ import annotations
 
-import queue
 from functools import partial
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 from tessera_testlib import (
     copy_faulty,
     copy_model,
+    grpc_stream_responses,
     quickstart_repo,
     sse_events,
     wait_model_not_ready,
@@ -301,23 +301,9 @@ def test_decoupled_ensemble_streams_over_grpc(decoupled_server):
     srv = decoupled_server
     cfg = httpclient.InferenceServerClient(srv.url).get_model_config("ens_stream")
     assert cfg["model_transaction_policy"]["decoupled"] is True
-    responses: queue.Queue = queue.Queue()
-    c = grpcclient.InferenceServerClient(grpc_url(srv))
-    c.start_stream(callback=lambda result, error: responses.put((result, error)))
-    try:
-        inp = grpcclient.InferInput("IN", [4], "INT32")
-        inp.set_data_from_numpy(np.array([5, 6, 7, 8], dtype=np.int32))
-        c.async_stream_infer("ens_stream", [inp], request_id="s1", enable_empty_final_response=True)
-        got = []
-        while True:
-            result, error = responses.get(timeout=30)
-            assert error is None, error
-            params = result.get_response().parameters
-            if params["triton_final_response"].bool_param and not result.get_response().outputs:
-                break
-            got.append((int(result.as_numpy("IDX")[0]), int(result.as_numpy("OUT")[0])))
-    finally:
-        c.stop_stream()
+    inp = grpcclient.InferInput("IN", [4], "INT32")
+    inp.set_data_from_numpy(np.array([5, 6, 7, 8], dtype=np.int32))
+    got = grpc_stream_responses(grpc_url(srv), "ens_stream", [inp], ["IDX", "OUT"])
     assert sorted(got) == [(0, 10), (1, 12), (2, 14), (3, 16)]
     assert stats(srv.url, "double_one")["inference_stats"]["success"]["count"] == 4
 

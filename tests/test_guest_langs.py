@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import queue
 import shutil
 import subprocess
 from pathlib import Path
@@ -30,6 +29,7 @@ from tessera_testlib import (
     GuestBuild,
     assert_error,
     copy_model,
+    grpc_stream_responses,
     post_infer,
     quickstart_repo,
     sse_events,
@@ -133,24 +133,10 @@ def test_decoupled_javascript_guest_streams_over_http_and_grpc(server):
     events = sse_events(r)
     assert [(e["OUT"], e["IDX"]) for e in events] == [(7, 0), (8, 1), (9, 2)]
 
-    got: queue.Queue = queue.Queue()
-    client = grpc_client(server)
-    client.start_stream(callback=lambda result, error: got.put((result, error)))
-    try:
-        inp = grpcclient.InferInput("IN", [4], "INT32")
-        inp.set_data_from_numpy(np.array([5, 6, 7, 8], dtype=np.int32))
-        client.async_stream_infer("repeat_js", [inp], request_id="r1", enable_empty_final_response=True)
-        values = []
-        while True:
-            result, error = got.get(timeout=30)
-            assert error is None, error
-            response = result.get_response()
-            if response.parameters["triton_final_response"].bool_param:
-                break
-            values.append(int(result.as_numpy("OUT")[0]))
-    finally:
-        client.stop_stream()
-    assert values == [5, 6, 7, 8]
+    inp = grpcclient.InferInput("IN", [4], "INT32")
+    inp.set_data_from_numpy(np.array([5, 6, 7, 8], dtype=np.int32))
+    got = grpc_stream_responses(f"127.0.0.1:{server.grpc_port}", "repeat_js", [inp], ["OUT", "IDX"])
+    assert got == [(5, 0), (6, 1), (7, 2), (8, 3)]
 
 
 def test_wasi_nn_guest_classifies_through_the_served_onnx_model(server):
