@@ -337,14 +337,20 @@ def test_javascript_guest_releases_host_handles_under_a_stream_of_large_requests
     for _ in range(120):  # warm up: the guest's heap grows to ~123 MiB by ~100 copies, then stays
         client.infer("js_probe", [inp], parameters={"mode": "copy"})
     before = rss_bytes(srv.process.pid)
-    for i in range(200):
-        out = client.infer("js_probe", [inp], parameters={"mode": "copy" if i % 2 else "echo"}).as_numpy("OUTPUT0")
+    for i in range(210):
+        mode = ("echo", "copy", "bad_output")[i % 3]
+        if mode == "bad_output":
+            # The response fails after OUTPUT0's handle (the 1 MiB input, renamed) was made.
+            with pytest.raises(Exception, match="EXTRA"):
+                client.infer("js_probe", [inp], parameters={"mode": mode})
+            continue
+        out = client.infer("js_probe", [inp], parameters={"mode": mode}).as_numpy("OUTPUT0")
         if i % 50 == 0:
             np.testing.assert_array_equal(out, payload)
     grown = rss_bytes(srv.process.pid) - before
     # Without the SDK releasing each request and tensor, every request kept its 1 MiB input and
-    # output in the host (measured: +1.1 MiB per request, ~220 MiB here); with it, flat.
-    assert grown < 32 << 20, f"server RSS grew {grown >> 20} MiB over 200 requests of 1 MiB"
+    # output in the host (measured: +1.1 MiB per request, ~230 MiB here); with it, flat.
+    assert grown < 48 << 20, f"server RSS grew {grown >> 20} MiB over 210 requests of 1 MiB"
 
 
 def test_c_guest_with_libc_stdio_runs_and_reads_files_only_when_granted(server_factory, tmp_path, built_probes):
@@ -370,6 +376,28 @@ def test_c_guest_with_libc_stdio_runs_and_reads_files_only_when_granted(server_f
     assert granted_result.as_numpy("GREETING")[0] == b"hello from the version directory"
     closed_text = client.infer("c_closed", [inp]).as_numpy("GREETING")[0].decode()
     assert closed_text.startswith("cannot open /model/greeting.txt"), closed_text
+    # An empty tensor: the SDK's copies of zero-length lists (which the canonical ABI hands over
+    # with a dangling pointer) must not be freed.
+    empty = httpclient.InferInput("INPUT0", [0], "UINT8")
+    empty.set_data_from_numpy(np.zeros(0, dtype=np.uint8), binary_data=True)
+    for _ in range(3):
+        assert client.infer("c_closed", [empty]).as_numpy("OUTPUT0").shape == (0,)
+
+
+def test_decoupled_c_guest_answers_through_its_sender(server_factory, tmp_path, built_probes):
+    repo = tmp_path / "repo"
+    probe_repo(repo, built_probes["c"], "c_stream", PROBE_IO + "model_transaction_policy { decoupled: true }\n")
+    srv = server_factory(repo)
+    wait_until(lambda: requests.get(srv.http("/v2/models/c_stream/ready"), timeout=5).status_code == 200, 60,
+               "c_stream ready", srv)
+    for _ in range(2):  # twice: the first execute must not have broken the instance
+        r = requests.post(srv.http("/v2/models/c_stream/generate_stream"),
+                          json={"INPUT0": [1, 2, 3]},
+                          stream=True, timeout=30)
+        assert r.status_code == 200, r.text
+        events = sse_events(r)
+        assert [e["OUTPUT0"] for e in events] == [[1, 2, 3], [1, 2, 3]], events
+    assert "decoupled model returned" not in srv.log_text()
 
 
 # ---------------------------------------------------------------------------------------------

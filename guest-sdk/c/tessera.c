@@ -10,6 +10,13 @@ struct tessera_responses {
     bool *answered;
 };
 
+/* The model's config says `model_transaction_policy { decoupled: true }` (read at initialize). */
+static bool decoupled = false;
+
+bool tessera_decoupled(void) {
+    return decoupled;
+}
+
 /* ---- small helpers ------------------------------------------------------------------------- */
 
 static model_nn_string_t borrowed(const char *s) {
@@ -56,6 +63,10 @@ __attribute__((weak)) bool tessera_initialize(const tessera_args_t *args, tesser
 __attribute__((weak)) void tessera_finalize(void) {}
 
 bool exports_model_nn_initialize(model_nn_initialize_args_t *args, model_nn_error_t *err) {
+    char *config = tessera_string(&args->model_config);
+    /* The server's /config JSON is compact: `"decoupled":true` appears only under the policy. */
+    decoupled = config && strstr(config, "\"decoupled\":true") != NULL;
+    free(config);
     tessera_error_t error = {TESSERA_INTERNAL, "initialize failed"};
     bool ok = tessera_initialize(args, &error);
     model_nn_initialize_args_free(args);
@@ -76,11 +87,28 @@ void exports_model_nn_execute(model_nn_list_own_request_t *requests, model_nn_li
     tessera_responses_t responses = {ret, answered};
     tessera_execute(requests->ptr, count, &responses);
     for (size_t i = 0; i < count; i++) {
-        if (!answered[i]) {
+        if (!answered[i] && !decoupled) {
             tessera_respond_error(&responses, i, TESSERA_INTERNAL,
                                   "the model's tessera_execute gave no response for request %zu", i);
         }
         tessera_model_types_request_drop_own(requests->ptr[i]);
+    }
+    if (decoupled) {
+        /* A decoupled model answers through its senders and returns no results. */
+        for (size_t i = 0; i < count; i++) {
+            if (!answered[i]) continue;
+            tessera_log(TESSERA_LOG_WARN, "decoupled model: tessera_respond ignored (use tessera_send)");
+            model_nn_result_list_own_tensor_error_t *result = &ret->ptr[i];
+            if (result->is_err) {
+                model_nn_string_free(&result->val.err.message);
+            } else {
+                for (size_t j = 0; j < result->val.ok.len; j++) tessera_tensor_drop(result->val.ok.ptr[j]);
+                free(result->val.ok.ptr);
+            }
+        }
+        free(ret->ptr);
+        ret->ptr = NULL;
+        ret->len = 0;
     }
     free(answered);
     model_nn_list_own_request_free(requests);
@@ -114,12 +142,18 @@ static model_nn_result_list_own_tensor_error_t *slot(tessera_responses_t *respon
 
 void tessera_respond(tessera_responses_t *responses, size_t index, const tessera_tensor_t *outputs, size_t count) {
     model_nn_result_list_own_tensor_error_t *result = slot(responses, index);
-    if (!result) return;
+    if (!result) {
+        for (size_t i = 0; i < count; i++) tessera_tensor_drop(outputs[i]);
+        return;
+    }
     result->is_err = false;
     result->val.ok.len = count;
-    result->val.ok.ptr = malloc((count ? count : 1) * sizeof(tessera_tensor_t));
-    if (!result->val.ok.ptr) abort();
-    if (count) memcpy(result->val.ok.ptr, outputs, count * sizeof(tessera_tensor_t));
+    result->val.ok.ptr = NULL; /* the bindings' post-return frees only non-empty lists */
+    if (count) {
+        result->val.ok.ptr = malloc(count * sizeof(tessera_tensor_t));
+        if (!result->val.ok.ptr) abort();
+        memcpy(result->val.ok.ptr, outputs, count * sizeof(tessera_tensor_t));
+    }
 }
 
 void tessera_respond_error(tessera_responses_t *responses, size_t index, tessera_code_t code, const char *format, ...) {
@@ -221,13 +255,15 @@ void tessera_tensor_read(tessera_tensor_t tensor, tessera_data_t *out) {
     out->name = tessera_string(&name);
     model_nn_string_free(&name);
     out->datatype = tessera_model_types_method_tensor_datatype(t);
+    /* An empty list comes back with a dangling non-NULL pointer (the canonical ABI allocates
+     * nothing for it): keep NULL instead, so that tessera_data_free can free what it holds. */
     model_nn_list_s64_t shape;
     tessera_model_types_method_tensor_shape(t, &shape);
-    out->shape = shape.ptr;
+    out->shape = shape.len ? shape.ptr : NULL;
     out->rank = shape.len;
     model_nn_list_u8_t data;
     tessera_model_types_method_tensor_data(t, &data);
-    out->data = data.ptr;
+    out->data = data.len ? data.ptr : NULL;
     out->size = data.len;
 }
 
@@ -281,7 +317,7 @@ bool tessera_infer(const char *model, int64_t version, const tessera_tensor_t *i
         result->len = 0;
         return false;
     }
-    result->items = got.ptr;
+    result->items = got.len ? got.ptr : NULL; /* see tessera_tensor_read */
     result->len = got.len;
     return true;
 }

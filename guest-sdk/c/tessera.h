@@ -106,6 +106,9 @@ void tessera_execute(const tessera_request_t *requests, size_t count, tessera_re
 bool tessera_initialize(const tessera_args_t *args, tessera_error_t *error);
 /* Optional. */
 void tessera_finalize(void);
+/* Whether the model is decoupled (its config's model_transaction_policy): such a model answers
+ * with tessera_send and leaves `responses` alone. */
+bool tessera_decoupled(void);
 
 /* ---- answering ----------------------------------------------------------------------------- */
 /* Answers request `index` with `count` outputs (the handles are taken). */

@@ -155,8 +155,10 @@ globalThis.console = {
 // generated bindings never release a handle once a method was called on it).
 let held = [];
 
-function hold(resource) {
+// `onRelease` runs when the resource is released (e.g. to forget a cached handle).
+function hold(resource, onRelease) {
   held.push(resource);
+  if (onRelease) held.push({ [Symbol.dispose]: onRelease });
   return resource;
 }
 
@@ -168,6 +170,17 @@ function releaseAll() {
       r[Symbol.dispose]();
     } catch {
       // already moved to the host
+    }
+  }
+}
+
+// Releases handles made for a response that then failed (they were never handed over).
+function releaseNow(handles) {
+  for (const h of handles) {
+    try {
+      h[Symbol.dispose]();
+    } catch {
+      // nothing to release
     }
   }
 }
@@ -309,6 +322,12 @@ function isTypedArray(x) {
   return ArrayBuffer.isView(x) && !(x instanceof DataView);
 }
 
+function sameShape(a, b) {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
 // A shape as an array of numbers (kept as given when it already is one).
 function shapeOf(shape) {
   if (Array.isArray(shape) && shape.every((d) => typeof d === 'number')) return shape;
@@ -334,6 +353,13 @@ export class Tensor {
       this._source = data;
       this._datatype = normalizeDatatype(datatype) ?? data.datatype();
       this._shape = shape ? shapeOf(shape) : data.shape();
+      return;
+    }
+    if (data instanceof Uint8Array && this._explicit && normalizeDatatype(datatype) === 'BYTES') {
+      // One BYTES element holding these bytes (as a string would be).
+      this._datatype = 'BYTES';
+      this._values = [data];
+      this._shape = shape ? shapeOf(shape) : [1];
       return;
     }
     if (isTypedArray(data)) {
@@ -372,9 +398,15 @@ export class Tensor {
 
   /** A tensor from raw little-endian bytes (BYTES: Triton's serialized elements). */
   static fromBytes(name, bytes, datatype, shape) {
-    const t = new Tensor(name, new Uint8Array(bytes), 'UINT8', shape);
-    t._datatype = normalizeDatatype(datatype);
-    t._raw = t._values;
+    const raw = new Uint8Array(bytes);
+    const d = normalizeDatatype(datatype);
+    if (!shape) {
+      // One dimension: the element count the bytes hold.
+      shape = [d === 'BYTES' ? decodeBytesElements(raw).length : raw.length / TYPED[d].BYTES_PER_ELEMENT];
+    }
+    const t = new Tensor(name, raw, 'UINT8', shape);
+    t._datatype = d;
+    t._raw = raw;
     t._values = undefined;
     t._explicit = true;
     return t;
@@ -438,8 +470,13 @@ export class Tensor {
     if (this._handle) {
       return this._handle.withName(this._name);
     }
-    if (this._source && !this._source._values && !this._source._raw && this._source._handle) {
-      return this._source._handle.withName(this._name);
+    if (this._borrowable !== undefined) {
+      return this._borrowable.withName(this._name); // already in the host (a BLS input)
+    }
+    const source = this._source;
+    if (source && source._handle && source._values === undefined && source._raw === undefined
+        && this.datatype() === source.datatype() && sameShape(this._shape, source.shape())) {
+      return source._handle.withName(this._name); // the same bytes, renamed: no copy
     }
     let datatype = this.datatype();
     let bytes;
@@ -462,13 +499,19 @@ export class Tensor {
   // A host handle for a BLS call's input (borrowed; released with the execute).
   _lowerBorrowed() {
     if (this._handle) return this._name === this._handle.name() ? this._handle : this._renamed();
-    if (this._borrowable === undefined) this._borrowable = hold(this._lowerOwned());
+    if (this._borrowable === undefined) this._borrowable = hold(this._lowerOwned(), () => this._forget());
     return this._borrowable;
   }
 
   _renamed() {
-    if (this._borrowable === undefined) this._borrowable = hold(this._handle.withName(this._name));
+    if (this._borrowable === undefined) this._borrowable = hold(this._handle.withName(this._name), () => this._forget());
     return this._borrowable;
+  }
+
+  // The host handle made for BLS is released with the execute: a tensor kept longer (a constant
+  // input) makes a new one next time.
+  _forget() {
+    this._borrowable = undefined;
   }
 }
 
@@ -521,9 +564,12 @@ export class InferenceResponseSender {
     } else if (response.hasError()) {
       hostCall(() => this._sender.sendError(witError(response.error()), final));
     } else {
-      const declared = model.outputTypes;
-      const outputs = response._outputs.map((t) => t._lowerOwned(declared.get(t.name())));
-      hostCall(() => this._sender.send(outputs, final));
+      const outputs = lowerOutputs(response._outputs);
+      try {
+        this._sender.send(outputs, final);
+      } catch (e) {
+        throw fromHost(e);
+      }
     }
     if (final) this._closed = true;
   }
@@ -730,13 +776,26 @@ function errResult(error) {
   return { tag: 'err', val: witError(error) };
 }
 
+// Host handles for a response's outputs (the host takes them). If one fails, those made before
+// it are released and the error is thrown.
+function lowerOutputs(outputs) {
+  const handles = [];
+  try {
+    for (const t of outputs) handles.push(t._lowerOwned(model.outputTypes.get(t.name())));
+  } catch (e) {
+    releaseNow(handles);
+    throw fromHost(e);
+  }
+  return handles;
+}
+
 function lowerResponse(response) {
   if (!(response instanceof InferenceResponse)) {
     return errResult(new TritonError(`execute() must return InferenceResponse objects, got ${typeof response}`));
   }
   if (response.hasError()) return errResult(response.error());
   try {
-    return { tag: 'ok', val: response._outputs.map((t) => t._lowerOwned(model.outputTypes.get(t.name()))) };
+    return { tag: 'ok', val: lowerOutputs(response._outputs) };
   } catch (e) {
     return errResult(e);
   }

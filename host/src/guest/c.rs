@@ -27,13 +27,16 @@ fn extension_of(path: &Path) -> Option<&str> {
     path.extension().and_then(|e| e.to_str())
 }
 
-/// The guest's own sources: the C and C++ files directly in `dir`, sorted.
+/// The guest's own sources: the C and C++ files directly in `dir`, sorted. Generated bindings
+/// that `tessera guest bindgen c` may have left there (`model_nn.c`) are not: the build makes its
+/// own.
 fn sources(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| p.is_file())
+        .filter(|p| p.file_stem().is_none_or(|stem| stem != "model_nn"))
         .filter(|p| extension_of(p).is_some_and(|e| C_EXTENSIONS.contains(&e) || CXX_EXTENSIONS.contains(&e)))
         .collect();
     files.sort();

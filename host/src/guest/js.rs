@@ -49,7 +49,8 @@ fn disabled_features() -> Result<Vec<&'static str>, String> {
     Ok(FEATURES.into_iter().filter(|f| !enabled.contains(f)).collect())
 }
 
-/// Copies the guest's directory (not `node_modules`, not dot files) into `stage`.
+/// Copies the guest's directory (not `node_modules`, not dot files, not symbolic links to
+/// directories, which could loop) into `stage`.
 fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
     std::fs::create_dir_all(to).map_err(|e| format!("failed to create {}: {e}", to.display()))?;
     let entries = std::fs::read_dir(from).map_err(|e| format!("failed to read {}: {e}", from.display()))?;
@@ -60,7 +61,8 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
         if skip {
             continue;
         }
-        if path.is_dir() {
+        let is_link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+        if path.is_dir() && !is_link {
             copy_tree(&path, &to.join(&name))?;
         } else if path.is_file() {
             std::fs::copy(&path, to.join(&name)).map_err(|e| format!("failed to copy {}: {e}", path.display()))?;

@@ -141,15 +141,25 @@ fn write_file(out: &Path, bytes: &[u8]) -> Result<(), String> {
     std::fs::write(out, bytes).map_err(|e| format!("failed to write {}: {e}", out.display()))
 }
 
-/// A private temporary directory, removed when dropped.
+/// A private temporary directory (new, mode 0700), removed when dropped.
 struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(what: &str) -> Result<Self, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let dir = std::env::temp_dir().join(format!("tessera-guest-{what}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("failed to create {}: {e}", dir.display()))?;
-        Ok(Self(dir))
+        for _ in 0..16 {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!("tessera-guest-{what}-{}-{nanos}-{n}", std::process::id()));
+            // `create`, not `create_all`: a directory that already exists is someone else's.
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => return Ok(Self(dir)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(format!("failed to create {}: {e}", dir.display())),
+            }
+        }
+        Err("failed to create a fresh temporary directory".into())
     }
 
     fn path(&self) -> &Path {

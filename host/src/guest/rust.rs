@@ -23,8 +23,10 @@ fn target_of(dir: &Path) -> Result<&'static str, String> {
             in_section = line == "[package.metadata.tessera]";
             continue;
         }
-        if in_section && let Some(value) = line.strip_prefix("target").map(str::trim_start) {
-            let value = value.strip_prefix('=').map(str::trim).unwrap_or_default().trim_matches('"');
+        let Some((key, value)) = line.split_once('=') else { continue };
+        if in_section && key.trim() == "target" {
+            // The quoted value; an inline comment after it is not part of it.
+            let value = value.trim().strip_prefix('"').and_then(|v| v.split('"').next()).unwrap_or_default();
             return match value {
                 "wasm32-unknown-unknown" => Ok("wasm32-unknown-unknown"),
                 "wasm32-wasip1" => Ok("wasm32-wasip1"),
@@ -58,7 +60,10 @@ pub(super) fn build(root: &Path, dir: &Path) -> Result<PathBuf, String> {
         .env("CARGO_PROFILE_RELEASE_PANIC", "abort")
         .env_remove("RUSTUP_TOOLCHAIN")
         .env_remove("RUSTC")
-        .env_remove("CARGO");
+        .env_remove("CARGO")
+        // Flags meant for the host would override the guest target's own (wasi-libc, reactor).
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS");
     if target == "wasm32-wasip1" {
         if !Path::new(WASI_LIBC).join("crt1-reactor.o").exists() {
             return Err("wasi-libc is missing: run scripts/setup-guest-toolchain.sh".into());
@@ -119,6 +124,8 @@ mod tests {
         assert!(target_of(&dir).expect_err("unsupported").contains("wasm32-wasip2"));
         write("[dependencies]\ntarget = \"wasm32-wasip1\"\n");
         assert_eq!(target_of(&dir), Ok("wasm32-unknown-unknown"), "only the tessera section counts");
+        write("[package.metadata.tessera]\ntarget-dir = \"x\"\ntarget = \"wasm32-wasip1\" # WASI\n");
+        assert_eq!(target_of(&dir), Ok("wasm32-wasip1"), "other keys and comments are not the target");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

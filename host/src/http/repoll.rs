@@ -11,16 +11,19 @@
 //!
 //! Wakes from elsewhere (socket readiness, timers, another task) go to the runtime as usual; a
 //! self-wake repeated past [`MAX_REPOLLS`] in one poll is handed to the runtime too, so a
-//! connection that keeps waking itself still yields to the others.
+//! connection that keeps waking itself still yields to the others. The cap is small on purpose:
+//! the body handshake needs two polls, and hyper's own yield (after 16 turns of its loop, for a
+//! pipelining client) or tokio's exhausted budget also wake the task itself, and those must reach
+//! the runtime soon.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 /// Polls in a row at most, before a self-wake is handed to the runtime.
-const MAX_REPOLLS: usize = 16;
+const MAX_REPOLLS: usize = 4;
 
 pub struct RepollOnSelfWake<F> {
     inner: Pin<Box<F>>,
@@ -46,8 +49,7 @@ impl Wake for WakeState {
         // Set before reading `polling`: a poll that ends meanwhile sees the flag and polls again.
         self.woken.store(true, Ordering::SeqCst);
         if !self.polling.load(Ordering::SeqCst)
-            && let Ok(outer) = self.outer.lock()
-            && let Some(waker) = outer.as_ref()
+            && let Some(waker) = self.outer.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
         {
             waker.wake_by_ref();
         }
@@ -75,11 +77,11 @@ impl<F: Future> Future for RepollOnSelfWake<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.get_mut();
-        if let Ok(mut outer) = this.state.outer.lock()
-            && !outer.as_ref().is_some_and(|w| w.will_wake(cx.waker()))
-        {
+        let mut outer = this.state.outer.lock().unwrap_or_else(PoisonError::into_inner);
+        if !outer.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             *outer = Some(cx.waker().clone());
         }
+        drop(outer);
         let mut inner_cx = Context::from_waker(&this.waker);
         for _ in 0..MAX_REPOLLS {
             this.state.woken.store(false, Ordering::SeqCst);
@@ -153,6 +155,28 @@ mod tests {
         assert!(poll_once(&mut future, &outer).is_pending());
         assert_eq!(polls.load(Ordering::SeqCst), MAX_REPOLLS);
         assert_eq!(outer.0.load(Ordering::SeqCst), 1, "the task is rescheduled, so others get their turn");
+    }
+
+    #[test]
+    fn a_wake_from_another_thread_during_the_poll_is_repolled() {
+        /// Pending once, after another thread woke it while it was being polled; then ready.
+        struct WokenElsewhere(bool);
+        impl Future for WokenElsewhere {
+            type Output = ();
+            fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+                if self.0 {
+                    return Poll::Ready(());
+                }
+                self.0 = true;
+                let waker = cx.waker().clone();
+                std::thread::spawn(move || waker.wake()).join().expect("waker thread");
+                Poll::Pending
+            }
+        }
+        let mut future = RepollOnSelfWake::new(WokenElsewhere(false));
+        let outer = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        assert!(poll_once(&mut future, &outer).is_ready(), "the wake was lost");
+        assert_eq!(outer.0.load(Ordering::SeqCst), 0);
     }
 
     #[test]

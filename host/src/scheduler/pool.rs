@@ -62,9 +62,10 @@ pub struct InstancePool {
 /// about once every few seconds at 5k requests/s) doubled the streak each time, and after a
 /// minute of load no model ran inline again (measured: server-side time at concurrency 1 went
 /// from 20 to 70 µs). A run longer than [`HELD_LONG`], which no preemption explains, turns the
-/// decay off for the model: a guest that loops to its time limit holds a runtime thread a
-/// logarithmic number of times at most, as before; one that stays under that bound holds it at
-/// most once per [`DECAY_FACTOR`] x [`FIRST_STREAK`] short runs, for less than [`HELD_LONG`].
+/// decay off for the model for [`HELD_LONG_MEMORY`]: a guest that loops to its time limit holds a
+/// runtime thread a logarithmic number of times per minute at most; one that stays under that
+/// bound holds it at most once per [`DECAY_FACTOR`] x [`FIRST_STREAK`] short runs, for less than
+/// [`HELD_LONG`].
 struct InlineGate {
     /// Executions in a row no longer than [`SHORT_EXECUTION`].
     streak: AtomicU32,
@@ -72,8 +73,10 @@ struct InlineGate {
     ambiguous: AtomicU32,
     /// The streak that opens the gate.
     needed: AtomicU32,
-    /// An inline run took longer than [`HELD_LONG`]: the needed streak no longer decays.
-    held_long: AtomicBool,
+    /// When an inline run last took longer than [`HELD_LONG`] (ms since `epoch`, 0: never):
+    /// the needed streak does not decay for [`HELD_LONG_MEMORY`] after it.
+    held_long_ms: AtomicU64,
+    epoch: Instant,
 }
 
 const SHORT_EXECUTION: Duration = Duration::from_micros(200);
@@ -83,6 +86,7 @@ const FIRST_STREAK: u32 = 8;
 const LONGEST_STREAK: u32 = 1 << 20;
 const DECAY_FACTOR: u32 = 16;
 const HELD_LONG: Duration = Duration::from_millis(50);
+const HELD_LONG_MEMORY: Duration = Duration::from_secs(60);
 
 impl InlineGate {
     fn new() -> Self {
@@ -90,12 +94,18 @@ impl InlineGate {
             streak: AtomicU32::new(0),
             ambiguous: AtomicU32::new(0),
             needed: AtomicU32::new(FIRST_STREAK),
-            held_long: AtomicBool::new(false),
+            held_long_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
         }
     }
 
     fn open(&self) -> bool {
         self.streak.load(Ordering::Relaxed) >= self.needed.load(Ordering::Relaxed)
+    }
+
+    fn held_long_recently(&self) -> bool {
+        let at = self.held_long_ms.load(Ordering::Relaxed);
+        at != 0 && self.epoch.elapsed().saturating_sub(Duration::from_millis(at)) < HELD_LONG_MEMORY
     }
 
     fn record(&self, took: Duration, inline: bool) {
@@ -106,14 +116,15 @@ impl InlineGate {
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1))
                 .map_or(u32::MAX, |n| n + 1);
             let needed = self.needed.load(Ordering::Relaxed);
-            if needed > FIRST_STREAK
-                && streak >= needed.saturating_mul(DECAY_FACTOR)
-                && !self.held_long.load(Ordering::Relaxed)
-            {
+            if needed > FIRST_STREAK && streak >= needed.saturating_mul(DECAY_FACTOR) && !self.held_long_recently() {
                 let halved = (needed / 2).max(FIRST_STREAK);
-                self.needed.store(halved, Ordering::Relaxed);
-                // Still open: the streak counts towards the next halving from here.
-                self.streak.store(halved, Ordering::Relaxed);
+                // Compare-and-swap: a long run that doubled `needed` meanwhile is not undone, and
+                // a streak it reset to 0 stays 0 (the gate stays closed).
+                if self.needed.compare_exchange(needed, halved, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+                    // Still open: the streak counts towards the next halving from here.
+                    let _ =
+                        self.streak.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| (s != 0).then_some(halved));
+                }
             }
             return;
         }
@@ -126,7 +137,8 @@ impl InlineGate {
             let _ =
                 self.needed.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some((n * 2).min(LONGEST_STREAK)));
             if took > HELD_LONG {
-                self.held_long.store(true, Ordering::Relaxed);
+                let now_ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX).max(1);
+                self.held_long_ms.store(now_ms, Ordering::Relaxed);
             }
         }
     }
@@ -530,11 +542,11 @@ mod tests {
     }
 
     #[test]
-    fn a_model_that_held_a_thread_longer_than_any_preemption_never_decays() {
+    fn a_model_that_held_a_thread_longer_than_any_preemption_does_not_decay_for_a_while() {
         let gate = InlineGate::new();
         assert!(opened_after(&gate, FIRST_STREAK));
         gate.record(HELD_LONG + Duration::from_millis(1), true);
-        assert!(gate.held_long.load(Ordering::Relaxed));
+        assert!(gate.held_long_recently());
         opened_after(&gate, 100 * FIRST_STREAK * DECAY_FACTOR);
         assert_eq!(gate.needed.load(Ordering::Relaxed), 2 * FIRST_STREAK, "a looping guest's streak decayed");
     }

@@ -4,6 +4,8 @@
 //   throw      execute throws an Error (every request of the batch fails with its message)
 //   reject     an async execute whose promise rejects
 //   bad_count  two responses for one request
+//   bad_output OUTPUT0 = INPUT0 (a handle), then a second output whose bytes do not fit its shape:
+//              the request fails, and the handle already made for OUTPUT0 must be released
 //   log        console.log a line, then echo
 // Config parameter fail_init = "yes": initialize throws a TritonError (the load fails).
 import { InferenceResponse, Tensor, TritonError } from './tessera.js';
@@ -24,6 +26,9 @@ export class TritonPythonModel {
       const input = request.input('INPUT0');
       if (modes[i] === 'log') console.log('hello from js_probe', { size: input.shape() });
       const output = modes[i] === 'copy' ? new Tensor('OUTPUT0', input.asArray().slice(), 'UINT8', input.shape()) : new Tensor('OUTPUT0', input);
+      if (modes[i] === 'bad_output') {
+        return new InferenceResponse({ outputTensors: [output, new Tensor('EXTRA', Float32Array.of(1, 2, 3), 'FP32', [5])] });
+      }
       return new InferenceResponse({ outputTensors: [output] });
     });
     if (modes.includes('bad_count')) responses.push(responses[0]);

@@ -15,8 +15,9 @@
 //!   the models the operator serves, it does not bring its own into the server.
 //!
 //! Error codes: the core error kinds map to `invalid-argument`, `not-found`,
-//! `unsupported-operation`, `timeout` (the BLS time limit) and `runtime-error` (the rest); the
-//! error's `data` is the message a BLS caller would get.
+//! `unsupported-operation`, `unknown`, `timeout` (the caller's BLS time limit) and
+//! `runtime-error` (internal, unavailable, cancelled); the error's `data` is the message a BLS
+//! caller would get.
 //!
 //! The host functions are synchronous, like the rest of the guest's imports: `compute` blocks
 //! the guest's thread while the model runs (see `GuestState::bls`).
@@ -140,6 +141,7 @@ impl GuestState {
     }
 
     /// The model's outputs as wasi:nn tensors, or the first output that has no wasi:nn type.
+    /// Every output is checked before any enters the table, so a refusal leaves nothing behind.
     fn nn_outputs(&mut self, model: &str, outputs: Vec<Tensor>) -> NnResult<Vec<(String, Resource<NnTensor>)>> {
         let mut converted = Vec::with_capacity(outputs.len());
         for output in outputs {
@@ -160,10 +162,13 @@ impl GuestState {
                     format!("model '{model}' output '{}' has a dimension wasi:nn cannot hold (u32)", output.name),
                 );
             };
-            let handle = self.table.push(NnTensor { dimensions, ty, data: output.data }).map_err(table_error)?;
-            converted.push((output.name, handle));
+            converted.push((output.name, NnTensor { dimensions, ty, data: output.data }));
         }
-        Ok(Ok(converted))
+        let mut handles = Vec::with_capacity(converted.len());
+        for (name, tensor) in converted {
+            handles.push((name, self.table.push(tensor).map_err(table_error)?));
+        }
+        Ok(Ok(handles))
     }
 }
 
@@ -421,6 +426,9 @@ mod tests {
         let (code, data) = error_of(&mut s, e);
         assert_eq!(code, ErrorCode::UnsupportedOperation);
         assert!(data.contains("output 'POSITIVE' is BOOL"), "{data}");
+        // SUM, converted before POSITIVE was refused, is not left in the table: only the context
+        // and the first call's SUM are there (compute took both inputs).
+        assert_eq!(s.table.iter_mut().count(), 2, "an output of the refused compute stayed behind");
         // Bytes that do not fit the dimensions: invalid-argument, and the input is gone either way.
         let (name, bad) = f32_input(&mut s, vec![3], 8);
         let bad_rep = bad.rep();
