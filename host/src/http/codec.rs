@@ -1,7 +1,5 @@
 //! KServe v2 JSON tensors and Triton's binary tensor data extension, to and from the core types.
 
-use std::collections::HashSet;
-
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -433,9 +431,15 @@ struct JsonTensor<'a> {
     datatype: &'static str,
     shape: &'a [i64],
     #[serde(skip_serializing_if = "Option::is_none")]
-    parameters: Option<Value>,
+    parameters: Option<BinaryDataSize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     data: Option<JsonData>,
+}
+
+/// A binary output's only parameter (a struct, not a JSON map: nothing to build per output).
+#[derive(Serialize)]
+struct BinaryDataSize {
+    binary_data_size: usize,
 }
 
 /// Typed so that FP32 values print in their shortest f32 form ("0.1", not "0.10000000149011612").
@@ -477,12 +481,13 @@ pub(crate) fn tensor_to_json(t: &Tensor) -> JsonData {
 /// for the Inference-Header-Content-Length header.
 pub fn encode_response(response: &InferResponse, binary: &BinaryOutputs) -> CoreResult<(Vec<u8>, Option<usize>)> {
     let mut binary_parts: Vec<&Bytes> = Vec::new();
-    let mut seen = HashSet::new();
+    // An output named twice is sent once (its first tensor); outputs are few, so no hash set.
     let outputs = response
         .outputs
         .iter()
-        .filter(|t| seen.insert(t.name.as_str()))
-        .map(|t| {
+        .enumerate()
+        .filter(|&(i, t)| !response.outputs[..i].iter().any(|earlier| earlier.name == t.name))
+        .map(|(_, t)| {
             if response.shared_memory.contains_key(&t.name) {
                 // As in Triton: the bytes are in the region; the entry names the tensor only.
                 JsonTensor {
@@ -498,7 +503,7 @@ pub fn encode_response(response: &InferResponse, binary: &BinaryOutputs) -> Core
                     name: &t.name,
                     datatype: t.datatype.as_str(),
                     shape: &t.shape,
-                    parameters: Some(serde_json::json!({ "binary_data_size": t.data.len() })),
+                    parameters: Some(BinaryDataSize { binary_data_size: t.data.len() }),
                     data: None,
                 }
             } else {

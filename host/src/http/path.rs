@@ -1,9 +1,7 @@
 //! [`ModelPath`], the `{model}` and optional `{version}` segments of the model routes, so each
 //! `/v2/models/{model}/X` and `/v2/models/{model}/versions/{version}/X` pair has one handler.
 
-use std::collections::HashMap;
-
-use axum::extract::{FromRequestParts, Path};
+use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 
@@ -33,14 +31,19 @@ impl<S: Send + Sync> FromRequestParts<S> for ModelPath {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let Path(mut segments) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        let model = segments
-            .remove("model")
+        // The router's own decoded segments, read in place (no map of them is built per request).
+        let params = RawPathParams::from_request_parts(parts, state).await.map_err(IntoResponse::into_response)?;
+        let (mut model, mut version) = (None, Ok(None));
+        for (key, value) in &params {
+            match key {
+                "model" => model = Some(value.to_owned()),
+                "version" => version = parse_version(value),
+                _ => {}
+            }
+        }
+        let model = model
             .ok_or_else(|| HttpError::from(CoreError::internal("a model route without a {model} segment")))
             .map_err(IntoResponse::into_response)?;
-        let version = segments.get("version").map_or(Ok(None), |v| parse_version(v));
         Ok(Self { model, version })
     }
 }

@@ -80,21 +80,26 @@ impl ModelIo {
     /// datatype, shape, and last the data's size. Door decoders leave sizes to this, so a request
     /// gets the same first error over HTTP, gRPC and shared memory. Returns the instance-facing
     /// request, the batch size (1 for models that do not batch) and the outputs to return.
-    pub fn prepare(&self, request: &InferRequest) -> CoreResult<(ExecRequest, usize, Vec<RequestedOutput>)> {
+    ///
+    /// The request is taken by value: its tensors move into the instance-facing request (the
+    /// per-request path copies no name, shape or data).
+    pub fn prepare(&self, mut request: InferRequest) -> CoreResult<(ExecRequest, usize, Vec<RequestedOutput>)> {
         let model = &self.name;
-        let log = request_prefix(request);
-        let invalid = |text: String| CoreError::invalid_arg(format!("{log}{text}"));
+        let requested = std::mem::take(&mut request.outputs);
+        // Built only when a check fails: the request's id as Triton's message prefix.
+        let log = || request_prefix(&request);
+        let invalid = |text: String| CoreError::invalid_arg(format!("{}{text}", log()));
         for (i, tensor) in request.inputs.iter().enumerate() {
             if request.inputs[..i].iter().any(|t| t.name == tensor.name) {
                 return Err(invalid(format!("input '{}' already exists in request", tensor.name)));
             }
         }
-        let wanted = self.check_outputs(request)?;
-        let order = triton_input_order(&request.inputs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>());
+        let wanted = self.check_outputs(requested)?;
+        let order = input_order(&request.inputs);
         let in_order = || order.iter().map(|&i| &request.inputs[i]);
         let required = self.inputs.iter().filter(|s| !s.optional).count();
         if request.inputs.len() > self.inputs.len() || request.inputs.len() < required {
-            return Err(invalid(self.input_count_message(request, in_order().map(|t| t.name.as_str()))));
+            return Err(invalid(self.input_count_message(&request, in_order().map(|t| t.name.as_str()))));
         }
         let batching = self.max_batch_size > 0;
         // Triton keeps the batch size in a u32 and 0 means "not set yet".
@@ -124,7 +129,9 @@ impl ModelIo {
                 self.max_batch_size
             )));
         }
-        let mut inputs: Vec<Option<Tensor>> = vec![None; request.inputs.len()];
+        // (position, the shape the model uses) of the inputs the config reshapes: applied once
+        // every check has passed, when the tensors move into the instance's request.
+        let mut reshaped: Vec<(usize, Vec<i64>)> = Vec::new();
         for &position in &order {
             let tensor = &request.inputs[position];
             let spec = self.spec(&tensor.name)?;
@@ -166,14 +173,12 @@ impl ModelIo {
             // leaving the batch out when it is 0, multiplying without overflow checks.
             let batch = if batching && batch_size > 0 { i64::from(batch_size) } else { 1 };
             let count = dims.iter().fold(batch, |acc, &d| acc.wrapping_mul(d));
-            self.check_data(&log, tensor, count)?;
-            let mut model_tensor = tensor.clone();
+            self.check_data(log, tensor, count)?;
             if let Some(reshape) = &spec.reshape {
                 let mut shape: Vec<i64> = if batching { vec![tensor.shape[0]] } else { Vec::new() };
                 shape.extend(fill_variable_dims(reshape, &spec.dims, dims));
-                model_tensor.shape = shape;
+                reshaped.push((position, shape));
             }
-            inputs[position] = Some(model_tensor);
         }
         for tensor in in_order().filter(|t| t.datatype == DataType::Bytes) {
             bytes_overrun(tensor)?;
@@ -183,19 +188,22 @@ impl ModelIo {
         for tensor in in_order() {
             tensor.validate().map_err(|e| invalid(e.message))?;
         }
-        let missing: Vec<&IoSpec> =
-            self.inputs.iter().filter(|s| !s.optional && !request.inputs.iter().any(|t| t.name == s.name)).collect();
-        if !missing.is_empty() {
-            return Err(invalid(self.input_count_message(request, in_order().map(|t| t.name.as_str()))));
+        let missing = self.inputs.iter().any(|s| !s.optional && !request.inputs.iter().any(|t| t.name == s.name));
+        if missing {
+            return Err(invalid(self.input_count_message(&request, in_order().map(|t| t.name.as_str()))));
         }
         if batching && batch_size == 0 {
             return Err(invalid(format!("inference request batch-size must be >= 1 for '{model}'")));
         }
+        let InferRequest { id, mut inputs, parameters, .. } = request;
+        for (position, shape) in reshaped {
+            inputs[position].shape = shape;
+        }
         let exec = ExecRequest {
-            id: request.id.clone(),
-            inputs: inputs.into_iter().flatten().collect(),
+            id,
+            inputs,
             outputs: wanted.iter().map(|o| o.name.clone()).collect(),
-            parameters: request.parameters.clone(),
+            parameters,
             ..Default::default()
         };
         let batch_size = if batching { batch_size as usize } else { 1 };
@@ -235,9 +243,9 @@ impl ModelIo {
 
     /// The data's size against the element count, with Triton's messages: bytes for fixed-size
     /// types, string elements for BYTES.
-    fn check_data(&self, log: &str, tensor: &Tensor, count: i64) -> CoreResult<()> {
+    fn check_data(&self, log: impl Fn() -> String, tensor: &Tensor, count: i64) -> CoreResult<()> {
         let (name, model) = (&tensor.name, &self.name);
-        let invalid = |text: String| Err(CoreError::invalid_arg(format!("{log}{text}")));
+        let invalid = |text: String| Err(CoreError::invalid_arg(format!("{}{text}", log())));
         let Some(size) = tensor.datatype.element_size() else {
             let mut rest = &tensor.data[..];
             let mut found: i64 = 0;
@@ -281,21 +289,20 @@ impl ModelIo {
     /// The outputs to return: the requested ones (checked against the config in name order, as
     /// Triton's `std::set` of them is), or all of them. An output named twice is returned once,
     /// with its first entry's settings (as Triton does).
-    fn check_outputs(&self, request: &InferRequest) -> CoreResult<Vec<RequestedOutput>> {
-        if request.outputs.is_empty() {
+    fn check_outputs(&self, requested: Vec<RequestedOutput>) -> CoreResult<Vec<RequestedOutput>> {
+        if requested.is_empty() {
             return Ok(self.outputs.iter().map(|o| RequestedOutput::named(o.name.clone())).collect());
         }
-        let names: std::collections::BTreeSet<&str> = request.outputs.iter().map(|o| o.name.as_str()).collect();
-        for name in names {
-            if !self.outputs.iter().any(|s| s.name == name) {
-                return Err(CoreError::invalid_arg(format!(
-                    "unexpected inference output '{name}' for model '{}'",
-                    self.name
-                )));
-            }
+        // The first unknown name in name order is the one Triton's set reports.
+        let unknown = requested.iter().map(|o| o.name.as_str()).filter(|&n| !self.outputs.iter().any(|s| s.name == n));
+        if let Some(name) = unknown.min() {
+            return Err(CoreError::invalid_arg(format!(
+                "unexpected inference output '{name}' for model '{}'",
+                self.name
+            )));
         }
-        let mut outputs: Vec<RequestedOutput> = Vec::with_capacity(request.outputs.len());
-        for out in &request.outputs {
+        let mut outputs: Vec<RequestedOutput> = Vec::with_capacity(requested.len());
+        for out in requested {
             if outputs.iter().any(|o| o.name == out.name) {
                 continue;
             }
@@ -306,7 +313,7 @@ impl ModelIo {
                     out.name
                 )));
             }
-            outputs.push(out.clone());
+            outputs.push(out);
         }
         Ok(outputs)
     }
@@ -438,6 +445,18 @@ fn bytes_overrun(tensor: &Tensor) -> CoreResult<()> {
     Ok(())
 }
 
+/// The order Triton's core checks a request's inputs in ([`triton_input_order`]), without
+/// building its hash table for the usual one or two inputs: a second node always goes to the
+/// front of libstdc++'s list, whichever bucket it lands in.
+fn input_order(inputs: &[Tensor]) -> Vec<usize> {
+    match inputs.len() {
+        0 => Vec::new(),
+        1 => vec![0],
+        2 => vec![1, 0],
+        _ => triton_input_order(&inputs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>()),
+    }
+}
+
 /// Triton's prefix for the core's request errors.
 pub fn request_prefix(request: &InferRequest) -> String {
     crate::error::request_id_prefix(request.id.as_deref())
@@ -446,6 +465,18 @@ pub fn request_prefix(request: &InferRequest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_inputs_take_the_order_of_tritons_hash_table() {
+        let t = |name: String| Tensor::unchecked(name, DataType::Fp32, vec![1], bytes::Bytes::from_static(&[0; 4]));
+        for i in 0..300 {
+            let inputs = vec![t(format!("IN{i}")), t(format!("x_{}", i * 7919))];
+            let names: Vec<&str> = inputs.iter().map(|t| t.name.as_str()).collect();
+            assert_eq!(input_order(&inputs), triton_input_order(&names), "{names:?}");
+        }
+        let one = vec![t("a".into())];
+        assert_eq!(input_order(&one), triton_input_order(&["a"]));
+    }
 
     #[test]
     fn variable_dims_fill_in_order() {
@@ -481,7 +512,7 @@ mod tests {
     #[test]
     fn inputs_are_reshaped_and_the_batch_size_found() {
         let io = io(RESHAPED);
-        let (exec, batch, _) = io.prepare(&request(vec![tensor("a", DataType::Fp32, vec![3, 4])])).unwrap();
+        let (exec, batch, _) = io.prepare(request(vec![tensor("a", DataType::Fp32, vec![3, 4])])).unwrap();
         assert_eq!(batch, 3);
         assert_eq!(exec.inputs[0].shape, vec![3, 2, 2], "the model sees the reshaped input");
     }
@@ -489,7 +520,7 @@ mod tests {
     #[test]
     fn bad_inputs_get_tritons_messages() {
         let io = io(RESHAPED);
-        let err = |inputs| io.prepare(&request(inputs)).unwrap_err().message;
+        let err = |inputs| io.prepare(request(inputs)).unwrap_err().message;
         let a = |shape| tensor("a", DataType::Fp32, shape);
         let p = "[request id: <id_unknown>] ";
         assert!(
@@ -530,7 +561,7 @@ mod tests {
         let raw = |name: &str, datatype, shape: Vec<i64>, data: Vec<u8>| {
             Tensor::unchecked(name, datatype, shape, data.into())
         };
-        let err = |inputs| io.prepare(&request(inputs)).unwrap_err().message;
+        let err = |inputs| io.prepare(request(inputs)).unwrap_err().message;
         assert_eq!(
             err(vec![raw("a", DataType::Fp32, vec![2, 4], vec![0; 12])]),
             format!("{p}input byte size mismatch for input 'a' for model 'm'. Expected 32, got 12")
@@ -566,7 +597,7 @@ mod tests {
         .unwrap();
         let err = |data: &[u8]| {
             let t = raw("t", DataType::Bytes, vec![2], data.to_vec());
-            strings.prepare(&InferRequest { inputs: vec![t], ..Default::default() }).unwrap_err().message
+            strings.prepare(InferRequest { inputs: vec![t], ..Default::default() }).unwrap_err().message
         };
         assert_eq!(
             err(&[1, 0, 0, 0, b'x']),
@@ -591,17 +622,16 @@ mod tests {
         let io = io(RESHAPED);
         let mut req = request(vec![tensor("zz", DataType::Fp32, vec![1])]);
         req.outputs = vec![RequestedOutput::named("ZZZ"), RequestedOutput::named("AAA")];
-        assert_eq!(io.prepare(&req).unwrap_err().message, "unexpected inference output 'AAA' for model 'm'");
+        assert_eq!(io.prepare(req).unwrap_err().message, "unexpected inference output 'AAA' for model 'm'");
     }
 
     #[test]
     fn outputs_are_checked_reshaped_back_and_classified() {
         let io = io(RESHAPED);
-        let all = io.check_outputs(&request(Vec::new())).unwrap();
+        let all = io.check_outputs(Vec::new()).unwrap();
         assert_eq!(all.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), vec!["y"]);
-        let mut twice = request(Vec::new());
-        twice.outputs = vec![RequestedOutput::named("y"), RequestedOutput::named("y")];
-        let once = io.check_outputs(&twice).unwrap();
+        let twice = vec![RequestedOutput::named("y"), RequestedOutput::named("y")];
+        let once = io.check_outputs(twice).unwrap();
         assert_eq!(once.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), vec!["y"], "named twice, returned once");
 
         let produced = vec![tensor("y", DataType::Fp32, vec![2, 2, 2])];

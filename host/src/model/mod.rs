@@ -233,7 +233,7 @@ impl LoadedModel {
     }
 
     /// Checks a request and turns it into what an instance sees; returns its batch size too.
-    fn prepare(&self, request: &InferRequest) -> CoreResult<(ExecRequest, usize, Vec<crate::infer::RequestedOutput>)> {
+    fn prepare(&self, request: InferRequest) -> CoreResult<(ExecRequest, usize, Vec<crate::infer::RequestedOutput>)> {
         self.io.prepare(request)
     }
 
@@ -246,14 +246,14 @@ impl LoadedModel {
             return Ok(rx);
         }
         let start = Instant::now();
-        let (exec, batch_size, wanted) = self.prepare(&request)?;
+        let id = request.id.clone();
+        let (exec, batch_size, wanted) = self.prepare(request)?;
         let (raw_tx, mut raw_rx) = crate::backend::responder();
         // Kept until execute returns, so an instance failure still reaches the caller's stream.
         let error_tx = raw_tx.clone();
         let compute = Arc::new(ComputeTime::default());
         let exec = ExecRequest { responder: Some(raw_tx), compute: Some(Arc::clone(&compute)), ..exec };
         let model = Arc::clone(self);
-        let id = request.id;
         // Post-process each raw response while the instance may still be producing more.
         let forward = tokio::spawn(async move {
             let mut ok = true;
@@ -322,7 +322,8 @@ impl LoadedModel {
                 self.name
             )));
         }
-        let (exec, batch_size, wanted) = self.prepare(&request)?;
+        let id = request.id.clone();
+        let (exec, batch_size, wanted) = self.prepare(request)?;
         let compute = Arc::new(ComputeTime::default());
         let exec = ExecRequest { compute: Some(Arc::clone(&compute)), ..exec };
         let outputs = self.scheduler.execute(exec, batch_size).await?;
@@ -330,6 +331,6 @@ impl LoadedModel {
         if self.scheduler.ensemble().is_some() {
             self.record_ensemble_execution(batch_size, compute.get());
         }
-        Ok(InferResponse { compute: compute.get(), ..self.response(request.id, outputs, true) })
+        Ok(InferResponse { compute: compute.get(), ..self.response(id, outputs, true) })
     }
 }

@@ -20,7 +20,7 @@ pub fn run(io: &ModelIo, scheduler: &Scheduler, samples: &[ModelWarmup], model_d
             CoreError::new(e.kind, format!("model '{}' failed warmup sample '{}': {}", io.name, sample.name, e.message))
         };
         let request = request(io, sample, model_dir).map_err(fail)?;
-        let (exec, batch_size, wanted) = io.prepare(&request).map_err(fail)?;
+        let (exec, batch_size, wanted) = io.prepare(request).map_err(fail)?;
         let times = usize::try_from(sample.count.max(1)).unwrap_or(1);
         scheduler.execute_on_each(&[exec], times, |results| {
             for outputs in results {
@@ -133,7 +133,7 @@ mod tests {
         assert!(a.data.chunks_exact(4).any(|c| c != [0; 4]), "random data is not all zero");
         let s = request.inputs.iter().find(|t| t.name == "s").unwrap();
         assert_eq!(crate::tensor::bytes_elements(&s.data).count(), 4);
-        io.prepare(&request).expect("a warmup request passes the model's own checks");
+        io.prepare(request).expect("a warmup request passes the model's own checks");
     }
 
     #[test]
