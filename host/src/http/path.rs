@@ -1,6 +1,7 @@
 //! [`ModelPath`], the `{model}` and optional `{version}` segments of the model routes, so each
 //! `/v2/models/{model}/X` and `/v2/models/{model}/versions/{version}/X` pair has one handler.
 
+use axum::extract::rejection::RawPathParamsRejection;
 use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
@@ -32,7 +33,13 @@ impl<S: Send + Sync> FromRequestParts<S> for ModelPath {
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         // The router's own decoded segments, read in place (no map of them is built per request).
-        let params = RawPathParams::from_request_parts(parts, state).await.map_err(IntoResponse::into_response)?;
+        let params = RawPathParams::from_request_parts(parts, state).await.map_err(|rejection| match rejection {
+            // The answer axum's `Path` gives (with its "Invalid URL: " prefix), as before.
+            RawPathParamsRejection::InvalidUtf8InPathParam(e) => {
+                (e.status(), format!("Invalid URL: {}", e.body_text())).into_response()
+            }
+            other => other.into_response(),
+        })?;
         let (mut model, mut version) = (None, Ok(None));
         for (key, value) in &params {
             match key {
@@ -92,5 +99,6 @@ mod tests {
     async fn a_segment_that_is_not_utf8_is_axums_rejection() {
         let (status, body) = get_path("/m/%FF").await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(body, "Invalid URL: Invalid UTF-8 in `model`");
     }
 }
