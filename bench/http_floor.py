@@ -14,6 +14,7 @@ Prints a markdown table: median (min-max) over the rounds, rounds interleaved ac
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,6 +30,8 @@ LUA = 'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwr
 
 
 def run_wrk(url, conc, secs, script=None):
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk not found: install the apt package wrk (apt-get install -y wrk)")
     cmd = ["wrk", "-t1", f"-c{conc}", f"-d{secs}s", url]
     if script:
         cmd[1:1] = ["-s", script]

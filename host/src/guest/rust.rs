@@ -113,19 +113,18 @@ mod tests {
 
     #[test]
     fn the_target_comes_from_the_crates_tessera_metadata() {
-        let dir = std::env::temp_dir().join(format!("tessera-rust-target-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let scratch = super::super::Scratch::new("test").expect("scratch");
+        let dir = scratch.path();
         let write = |body: &str| std::fs::write(dir.join("Cargo.toml"), body).expect("write");
         write("[package]\nname = \"g\"\n");
-        assert_eq!(target_of(&dir), Ok("wasm32-unknown-unknown"));
+        assert_eq!(target_of(dir), Ok("wasm32-unknown-unknown"));
         write("[package]\nname = \"g\"\n[package.metadata.tessera]\ntarget = \"wasm32-wasip1\"\n");
-        assert_eq!(target_of(&dir), Ok("wasm32-wasip1"));
+        assert_eq!(target_of(dir), Ok("wasm32-wasip1"));
         write("[package.metadata.tessera]\ntarget = \"wasm32-wasip2\"\n");
-        assert!(target_of(&dir).expect_err("unsupported").contains("wasm32-wasip2"));
+        assert!(target_of(dir).expect_err("unsupported").contains("wasm32-wasip2"));
         write("[dependencies]\ntarget = \"wasm32-wasip1\"\n");
-        assert_eq!(target_of(&dir), Ok("wasm32-unknown-unknown"), "only the tessera section counts");
+        assert_eq!(target_of(dir), Ok("wasm32-unknown-unknown"), "only the tessera section counts");
         write("[package.metadata.tessera]\ntarget-dir = \"x\"\ntarget = \"wasm32-wasip1\" # WASI\n");
-        assert_eq!(target_of(&dir), Ok("wasm32-wasip1"), "other keys and comments are not the target");
-        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(target_of(dir), Ok("wasm32-wasip1"), "other keys and comments are not the target");
     }
 }

@@ -122,7 +122,9 @@ impl GuestState {
         }
     }
 
-    /// A checked BLS call of `model` on core tensors (see [`Self::bls_call`]).
+    /// A BLS call of `model` on core tensors (see [`Self::bls_call`]). The caller has checked
+    /// `model` against the allow-list ([`Self::check_allowed`]), before any work that a refusal
+    /// must come first of.
     pub(super) fn bls_request(
         &self,
         model: String,
@@ -131,7 +133,6 @@ impl GuestState {
         outputs: Vec<String>,
         parameters: crate::infer::Parameters,
     ) -> CoreResult<BlsCall> {
-        self.check_allowed(&model)?;
         let (infer, runtime) = self.bls_target()?;
         let request = InferRequest {
             model_name: model,

@@ -262,6 +262,7 @@ impl inference::HostGraphExecutionContext for GuestState {
                 Err(e) => return self.nn_error(ErrorCode::InvalidArgument, format!("input '{name}': {}", e.message)),
             }
         }
+        // The allow-list was checked by `load-by-name`, which made the graph behind this context.
         let call = match self.bls_request(model.clone(), version, tensors, Vec::new(), Parameters::new()) {
             Ok(call) => call,
             Err(e) => return self.nn_core_error(e),
