@@ -254,17 +254,16 @@ void tessera_tensor_read(tessera_tensor_t tensor, tessera_data_t *out) {
     tessera_model_types_method_tensor_name(t, &name);
     out->name = tessera_string(&name);
     model_nn_string_free(&name);
-    out->datatype = tessera_model_types_method_tensor_datatype(t);
-    /* An empty list comes back with a dangling non-NULL pointer (the canonical ABI allocates
-     * nothing for it): keep NULL instead, so that tessera_data_free can free what it holds. */
-    model_nn_list_s64_t shape;
-    tessera_model_types_method_tensor_shape(t, &shape);
-    out->shape = shape.len ? shape.ptr : NULL;
-    out->rank = shape.len;
-    model_nn_list_u8_t data;
-    tessera_model_types_method_tensor_data(t, &data);
-    out->data = data.len ? data.ptr : NULL;
-    out->size = data.len;
+    /* Datatype, shape and bytes in one host call. An empty list comes back with a dangling
+     * non-NULL pointer (the canonical ABI allocates nothing for it): keep NULL instead, so that
+     * tessera_data_free can free what it holds. */
+    tessera_model_types_tensor_data_t read;
+    tessera_model_types_method_tensor_read(t, &read);
+    out->datatype = read.datatype;
+    out->shape = read.shape.len ? read.shape.ptr : NULL;
+    out->rank = read.shape.len;
+    out->data = read.data.len ? read.data.ptr : NULL;
+    out->size = read.data.len;
 }
 
 void tessera_data_free(tessera_data_t *data) {

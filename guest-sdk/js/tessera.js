@@ -429,7 +429,13 @@ export class Tensor {
   /** The raw little-endian bytes (a copy out of the host for a host tensor). */
   toBytes() {
     if (this._raw === undefined) {
-      if (this._handle) this._raw = this._handle.data();
+      if (this._handle && (this._datatype === undefined || this._shape === undefined)) {
+        // datatype, shape and bytes in one host call
+        const read = this._handle.read();
+        if (this._datatype === undefined) this._datatype = read.datatype.toUpperCase();
+        if (this._shape === undefined) this._shape = Array.from(read.shape, Number);
+        this._raw = read.data;
+      } else if (this._handle) this._raw = this._handle.data();
       else if (this._source) this._raw = this._source.toBytes();
       else this._raw = encodeValues(this._values, this.datatype());
     }

@@ -14,6 +14,8 @@ DATATYPES = (
     "FP16", "BF16", "FP32", "FP64", "BYTES",
 )
 
+_NAMES = frozenset(DATATYPES)
+
 # TRITONSERVER_DataType codes (what Triton's Tensor.triton_dtype() returns).
 TRITON_CODES = {
     "BOOL": 1, "UINT8": 2, "UINT16": 3, "UINT32": 4, "UINT64": 5, "INT8": 6, "INT16": 7,
@@ -65,6 +67,12 @@ _ALIASES = {
 }
 
 
+def wit_datatype_name(dt):
+    """The KServe name ("FP32") of a WIT `data-type` enum member: its `_name_`, a plain attribute
+    (Enum's `.name` is a property implemented in Python, several times slower in a guest)."""
+    return dt._name_
+
+
 def normalize(datatype):
     """The KServe name ("FP32") for any accepted spelling of a datatype, or None for None.
 
@@ -72,6 +80,8 @@ def normalize(datatype):
     ("float32", "int64", "object", "bytes", "bool"), TRITONSERVER_DataType codes (11), and the
     Python types bool, int (INT64), float (FP64), bytes and str (BYTES).
     """
+    if datatype.__class__ is str and datatype in _NAMES:  # the common case, first
+        return datatype
     if datatype is None:
         return None
     if isinstance(datatype, type):

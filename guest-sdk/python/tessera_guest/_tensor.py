@@ -164,7 +164,7 @@ class Tensor:
     def datatype(self):
         """The KServe datatype name, e.g. "FP32"."""
         if self._dtype is None:
-            self._dtype = self._handle.datatype().name
+            self._dtype = _dtypes.wit_datatype_name(self._handle.datatype())
         return self._dtype
 
     def triton_dtype(self):
@@ -188,7 +188,8 @@ class Tensor:
 
     def as_list(self):
         """The elements as a flat Python list (BYTES elements are bytes objects)."""
-        return _dtypes.decode(self.datatype(), self.to_bytes())
+        raw = self.to_bytes()  # first: it learns the datatype in the same host call
+        return _dtypes.decode(self.datatype(), raw)
 
     def tolist(self):
         """The elements as nested lists of the tensor's shape (numpy's tolist())."""
@@ -197,8 +198,9 @@ class Tensor:
     def as_array(self):
         """An array.array of the elements, for the datatypes array supports (not BOOL, FP16,
         BF16, BYTES): cheaper than as_list() for large numeric tensors."""
+        raw = self.to_bytes()
         dt = self.datatype()
-        arr = _dtypes.to_array(dt, self.to_bytes())
+        arr = _dtypes.to_array(dt, raw)
         if arr is None:
             raise TypeError("as_array(): %s has no array.array typecode; use as_list()" % dt)
         return arr
@@ -206,7 +208,15 @@ class Tensor:
     def to_bytes(self):
         """The raw bytes in the wire layout (copied from the host on first use)."""
         if self._raw is None:
-            self._raw = bytes(self._handle.data())
+            if self._dtype is None or self._shape is None:
+                # datatype, shape and bytes in one host call: each call into the host costs
+                # several µs of interpreter time
+                read = self._handle.read()
+                self._dtype = _dtypes.wit_datatype_name(read.datatype)
+                self._shape = list(read.shape)
+                self._raw = bytes(read.data)
+            else:
+                self._raw = bytes(self._handle.data())
         return self._raw
 
     def as_numpy(self):
@@ -277,7 +287,7 @@ class Tensor:
         # every output's size in guest memory.
         _host.require()
         return _host_call(_host.wit_types.Tensor.create_latin1, self._name,
-                          _host.wit_datatype(self.datatype()), self.shape(),
+                          _host.wit_datatype(self._dtype), self._shape,
                           self.to_bytes().decode("latin-1"))
 
     def _lower_owned(self):

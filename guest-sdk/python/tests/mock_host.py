@@ -174,6 +174,11 @@ class MockHost:
             self.bytes_to_guest += len(t.data)
             return t.data
 
+        def read(h):
+            t = self._get(h)
+            self.bytes_to_guest += len(t.data)
+            return _rec(datatype=t.datatype.lower(), shape=list(t.shape), data=t.data)
+
         def with_name(h, name):
             t = self._get(h)
             return self._own(T(name, t.datatype, t.shape, t.data), TENSOR)
@@ -189,6 +194,7 @@ class MockHost:
         li.add_func("[method]tensor.shape", w("tensor.shape", lambda h: list(self._get(h).shape)))
         li.add_func("[method]tensor.byte-size", w("tensor.byte-size", lambda h: len(self._get(h).data)))
         li.add_func("[method]tensor.data", w("tensor.data", data))
+        li.add_func("[method]tensor.read", w("tensor.read", read))
         li.add_func("[method]tensor.with-name", w("tensor.with-name", with_name))
 
         def req_input(h, name):

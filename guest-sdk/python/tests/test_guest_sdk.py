@@ -112,6 +112,10 @@ def test_add_sub_example(add_sub_wasm, engine):
         assert by["OUTPUT0"].datatype == "FP32" and by["OUTPUT0"].shape == [1, 16]
         assert by["OUTPUT0"].values() == [x + 0.5 for x in a]
         assert by["OUTPUT1"].values() == [x - 0.5 for x in a]
+    # one host call per input reads its datatype, shape and bytes together (in0.shape() after
+    # as_list() asks the host nothing)
+    assert host.calls.get("tensor.read") == 6
+    assert [c for c in ("tensor.data", "tensor.datatype", "tensor.shape") if c in host.calls] == []
     host.finalize()
     assert ("info", "Cleaning up...") in host.logs  # print() goes to the host log
     assert host.live_objects() == {}, "every handle was dropped or returned"
@@ -122,7 +126,7 @@ def test_passthrough_moves_no_bytes(probe):
     (outs,) = probe.execute([req("echo", x)])
     assert [(t.name, t.values()) for t in outs] == [("OUT_X", [1.0, 2.0, 3.0])]
     assert probe.bytes_to_guest == 0 and probe.bytes_from_guest == 0
-    assert probe.calls.get("tensor.data", 0) == 0
+    assert probe.calls.get("tensor.data", 0) == 0 and probe.calls.get("tensor.read", 0) == 0
 
 
 @pytest.mark.parametrize("dt,values", [

@@ -58,7 +58,7 @@ impl PendingInfer {
 
     /// Waits for the call and returns its outputs.
     pub fn get(self) -> Result<Vec<Tensor>, Error> {
-        self.0.get().map(|ts| ts.into_iter().map(Tensor).collect())
+        self.0.get().map(|ts| ts.into_iter().map(Tensor::from_raw).collect())
     }
 }
 
@@ -104,13 +104,13 @@ impl<'a> InferRequest<'a> {
 
     /// Adds an input (borrowed: the bytes stay in the host).
     pub fn input(mut self, tensor: &'a Tensor) -> Self {
-        self.inputs.push(&tensor.0);
+        self.inputs.push(&tensor.raw);
         self
     }
 
     /// Adds inputs.
     pub fn inputs(mut self, tensors: &[&'a Tensor]) -> Self {
-        self.inputs.extend(tensors.iter().map(|t| &t.0));
+        self.inputs.extend(tensors.iter().map(|t| &t.raw));
         self
     }
 
@@ -144,7 +144,7 @@ impl<'a> InferRequest<'a> {
             &self.outputs,
             &self.parameters,
         )
-        .map(|ts| ts.into_iter().map(Tensor).collect())
+        .map(|ts| ts.into_iter().map(Tensor::from_raw).collect())
     }
 
     /// Starts the call without waiting for it (see [`infer_async`]).
@@ -182,6 +182,6 @@ impl Iterator for ResponseStream {
     fn next(&mut self) -> Option<Self::Item> {
         self.0
             .next()
-            .map(|r| r.map(|ts| ts.into_iter().map(Tensor).collect()))
+            .map(|r| r.map(|ts| ts.into_iter().map(Tensor::from_raw).collect()))
     }
 }

@@ -22,7 +22,7 @@ impl Request {
 
     /// The named input, or an `invalid-arg` error naming it when the request lacks it.
     pub fn input(&self, name: &str) -> Result<Tensor, Error> {
-        self.0.input(name).map(Tensor).ok_or_else(|| {
+        self.0.input(name).map(Tensor::from_raw).ok_or_else(|| {
             let id = self.id();
             let of = if id.is_empty() {
                 String::new()
@@ -35,12 +35,12 @@ impl Request {
 
     /// The named input if present.
     pub fn optional_input(&self, name: &str) -> Option<Tensor> {
-        self.0.input(name).map(Tensor)
+        self.0.input(name).map(Tensor::from_raw)
     }
 
     /// Every input, in request order.
     pub fn inputs(&self) -> Vec<Tensor> {
-        self.0.inputs().into_iter().map(Tensor).collect()
+        self.0.inputs().into_iter().map(Tensor::from_raw).collect()
     }
 
     /// The output names the caller asked for (every output of the model if it named none).
@@ -83,7 +83,7 @@ impl ResponseSender {
     /// Sends one response; `final_` marks it as the request's last one.
     pub fn send(&self, outputs: Vec<Tensor>, final_: bool) -> Result<(), Error> {
         self.0
-            .send(outputs.into_iter().map(|t| t.0).collect(), final_)
+            .send(outputs.into_iter().map(Tensor::into_raw).collect(), final_)
     }
 
     /// Sends an error response; `final_` marks it as the request's last one.

@@ -4,14 +4,23 @@
 //! once; reading one ([`Tensor::as_f32`], [`Tensor::data`]) copies them into the guest. Handing a
 //! tensor on (as an output, as a BLS input, or renamed with [`Tensor::with_name`]) copies nothing.
 
-use crate::bindings::tessera::model::types::Tensor as RawTensor;
+use std::cell::{Cell, OnceCell};
+
+use crate::bindings::tessera::model::types::{Tensor as RawTensor, TensorData};
 use crate::{DataType, Error};
 
 /// A tensor owned by the host: name, datatype, shape and raw little-endian row-major bytes
 /// (BYTES tensors: each element is a 4-byte little-endian length and the bytes).
+///
+/// Datatype and shape never change, so the first host call that returns them (including a read
+/// of the data, which returns all three in one call) is the last: each host call costs about as
+/// much as copying a small tensor.
 #[derive(Debug)]
-#[repr(transparent)]
-pub struct Tensor(pub(crate) RawTensor);
+pub struct Tensor {
+    pub(crate) raw: RawTensor,
+    datatype: Cell<Option<DataType>>,
+    shape: OnceCell<Vec<i64>>,
+}
 
 mod sealed {
     pub trait Sealed {}
@@ -171,7 +180,11 @@ impl Tensor {
         shape: &[i64],
         data: &[u8],
     ) -> Result<Tensor, Error> {
-        RawTensor::create(name, datatype, shape, data).map(Tensor)
+        let raw = RawTensor::create(name, datatype, shape, data)?;
+        let tensor = Tensor::from_raw(raw);
+        tensor.datatype.set(Some(datatype));
+        let _ = tensor.shape.set(shape.to_vec());
+        Ok(tensor)
     }
 
     /// A new tensor from typed elements; `values.len()` must equal the shape's element count.
@@ -242,53 +255,84 @@ impl Tensor {
 
     /// The tensor's name.
     pub fn name(&self) -> String {
-        self.0.name()
+        self.raw.name()
     }
 
     /// The tensor's datatype.
     pub fn datatype(&self) -> DataType {
-        self.0.datatype()
+        if let Some(datatype) = self.datatype.get() {
+            return datatype;
+        }
+        let datatype = self.raw.datatype();
+        self.datatype.set(Some(datatype));
+        datatype
     }
 
     /// The tensor's shape.
     pub fn shape(&self) -> Vec<i64> {
-        self.0.shape()
+        self.shape.get_or_init(|| self.raw.shape()).clone()
     }
 
     /// Size of the data in bytes (without copying it).
     pub fn byte_size(&self) -> u64 {
-        self.0.byte_size()
+        self.raw.byte_size()
     }
 
-    /// A copy of the raw bytes in guest memory.
+    /// A copy of the raw bytes in guest memory (with the datatype and shape, in one host call,
+    /// when they are not known yet).
     pub fn data(&self) -> Vec<u8> {
-        self.0.data()
+        if self.datatype.get().is_some() && self.shape.get().is_some() {
+            return self.raw.data();
+        }
+        let TensorData { datatype, shape, data } = self.raw.read();
+        self.datatype.set(Some(datatype));
+        let _ = self.shape.set(shape);
+        data
     }
 
     /// The same host bytes under another name: no copy. Use it to hand an input on as an output
     /// or as a BLS input of a different name.
     pub fn with_name(&self, name: &str) -> Tensor {
-        Tensor(self.0.with_name(name))
+        Tensor {
+            raw: self.raw.with_name(name),
+            datatype: self.datatype.clone(),
+            shape: self.shape.clone(),
+        }
     }
 
+    /// Fails with `invalid-arg` when the datatype is known (no host call) and is not `want`;
+    /// [`Tensor::checked_data`] checks it after reading otherwise.
     fn expect_datatype(&self, want: DataType) -> Result<(), Error> {
+        match self.datatype.get() {
+            Some(got) if got != want => Err(self.datatype_error(got, want)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The bytes of a tensor of datatype `want`: one host call when nothing is known yet.
+    fn checked_data(&self, want: DataType) -> Result<Vec<u8>, Error> {
+        self.expect_datatype(want)?;
+        let bytes = self.data();
         let got = self.datatype();
         if got == want {
-            Ok(())
+            Ok(bytes)
         } else {
-            Err(Error::invalid_arg(format!(
-                "tensor '{}' has datatype {}, expected {}",
-                self.name(),
-                got.as_str(),
-                want.as_str()
-            )))
+            Err(self.datatype_error(got, want))
         }
+    }
+
+    fn datatype_error(&self, got: DataType, want: DataType) -> Error {
+        Error::invalid_arg(format!(
+            "tensor '{}' has datatype {}, expected {}",
+            self.name(),
+            got.as_str(),
+            want.as_str()
+        ))
     }
 
     /// Copies the elements out; fails with `invalid-arg` when the datatype is not `T`'s.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>, Error> {
-        self.expect_datatype(T::DATATYPE)?;
-        let bytes = self.data();
+        let bytes = self.checked_data(T::DATATYPE)?;
         if bytes.len() % T::SIZE != 0 {
             return Err(Error::internal(format!(
                 "tensor '{}': {} bytes is not a whole number of {} elements",
@@ -327,8 +371,7 @@ impl Tensor {
 
     /// The elements of a UINT8 tensor.
     pub fn as_u8(&self) -> Result<Vec<u8>, Error> {
-        self.expect_datatype(DataType::Uint8)?;
-        Ok(self.data())
+        self.checked_data(DataType::Uint8)
     }
 
     /// The elements of a BOOL tensor.
@@ -338,8 +381,7 @@ impl Tensor {
 
     /// The elements of a BYTES tensor, as byte strings.
     pub fn as_byte_strings(&self) -> Result<Vec<Vec<u8>>, Error> {
-        self.expect_datatype(DataType::Bytes)?;
-        decode_bytes_elements(&self.data())
+        decode_bytes_elements(&self.checked_data(DataType::Bytes)?)
             .map_err(|e| e.context(format!("tensor '{}'", self.name())))
     }
 
@@ -361,12 +403,12 @@ impl Tensor {
     /// The generated resource handle, for code that talks to the bindings directly.
     #[doc(hidden)]
     pub fn into_raw(self) -> RawTensor {
-        self.0
+        self.raw
     }
 
     #[doc(hidden)]
     pub fn from_raw(raw: RawTensor) -> Tensor {
-        Tensor(raw)
+        Tensor { raw, datatype: Cell::new(None), shape: OnceCell::new() }
     }
 }
 

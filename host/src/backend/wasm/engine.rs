@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ProfilingStrategy};
 
 use super::host::GuestState;
 use super::{WasmOptions, bindings};
@@ -64,6 +64,10 @@ fn build_engine(allocation: Allocation) -> wasmtime::Result<(Engine, Linker<Gues
     config.wasm_component_model(true);
     if let Allocation::Pooling(max_instances) = allocation {
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool_config(max_instances)));
+    }
+    // For profiling guests with `perf`: compiled guest functions get names in /tmp/perf-<pid>.map.
+    if std::env::var_os("TESSERA_WASM_PERFMAP").is_some_and(|v| v == "1") {
+        config.profiler(ProfilingStrategy::PerfMap);
     }
     let engine = Engine::new(&config)?;
     let mut linker = Linker::new(&engine);

@@ -164,6 +164,11 @@ impl wit::HostTensor for GuestState {
         Ok(self.tensor(&handle)?.data.to_vec())
     }
 
+    fn read(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<wit::TensorData> {
+        let t = self.tensor(&handle)?;
+        Ok(wit::TensorData { datatype: datatype_to_wit(t.datatype), shape: t.shape.clone(), data: t.data.to_vec() })
+    }
+
     fn with_name(&mut self, handle: Resource<HostTensor>, name: String) -> wasmtime::Result<Resource<HostTensor>> {
         let mut tensor = self.tensor(&handle)?.clone();
         tensor.name = name;
