@@ -9,11 +9,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::cpu_ns;
 use tessera::{CallableBackend, DataType, ExecRequest, InferRequest, Server, ServerConfig, Tensor};
 
 const ECHO: &str = r#"
@@ -132,16 +135,6 @@ fn main() {
         server.stop();
     });
     let _ = std::fs::remove_dir_all(&repo);
-}
-
-/// CPU time of every thread of this process so far (ns), from /proc/self/task/*/schedstat.
-fn cpu_ns() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
-        .sum()
 }
 
 fn tempfile_dir() -> std::path::PathBuf {

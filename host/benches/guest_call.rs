@@ -15,11 +15,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::cpu_ns;
 use tessera::{DataType, InferRequest, Server, ServerConfig, Tensor};
 
 const DEFAULT_MODELS: &str = "add_sub,add_sub_rust,add_sub_c,add_sub_js,add_sub_python";
@@ -96,14 +99,4 @@ fn main() {
         }
         server.stop();
     });
-}
-
-/// CPU time of every thread of this process so far (ns), from /proc/self/task/*/schedstat.
-fn cpu_ns() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
-        .sum()
 }
