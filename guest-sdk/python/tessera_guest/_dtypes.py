@@ -67,12 +67,6 @@ _ALIASES = {
 }
 
 
-def wit_datatype_name(dt):
-    """The KServe name ("FP32") of a WIT `data-type` enum member: its `_name_`, a plain attribute
-    (Enum's `.name` is a property implemented in Python, several times slower in a guest)."""
-    return dt._name_
-
-
 def normalize(datatype):
     """The KServe name ("FP32") for any accepted spelling of a datatype, or None for None.
 

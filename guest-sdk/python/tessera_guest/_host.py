@@ -49,6 +49,12 @@ def wit_datatype(name):
     return dt
 
 
+def datatype_name(dt):
+    """The KServe name ("FP32") of a WIT `data-type` enum member: its `_name_`, a plain attribute
+    (Enum's `.name` is a property implemented in Python, several times slower in a guest)."""
+    return dt._name_
+
+
 _CODE_NAMES = ("UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED",
                "ALREADY_EXISTS", "CANCELLED")
 

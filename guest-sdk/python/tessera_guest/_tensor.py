@@ -164,7 +164,7 @@ class Tensor:
     def datatype(self):
         """The KServe datatype name, e.g. "FP32"."""
         if self._dtype is None:
-            self._dtype = _dtypes.wit_datatype_name(self._handle.datatype())
+            self._dtype = _host.datatype_name(self._handle.datatype())
         return self._dtype
 
     def triton_dtype(self):
@@ -212,7 +212,7 @@ class Tensor:
                 # datatype, shape and bytes in one host call: each call into the host costs
                 # several µs of interpreter time
                 read = self._handle.read()
-                self._dtype = _dtypes.wit_datatype_name(read.datatype)
+                self._dtype = _host.datatype_name(read.datatype)
                 self._shape = list(read.shape)
                 self._raw = bytes(read.data)
             else:

@@ -300,32 +300,25 @@ impl Tensor {
         }
     }
 
-    /// Fails with `invalid-arg` when the datatype is known (no host call) and is not `want`;
-    /// [`Tensor::checked_data`] checks it after reading otherwise.
-    fn expect_datatype(&self, want: DataType) -> Result<(), Error> {
-        match self.datatype.get() {
-            Some(got) if got != want => Err(self.datatype_error(got, want)),
-            _ => Ok(()),
-        }
-    }
-
-    /// The bytes of a tensor of datatype `want`: one host call when nothing is known yet.
+    /// The bytes of a tensor of datatype `want`, or an `invalid-arg` error: one host call when
+    /// nothing is known yet; a datatype already known is checked before any bytes are copied.
     fn checked_data(&self, want: DataType) -> Result<Vec<u8>, Error> {
-        self.expect_datatype(want)?;
+        if self.datatype.get().is_some_and(|got| got != want) {
+            return Err(self.datatype_error(want));
+        }
         let bytes = self.data();
-        let got = self.datatype();
-        if got == want {
+        if self.datatype() == want {
             Ok(bytes)
         } else {
-            Err(self.datatype_error(got, want))
+            Err(self.datatype_error(want))
         }
     }
 
-    fn datatype_error(&self, got: DataType, want: DataType) -> Error {
+    fn datatype_error(&self, want: DataType) -> Error {
         Error::invalid_arg(format!(
             "tensor '{}' has datatype {}, expected {}",
             self.name(),
-            got.as_str(),
+            self.datatype().as_str(),
             want.as_str()
         ))
     }
