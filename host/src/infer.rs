@@ -70,11 +70,26 @@ pub fn wait_for<F: Future>(runtime: &tokio::runtime::Handle, future: F) -> F::Ou
         // Entered so that the first poll can reach the runtime's timers and I/O.
         let _entered = runtime.enter();
         let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut context) {
+        let was = WAITING_IN_PLACE.replace(true);
+        let polled = future.as_mut().poll(&mut context);
+        WAITING_IN_PLACE.set(was);
+        if let std::task::Poll::Ready(output) = polled {
             return output;
         }
     }
     blocking(|| runtime.block_on(future))
+}
+
+thread_local! {
+    /// Set during [`wait_for`]'s first poll.
+    static WAITING_IN_PLACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the request being submitted comes from a caller that blocks its thread until the
+/// answer comes ([`wait_for`]: a guest's BLS call): the dynamic batcher runs such a request at
+/// once on an idle instance even under load, since nothing can gather while its caller waits.
+pub fn caller_waits_in_place() -> bool {
+    WAITING_IN_PLACE.get()
 }
 
 /// Whether the current task said it may block (see [`with_caller_blocking`]).
