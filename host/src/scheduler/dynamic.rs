@@ -197,11 +197,10 @@ impl DynamicBatcher {
         // others gather behind a yield: when an instance is idle it runs at once, as at low load
         // (else a guest's BLS calls in a loop paid the batcher's hand-offs and a thread wake-up
         // each: in-process, bls_add_sub took 64 µs a request instead of 13).
-        let under_load = self.pool.under_load() && !crate::infer::caller_waits_in_place();
         let idle_instance = if self.config.max_delay.is_zero()
             && !self.config.preserve_ordering
             && self.stats.pending() == 0
-            && !under_load
+            && (!self.pool.under_load() || crate::infer::caller_waits_in_place())
         {
             self.pool.try_acquire()
         } else {
@@ -530,16 +529,7 @@ mod tests {
 
         /// Submits a [1, cols] UINT8 request filled with `fill`.
         fn submit(&self, id: &str, fill: u8, cols: i64, params: &[(&str, i64)]) -> Reply {
-            let tensor =
-                Tensor::new("x", DataType::Uint8, vec![1, cols], Bytes::from(vec![fill; cols as usize])).unwrap();
-            let exec = ExecRequest {
-                id: Some(id.to_string()),
-                inputs: vec![tensor],
-                outputs: vec!["x".into()],
-                parameters: params.iter().map(|(k, v)| (k.to_string(), ParamValue::Int(*v))).collect(),
-                ..Default::default()
-            };
-            tokio::spawn(self.batcher.submit(exec, 1))
+            tokio::spawn(self.batcher.submit(request(id, fill, cols, params), 1))
         }
 
         fn batches(&self) -> Vec<Vec<String>> {
@@ -555,6 +545,18 @@ mod tests {
                 assert!(Instant::now() < deadline, "the first request never reached the instance");
                 tokio::task::yield_now().await;
             }
+        }
+    }
+
+    /// A [1, cols] UINT8 request filled with `fill`, asking for its input back as output "x".
+    fn request(id: &str, fill: u8, cols: i64, params: &[(&str, i64)]) -> ExecRequest {
+        let tensor = Tensor::new("x", DataType::Uint8, vec![1, cols], Bytes::from(vec![fill; cols as usize])).unwrap();
+        ExecRequest {
+            id: Some(id.to_string()),
+            inputs: vec![tensor],
+            outputs: vec!["x".into()],
+            parameters: params.iter().map(|(k, v)| (k.to_string(), ParamValue::Int(*v))).collect(),
+            ..Default::default()
         }
     }
 
@@ -605,16 +607,7 @@ mod tests {
             (0..8u8)
                 .map(|i| {
                     let batcher = Arc::clone(&batcher);
-                    tokio::spawn(async move {
-                        let tensor = Tensor::new("x", DataType::Uint8, vec![1, 1], Bytes::from(vec![i])).unwrap();
-                        let exec = ExecRequest {
-                            id: Some(format!("c{i}")),
-                            inputs: vec![tensor],
-                            outputs: vec!["x".into()],
-                            ..Default::default()
-                        };
-                        batcher.submit(exec, 1).await
-                    })
+                    tokio::spawn(async move { batcher.submit(request(&format!("c{i}"), i, 1, &[]), 1).await })
                 })
                 .collect::<Vec<_>>()
         });
@@ -642,8 +635,7 @@ mod tests {
         let runtime = tokio::runtime::Handle::current();
         let caller = tokio::task::spawn_blocking(move || {
             for i in 0..4u8 {
-                let tensor = Tensor::new("x", DataType::Uint8, vec![1, 1], Bytes::from(vec![i])).unwrap();
-                let exec = ExecRequest { id: Some(format!("s{i}")), inputs: vec![tensor], ..Default::default() };
+                let exec = request(&format!("s{i}"), i, 1, &[]);
                 crate::infer::wait_for(&runtime, async { batcher.submit(exec, 1).await }).unwrap();
             }
         });
