@@ -159,6 +159,22 @@ pub struct DynamicBatcher {
     config: Arc<BatcherConfig>,
     stats: Arc<ModelStats>,
     pool: Arc<InstancePool>,
+    /// Whether requests arriving under load skip the idle fast path and the batcher yields once
+    /// before a partial batch (see [`gathers_under_load`]).
+    gather_under_load: bool,
+}
+
+/// Whether a batcher on this runtime should gather requests under load: only on a runtime with
+/// one worker thread (a server given one core, e.g. a container limited to one CPU). There the
+/// connections and the batcher share the thread, an inline execution has ended before the next
+/// request is parsed, and without gathering every request ran alone (one core saturated at
+/// concurrency 64: 1.2 requests per execution, 6.7 with it). With several workers, requests that
+/// other workers parse queue while the instance runs, so batches form by themselves (16-core box,
+/// 4 workers, concurrency 64: 7.5 requests per execution without gathering), and gathering only
+/// added queue time: at concurrency 16 add_sub_rust's server-side time rose from 105 to 133-144
+/// µs and its throughput fell from 71-72k to 61-66k infer/s.
+fn gathers_under_load() -> bool {
+    tokio::runtime::Handle::current().metrics().num_workers() == 1
 }
 
 impl DynamicBatcher {
@@ -167,6 +183,7 @@ impl DynamicBatcher {
         let stats = Arc::clone(pool.stats());
         let (tx, rx) = mpsc::unbounded_channel();
         let config = Arc::new(config);
+        let gather_under_load = gathers_under_load();
         let task = BatcherTask {
             config: Arc::clone(&config),
             pool: Arc::clone(&pool),
@@ -174,9 +191,10 @@ impl DynamicBatcher {
             model,
             queues: BTreeMap::new(),
             last_batch_done: None,
+            gather_under_load,
         };
         tokio::spawn(task.run(rx));
-        Self { tx, config, stats, pool }
+        Self { tx, config, stats, pool, gather_under_load }
     }
 
     /// Queues one request (already validated; `batch_size` is its dim 0) at once, and returns
@@ -188,11 +206,11 @@ impl DynamicBatcher {
     ) -> impl std::future::Future<Output = BatchReply> + Send + 'static {
         // Fast path: with no queue delay, nothing queued and an idle instance, the batcher would
         // dispatch this request alone at once; running it here saves two task hand-offs
-        // (measured: ~40 µs of p50 at concurrency 1). Not under load: an execution that runs
-        // inline has ended by the time the next connection's request is parsed, so the instance
-        // always looked idle and every request ran alone (one core saturated at concurrency 64:
-        // 1.00 request per execution, 38 µs of CPU per inference for the ONNX add_sub; queued,
-        // 7.8 and 20 µs).
+        // (measured: ~40 µs of p50 at concurrency 1). On one worker, not under load: an
+        // execution that runs inline has ended by the time the next connection's request is
+        // parsed, so the instance always looked idle and every request ran alone (one core
+        // saturated at concurrency 64: 1.00 request per execution, 38 µs of CPU per inference
+        // for the ONNX add_sub; queued, 7.8 and 20 µs).
         // A caller about to block its thread on the answer (a guest's BLS call) cannot let
         // others gather behind a yield: when an instance is idle it runs at once, as at low load
         // (else a guest's BLS calls in a loop paid the batcher's hand-offs and a thread wake-up
@@ -200,7 +218,7 @@ impl DynamicBatcher {
         let idle_instance = if self.config.max_delay.is_zero()
             && !self.config.preserve_ordering
             && self.stats.pending() == 0
-            && (!self.pool.under_load() || crate::infer::caller_waits_in_place())
+            && (!self.gather_under_load || !self.pool.under_load() || crate::infer::caller_waits_in_place())
         {
             self.pool.try_acquire()
         } else {
@@ -240,6 +258,8 @@ struct BatcherTask {
     queues: BTreeMap<u64, VecDeque<Pending>>,
     /// Completion of the previous batch, for `preserve_ordering`.
     last_batch_done: Option<oneshot::Receiver<()>>,
+    /// See [`DynamicBatcher::gather_under_load`].
+    gather_under_load: bool,
 }
 
 impl BatcherTask {
@@ -268,6 +288,10 @@ impl BatcherTask {
         let policies = &self.config.policies;
         let stats = &self.stats;
         for (level, queue) in &mut self.queues {
+            // Most queues have nothing due (no timeouts configured): leave them as they are.
+            if !queue.iter().any(|p| p.deadline.is_some_and(|d| d <= now) && !p.delayed) {
+                continue;
+            }
             let reject = policies.get(level).is_none_or(|p| p.reject_on_timeout);
             let mut kept = VecDeque::with_capacity(queue.len());
             let mut delayed = Vec::new();
@@ -383,14 +407,18 @@ impl BatcherTask {
             while let Ok((level, p)) = rx.try_recv() {
                 self.enqueue(level, p);
             }
-            // 2b. Under load with no queue delay, one scheduler pass for the requests already on
+            // 2b. On one worker, under load with no queue delay, one scheduler pass for the requests already on
             // their way: a request's send woke this task into its worker's next slot, ahead of
             // the connections that are readable too. `yield_now` runs after the worker's other
             // ready tasks and an I/O poll, so those parse and queue their requests first. A pass
             // that finds nobody (a busy box that is not saturated) costs a scheduler round;
             // skipping passes after such a one measured the same at concurrency 4 on the 2-core
             // VM and lost a third of the batching on a saturated core, so every pass is taken.
-            if self.config.max_delay.is_zero() && !self.full(self.ready_size()) && self.pool.under_load() {
+            if self.gather_under_load
+                && self.config.max_delay.is_zero()
+                && !self.full(self.ready_size())
+                && self.pool.under_load()
+            {
                 tokio::task::yield_now().await;
                 while let Ok((level, p)) = rx.try_recv() {
                     self.enqueue(level, p);
@@ -625,7 +653,7 @@ mod tests {
     /// A caller that waits in place for its answer (a guest's BLS call, `infer::wait_for`) keeps
     /// the fast path under load: it blocks its thread, so nothing can gather behind a yield, and
     /// the batcher's hand-offs would only add a thread wake-up per call.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_caller_waiting_in_place_keeps_the_fast_path_under_load() {
         let h = Harness::with_pool(8, ModelDynamicBatching::default(), |pool| {
             pool.with_back_to_back(Duration::from_secs(3600))
@@ -643,6 +671,24 @@ mod tests {
         assert_eq!(h.batches.lock().unwrap().len(), 4);
         let stats = h.stats.snapshot();
         // The fast path records no queue time; the batcher's queue records each request's wait.
+        assert_eq!((stats.queue.count, stats.queue.ns), (4, 0), "a request went through the batcher's queue");
+    }
+
+    /// With several workers, requests under load keep the fast path: batches form by themselves
+    /// there (requests other workers parse queue while the instance runs), and gathering would
+    /// only add queue time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_several_workers_requests_under_load_keep_the_fast_path() {
+        let h = Harness::with_pool(8, ModelDynamicBatching::default(), |pool| {
+            pool.with_back_to_back(Duration::from_secs(3600))
+        });
+        h.open();
+        for i in 0..4u8 {
+            let out = h.batcher.submit(request(&format!("s{i}"), i, 1, &[]), 1).await.unwrap();
+            assert_eq!(&out[0].data[..], &[i]);
+        }
+        assert_eq!(h.batches().len(), 4);
+        let stats = h.stats.snapshot();
         assert_eq!((stats.queue.count, stats.queue.ns), (4, 0), "a request went through the batcher's queue");
     }
 
