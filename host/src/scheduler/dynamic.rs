@@ -171,8 +171,8 @@ pub struct DynamicBatcher {
 /// concurrency 64: 1.2 requests per execution, 6.7 with it). With several workers, requests that
 /// other workers parse queue while the instance runs, so batches form by themselves (16-core box,
 /// 4 workers, concurrency 64: 7.5 requests per execution without gathering), and gathering only
-/// added queue time: at concurrency 16 add_sub_rust's server-side time rose from 105 to 133-144
-/// µs and its throughput fell from 71-72k to 61-66k infer/s.
+/// added queue time: at concurrency 16 add_sub_rust's server-side time rose from 105-125 to
+/// 116-160 µs, and closed-loop throughput fell in seven of eight runs (docs/benchmarks.md).
 fn gathers_under_load() -> bool {
     tokio::runtime::Handle::current().metrics().num_workers() == 1
 }
@@ -258,7 +258,7 @@ struct BatcherTask {
     queues: BTreeMap<u64, VecDeque<Pending>>,
     /// Completion of the previous batch, for `preserve_ordering`.
     last_batch_done: Option<oneshot::Receiver<()>>,
-    /// See [`DynamicBatcher::gather_under_load`].
+    /// See [`gathers_under_load`].
     gather_under_load: bool,
 }
 
@@ -407,9 +407,9 @@ impl BatcherTask {
             while let Ok((level, p)) = rx.try_recv() {
                 self.enqueue(level, p);
             }
-            // 2b. On one worker, under load with no queue delay, one scheduler pass for the requests already on
-            // their way: a request's send woke this task into its worker's next slot, ahead of
-            // the connections that are readable too. `yield_now` runs after the worker's other
+            // 2b. On one worker, under load with no queue delay, one scheduler pass for the
+            // requests already on their way: a request's send woke this task into its worker's
+            // next slot, ahead of the connections that are readable too. `yield_now` runs after the worker's other
             // ready tasks and an I/O poll, so those parse and queue their requests first. A pass
             // that finds nobody (a busy box that is not saturated) costs a scheduler round;
             // skipping passes after such a one measured the same at concurrency 4 on the 2-core
