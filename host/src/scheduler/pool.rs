@@ -35,6 +35,8 @@ pub struct InstancePool {
     /// and the dynamic batcher tell a lone request from one arriving under load.
     epoch: Instant,
     last_done_us: AtomicU64,
+    /// How long the last execution took, in µs.
+    last_took_us: AtomicU64,
     /// An arrival this soon after an execution ended means load ([`Self::under_load`]).
     back_to_back: Duration,
     /// Whether executions have been short enough to run inline (see [`InlineGate`]).
@@ -182,6 +184,7 @@ impl InstancePool {
             stats,
             epoch: Instant::now(),
             last_done_us: AtomicU64::new(0),
+            last_took_us: AtomicU64::new(0),
             back_to_back: BACK_TO_BACK,
             gate: InlineGate::new(),
             max_queue: None,
@@ -229,9 +232,15 @@ impl InstancePool {
     }
 
     /// Whether requests are arriving back to back: the last execution ended less than
-    /// [`BACK_TO_BACK`] ago.
+    /// [`BACK_TO_BACK`] plus half its own duration ago. After a long execution, answering it and
+    /// parsing the next request take longer (cold caches, most likely): on a saturated core the
+    /// next request of a Python guest (~130 µs executions) came 40-80 µs after the execution
+    /// ended, against 20-40 after a few-µs ONNX run, so with the fixed window that guest never
+    /// gathered (one request per execution at concurrency 16, 180 µs of CPU per inference; with
+    /// this, 6.7-6.8 and 117-125 µs). At concurrency 1 its next request comes 90-200 µs after.
     pub fn under_load(&self) -> bool {
-        self.since_last_execution().is_some_and(|since| since < self.back_to_back)
+        let after_long = Duration::from_micros(self.last_took_us.load(Ordering::Relaxed) / 2);
+        self.since_last_execution().is_some_and(|since| since < self.back_to_back + after_long)
     }
 
     pub fn stats(&self) -> &Arc<ModelStats> {
@@ -347,6 +356,7 @@ impl InstancePool {
         };
         let took = started.elapsed();
         let done_us = u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX).max(1);
+        self.last_took_us.store(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
         self.last_done_us.store(done_us, Ordering::Relaxed);
         for sink in &sinks {
             sink.add(took);
@@ -678,6 +688,28 @@ mod tests {
         assert!(results[0].is_ok());
         assert_eq!(results[1].as_ref().err().map(|e| e.message.as_str()), Some("instance returned too few results"));
         assert_eq!(pool.stats().snapshot().execution_count, 0);
+    }
+
+    struct SleepyInstance(Duration);
+
+    impl ModelInstance for SleepyInstance {
+        fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+            std::thread::sleep(self.0);
+            batch.into_iter().map(|_| Ok(Vec::new())).collect()
+        }
+    }
+
+    /// After a long execution, arrivals count as load for longer: handing back its answer and
+    /// parsing the next request take longer after it too (a Python guest's
+    /// ~130 µs executions: 40-80 µs to the next request on a saturated core, against 20-40 after
+    /// a few-µs ONNX run).
+    #[tokio::test]
+    async fn a_long_execution_widens_the_back_to_back_window() {
+        let pool = InstancePool::new(vec![Box::new(SleepyInstance(Duration::from_millis(200)))], Arc::default())
+            .with_back_to_back(Duration::ZERO);
+        assert!(!pool.under_load(), "a pool that has not executed is not under load");
+        pool.execute_as(vec![ExecRequest::default()], 1, Dispatch::Handed).await;
+        assert!(pool.under_load(), "a 200 ms execution left no window");
     }
 
     struct PanickingInstance;
