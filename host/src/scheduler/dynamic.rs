@@ -409,11 +409,12 @@ impl BatcherTask {
             }
             // 2b. On one worker, under load with no queue delay, one scheduler pass for the
             // requests already on their way: a request's send woke this task into its worker's
-            // next slot, ahead of the connections that are readable too. `yield_now` runs after the worker's other
-            // ready tasks and an I/O poll, so those parse and queue their requests first. A pass
-            // that finds nobody (a busy box that is not saturated) costs a scheduler round;
-            // skipping passes after such a one measured the same at concurrency 4 on the 2-core
-            // VM and lost a third of the batching on a saturated core, so every pass is taken.
+            // next slot, ahead of the connections that are readable too. `yield_now` runs after
+            // the worker's other ready tasks and an I/O poll, so those parse and queue their
+            // requests first. A pass that finds nobody (a busy box that is not saturated) costs
+            // a scheduler round; skipping passes after such a one measured the same at
+            // concurrency 4 on the 2-core VM and lost a third of the batching on a saturated
+            // core, so every pass is taken.
             if self.gather_under_load
                 && self.config.max_delay.is_zero()
                 && !self.full(self.ready_size())

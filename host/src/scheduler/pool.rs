@@ -700,9 +700,8 @@ mod tests {
     }
 
     /// After a long execution, arrivals count as load for longer: handing back its answer and
-    /// parsing the next request take longer after it too (a Python guest's
-    /// ~130 µs executions: 40-80 µs to the next request on a saturated core, against 20-40 after
-    /// a few-µs ONNX run).
+    /// parsing the next request take longer after it too (a Python guest's ~130 µs executions:
+    /// 40-80 µs to the next request on a saturated core, against 20-40 after a few-µs ONNX run).
     #[tokio::test]
     async fn a_long_execution_widens_the_back_to_back_window() {
         let pool = InstancePool::new(vec![Box::new(SleepyInstance(Duration::from_millis(200)))], Arc::default())
