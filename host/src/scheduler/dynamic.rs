@@ -535,6 +535,13 @@ mod tests {
             Self::with_pool(max_batch_size, config, |pool| pool)
         }
 
+        /// With every arrival counting as back to back once something has executed.
+        fn always_under_load(max_batch_size: i32) -> Self {
+            Self::with_pool(max_batch_size, ModelDynamicBatching::default(), |pool| {
+                pool.with_back_to_back(Duration::from_secs(3600))
+            })
+        }
+
         fn with_pool(
             max_batch_size: i32,
             config: ModelDynamicBatching,
@@ -620,10 +627,7 @@ mod tests {
     /// soon as the batcher saw it).
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn requests_arriving_back_to_back_gather_into_one_batch() {
-        // Every arrival counts as back to back once something has executed.
-        let h = Harness::with_pool(8, ModelDynamicBatching::default(), |pool| {
-            pool.with_back_to_back(Duration::from_secs(3600))
-        });
+        let h = Harness::always_under_load(8);
         h.open();
         outputs(h.submit("first", 0, 1, &[])).await.unwrap();
         assert_eq!(h.batches(), vec![vec!["first"]], "a lone request runs at once");
@@ -656,9 +660,7 @@ mod tests {
     /// the batcher's hand-offs would only add a thread wake-up per call.
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_caller_waiting_in_place_keeps_the_fast_path_under_load() {
-        let h = Harness::with_pool(8, ModelDynamicBatching::default(), |pool| {
-            pool.with_back_to_back(Duration::from_secs(3600))
-        });
+        let h = Harness::always_under_load(8);
         h.open();
         let batcher = Arc::new(h.batcher);
         let runtime = tokio::runtime::Handle::current();
@@ -680,9 +682,7 @@ mod tests {
     /// only add queue time.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn on_several_workers_requests_under_load_keep_the_fast_path() {
-        let h = Harness::with_pool(8, ModelDynamicBatching::default(), |pool| {
-            pool.with_back_to_back(Duration::from_secs(3600))
-        });
+        let h = Harness::always_under_load(8);
         h.open();
         for i in 0..4u8 {
             let out = h.batcher.submit(request(&format!("s{i}"), i, 1, &[]), 1).await.unwrap();

@@ -35,7 +35,7 @@ pub struct InstancePool {
     /// and the dynamic batcher tell a lone request from one arriving under load.
     epoch: Instant,
     last_done_us: AtomicU64,
-    /// How long the last execution took, in µs.
+    /// How long the last successful execution ran on its instance, in µs.
     last_took_us: AtomicU64,
     /// An arrival this soon after an execution ended means load ([`Self::under_load`]).
     back_to_back: Duration,
@@ -350,13 +350,15 @@ impl InstancePool {
         let results = match self.run_on_instance(permit, batch, dispatch).await {
             Ok((results, executed, inline)) => {
                 self.gate.record(executed, inline);
+                // The execution itself: not a rate limiter's wait or a hand-off before it.
+                let executed_us = u64::try_from(executed.as_micros()).unwrap_or(u64::MAX);
+                self.last_took_us.store(executed_us, Ordering::Relaxed);
                 results
             }
             Err(e) => vec![Err(e); count],
         };
         let took = started.elapsed();
         let done_us = u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX).max(1);
-        self.last_took_us.store(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
         self.last_done_us.store(done_us, Ordering::Relaxed);
         for sink in &sinks {
             sink.add(took);
