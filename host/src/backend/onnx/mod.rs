@@ -6,6 +6,7 @@
 //! backend parameter), defaulting to 1 with spinning off. Concurrency comes from instance_group
 //! count, so N instances never fight over cores with N spinning thread pools.
 
+mod direct;
 mod strings;
 
 use std::path::{Path, PathBuf};
@@ -270,7 +271,16 @@ impl Backend for OnnxBackend {
             })?;
             check_against_model("output", output, batching, model)?;
         }
-        Ok(Box::new(OnnxInstance { session, on_cpu: ctx.device == InstanceDevice::Cpu }))
+        let on_cpu = ctx.device == InstanceDevice::Cpu;
+        let direct = on_cpu
+            .then(|| {
+                direct::DirectRun::new(
+                    model_inputs.iter().map(|(name, dt, _)| (name.as_str(), *dt)),
+                    model_outputs.iter().map(|(name, dt, _)| (name.as_str(), *dt)),
+                )
+            })
+            .flatten();
+        Ok(Box::new(OnnxInstance { session, on_cpu, direct }))
     }
 }
 
@@ -330,6 +340,8 @@ struct OnnxInstance {
     session: Session,
     /// A CPU session only computes; a GPU one waits on the device.
     on_cpu: bool,
+    /// The C API path for CPU models of plain numeric tensors (see [`direct`]).
+    direct: Option<direct::DirectRun>,
 }
 
 impl ModelInstance for OnnxInstance {
@@ -346,6 +358,9 @@ impl ModelInstance for OnnxInstance {
 
 impl OnnxInstance {
     fn run(&mut self, request: ExecRequest) -> CoreResult<Vec<Tensor>> {
+        if let Some(direct) = self.direct.as_ref().filter(|d| d.accepts(&request)) {
+            return direct.run(&mut self.session, &request);
+        }
         let mut inputs: Vec<(String, SessionInputValue<'static>)> = Vec::with_capacity(request.inputs.len());
         for tensor in &request.inputs {
             inputs.push((tensor.name.clone(), to_ort(tensor)?.into()));

@@ -1,0 +1,258 @@
+//! The session call of a CPU model whose inputs and outputs are all plain numbers, made through
+//! ONNX Runtime's C API directly.
+//!
+//! The `ort` crate's general path costs about as much as a tiny model's run itself: per call it
+//! copies every input into a new buffer, turns names into C strings, builds a `ValueType` (with
+//! symbolic dimension names) for every output of the graph, and reads each output's type again
+//! to extract it. Measured on add_sub at concurrency 1 (`perf`, docs/benchmarks.md), about a third
+//! of the execution's samples were that wrapping. Here the request's bytes are lent to ONNX
+//! Runtime as they are (little-endian numbers, already checked against the config; copied only
+//! when misaligned for their type), names are made once per instance, only the requested outputs
+//! are asked for, and each output is read with one call that borrows its type and shape.
+//!
+//! BOOL (a byte that must be 0 or 1 for ONNX Runtime) and BYTES (string tensors) models, and GPU
+//! sessions, keep the `ort` path.
+#![allow(unsafe_code)]
+
+use std::ffi::{CString, c_char, c_void};
+use std::ptr;
+
+use ort::AsPointer;
+use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
+use ort::session::Session;
+use ort::sys::{ONNXTensorElementDataType as Onnx, OrtValue};
+
+use crate::backend::ExecRequest;
+use crate::error::{CoreError, CoreResult};
+use crate::tensor::{DataType, Tensor};
+
+/// Names made once, and the memory description every borrowed input is created with.
+pub struct DirectRun {
+    inputs: Vec<(String, CString)>,
+    outputs: Vec<(String, CString)>,
+    cpu: MemoryInfo<'static>,
+}
+
+impl DirectRun {
+    /// For a CPU session whose inputs and outputs (`(name, datatype)`) all have a plain numeric
+    /// type; `None` otherwise, or when a name cannot be a C string.
+    pub fn new<'a>(
+        inputs: impl IntoIterator<Item = (&'a str, DataType)>,
+        outputs: impl IntoIterator<Item = (&'a str, DataType)>,
+    ) -> Option<Self> {
+        if cfg!(target_endian = "big") {
+            return None;
+        }
+        let names = |list: &mut dyn Iterator<Item = (&'a str, DataType)>| -> Option<Vec<(String, CString)>> {
+            list.map(|(name, datatype)| {
+                element_type(datatype)?;
+                Some((name.to_owned(), CString::new(name).ok()?))
+            })
+            .collect()
+        };
+        let inputs = names(&mut inputs.into_iter())?;
+        let outputs = names(&mut outputs.into_iter())?;
+        let cpu = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default).ok()?;
+        Some(Self { inputs, outputs, cpu })
+    }
+
+    /// Whether [`Self::run`] can take `request`: every tensor is one of the session's, of a plain
+    /// numeric type, and at least one output is asked for.
+    pub fn accepts(&self, request: &ExecRequest) -> bool {
+        !request.outputs.is_empty()
+            && request
+                .inputs
+                .iter()
+                .all(|t| element_type(t.datatype).is_some() && find(&self.inputs, &t.name).is_some())
+            && request.outputs.iter().all(|name| find(&self.outputs, name).is_some())
+    }
+
+    /// Runs `session` on the request's inputs and returns its outputs, in the request's order.
+    /// The caller checked [`Self::accepts`].
+    pub fn run(&self, session: &mut Session, request: &ExecRequest) -> CoreResult<Vec<Tensor>> {
+        let api = ort::api();
+        let mut input_names: Vec<*const c_char> = Vec::with_capacity(request.inputs.len());
+        let mut inputs = Values(Vec::with_capacity(request.inputs.len()));
+        // Aligned copies of misaligned inputs, alive until the call is over.
+        let mut copies: Vec<Vec<u64>> = Vec::new();
+        for tensor in &request.inputs {
+            let (name, ty) = find(&self.inputs, &tensor.name).zip(element_type(tensor.datatype)).ok_or_else(|| {
+                CoreError::internal(format!("input '{}' cannot be lent to ONNX Runtime", tensor.name))
+            })?;
+            let bytes: &[u8] = &tensor.data;
+            let mut data = bytes.as_ptr();
+            if data.align_offset(tensor.datatype.element_size().unwrap_or(1)) != 0 {
+                let mut copy = vec![0u64; bytes.len().div_ceil(8)];
+                let target = copy.as_mut_ptr().cast::<u8>();
+                // SAFETY: `copy` holds at least `bytes.len()` bytes; the two do not overlap.
+                unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), target, bytes.len()) };
+                data = target;
+                copies.push(copy);
+            }
+            let mut value: *mut OrtValue = ptr::null_mut();
+            // SAFETY: `data` points at `bytes.len()` readable bytes (the request's, or a copy in
+            // `copies`) that outlive the value: both are dropped after `inputs`. ONNX Runtime
+            // checks the length against the shape, and never writes to an input.
+            check(
+                unsafe {
+                    (api.CreateTensorWithDataAsOrtValue)(
+                        self.cpu.ptr(),
+                        data.cast_mut().cast::<c_void>(),
+                        bytes.len(),
+                        tensor.shape.as_ptr(),
+                        tensor.shape.len(),
+                        ty,
+                        &mut value,
+                    )
+                },
+                || format!("failed to create ONNX tensor for input '{}'", tensor.name),
+            )?;
+            inputs.0.push(value);
+            input_names.push(name.as_ptr());
+        }
+        let mut output_names: Vec<*const c_char> = Vec::with_capacity(request.outputs.len());
+        for output in &request.outputs {
+            let name = find(&self.outputs, output)
+                .ok_or_else(|| CoreError::internal(format!("model did not produce output '{output}'")))?;
+            output_names.push(name.as_ptr());
+        }
+        let mut outputs = Values(vec![ptr::null_mut(); output_names.len()]);
+        // SAFETY: the name and value arrays have the lengths passed and live across the call; the
+        // session is ours (`&mut`); ONNX Runtime fills `outputs` with values we then own.
+        check(
+            unsafe {
+                (api.Run)(
+                    session.ptr().cast_mut(),
+                    ptr::null(),
+                    input_names.as_ptr(),
+                    inputs.0.as_ptr().cast::<*const OrtValue>(),
+                    inputs.0.len(),
+                    output_names.as_ptr(),
+                    output_names.len(),
+                    outputs.0.as_mut_ptr(),
+                )
+            },
+            || "onnxruntime execution failure".to_owned(),
+        )?;
+        // Read before the inputs go: an output may share an input's buffer (a graph passing an
+        // input through).
+        let tensors =
+            request.outputs.iter().zip(outputs.0.iter()).map(|(name, &value)| read_output(name, value)).collect();
+        drop(outputs);
+        drop(inputs);
+        drop(copies);
+        tensors
+    }
+}
+
+fn find<'a>(names: &'a [(String, CString)], name: &str) -> Option<&'a CString> {
+    names.iter().find(|(n, _)| n == name).map(|(_, c)| c)
+}
+
+/// Copies one output of a finished run into a tensor.
+fn read_output(name: &str, value: *mut OrtValue) -> CoreResult<Tensor> {
+    let api = ort::api();
+    if value.is_null() {
+        return Err(CoreError::internal(format!("model did not produce output '{name}'")));
+    }
+    let mut ty = Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    let mut dims: *const i64 = ptr::null();
+    let mut rank = 0usize;
+    // SAFETY: `value` is a live value from the run; the shape it lends lives as long as it does.
+    check(unsafe { (api.GetTensorElementTypeAndShapeDataReference)(value, &mut ty, &mut dims, &mut rank) }, || {
+        format!("failed to read output '{name}'")
+    })?;
+    let shape: Vec<i64> = if rank == 0 || dims.is_null() {
+        Vec::new()
+    } else {
+        unsafe { std::slice::from_raw_parts(dims, rank) }.to_vec()
+    };
+    let datatype = datatype(ty)
+        .ok_or_else(|| CoreError::internal(format!("output '{name}' has unsupported element type {ty:?}")))?;
+    let elements = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?));
+    let len = elements
+        .and_then(|n| n.checked_mul(datatype.element_size().unwrap_or(1)))
+        .ok_or_else(|| CoreError::internal(format!("output '{name}' has an invalid shape {shape:?}")))?;
+    let mut data: *mut c_void = ptr::null_mut();
+    // SAFETY: as above; for a numeric tensor the data holds `len` bytes (elements x size).
+    check(unsafe { (api.GetTensorMutableData)(value, &mut data) }, || format!("failed to read output '{name}'"))?;
+    let bytes = if len == 0 || data.is_null() {
+        Vec::new()
+    } else {
+        unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }.to_vec()
+    };
+    Tensor::new(name, datatype, shape, bytes::Bytes::from(bytes))
+}
+
+/// Values created or returned by one run, released when dropped.
+struct Values(Vec<*mut OrtValue>);
+
+impl Drop for Values {
+    fn drop(&mut self) {
+        let api = ort::api();
+        for &value in &self.0 {
+            if !value.is_null() {
+                // SAFETY: each non-null value is ours and released once.
+                unsafe { (api.ReleaseValue)(value) };
+            }
+        }
+    }
+}
+
+/// Turns a non-null status into an error with ONNX Runtime's message (and frees the status).
+fn check(status: ort::sys::OrtStatusPtr, what: impl FnOnce() -> String) -> CoreResult<()> {
+    if status.0.is_null() {
+        return Ok(());
+    }
+    let api = ort::api();
+    // SAFETY: a non-null status returned by the API; its message lives until ReleaseStatus.
+    let message = unsafe {
+        let text = (api.GetErrorMessage)(status.0);
+        let message = if text.is_null() {
+            String::from("unknown error")
+        } else {
+            std::ffi::CStr::from_ptr(text).to_string_lossy().into_owned()
+        };
+        (api.ReleaseStatus)(status.0);
+        message
+    };
+    Err(CoreError::internal(format!("{}: {message}", what())))
+}
+
+/// ONNX Runtime's element type for a plain numeric datatype (not BOOL, not BYTES).
+fn element_type(datatype: DataType) -> Option<Onnx> {
+    Some(match datatype {
+        DataType::Uint8 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+        DataType::Int8 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,
+        DataType::Uint16 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
+        DataType::Int16 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16,
+        DataType::Uint32 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32,
+        DataType::Int32 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32,
+        DataType::Uint64 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
+        DataType::Int64 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
+        DataType::Fp16 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
+        DataType::Bf16 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16,
+        DataType::Fp32 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+        DataType::Fp64 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
+        DataType::Bool | DataType::Bytes => return None,
+    })
+}
+
+fn datatype(ty: Onnx) -> Option<DataType> {
+    [
+        DataType::Uint8,
+        DataType::Int8,
+        DataType::Uint16,
+        DataType::Int16,
+        DataType::Uint32,
+        DataType::Int32,
+        DataType::Uint64,
+        DataType::Int64,
+        DataType::Fp16,
+        DataType::Bf16,
+        DataType::Fp32,
+        DataType::Fp64,
+    ]
+    .into_iter()
+    .find(|&d| element_type(d) == Some(ty))
+}
