@@ -22,6 +22,7 @@ use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::Session;
 use ort::sys::{ONNXTensorElementDataType as Onnx, OrtValue};
 
+use super::status::check;
 use crate::backend::ExecRequest;
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::{DataType, Tensor};
@@ -71,10 +72,11 @@ impl DirectRun {
     /// The caller checked [`Self::accepts`].
     pub fn run(&self, session: &mut Session, request: &ExecRequest) -> CoreResult<Vec<Tensor>> {
         let api = ort::api();
+        // Aligned copies of misaligned inputs. Declared before `inputs`, so that on every path the
+        // values borrowing them are released first.
+        let mut copies: Vec<Vec<u64>> = Vec::new();
         let mut input_names: Vec<*const c_char> = Vec::with_capacity(request.inputs.len());
         let mut inputs = Values(Vec::with_capacity(request.inputs.len()));
-        // Aligned copies of misaligned inputs, alive until the call is over.
-        let mut copies: Vec<Vec<u64>> = Vec::new();
         for tensor in &request.inputs {
             let (name, ty) = find(&self.inputs, &tensor.name).zip(element_type(tensor.datatype)).ok_or_else(|| {
                 CoreError::internal(format!("input '{}' cannot be lent to ONNX Runtime", tensor.name))
@@ -92,7 +94,7 @@ impl DirectRun {
             let mut value: *mut OrtValue = ptr::null_mut();
             // SAFETY: `data` points at `bytes.len()` readable bytes (the request's, or a copy in
             // `copies`) that outlive the value: both are dropped after `inputs`. ONNX Runtime
-            // checks the length against the shape, and never writes to an input.
+            // refuses a buffer shorter than the shape needs, and never writes to an input.
             check(
                 unsafe {
                     (api.CreateTensorWithDataAsOrtValue)(
@@ -106,7 +108,9 @@ impl DirectRun {
                     )
                 },
                 || format!("failed to create ONNX tensor for input '{}'", tensor.name),
-            )?;
+            )
+            // As the `ort` path answers (the request's shape and bytes are checked before this).
+            .map_err(|e| CoreError::invalid_arg(e.message))?;
             inputs.0.push(value);
             input_names.push(name.as_ptr());
         }
@@ -155,20 +159,26 @@ fn read_output(name: &str, value: *mut OrtValue) -> CoreResult<Tensor> {
     if value.is_null() {
         return Err(CoreError::internal(format!("model did not produce output '{name}'")));
     }
-    let mut ty = Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    // Read as a plain integer: a type number a newer ONNX Runtime adds must not land in the enum.
+    let mut ty: i32 = 0;
     let mut dims: *const i64 = ptr::null();
     let mut rank = 0usize;
     // SAFETY: `value` is a live value from the run; the shape it lends lives as long as it does.
-    check(unsafe { (api.GetTensorElementTypeAndShapeDataReference)(value, &mut ty, &mut dims, &mut rank) }, || {
-        format!("failed to read output '{name}'")
-    })?;
-    let shape: Vec<i64> = if rank == 0 || dims.is_null() {
-        Vec::new()
-    } else {
-        unsafe { std::slice::from_raw_parts(dims, rank) }.to_vec()
+    // The element type is an `i32`-sized C enum, written through a pointer to an `i32`.
+    check(
+        unsafe {
+            (api.GetTensorElementTypeAndShapeDataReference)(value, (&raw mut ty).cast::<Onnx>(), &mut dims, &mut rank)
+        },
+        || format!("failed to read output '{name}'"),
+    )?;
+    let shape: Vec<i64> = match (rank, dims.is_null()) {
+        (0, _) => Vec::new(),
+        // SAFETY: a non-null shape of `rank` dimensions, lent by the live value.
+        (_, false) => unsafe { std::slice::from_raw_parts(dims, rank) }.to_vec(),
+        (_, true) => return Err(CoreError::internal(format!("ONNX Runtime returned no shape for output '{name}'"))),
     };
     let datatype = datatype(ty)
-        .ok_or_else(|| CoreError::internal(format!("output '{name}' has unsupported element type {ty:?}")))?;
+        .ok_or_else(|| CoreError::internal(format!("output '{name}' has unsupported element type {ty}")))?;
     let elements = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?));
     let len = elements
         .and_then(|n| n.checked_mul(datatype.element_size().unwrap_or(1)))
@@ -176,9 +186,12 @@ fn read_output(name: &str, value: *mut OrtValue) -> CoreResult<Tensor> {
     let mut data: *mut c_void = ptr::null_mut();
     // SAFETY: as above; for a numeric tensor the data holds `len` bytes (elements x size).
     check(unsafe { (api.GetTensorMutableData)(value, &mut data) }, || format!("failed to read output '{name}'"))?;
-    let bytes = if len == 0 || data.is_null() {
+    let bytes = if len == 0 {
         Vec::new()
+    } else if data.is_null() {
+        return Err(CoreError::internal(format!("ONNX Runtime returned no data for output '{name}'")));
     } else {
+        // SAFETY: the tensor's data, `len` bytes (its elements times their size), alive with it.
         unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }.to_vec()
     };
     Tensor::new(name, datatype, shape, bytes::Bytes::from(bytes))
@@ -197,26 +210,6 @@ impl Drop for Values {
             }
         }
     }
-}
-
-/// Turns a non-null status into an error with ONNX Runtime's message (and frees the status).
-fn check(status: ort::sys::OrtStatusPtr, what: impl FnOnce() -> String) -> CoreResult<()> {
-    if status.0.is_null() {
-        return Ok(());
-    }
-    let api = ort::api();
-    // SAFETY: a non-null status returned by the API; its message lives until ReleaseStatus.
-    let message = unsafe {
-        let text = (api.GetErrorMessage)(status.0);
-        let message = if text.is_null() {
-            String::from("unknown error")
-        } else {
-            std::ffi::CStr::from_ptr(text).to_string_lossy().into_owned()
-        };
-        (api.ReleaseStatus)(status.0);
-        message
-    };
-    Err(CoreError::internal(format!("{}: {message}", what())))
 }
 
 /// ONNX Runtime's element type for a plain numeric datatype (not BOOL, not BYTES).
@@ -238,7 +231,8 @@ fn element_type(datatype: DataType) -> Option<Onnx> {
     })
 }
 
-fn datatype(ty: Onnx) -> Option<DataType> {
+/// The plain numeric datatype of an ONNX Runtime element type number.
+fn datatype(ty: i32) -> Option<DataType> {
     [
         DataType::Uint8,
         DataType::Int8,
@@ -254,5 +248,33 @@ fn datatype(ty: Onnx) -> Option<DataType> {
         DataType::Fp64,
     ]
     .into_iter()
-    .find(|&d| element_type(d) == Some(ty))
+    .find(|&d| element_type(d).is_some_and(|e| e as i32 == ty))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_plain_datatype_maps_to_its_own_onnx_type_and_back() {
+        let plain: Vec<DataType> =
+            ["UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "UINT64", "INT64", "FP16", "BF16", "FP32", "FP64"]
+                .into_iter()
+                .filter_map(DataType::from_protocol)
+                .collect();
+        assert_eq!(plain.len(), 12);
+        for d in plain {
+            let ty = element_type(d).map(|e| e as i32);
+            assert_eq!(ty.and_then(datatype), Some(d), "{d:?}");
+        }
+        // Left to the `ort` path.
+        assert_eq!(element_type(DataType::Bool), None);
+        assert_eq!(element_type(DataType::Bytes), None);
+        assert_eq!(datatype(Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL as i32), None);
+        assert_eq!(datatype(Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING as i32), None);
+        // FP32 is 1, FP16 10, BF16 16 in ONNX's numbering.
+        assert_eq!(element_type(DataType::Fp32).map(|e| e as i32), Some(1));
+        assert_eq!(element_type(DataType::Fp16).map(|e| e as i32), Some(10));
+        assert_eq!(element_type(DataType::Bf16).map(|e| e as i32), Some(16));
+    }
 }

@@ -7,6 +7,7 @@
 //! count, so N instances never fight over cores with N spinning thread pools.
 
 mod direct;
+mod status;
 mod strings;
 
 use std::path::{Path, PathBuf};

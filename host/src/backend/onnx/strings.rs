@@ -8,27 +8,8 @@
 use ort::AsPointer;
 use ort::value::{DynValue, Tensor as OrtTensor};
 
+use super::status::check;
 use crate::error::{CoreError, CoreResult};
-
-/// Turns a non-null status into an error with ONNX Runtime's message (and frees the status).
-fn check(status: ort::sys::OrtStatusPtr, what: &str) -> CoreResult<()> {
-    if status.0.is_null() {
-        return Ok(());
-    }
-    let api = ort::api();
-    // SAFETY: a non-null status returned by the API; its message lives until ReleaseStatus.
-    let message = unsafe {
-        let text = (api.GetErrorMessage)(status.0);
-        let message = if text.is_null() {
-            String::from("unknown error")
-        } else {
-            std::ffi::CStr::from_ptr(text).to_string_lossy().into_owned()
-        };
-        (api.ReleaseStatus)(status.0);
-        message
-    };
-    Err(CoreError::internal(format!("ONNX Runtime failed to {what}: {message}")))
-}
 
 /// A string tensor of `shape` holding `elements` byte for byte (NUL and non-UTF-8 bytes included).
 pub fn tensor_from_bytes<'a>(
@@ -50,7 +31,9 @@ pub fn tensor_from_bytes<'a>(
         // SAFETY: `ptr` is a live string tensor with more than `index` elements; the call returns a
         // buffer of exactly `element.len()` bytes owned by the tensor, which we fill completely.
         unsafe {
-            check((api.GetResizedStringTensorElementBuffer)(ptr, index, element.len(), &mut buffer), "size a string")?;
+            check((api.GetResizedStringTensorElementBuffer)(ptr, index, element.len(), &mut buffer), || {
+                "ONNX Runtime failed to size a string".to_owned()
+            })?;
             if buffer.is_null() {
                 return Err(CoreError::internal("ONNX Runtime returned no buffer for a string element"));
             }
@@ -66,7 +49,9 @@ pub fn tensor_to_bytes(value: &DynValue, count: usize) -> CoreResult<Vec<Vec<u8>
     let ptr = value.ptr();
     let mut total = 0usize;
     // SAFETY: `ptr` is a live tensor; ONNX Runtime checks it holds strings and writes `total`.
-    check(unsafe { (api.GetStringTensorDataLength)(ptr, &mut total) }, "read a string tensor's length")?;
+    check(unsafe { (api.GetStringTensorDataLength)(ptr, &mut total) }, || {
+        "ONNX Runtime failed to read a string tensor's length".to_owned()
+    })?;
     let mut contents = vec![0u8; total];
     let mut offsets = vec![0usize; count];
     if count > 0 {
@@ -75,7 +60,7 @@ pub fn tensor_to_bytes(value: &DynValue, count: usize) -> CoreResult<Vec<Vec<u8>
             unsafe {
                 (api.GetStringTensorContent)(ptr, contents.as_mut_ptr().cast(), total, offsets.as_mut_ptr(), count)
             },
-            "read a string tensor",
+            || "ONNX Runtime failed to read a string tensor".to_owned(),
         )?;
     }
     let mut elements = Vec::with_capacity(count);
