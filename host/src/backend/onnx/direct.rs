@@ -44,43 +44,45 @@ impl DirectRun {
         if cfg!(target_endian = "big") {
             return None;
         }
-        let names = |list: &mut dyn Iterator<Item = (&'a str, DataType)>| -> Option<Vec<(String, CString)>> {
-            list.map(|(name, datatype)| {
-                element_type(datatype)?;
-                Some((name.to_owned(), CString::new(name).ok()?))
-            })
-            .collect()
-        };
-        let inputs = names(&mut inputs.into_iter())?;
-        let outputs = names(&mut outputs.into_iter())?;
+        let inputs = plain_names(inputs)?;
+        let outputs = plain_names(outputs)?;
         let cpu = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default).ok()?;
         Some(Self { inputs, outputs, cpu })
     }
 
-    /// Whether [`Self::run`] can take `request`: every tensor is one of the session's, of a plain
-    /// numeric type, and at least one output is asked for.
-    pub fn accepts(&self, request: &ExecRequest) -> bool {
-        !request.outputs.is_empty()
-            && request
-                .inputs
-                .iter()
-                .all(|t| element_type(t.datatype).is_some() && find(&self.inputs, &t.name).is_some())
-            && request.outputs.iter().all(|name| find(&self.outputs, name).is_some())
+    /// Runs `session` on the request's inputs and returns its outputs, in the request's order.
+    /// `None`, before any work, when this path cannot take the request: a tensor that is not one
+    /// of the session's or not of a plain numeric type, or no output asked for.
+    pub fn run(&self, session: &mut Session, request: &ExecRequest) -> Option<CoreResult<Vec<Tensor>>> {
+        let mut input_names: Vec<*const c_char> = Vec::with_capacity(request.inputs.len());
+        let mut input_types = Vec::with_capacity(request.inputs.len());
+        for tensor in &request.inputs {
+            input_names.push(find(&self.inputs, &tensor.name)?.as_ptr());
+            input_types.push(element_type(tensor.datatype)?);
+        }
+        let output_names: Vec<*const c_char> =
+            request.outputs.iter().map(|name| find(&self.outputs, name).map(|c| c.as_ptr())).collect::<Option<_>>()?;
+        if output_names.is_empty() {
+            return None;
+        }
+        Some(self.run_named(session, request, &input_names, &input_types, &output_names))
     }
 
-    /// Runs `session` on the request's inputs and returns its outputs, in the request's order.
-    /// The caller checked [`Self::accepts`].
-    pub fn run(&self, session: &mut Session, request: &ExecRequest) -> CoreResult<Vec<Tensor>> {
+    /// [`Self::run`] once every name and type is known.
+    fn run_named(
+        &self,
+        session: &mut Session,
+        request: &ExecRequest,
+        input_names: &[*const c_char],
+        input_types: &[Onnx],
+        output_names: &[*const c_char],
+    ) -> CoreResult<Vec<Tensor>> {
         let api = ort::api();
         // Aligned copies of misaligned inputs. Declared before `inputs`, so that on every path the
         // values borrowing them are released first.
         let mut copies: Vec<Vec<u64>> = Vec::new();
-        let mut input_names: Vec<*const c_char> = Vec::with_capacity(request.inputs.len());
         let mut inputs = Values(Vec::with_capacity(request.inputs.len()));
-        for tensor in &request.inputs {
-            let (name, ty) = find(&self.inputs, &tensor.name).zip(element_type(tensor.datatype)).ok_or_else(|| {
-                CoreError::internal(format!("input '{}' cannot be lent to ONNX Runtime", tensor.name))
-            })?;
+        for (tensor, &ty) in request.inputs.iter().zip(input_types) {
             let bytes: &[u8] = &tensor.data;
             let mut data = bytes.as_ptr();
             if data.align_offset(tensor.datatype.element_size().unwrap_or(1)) != 0 {
@@ -112,13 +114,6 @@ impl DirectRun {
             // As the `ort` path answers (the request's shape and bytes are checked before this).
             .map_err(|e| CoreError::invalid_arg(e.message))?;
             inputs.0.push(value);
-            input_names.push(name.as_ptr());
-        }
-        let mut output_names: Vec<*const c_char> = Vec::with_capacity(request.outputs.len());
-        for output in &request.outputs {
-            let name = find(&self.outputs, output)
-                .ok_or_else(|| CoreError::internal(format!("model did not produce output '{output}'")))?;
-            output_names.push(name.as_ptr());
         }
         let mut outputs = Values(vec![ptr::null_mut(); output_names.len()]);
         // SAFETY: the name and value arrays have the lengths passed and live across the call; the
@@ -147,6 +142,17 @@ impl DirectRun {
         drop(copies);
         tensors
     }
+}
+
+/// Each `(name, datatype)` with its C string; `None` when a datatype is not plain or a name
+/// cannot be a C string.
+fn plain_names<'a>(list: impl IntoIterator<Item = (&'a str, DataType)>) -> Option<Vec<(String, CString)>> {
+    list.into_iter()
+        .map(|(name, datatype)| {
+            element_type(datatype)?;
+            Some((name.to_owned(), CString::new(name).ok()?))
+        })
+        .collect()
 }
 
 fn find<'a>(names: &'a [(String, CString)], name: &str) -> Option<&'a CString> {
@@ -233,22 +239,7 @@ fn element_type(datatype: DataType) -> Option<Onnx> {
 
 /// The plain numeric datatype of an ONNX Runtime element type number.
 fn datatype(ty: i32) -> Option<DataType> {
-    [
-        DataType::Uint8,
-        DataType::Int8,
-        DataType::Uint16,
-        DataType::Int16,
-        DataType::Uint32,
-        DataType::Int32,
-        DataType::Uint64,
-        DataType::Int64,
-        DataType::Fp16,
-        DataType::Bf16,
-        DataType::Fp32,
-        DataType::Fp64,
-    ]
-    .into_iter()
-    .find(|&d| element_type(d).is_some_and(|e| e as i32 == ty))
+    DataType::ALL.into_iter().find(|&d| element_type(d).is_some_and(|e| e as i32 == ty))
 }
 
 #[cfg(test)]

@@ -273,14 +273,14 @@ impl Backend for OnnxBackend {
             check_against_model("output", output, batching, model)?;
         }
         let on_cpu = ctx.device == InstanceDevice::Cpu;
-        let direct = on_cpu
-            .then(|| {
-                direct::DirectRun::new(
-                    model_inputs.iter().map(|(name, dt, _)| (name.as_str(), *dt)),
-                    model_outputs.iter().map(|(name, dt, _)| (name.as_str(), *dt)),
-                )
-            })
-            .flatten();
+        let direct = if on_cpu {
+            direct::DirectRun::new(
+                model_inputs.iter().map(|(name, dt, _)| (name.as_str(), *dt)),
+                model_outputs.iter().map(|(name, dt, _)| (name.as_str(), *dt)),
+            )
+        } else {
+            None
+        };
         Ok(Box::new(OnnxInstance { session, on_cpu, direct }))
     }
 }
@@ -359,8 +359,10 @@ impl ModelInstance for OnnxInstance {
 
 impl OnnxInstance {
     fn run(&mut self, request: ExecRequest) -> CoreResult<Vec<Tensor>> {
-        if let Some(direct) = self.direct.as_ref().filter(|d| d.accepts(&request)) {
-            return direct.run(&mut self.session, &request);
+        if let Some(direct) = &self.direct
+            && let Some(result) = direct.run(&mut self.session, &request)
+        {
+            return result;
         }
         let mut inputs: Vec<(String, SessionInputValue<'static>)> = Vec::with_capacity(request.inputs.len());
         for tensor in &request.inputs {
