@@ -422,6 +422,31 @@ def test_clients_past_the_connection_cap_are_answered_not_left_hanging(impatient
     assert_slots_come_back(impatient)
 
 
+def connection_threads(srv) -> list[str]:
+    """Names of the server's threads that run connections."""
+    tasks = Path(f"/proc/{srv.process.pid}/task")
+    names = [(t / "comm").read_text().strip() for t in tasks.iterdir()]
+    return sorted(n for n in names if n.startswith("tessera-conn"))
+
+
+def test_connections_run_on_the_threads_asked_for(server_factory, tmp_path):
+    repo = tmp_path / "repo"
+    copy_model(repo, "simple")
+    # Triton's flag is an alias of --connection-thread-count.
+    three = server_factory(repo, ["--http-thread-count", "3"])
+    wait_model_ready(three, "simple")
+    assert connection_threads(three) == ["tessera-conn-0", "tessera-conn-1", "tessera-conn-2"]
+    # Six clients of each door at once, each on its own connection, spread over the three threads.
+    assert at_once(lambda: assert_serves(three) or True, 6) == [True] * 6
+    assert at_once(lambda: assert_serves_grpc(three) or True, 6) == [True] * 6
+    # 0: connections run on the server's shared runtime, as on a one-CPU box.
+    shared = server_factory(repo, ["--connection-thread-count", "0"])
+    wait_model_ready(shared, "simple")
+    assert connection_threads(shared) == []
+    assert at_once(lambda: assert_serves(shared) or True, 6) == [True] * 6
+    assert at_once(lambda: assert_serves_grpc(shared) or True, 6) == [True] * 6
+
+
 def test_grpc_clients_past_the_connection_cap_fail_fast(server_factory, tmp_path):
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException

@@ -327,7 +327,7 @@ def test_config_fields_env_and_refusals(monkeypatch):
     # a list field comes from <FIELD>_0, <FIELD>_1, ... or <FIELD> as its one element.
     explicit_http = free_ports(1)[0]
     monkeypatch.setenv("PYTRITON_TRITON_CONFIG_CACHE_CONFIG", "local,size=1048576")
-    with Triton(config=TritonConfig(http_port=explicit_http, http_address="127.0.0.1")) as t:
+    with Triton(config=TritonConfig(http_port=explicit_http, http_address="127.0.0.1", http_thread_count=1)) as t:
         bind_linear(t, "Cached", response_cache=True)
         assert t.http_port == explicit_http and t.grpc_port == grpc
         with ModelClient(f"127.0.0.1:{explicit_http}", "Cached") as client:

@@ -77,6 +77,15 @@ fn parse_bool(value: &str) -> Result<bool, String> {
 
 /// 1024 connections, or half the open-file limit when that is lower (the rest stays for model
 /// files, gRPC and the like).
+/// One connection thread per CPU; on one CPU none, since the shared runtime's one worker is
+/// already that thread (a second would add a hand-off between it and the batcher's).
+fn default_connection_threads() -> usize {
+    match std::thread::available_parallelism().map_or(1, usize::from) {
+        1 => 0,
+        cpus => cpus,
+    }
+}
+
 fn default_max_connections() -> usize {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes the struct it is given and nothing else.
@@ -130,9 +139,11 @@ pub struct ServeArgs {
     /// trace, logging) answer only requests with header `<key>: <value>`, others get 403.
     #[arg(long)]
     pub http_restricted_api: Vec<String>,
-    /// Accepted for compatibility; the HTTP server sizes its own worker pool.
-    #[arg(long)]
-    pub http_thread_count: Option<usize>,
+    /// Threads that run HTTP and gRPC connections, each connection staying on one (default: one
+    /// per CPU the process may use; 0, or a single CPU: the server's shared runtime runs them).
+    /// Triton's `--http-thread-count` is the same flag.
+    #[arg(long = "connection-thread-count", alias = "http-thread-count", env = "TESSERA_CONNECTION_THREAD_COUNT")]
+    pub connection_thread_count: Option<usize>,
 
     /// Address the gRPC server binds.
     #[arg(long, default_value = "0.0.0.0", env = "TESSERA_GRPC_ADDRESS")]
@@ -400,6 +411,7 @@ impl ServeArgs {
                 keepalive_idle: Duration::from_secs(self.http_keepalive_timeout.max(1)),
             },
             http_restrictions: Restrictions::parse("http-restricted-api", &self.http_restricted_api)?,
+            connection_threads: self.connection_thread_count.unwrap_or_else(default_connection_threads),
             grpc: self.allow_grpc.then(|| Listen::new(&self.grpc_address, self.grpc_port)),
             grpc_options: GrpcOptions {
                 max_message_size: self.grpc_max_message_size,

@@ -85,6 +85,9 @@ pub struct Frontend {
     trace: Mutex<BTreeMap<String, SettingValue>>,
     log: Mutex<BTreeMap<String, SettingValue>>,
     log_applier: Option<LogApplier>,
+    /// The server's shared runtime, where models load: a model's background tasks (its batcher)
+    /// belong there, not on the HTTP connection thread that asked for the load.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 /// An infer request as a door decoded it. Inputs sent inline are in `request.inputs`; inputs in
@@ -133,6 +136,20 @@ impl Frontend {
             trace: Mutex::new(trace),
             log: Mutex::new(log),
             log_applier: None,
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+
+    /// Runs `work` on the server's shared runtime (see `runtime`), to its end even if the caller
+    /// goes away meanwhile.
+    async fn on_server_runtime(&self, work: impl Future<Output = CoreResult<()>> + Send + 'static) -> CoreResult<()> {
+        let here = tokio::runtime::Handle::try_current().ok().map(|h| h.id());
+        match &self.runtime {
+            Some(runtime) if here != Some(runtime.id()) => runtime
+                .spawn(work)
+                .await
+                .map_err(|e| CoreError::internal(format!("the model load or unload failed: {e}")))?,
+            _ => work.await,
         }
     }
 
@@ -256,17 +273,22 @@ impl Frontend {
     /// temporary directory holding them, see `ModelManager::load_override`).
     pub async fn load(&self, name: &str, config: Option<String>, files: Vec<(String, Vec<u8>)>) -> CoreResult<()> {
         self.explicit_only()?;
-        if files.is_empty() {
-            self.manager.load(name, config).await
-        } else {
-            self.manager.load_override(name, config, files).await
-        }
+        let (manager, name) = (Arc::clone(&self.manager), name.to_string());
+        self.on_server_runtime(async move {
+            if files.is_empty() {
+                manager.load(&name, config).await
+            } else {
+                manager.load_override(&name, config, files).await
+            }
+        })
+        .await
     }
 
     /// Unloads a model; with `unload_dependents`, the ensembles that use it too.
     pub async fn unload(&self, name: &str, unload_dependents: bool) -> CoreResult<()> {
         self.explicit_only()?;
-        self.manager.unload(name, unload_dependents).await
+        let (manager, name) = (Arc::clone(&self.manager), name.to_string());
+        self.on_server_runtime(async move { manager.unload(&name, unload_dependents).await }).await
     }
 
     /// The repository index: every model directory, with the state of each known version.

@@ -37,6 +37,7 @@
 mod backend;
 mod cache;
 mod config;
+mod connection_threads;
 mod error;
 mod frontend;
 mod grpc;

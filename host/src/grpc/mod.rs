@@ -25,6 +25,8 @@ use tonic::codec::CompressionEncoding;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::connection_threads::ConnectionThreads;
+use crate::connection_threads::OpenConnection;
 use crate::error::{CoreError, CoreResult};
 use crate::frontend::{EXTENSIONS, Frontend, SettingValue};
 use crate::infer::{InferResponse, check_string_correlation_id};
@@ -75,6 +77,8 @@ pub struct GrpcOptions {
 struct CappedStream {
     inner: tokio::net::TcpStream,
     _slot: tokio::sync::OwnedSemaphorePermit,
+    /// Its place in its connection thread's count, when it runs on one.
+    _open: Option<OpenConnection>,
 }
 
 impl tonic::transport::server::Connected for CappedStream {
@@ -179,65 +183,135 @@ impl Default for GrpcOptions {
     }
 }
 
-/// Serves both services on `listener` until `shutdown` completes.
+/// Serves both services on `listener` until `stop` turns true: on the connection threads when
+/// there are any (one tonic server per thread, fed the connections the accept loop gives it),
+/// else on the accepting runtime.
 pub async fn serve(
     frontend: Arc<Frontend>,
     listener: tokio::net::TcpListener,
     options: GrpcOptions,
     budget: crate::limits::RequestBudget,
+    threads: Arc<ConnectionThreads>,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<(), tonic::transport::Error> {
-    let mut stopped = stop.clone();
-    let shutdown = async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    };
-    let mut inference = GrpcInferenceServiceServer::new(InferenceService {
+) -> Result<(), String> {
+    let inference = GrpcInferenceServiceServer::new(InferenceService {
         frontend: Arc::clone(&frontend),
         restrictions: options.restrictions.clone(),
-        shutdown: stop,
+        shutdown: stop.clone(),
     })
     .max_decoding_message_size(options.max_message_size)
     .max_encoding_message_size(options.max_message_size)
     .accept_compressed(CompressionEncoding::Gzip)
     .accept_compressed(CompressionEncoding::Deflate);
-    if let Some(encoding) = options.response_compression {
-        inference = inference.send_compressed(encoding);
-    }
+    let inference = match options.response_compression {
+        Some(encoding) => inference.send_compressed(encoding),
+        None => inference,
+    };
     let health = HealthServer::new(HealthService { frontend, restrictions: options.restrictions.clone() })
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate);
+    let services = Services { inference, health, options, budget, stop };
     // Small requests are latency-bound: no Nagle delay on accepted connections. Past the
     // connection cap a new connection is closed at once: its client fails fast (UNAVAILABLE)
     // instead of waiting in the backlog.
-    let slots = Arc::new(tokio::sync::Semaphore::new(options.max_connections.max(1)));
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).filter_map(move |conn| match conn {
-        Ok(stream) => {
-            let _ = stream.set_nodelay(true);
-            match Arc::clone(&slots).try_acquire_owned() {
-                Ok(slot) => Some(Ok(CappedStream { inner: stream, _slot: slot })),
-                Err(_) => {
-                    tracing::warn!(
-                        "gRPC connection refused: {} open (--grpc-max-connections)",
-                        options.max_connections
-                    );
-                    None
-                }
-            }
+    let slots = Arc::new(tokio::sync::Semaphore::new(services.options.max_connections.max(1)));
+    let max_connections = services.options.max_connections;
+    let admit = move |stream: tokio::net::TcpStream| {
+        let _ = stream.set_nodelay(true);
+        let slot = Arc::clone(&slots).try_acquire_owned().ok();
+        if slot.is_none() {
+            tracing::warn!("gRPC connection refused: {max_connections} open (--grpc-max-connections)");
         }
-        Err(e) => Some(Err(e)),
-    });
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &options.tls {
-        builder = builder.tls_config(tls.server_config())?;
+        slot.map(|slot| (stream, slot))
+    };
+    let runtimes = threads.runtimes();
+    if runtimes.is_empty() {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).filter_map(move |conn| match conn {
+            Ok(stream) => admit(stream).map(|(inner, slot)| Ok(CappedStream { inner, _slot: slot, _open: None })),
+            Err(e) => Some(Err(e)),
+        });
+        return services.serve(incoming).await.map_err(|e| e.to_string());
     }
-    builder
-        .http2_keepalive_interval(Some(options.keepalive_time))
-        .http2_keepalive_timeout(Some(options.keepalive_timeout))
-        .layer(limits::MessageLimitsLayer::new(budget, options.max_message_size))
-        .add_service(inference)
-        .add_service(health)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+    // One server per connection thread, each reading its connections from a channel. A stream is
+    // re-registered with its thread's reactor there, so its reads wake that thread only.
+    let mut senders = Vec::with_capacity(runtimes.len());
+    let mut servers = tokio::task::JoinSet::new();
+    for runtime in &runtimes {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Admitted>();
+        senders.push(tx);
+        let incoming = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(|(stream, slot, open)| {
+            tokio::net::TcpStream::from_std(stream).map(|inner| CappedStream { inner, _slot: slot, _open: Some(open) })
+        });
+        servers.spawn_on(services.clone().serve(incoming), runtime);
+    }
+    let mut stopped = services.stop.clone();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stopped.wait_for(|s| *s) => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            // Out of descriptors and the like: keep serving the connections we have.
+            Err(e) => {
+                tracing::warn!("gRPC accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Some((stream, slot)) = admit(stream) else { continue };
+        let (Some((index, _, open)), Ok(stream)) = (threads.pick(), stream.into_std()) else { continue };
+        if let Some(tx) = senders.get(index) {
+            let _ = tx.send((stream, slot, open));
+        }
+    }
+    drop(senders);
+    let mut result = Ok(());
+    while let Some(ended) = servers.join_next().await {
+        match ended {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => result = Err(e.to_string()),
+            Err(e) => result = Err(e.to_string()),
+        }
+    }
+    result
+}
+
+/// A connection the accept loop hands to a connection thread's server.
+type Admitted = (std::net::TcpStream, tokio::sync::OwnedSemaphorePermit, OpenConnection);
+
+/// What each of the door's tonic servers is built from.
+#[derive(Clone)]
+struct Services {
+    inference: GrpcInferenceServiceServer<InferenceService>,
+    health: HealthServer<HealthService>,
+    options: GrpcOptions,
+    budget: crate::limits::RequestBudget,
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Services {
+    async fn serve(
+        self,
+        incoming: impl tokio_stream::Stream<Item = std::io::Result<CappedStream>> + Send + 'static,
+    ) -> Result<(), tonic::transport::Error> {
+        let mut stopped = self.stop.clone();
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &self.options.tls {
+            builder = builder.tls_config(tls.server_config())?;
+        }
+        builder
+            .http2_keepalive_interval(Some(self.options.keepalive_time))
+            .http2_keepalive_timeout(Some(self.options.keepalive_timeout))
+            .layer(limits::MessageLimitsLayer::new(self.budget, self.options.max_message_size))
+            .add_service(self.inference)
+            .add_service(self.health)
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await
+    }
 }
 
 pub struct InferenceService {

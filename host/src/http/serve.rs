@@ -31,6 +31,7 @@ use tokio::task::JoinSet;
 use tower::ServiceExt;
 
 use super::repoll::RepollOnSelfWake;
+use crate::connection_threads::ConnectionThreads;
 
 /// Connection limits and timeouts of the HTTP door.
 #[derive(Debug, Clone)]
@@ -88,6 +89,7 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
+    threads: Arc<ConnectionThreads>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -113,10 +115,28 @@ pub async fn serve(
             continue;
         };
         let (router, limits, stop) = (router.clone(), limits.clone(), stop.clone());
-        connections.spawn(async move {
-            serve_connection(stream, router, limits, stop).await;
-            drop(slot);
-        });
+        match threads.pick() {
+            Some((_, runtime, open)) => {
+                // A stream polls its events from the reactor it was registered with: re-register it
+                // on the connection's own thread, or every read would wake that thread from here.
+                let Ok(stream) = stream.into_std() else { continue };
+                connections.spawn_on(
+                    async move {
+                        if let Ok(stream) = TcpStream::from_std(stream) {
+                            serve_connection(stream, router, limits, stop).await;
+                        }
+                        drop((slot, open));
+                    },
+                    &runtime,
+                );
+            }
+            None => {
+                connections.spawn(async move {
+                    serve_connection(stream, router, limits, stop).await;
+                    drop(slot);
+                });
+            }
+        }
     }
     while connections.join_next().await.is_some() {}
     Ok(())

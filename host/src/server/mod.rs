@@ -18,6 +18,7 @@ use crate::backend::wasm::{WasmBackend, WasmOptions};
 use crate::backend::{Backend, BackendRegistry};
 use crate::cache::ResponseCache;
 use crate::config::ModelConfig;
+use crate::connection_threads::ConnectionThreads;
 use crate::error::CoreResult;
 use crate::frontend::{Frontend, LogApplier, SettingValue};
 use crate::grpc::GrpcOptions;
@@ -72,6 +73,9 @@ pub struct ServerConfig {
     pub max_inflight_request_bytes: usize,
     /// The HTTP door's connection cap and timeouts.
     pub http_connections: ConnectionLimits,
+    /// Threads that run both doors' connections (`crate::connection_threads`); 0: the server's
+    /// shared runtime runs them.
+    pub connection_threads: usize,
     /// Triton's `--http-restricted-api` (gRPC's are in `grpc_options`).
     pub http_restrictions: Restrictions,
     pub grpc: Option<Listen>,
@@ -131,6 +135,7 @@ impl Default for ServerConfig {
             http_max_input_size: 64 << 20,
             max_inflight_request_bytes: 1 << 30,
             http_connections: ConnectionLimits::default(),
+            connection_threads: 0,
             http_restrictions: Restrictions::default(),
             grpc: None,
             grpc_options: GrpcOptions::default(),
@@ -303,6 +308,9 @@ impl Server {
         let mut addresses = Addresses::default();
         // One budget of request bytes in flight for both doors.
         let request_budget = RequestBudget::new(config.max_inflight_request_bytes);
+        let threads = ConnectionThreads::start(config.connection_threads)
+            .map(Arc::new)
+            .map_err(|e| StartError::Config(format!("failed to start the connection threads: {e}")))?;
         if let Some(listen) = &config.http {
             let listener = bind("HTTPService", listen).await?;
             addresses.http = listener.local_addr().ok();
@@ -312,9 +320,9 @@ impl Server {
                 max_input_size: config.http_max_input_size,
                 body_budget: request_budget.clone(),
             };
-            let (stop, limits) = (stop_rx.clone(), config.http_connections.clone());
+            let (stop, limits, threads) = (stop_rx.clone(), config.http_connections.clone(), Arc::clone(&threads));
             tasks.spawn(async move {
-                crate::http::serve(listener, router(state), limits, stop)
+                crate::http::serve(listener, router(state), limits, threads, stop)
                     .await
                     .map_err(|e| format!("HTTP server failed: {e}"))
             });
@@ -323,9 +331,9 @@ impl Server {
             let listener = bind("GRPCInferenceService", listen).await?;
             addresses.grpc = listener.local_addr().ok();
             let (stop, frontend, options) = (stop_rx.clone(), Arc::clone(&frontend), config.grpc_options.clone());
-            let budget = request_budget.clone();
+            let (budget, threads) = (request_budget.clone(), Arc::clone(&threads));
             tasks.spawn(async move {
-                crate::grpc::serve(frontend, listener, options, budget, stop)
+                crate::grpc::serve(frontend, listener, options, budget, threads, stop)
                     .await
                     .map_err(|e| format!("gRPC server failed: {e}"))
             });

@@ -159,7 +159,6 @@ _UNSUPPORTED = {
     "log_file": "Tessera logs to stderr (redirect it, or use Python logging)",
     "http_header_forward_pattern": "request headers are not forwarded to models",
     "grpc_header_forward_pattern": "request headers are not forwarded to models",
-    "http_thread_count": "the HTTP door runs on the async runtime, it has no thread count",
     "grpc_infer_allocation_pool_size": "there is no allocation pool to size",
     "grpc_use_ssl": "TLS is not implemented yet",
     "grpc_use_ssl_mutual": "TLS is not implemented yet",
