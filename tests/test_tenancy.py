@@ -300,3 +300,42 @@ def test_a_full_live_set_refuses_with_the_reason_and_loads_still_succeed(server_
         in message
     assert metric(scrape(srv), "tessera_model_quota_refusals_total", "other", quota="instances") == 1
     assert faulty_call(srv, "other", "ok")[0] == 200, "once busy is done, other gets the room back"
+
+
+def test_a_guest_that_loops_on_a_connection_thread_stalls_only_its_own_request(server_factory, tmp_path, wasm_cache):
+    """Every connection on one thread (--connection-thread-count=1). `faulty` answers fast until its
+    executions run inline on that thread, then loops to its 3 s time limit: a neighbour on another
+    connection of the same thread keeps being answered meanwhile (the execution hands the thread's
+    other connections over once it runs past a few ms)."""
+    repo = tmp_path / "repo"
+    faulty_with(repo, "faulty", ONE_INSTANCE + 'parameters { key: "max_execute_ms" value: { string_value: "3000" } }\n')
+    [neighbour] = add_sub_repo(repo, 1)
+    srv = server_factory(repo, ["--wasm-cache-dir", str(wasm_cache), "--connection-thread-count", "1"])
+    wait_model_ready(srv, "faulty")
+    wait_model_ready(srv, neighbour)
+    with requests.Session() as looping, requests.Session() as session:
+        # A streak of short executions: faulty's next ones run inline, on the connection's thread.
+        for _ in range(40):
+            r = looping.post(f"{srv.base_url}/v2/models/faulty/infer", json=faulty_body("ok"), timeout=30)
+            assert r.status_code == 200, r.text
+        assert_adds(session, srv, neighbour, 0.0)
+        loop_result = {}
+
+        def loop():
+            started = time.monotonic()
+            r = looping.post(f"{srv.base_url}/v2/models/faulty/infer", json=faulty_body("loop"), timeout=60)
+            loop_result.update(status=r.status_code, text=r.text, started=started, ended=time.monotonic())
+
+        looper = threading.Thread(target=loop)
+        looper.start()
+        slowest, answered = 0.0, 0
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            assert_adds(session, srv, neighbour, float(answered))
+            slowest = max(slowest, time.monotonic() - started)
+            answered += 1
+        looper.join()
+    assert loop_result["status"] == 500 and "time limit of 3000 ms" in loop_result["text"], loop_result
+    assert loop_result["ended"] - loop_result["started"] >= 2.5, "faulty did not loop to its limit"
+    assert slowest < 1.0, f"a neighbour waited {slowest:.3f} s behind the looping guest ({answered} answered)"

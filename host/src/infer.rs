@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use crate::error::CoreResult;
 use crate::tensor::Tensor;
@@ -53,6 +54,37 @@ pub async fn with_caller_blocking<F: Future>(may_block: bool, call: F) -> F::Out
 pub fn blocking<R>(wait: impl FnOnce() -> R) -> R {
     if on_multi_thread_runtime() { tokio::task::block_in_place(wait) } else { wait() }
 }
+
+/// Hands the async runtime worker this thread is running (if it is) to another thread, so the
+/// worker's other tasks go on while this thread stays in a long synchronous run (a guest past its
+/// first deadline, see `backend::wasm::instance`). On a one-worker runtime (an HTTP connection
+/// thread) nothing else would serve that thread's connections meanwhile.
+///
+/// tokio's `block_in_place` takes the worker back when its closure returns if the new thread has
+/// not picked it up yet, so the closure waits (at most [`HAND_OFF_WAIT`]) for a marker task that
+/// only a running worker can run.
+pub fn hand_off_worker() {
+    if !on_multi_thread_runtime() {
+        return;
+    }
+    let taken = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let marker = Arc::clone(&taken);
+    tokio::spawn(async move {
+        if let Ok(mut done) = marker.0.lock() {
+            *done = true;
+        }
+        marker.1.notify_one();
+    });
+    tokio::task::block_in_place(|| {
+        let (done, changed) = &*taken;
+        if let Ok(guard) = done.lock() {
+            let _ = changed.wait_timeout_while(guard, HAND_OFF_WAIT, |done| !*done);
+        }
+    });
+}
+
+/// How long [`hand_off_worker`] waits for another thread to take the worker over.
+const HAND_OFF_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Whether this thread belongs to a multi-thread tokio runtime: `block_in_place` panics on a
 /// current-thread one, and only a multi-thread runtime has other workers to move tasks to.

@@ -52,7 +52,9 @@ pub struct InstancePool {
 /// takes to run. So an instance that [`ModelInstance::only_computes`] runs its executions inline,
 /// on the async runtime's thread, once the last [`FIRST_STREAK`] executions of its model each took
 /// at most [`SHORT_EXECUTION`]. A runtime thread may be held that long (tokio's guidance is tens
-/// to a hundred or so microseconds between awaits; the other workers go on serving meanwhile).
+/// to a hundred or so microseconds between awaits). On a connection thread (a one-worker
+/// runtime, `crate::connection_threads`) its other connections wait meanwhile; a Wasm guest that
+/// runs on past a few ms hands them to another thread (`crate::infer::hand_off_worker`).
 /// It is not lower because an execution handed off is measured slower than the same execution
 /// inline (a cold thread, caches the client just used): on this project's 2-core VM a Python
 /// guest's add_sub took ~244 µs handed off and ~80-130 µs inline, so a 200 µs bound kept

@@ -68,6 +68,9 @@ pub struct GuestState {
     /// (a BLS callee that runs inline runs on the caller's thread) during the current `execute`:
     /// not the guest's own.
     pub(super) bls_cpu: Duration,
+    /// Epoch ticks the current call may still run once its first deadline passes (see
+    /// `instance::first_deadline`); 0: the first deadline is the time limit.
+    pub(super) ticks_after_rescue: u64,
 }
 
 /// How many of the guest's last log lines a trap message can quote from.
@@ -85,6 +88,7 @@ impl GuestState {
             calls_in_flight: Arc::default(),
             bls_done: Arc::default(),
             bls_cpu: Duration::ZERO,
+            ticks_after_rescue: 0,
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use wasmtime::component::{Linker, Resource};
-use wasmtime::{Engine, Store, Trap};
+use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
 use super::convert::kind_from_wit;
 use super::engine::EPOCH_TICK;
@@ -31,6 +31,7 @@ pub(super) struct Live {
 impl Live {
     /// Runs the guest's `finalize` within `deadline` and drops the store.
     pub(super) fn retire(mut self, model: &str, deadline: Duration) {
+        self.store.data_mut().ticks_after_rescue = 0;
         self.store.set_epoch_deadline(ticks_for(deadline));
         if let Err(e) = self.model.call_finalize(&mut self.store) {
             tracing::warn!(model, "finalize trapped: {e}");
@@ -134,7 +135,17 @@ impl WasmInstance {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(ticks_for(self.sandbox.max_execute));
-        store.epoch_deadline_trap();
+        store.epoch_deadline_callback(|mut store| {
+            let left = std::mem::take(&mut store.data_mut().ticks_after_rescue);
+            if left == 0 {
+                return Err(Trap::Interrupt.into());
+            }
+            // Still running after the first deadline: if this execution holds an async runtime's
+            // worker (an inline run on an HTTP connection thread), hand the worker's other tasks
+            // to another thread first, so a guest that loops stalls its own request only.
+            crate::infer::hand_off_worker();
+            Ok(UpdateDeadline::Continue(left))
+        });
         let model = component.instantiate(&mut store).map_err(|e| {
             CoreError::unavailable(format!(
                 "failed to instantiate WebAssembly model '{}': {e:#}",
@@ -212,7 +223,9 @@ impl WasmInstance {
         }
         live.store.data_mut().last_log.clear();
         live.store.data_mut().bls_cpu = Duration::ZERO;
-        live.store.set_epoch_deadline(ticks);
+        let (first, after) = first_deadline(ticks);
+        live.store.data_mut().ticks_after_rescue = after;
+        live.store.set_epoch_deadline(first);
         let called = live.model.call_execute(&mut live.store, &handles);
         *callees = live.store.data().bls_cpu;
         // The contract: when execute returns, every request's stream is final, whatever
@@ -316,6 +329,15 @@ impl WasmInstance {
 
 /// Epoch ticks for a call that may take `limit`: rounded down to whole ticks (at least one),
 /// plus one because the tick in progress when the call starts may be almost over.
+/// Epoch ticks (of 5 ms) an execution runs before the rescue above, at most: a thread held this
+/// long by one execution has stalled its other connections 5-10 ms, a few scheduler slices.
+const RESCUE_TICKS: u64 = 2;
+
+/// An execution's time limit of `ticks`, split at the rescue: (first deadline, ticks after it).
+fn first_deadline(ticks: u64) -> (u64, u64) {
+    if ticks <= RESCUE_TICKS { (ticks, 0) } else { (RESCUE_TICKS, ticks - RESCUE_TICKS) }
+}
+
 fn ticks_for(limit: Duration) -> u64 {
     (limit.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
 }
