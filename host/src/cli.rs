@@ -75,8 +75,6 @@ fn parse_bool(value: &str) -> Result<bool, String> {
     }
 }
 
-/// 1024 connections, or half the open-file limit when that is lower (the rest stays for model
-/// files, gRPC and the like).
 /// One connection thread per CPU; on one CPU none, since the shared runtime's one worker is
 /// already that thread (a second would add a hand-off between it and the batcher's).
 fn default_connection_threads() -> usize {
@@ -86,6 +84,8 @@ fn default_connection_threads() -> usize {
     }
 }
 
+/// 1024 connections, or half the open-file limit when that is lower (the rest stays for model
+/// files, gRPC and the like).
 fn default_max_connections() -> usize {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes the struct it is given and nothing else.

@@ -55,21 +55,46 @@ pub fn blocking<R>(wait: impl FnOnce() -> R) -> R {
     if on_multi_thread_runtime() { tokio::task::block_in_place(wait) } else { wait() }
 }
 
-/// Hands the async runtime worker this thread is running (if it is) to another thread, so the
-/// worker's other tasks go on while this thread stays in a long synchronous run (a guest past its
-/// first deadline, see `backend::wasm::instance`). On a one-worker runtime (an HTTP connection
-/// thread) nothing else would serve that thread's connections meanwhile.
+thread_local! {
+    /// The runtime whose worker this thread holds while it runs an execution inline (see
+    /// [`run_inline`]).
+    static INLINE_ON: std::cell::RefCell<Option<tokio::runtime::Handle>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs an execution inline on this async runtime worker's thread: a long one may then hand the
+/// worker over ([`hand_off_worker`]). Nested calls (a BLS callee running inline inside its
+/// caller's execution) keep the outermost runtime, the one whose worker the thread holds.
+pub fn run_inline<R>(work: impl FnOnce() -> R) -> R {
+    struct Outermost;
+    impl Drop for Outermost {
+        fn drop(&mut self) {
+            INLINE_ON.set(None);
+        }
+    }
+    let _outermost = INLINE_ON.with_borrow(Option::is_none).then(|| {
+        INLINE_ON.set(tokio::runtime::Handle::try_current().ok());
+        Outermost
+    });
+    work()
+}
+
+/// Hands the async runtime worker this thread holds for an inline execution ([`run_inline`]) to
+/// another thread, so the worker's other tasks go on while this thread stays in a long synchronous
+/// run (a guest past its first epoch ticks, see `backend::wasm::instance`). On a one-worker runtime
+/// (a connection thread) nothing else would serve that thread's connections meanwhile. Elsewhere
+/// (a blocking-pool thread) it does nothing.
 ///
 /// tokio's `block_in_place` takes the worker back when its closure returns if the new thread has
-/// not picked it up yet, so the closure waits (at most [`HAND_OFF_WAIT`]) for a marker task that
-/// only a running worker can run.
+/// not picked it up yet, so the closure waits (at most [`HAND_OFF_WAIT`]) for a marker task
+/// spawned on that runtime, which only a running worker can run.
 pub fn hand_off_worker() {
-    if !on_multi_thread_runtime() {
+    let Some(runtime) = INLINE_ON.with_borrow(Clone::clone) else { return };
+    if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread || !on_multi_thread_runtime() {
         return;
     }
     let taken = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
     let marker = Arc::clone(&taken);
-    tokio::spawn(async move {
+    runtime.spawn(async move {
         if let Ok(mut done) = marker.0.lock() {
             *done = true;
         }

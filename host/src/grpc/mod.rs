@@ -245,10 +245,24 @@ pub async fn serve(
         servers.spawn_on(services.clone().serve(incoming), runtime);
     }
     let mut stopped = services.stop.clone();
+    let mut failed = None;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = stopped.wait_for(|s| *s) => break,
+            // A thread's server ended before the stop (its TLS setup failed, say): the door fails
+            // now, instead of handing that thread connections nobody serves.
+            ended = servers.join_next() => {
+                // The servers also end at the stop, which may win this race: not a failure.
+                if !*services.stop.borrow() {
+                    failed = Some(match ended {
+                        Some(Ok(Err(e))) => e.to_string(),
+                        Some(Err(e)) => e.to_string(),
+                        Some(Ok(Ok(()))) | None => "a gRPC server thread stopped".to_string(),
+                    });
+                }
+                break;
+            }
         };
         let stream = match accepted {
             Ok((stream, _)) => stream,
@@ -265,7 +279,12 @@ pub async fn serve(
             let _ = tx.send((stream, slot, open));
         }
     }
+    // New clients are refused from here on, not left in the backlog while the others drain.
+    drop(listener);
     drop(senders);
+    if let Some(e) = failed {
+        return Err(e);
+    }
     let mut result = Ok(());
     while let Some(ended) = servers.join_next().await {
         match ended {

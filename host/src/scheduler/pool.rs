@@ -441,7 +441,7 @@ impl InstancePool {
             }
         };
         let joined = if direct {
-            Ok(work())
+            Ok(crate::infer::run_inline(work))
         } else if in_place {
             Ok(tokio::task::block_in_place(work))
         } else {

@@ -68,9 +68,10 @@ pub struct GuestState {
     /// (a BLS callee that runs inline runs on the caller's thread) during the current `execute`:
     /// not the guest's own.
     pub(super) bls_cpu: Duration,
-    /// Epoch ticks the current call may still run once its first deadline passes (see
-    /// `instance::first_deadline`); 0: the first deadline is the time limit.
-    pub(super) ticks_after_rescue: u64,
+    /// When the current `execute` reaches its time limit (None outside `execute`).
+    pub(super) execute_deadline: Option<std::time::Instant>,
+    /// Whether the current `execute` has handed its runtime worker over (`infer::hand_off_worker`).
+    pub(super) handed_off: bool,
 }
 
 /// How many of the guest's last log lines a trap message can quote from.
@@ -88,7 +89,8 @@ impl GuestState {
             calls_in_flight: Arc::default(),
             bls_done: Arc::default(),
             bls_cpu: Duration::ZERO,
-            ticks_after_rescue: 0,
+            execute_deadline: None,
+            handed_off: false,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::{Linker, Resource};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
@@ -31,7 +31,6 @@ pub(super) struct Live {
 impl Live {
     /// Runs the guest's `finalize` within `deadline` and drops the store.
     pub(super) fn retire(mut self, model: &str, deadline: Duration) {
-        self.store.data_mut().ticks_after_rescue = 0;
         self.store.set_epoch_deadline(ticks_for(deadline));
         if let Err(e) = self.model.call_finalize(&mut self.store) {
             tracing::warn!(model, "finalize trapped: {e}");
@@ -136,15 +135,20 @@ impl WasmInstance {
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(ticks_for(self.sandbox.max_execute));
         store.epoch_deadline_callback(|mut store| {
-            let left = std::mem::take(&mut store.data_mut().ticks_after_rescue);
-            if left == 0 {
+            // `initialize` and `finalize` have no deadline here: their epoch deadline is the limit.
+            let Some(deadline) = store.data().execute_deadline else {
+                return Err(Trap::Interrupt.into());
+            };
+            if Instant::now() >= deadline {
                 return Err(Trap::Interrupt.into());
             }
-            // Still running after the first deadline: if this execution holds an async runtime's
-            // worker (an inline run on an HTTP connection thread), hand the worker's other tasks
-            // to another thread first, so a guest that loops stalls its own request only.
-            crate::infer::hand_off_worker();
-            Ok(UpdateDeadline::Continue(left))
+            // Still running after its first ticks: if this execution holds an async runtime's
+            // worker (an inline run on a connection thread), hand the worker's other tasks to
+            // another thread first, so a guest that loops stalls its own request only.
+            if !std::mem::replace(&mut store.data_mut().handed_off, true) {
+                crate::infer::hand_off_worker();
+            }
+            Ok(UpdateDeadline::Continue(ticks_until(deadline)))
         });
         let model = component.instantiate(&mut store).map_err(|e| {
             CoreError::unavailable(format!(
@@ -223,10 +227,12 @@ impl WasmInstance {
         }
         live.store.data_mut().last_log.clear();
         live.store.data_mut().bls_cpu = Duration::ZERO;
-        let (first, after) = first_deadline(ticks);
-        live.store.data_mut().ticks_after_rescue = after;
-        live.store.set_epoch_deadline(first);
+        // The limit is wall time from here, host calls included (the callback checks the clock).
+        live.store.data_mut().execute_deadline = Some(Instant::now() + self.sandbox.max_execute);
+        live.store.data_mut().handed_off = false;
+        live.store.set_epoch_deadline(ticks.min(HAND_OFF_TICKS));
         let called = live.model.call_execute(&mut live.store, &handles);
+        live.store.data_mut().execute_deadline = None;
         *callees = live.store.data().bls_cpu;
         // The contract: when execute returns, every request's stream is final, whatever
         // request or sender handles the guest kept.
@@ -327,17 +333,21 @@ impl WasmInstance {
     }
 }
 
-/// Epoch ticks for a call that may take `limit`: rounded down to whole ticks (at least one),
-/// plus one because the tick in progress when the call starts may be almost over.
-/// Epoch ticks (of 5 ms) an execution runs before the rescue above, at most: a thread held this
-/// long by one execution has stalled its other connections 5-10 ms, a few scheduler slices.
-const RESCUE_TICKS: u64 = 2;
+/// Epoch ticks (of 5 ms) an execution runs before the hand-off in the epoch callback, at most:
+/// a thread held this long by one execution has stalled its other connections 5-10 ms, a few
+/// scheduler slices.
+const HAND_OFF_TICKS: u64 = 2;
 
-/// An execution's time limit of `ticks`, split at the rescue: (first deadline, ticks after it).
-fn first_deadline(ticks: u64) -> (u64, u64) {
-    if ticks <= RESCUE_TICKS { (ticks, 0) } else { (RESCUE_TICKS, ticks - RESCUE_TICKS) }
+/// Whole epoch ticks left until `deadline` (at least one): the callback checks the clock again
+/// when they have passed.
+fn ticks_until(deadline: Instant) -> u64 {
+    let left = deadline.saturating_duration_since(Instant::now()).as_millis();
+    let tick = EPOCH_TICK.as_millis().max(1);
+    u64::try_from(left.div_ceil(tick)).unwrap_or(u64::MAX).max(1)
 }
 
+/// Epoch ticks for a call that may take `limit`: rounded down to whole ticks (at least one),
+/// plus one because the tick in progress when the call starts may be almost over.
 fn ticks_for(limit: Duration) -> u64 {
     (limit.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
 }
