@@ -61,10 +61,12 @@ thread_local! {
     static INLINE_ON: std::cell::RefCell<Option<tokio::runtime::Handle>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Runs an execution inline on this async runtime worker's thread: a long one may then hand the
-/// worker over ([`hand_off_worker`]). Nested calls (a BLS callee running inline inside its
-/// caller's execution) keep the outermost runtime, the one whose worker the thread holds.
-pub fn run_inline<R>(work: impl FnOnce() -> R) -> R {
+/// Runs an execution inline on a worker of `runtime` (this thread's, from
+/// [`multi_thread_runtime`]): a long one may then hand the worker over ([`hand_off_worker`]).
+/// Nested calls (a BLS callee running inline inside its caller's execution, where the current
+/// runtime is the one its `wait_for` entered) keep the outermost runtime, whose worker the thread
+/// holds.
+pub fn run_inline<R>(runtime: tokio::runtime::Handle, work: impl FnOnce() -> R) -> R {
     struct Outermost;
     impl Drop for Outermost {
         fn drop(&mut self) {
@@ -72,7 +74,7 @@ pub fn run_inline<R>(work: impl FnOnce() -> R) -> R {
         }
     }
     let _outermost = INLINE_ON.with_borrow(Option::is_none).then(|| {
-        INLINE_ON.set(tokio::runtime::Handle::try_current().ok());
+        INLINE_ON.set(Some(runtime));
         Outermost
     });
     work()
@@ -81,15 +83,17 @@ pub fn run_inline<R>(work: impl FnOnce() -> R) -> R {
 /// Hands the async runtime worker this thread holds for an inline execution ([`run_inline`]) to
 /// another thread, so the worker's other tasks go on while this thread stays in a long synchronous
 /// run (a guest past its first epoch ticks, see `backend::wasm::instance`). On a one-worker runtime
-/// (a connection thread) nothing else would serve that thread's connections meanwhile. Elsewhere
-/// (a blocking-pool thread) it does nothing.
+/// (a connection thread) nothing else would serve that thread's connections meanwhile. Once the
+/// worker is handed over, or on a thread that holds none (a blocking-pool thread), it does
+/// nothing.
 ///
 /// tokio's `block_in_place` takes the worker back when its closure returns if the new thread has
 /// not picked it up yet, so the closure waits (at most [`HAND_OFF_WAIT`]) for a marker task
 /// spawned on that runtime, which only a running worker can run.
 pub fn hand_off_worker() {
-    let Some(runtime) = INLINE_ON.with_borrow(Clone::clone) else { return };
-    if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread || !on_multi_thread_runtime() {
+    // Taken: after this the thread no longer holds the worker.
+    let Some(runtime) = INLINE_ON.take() else { return };
+    if !on_multi_thread_runtime() {
         return;
     }
     let taken = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
@@ -114,8 +118,15 @@ const HAND_OFF_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 /// Whether this thread belongs to a multi-thread tokio runtime: `block_in_place` panics on a
 /// current-thread one, and only a multi-thread runtime has other workers to move tasks to.
 pub fn on_multi_thread_runtime() -> bool {
+    multi_thread_runtime().is_some()
+}
+
+/// The multi-thread tokio runtime this thread belongs to, if it does (see
+/// [`on_multi_thread_runtime`]).
+pub fn multi_thread_runtime() -> Option<tokio::runtime::Handle> {
     tokio::runtime::Handle::try_current()
-        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+        .ok()
+        .filter(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 /// Runs `future` to its end from synchronous code (a guest's host call): polled once right here,

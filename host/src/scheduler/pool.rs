@@ -395,7 +395,10 @@ impl InstancePool {
         let Some(instance) = borrowed.pooled.as_ref().map(|p| &p.instance) else {
             return Err(CoreError::internal("no idle model instance despite a free slot"));
         };
-        let direct = instance.only_computes() && self.gate.open() && crate::infer::on_multi_thread_runtime();
+        // The runtime whose worker runs the execution inline, when it does.
+        let inline_on =
+            (instance.only_computes() && self.gate.open()).then(crate::infer::multi_thread_runtime).flatten();
+        let direct = inline_on.is_some();
         let in_place = !direct
             && matches!(dispatch, Dispatch::Caller)
             && crate::infer::caller_may_block()
@@ -440,8 +443,8 @@ impl InstancePool {
                 }
             }
         };
-        let joined = if direct {
-            Ok(crate::infer::run_inline(work))
+        let joined = if let Some(runtime) = inline_on {
+            Ok(crate::infer::run_inline(runtime, work))
         } else if in_place {
             Ok(tokio::task::block_in_place(work))
         } else {

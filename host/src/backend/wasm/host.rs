@@ -70,8 +70,6 @@ pub struct GuestState {
     pub(super) bls_cpu: Duration,
     /// When the current `execute` reaches its time limit (None outside `execute`).
     pub(super) execute_deadline: Option<std::time::Instant>,
-    /// Whether the current `execute` has handed its runtime worker over (`infer::hand_off_worker`).
-    pub(super) handed_off: bool,
 }
 
 /// How many of the guest's last log lines a trap message can quote from.
@@ -90,7 +88,6 @@ impl GuestState {
             bls_done: Arc::default(),
             bls_cpu: Duration::ZERO,
             execute_deadline: None,
-            handed_off: false,
         }
     }
 

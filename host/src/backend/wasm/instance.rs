@@ -134,7 +134,7 @@ impl WasmInstance {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(ticks_for(self.sandbox.max_execute));
-        store.epoch_deadline_callback(|mut store| {
+        store.epoch_deadline_callback(|store| {
             // `initialize` and `finalize` have no deadline here: their epoch deadline is the limit.
             let Some(deadline) = store.data().execute_deadline else {
                 return Err(Trap::Interrupt.into());
@@ -145,9 +145,7 @@ impl WasmInstance {
             // Still running after its first ticks: if this execution holds an async runtime's
             // worker (an inline run on a connection thread), hand the worker's other tasks to
             // another thread first, so a guest that loops stalls its own request only.
-            if !std::mem::replace(&mut store.data_mut().handed_off, true) {
-                crate::infer::hand_off_worker();
-            }
+            crate::infer::hand_off_worker();
             Ok(UpdateDeadline::Continue(ticks_until(deadline)))
         });
         let model = component.instantiate(&mut store).map_err(|e| {
@@ -229,7 +227,6 @@ impl WasmInstance {
         live.store.data_mut().bls_cpu = Duration::ZERO;
         // The limit is wall time from here, host calls included (the callback checks the clock).
         live.store.data_mut().execute_deadline = Some(Instant::now() + self.sandbox.max_execute);
-        live.store.data_mut().handed_off = false;
         live.store.set_epoch_deadline(ticks.min(HAND_OFF_TICKS));
         let called = live.model.call_execute(&mut live.store, &handles);
         live.store.data_mut().execute_deadline = None;
