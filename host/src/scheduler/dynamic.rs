@@ -1,6 +1,8 @@
-//! Triton's dynamic batcher: requests queue on a task of their own (fed by a channel), and when an
-//! instance is free the task forms a batch from the head of the queue and hands it to that
-//! instance.
+//! Triton's dynamic batcher: requests queue, and when an instance is free a batch forms from the
+//! head of the queue and runs on it. With the default config (no queue delay, no ordering to
+//! keep) the queue sits under a lock and the batch starts on the thread that freed the instance
+//! ([`SharedQueue`]); a queue delay or `preserve_ordering` puts the queue on a task of its own,
+//! fed by a channel ([`BatcherTask`]). Both form batches by the same rules ([`Queues`]).
 //!
 //! Semantics follow Triton's `dynamic_batching` config:
 //! - a batch holds requests whose summed batch size (dim 0) is at most `max_batch_size` and whose
@@ -18,13 +20,13 @@
 //! - `preserve_ordering`: responses are released in the order the batches were formed.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::compatible;
-use super::pool::InstancePool;
+use super::pool::{InstancePool, InstanceSlot};
 use crate::backend::ExecRequest;
 use crate::config::pb::{ModelDynamicBatching, ModelQueuePolicy, model_queue_policy::TimeoutAction};
 use crate::error::{CoreError, CoreResult};
@@ -155,46 +157,70 @@ async fn sleep_until_precise(deadline: Instant) {
 
 /// The handle a model keeps: requests go in through [`DynamicBatcher::submit`].
 pub struct DynamicBatcher {
-    tx: mpsc::UnboundedSender<(u64, Pending)>,
+    queue: Queue,
     config: Arc<BatcherConfig>,
     stats: Arc<ModelStats>,
     pool: Arc<InstancePool>,
-    /// Whether requests arriving under load skip the idle fast path and the batcher yields once
-    /// before a partial batch (see [`gathers_under_load`]).
-    gather_under_load: bool,
 }
 
-/// Whether a batcher on this runtime should gather requests under load: only on a runtime with
-/// one worker thread (a server given one core, e.g. a container limited to one CPU). There the
-/// connections and the batcher share the thread, an inline execution has ended before the next
-/// request is parsed, and without gathering every request ran alone (one core saturated at
-/// concurrency 64: 1.2 requests per execution, 6.7 with it). With several workers, requests that
-/// other workers parse queue while the instance runs, so batches form by themselves (16-core box,
-/// 4 workers, concurrency 64: 7.5 requests per execution without gathering), and gathering only
-/// added queue time: at concurrency 16 add_sub_rust's server-side time rose from 105-125 to
-/// 116-160 µs, and closed-loop throughput fell in seven of eight runs (docs/benchmarks.md).
+/// Where queued requests wait.
+enum Queue {
+    /// Under a lock; whoever frees an instance runs the next batch ([`SharedQueue`]).
+    Shared(Arc<SharedQueue>),
+    /// On a task of its own, fed by a channel: for `max_queue_delay_microseconds` (a timer to
+    /// wait on) and `preserve_ordering` (batches whose replies wait for earlier ones).
+    Task(mpsc::UnboundedSender<(u64, Pending)>),
+}
+
+/// Whether a batcher on this runtime should gather requests under load: on a runtime with one
+/// worker thread, where the connections and the batches share the thread (a server given one
+/// core, or one of the connection threads, `crate::connection_threads`). An inline execution
+/// has ended before the thread parses its next request, and without gathering every request ran
+/// alone (one core saturated at concurrency 64: 1.2 requests per execution, 6.7 with it). On the
+/// shared runtime with several workers, requests that other workers parse queue while the
+/// instance runs, so batches form by themselves (16-core box, 4 workers, concurrency 64: 7.5
+/// requests per execution without gathering), and gathering only added queue time: at
+/// concurrency 16 add_sub_rust's server-side time rose from 105-125 to 116-160 µs, and
+/// closed-loop throughput fell in seven of eight runs (docs/benchmarks.md).
 fn gathers_under_load() -> bool {
-    tokio::runtime::Handle::current().metrics().num_workers() == 1
+    tokio::runtime::Handle::try_current().is_ok_and(|runtime| runtime.metrics().num_workers() == 1)
 }
 
 impl DynamicBatcher {
-    /// Starts the batcher task for one model version. It ends when the model is dropped.
+    /// Starts the batcher for one model version (its task, when the config needs one). It ends
+    /// when the model is dropped.
     pub fn start(config: BatcherConfig, pool: Arc<InstancePool>, model: String) -> Self {
         let stats = Arc::clone(pool.stats());
-        let (tx, rx) = mpsc::unbounded_channel();
         let config = Arc::new(config);
-        let gather_under_load = gathers_under_load();
-        let task = BatcherTask {
-            config: Arc::clone(&config),
-            pool: Arc::clone(&pool),
-            stats: Arc::clone(&stats),
-            model,
-            queues: BTreeMap::new(),
-            last_batch_done: None,
-            gather_under_load,
+        let queues = Queues { config: Arc::clone(&config), stats: Arc::clone(&stats), levels: BTreeMap::new() };
+        let queue = if config.max_delay.is_zero() && !config.preserve_ordering {
+            let shared = Arc::new(SharedQueue {
+                queues: Mutex::new(queues),
+                pool: Arc::clone(&pool),
+                model,
+                fallback: tokio::runtime::Handle::try_current().ok(),
+            });
+            let weak = Arc::downgrade(&shared);
+            pool.on_release(Arc::new(move || {
+                if let Some(shared) = weak.upgrade() {
+                    shared.kick();
+                }
+            }));
+            Queue::Shared(shared)
+        } else {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let task = BatcherTask {
+                queues,
+                pool: Arc::clone(&pool),
+                stats: Arc::clone(&stats),
+                model,
+                last_batch_done: None,
+                gather_under_load: gathers_under_load(),
+            };
+            tokio::spawn(task.run(rx));
+            Queue::Task(tx)
         };
-        tokio::spawn(task.run(rx));
-        Self { tx, config, stats, pool, gather_under_load }
+        Self { queue, config, stats, pool }
     }
 
     /// Queues one request (already validated; `batch_size` is its dim 0) at once, and returns
@@ -215,21 +241,25 @@ impl DynamicBatcher {
         // others gather behind a yield: when an instance is idle it runs at once, as at low load
         // (else a guest's BLS calls in a loop paid the batcher's hand-offs and a thread wake-up
         // each: in-process, bls_add_sub took 64 µs a request instead of 13).
+        let gather = match &self.queue {
+            Queue::Shared(_) => gathers_under_load(),
+            Queue::Task(_) => false,
+        };
         let idle_instance = if self.config.max_delay.is_zero()
             && !self.config.preserve_ordering
             && self.stats.pending() == 0
-            && (!self.gather_under_load || !self.pool.under_load() || crate::infer::caller_waits_in_place())
+            && (!gather || !self.pool.under_load() || crate::infer::caller_waits_in_place())
         {
             self.pool.try_acquire()
         } else {
             None
         };
-        if let Some(permit) = idle_instance {
+        if let Some(slot) = idle_instance {
             let pool = Arc::clone(&self.pool);
             let stats = Arc::clone(&self.stats);
             return futures_util::future::Either::Left(async move {
                 stats.record_queue(Duration::ZERO);
-                pool.run_one(permit, exec, batch_size).await
+                pool.run_one(slot, exec, batch_size).await
             });
         }
         let now = Instant::now();
@@ -239,37 +269,37 @@ impl DynamicBatcher {
         let (reply, rx) = oneshot::channel();
         let pending = Pending { exec, batch_size, enqueued: now, deadline, delayed: false, reply };
         self.stats.pending_add(1);
-        let sent = self.tx.send((level, pending));
-        if sent.is_err() {
-            self.stats.pending_add(-1);
-        }
+        let sent = match &self.queue {
+            Queue::Shared(shared) => {
+                shared.enqueue(level, pending, gather);
+                Ok(())
+            }
+            Queue::Task(tx) => tx.send((level, pending)).map_err(|_| {
+                self.stats.pending_add(-1);
+            }),
+        };
         futures_util::future::Either::Right(async move {
-            sent.map_err(|_| CoreError::unavailable("the model's scheduler has stopped (model unloading)"))?;
+            sent.map_err(|()| CoreError::unavailable("the model's scheduler has stopped (model unloading)"))?;
             rx.await.map_err(|_| CoreError::internal("the model's scheduler dropped the request"))?
         })
     }
 }
 
-struct BatcherTask {
+/// The queues of one batcher, a deque per priority level, and the rules that form a batch.
+struct Queues {
     config: Arc<BatcherConfig>,
-    pool: Arc<InstancePool>,
     stats: Arc<ModelStats>,
-    model: String,
-    queues: BTreeMap<u64, VecDeque<Pending>>,
-    /// Completion of the previous batch, for `preserve_ordering`.
-    last_batch_done: Option<oneshot::Receiver<()>>,
-    /// See [`gathers_under_load`].
-    gather_under_load: bool,
+    levels: BTreeMap<u64, VecDeque<Pending>>,
 }
 
-impl BatcherTask {
+impl Queues {
     fn queued(&self) -> usize {
-        self.queues.values().map(VecDeque::len).sum()
+        self.levels.values().map(VecDeque::len).sum()
     }
 
     fn enqueue(&mut self, level: u64, pending: Pending) {
         let max = self.config.policies.get(&level).map_or(0, |p| p.max_queue_size);
-        let queue = self.queues.entry(level).or_default();
+        let queue = self.levels.entry(level).or_default();
         if max > 0 && queue.len() >= max {
             self.stats.pending_add(-1);
             self.stats.usage.record_refusal(crate::stats::Quota::Queue);
@@ -287,7 +317,7 @@ impl BatcherTask {
     fn expire(&mut self, now: Instant) {
         let policies = &self.config.policies;
         let stats = &self.stats;
-        for (level, queue) in &mut self.queues {
+        for (level, queue) in &mut self.levels {
             // Most queues have nothing due (no timeouts configured): leave them as they are.
             if !queue.iter().any(|p| p.deadline.is_some_and(|d| d <= now) && !p.delayed) {
                 continue;
@@ -316,14 +346,14 @@ impl BatcherTask {
 
     /// The next request to serve: highest priority level first, oldest first within a level.
     fn head(&self) -> Option<&Pending> {
-        self.queues.values().find_map(VecDeque::front)
+        self.levels.values().find_map(VecDeque::front)
     }
 
     /// How many batch slots the requests compatible with the head would fill now (capped).
     fn ready_size(&self) -> usize {
         let Some(head) = self.head() else { return 0 };
         let mut total = 0;
-        for p in self.queues.values().flatten() {
+        for p in self.levels.values().flatten() {
             if !compatible(&head.exec, &p.exec) {
                 continue;
             }
@@ -335,18 +365,24 @@ impl BatcherTask {
         total
     }
 
+    /// Whether the requests ready now would fill a batch the config calls full.
+    fn full(&self) -> bool {
+        let size = self.ready_size();
+        size >= self.config.max_batch_size || self.config.preferred.contains(&size)
+    }
+
     /// Takes the head and the compatible requests after it, in priority order, up to the largest
     /// preferred size that can be filled (or max_batch_size).
     fn take_batch(&mut self) -> Vec<Pending> {
         let available = self.ready_size();
         let target = self.config.preferred.iter().rev().copied().find(|&p| p <= available).unwrap_or(available).max(1);
-        let Some(head_level) = self.queues.iter().find(|(_, q)| !q.is_empty()).map(|(l, _)| *l) else {
+        let Some(head_level) = self.levels.iter().find(|(_, q)| !q.is_empty()).map(|(l, _)| *l) else {
             return Vec::new();
         };
-        let Some(head) = self.queues.get_mut(&head_level).and_then(VecDeque::pop_front) else { return Vec::new() };
+        let Some(head) = self.levels.get_mut(&head_level).and_then(VecDeque::pop_front) else { return Vec::new() };
         let mut total = head.batch_size;
         let mut batch = vec![head];
-        for queue in self.queues.values_mut() {
+        for queue in self.levels.values_mut() {
             let mut i = 0;
             while i < queue.len() && total < target {
                 let fits =
@@ -362,50 +398,187 @@ impl BatcherTask {
         batch
     }
 
-    /// No instance is left (every one panicked and was retired): answers every queued and
-    /// later request with `error` until the model is dropped, keeping the pending count right.
-    async fn fail_all(mut self, error: CoreError, mut rx: mpsc::UnboundedReceiver<(u64, Pending)>) {
-        let queued = std::mem::take(&mut self.queues).into_values().flatten();
-        for p in queued {
+    /// Answers every queued request with `error`.
+    fn fail_all(&mut self, error: &CoreError) {
+        for p in std::mem::take(&mut self.levels).into_values().flatten() {
             self.stats.pending_add(-1);
             let _ = p.reply.send(Err(error.clone()));
         }
+    }
+}
+
+/// Runs one batch on the instance whose slot is `slot` and answers its requests. With
+/// `preserve_ordering`, the answers wait for the previous batch's (`wait_for`) and `done` tells
+/// the next batch.
+async fn run_batch(
+    pool: &InstancePool,
+    model: &str,
+    slot: InstanceSlot,
+    batch: Vec<Pending>,
+    wait_for: Option<oneshot::Receiver<()>>,
+) {
+    let stats = pool.stats();
+    let started = Instant::now();
+    let total: usize = batch.iter().map(|p| p.batch_size).sum();
+    let mut execs = Vec::with_capacity(batch.len());
+    let mut replies = Vec::with_capacity(batch.len());
+    stats.pending_add(-(batch.len() as i64));
+    for p in batch {
+        stats.record_queue(started.saturating_duration_since(p.enqueued));
+        execs.push(p.exec);
+        replies.push(p.reply);
+    }
+    let results = pool.run(slot, execs, total).await;
+    tracing::trace!(model, requests = replies.len(), batch_size = total, "executed a batch");
+    if let Some(previous) = wait_for {
+        let _ = previous.await;
+    }
+    for (reply, outputs) in replies.into_iter().zip(results) {
+        let _ = reply.send(outputs);
+    }
+}
+
+/// The queue of a batcher with no queue delay and no ordering to keep (the default
+/// `dynamic_batching { }`): no task of its own. Requests queue under a lock, and the next batch
+/// starts where an instance's slot comes back ([`InstanceSlot`]'s release hook): on the thread
+/// whose execution just ended, or where a request queued while a slot was free. A batcher task
+/// had to be woken for each batch, from the thread that queued the first request or freed the
+/// instance: a futex call and an inter-processor interrupt when that task's thread slept, and a
+/// third busy thread next to the connection threads. Measured against the task (issue 15, tenth
+/// round in docs/benchmarks.md): on the 2-core VM at concurrency 16 the same or slightly less CPU
+/// per inference and 20 % less server-side time; on one saturated core, the ONNX add_sub 17 %
+/// more throughput at concurrency 16; on four device cores, within the noise (Rust guest up,
+/// ONNX down, a few % either way).
+///
+/// No request is left behind: a request is queued and a slot tried under the lock, and a
+/// released slot's hook takes the lock after the slot is free, so either the request finds the
+/// slot free or the hook finds the request.
+struct SharedQueue {
+    queues: Mutex<Queues>,
+    pool: Arc<InstancePool>,
+    model: String,
+    /// Where batches start when the releasing thread has no runtime (none does in practice: an
+    /// execution runs on a runtime thread or one of its blocking threads).
+    fallback: Option<tokio::runtime::Handle>,
+}
+
+impl SharedQueue {
+    fn enqueue(self: &Arc<Self>, level: u64, pending: Pending, gather: bool) {
+        let Ok(mut queues) = self.queues.lock() else {
+            self.pool.stats().pending_add(-1);
+            let _ = pending.reply.send(Err(CoreError::internal("the model's batch queue is poisoned")));
+            return;
+        };
+        queues.enqueue(level, pending);
+        self.start_next(queues, gather);
+    }
+
+    /// A slot came back: the next batch starts if requests wait and a slot is free.
+    fn kick(self: &Arc<Self>) {
+        if let Ok(queues) = self.queues.lock() {
+            self.start_next(queues, gathers_under_load());
+        }
+    }
+
+    fn start_next(self: &Arc<Self>, mut queues: std::sync::MutexGuard<'_, Queues>, gather: bool) {
+        if queues.queued() == 0 {
+            return;
+        }
+        match self.pool.try_acquire() {
+            Some(slot) => {
+                drop(queues);
+                let batch = Arc::clone(self).drain(slot, gather);
+                match tokio::runtime::Handle::try_current().ok().or_else(|| self.fallback.clone()) {
+                    Some(runtime) => drop(runtime.spawn(batch)),
+                    // The future and its slot drop here: the hook runs again, and finds no runtime
+                    // again; the queued requests fail instead of waiting forever.
+                    None => {
+                        if let Ok(mut queues) = self.queues.lock() {
+                            queues.fail_all(&CoreError::internal("no async runtime to run the model's batches on"));
+                        }
+                    }
+                }
+            }
+            None if self.pool.is_closed() => queues.fail_all(&super::pool::instances_gone()),
+            // Every slot is busy: the first to come back starts the next batch.
+            None => {}
+        }
+    }
+
+    /// Forms one batch from the queue and runs it on `slot`'s instance. When the slot comes back
+    /// the hook starts the next one.
+    async fn drain(self: Arc<Self>, slot: InstanceSlot, gather: bool) {
+        // Under load on one worker, one scheduler pass first for the requests already on their
+        // way: the thread's other connections that are readable parse and queue theirs (see
+        // `BatcherTask::run`, step 2b).
+        let partial = self.queues.lock().is_ok_and(|queues| !queues.full());
+        if gather && partial && self.pool.under_load() {
+            tokio::task::yield_now().await;
+        }
+        let batch = match self.queues.lock() {
+            Ok(mut queues) => {
+                queues.expire(Instant::now());
+                queues.take_batch()
+            }
+            Err(_) => Vec::new(),
+        };
+        if batch.is_empty() {
+            return; // everything timed out; the slot goes back
+        }
+        run_batch(&self.pool, &self.model, slot, batch, None).await;
+    }
+}
+
+/// The batcher's task, for configs with a queue delay or ordering to keep.
+struct BatcherTask {
+    queues: Queues,
+    pool: Arc<InstancePool>,
+    stats: Arc<ModelStats>,
+    model: String,
+    /// Completion of the previous batch, for `preserve_ordering`.
+    last_batch_done: Option<oneshot::Receiver<()>>,
+    /// See [`gathers_under_load`].
+    gather_under_load: bool,
+}
+
+impl BatcherTask {
+    /// No instance is left (every one panicked and was retired): answers every queued and
+    /// later request with `error` until the model is dropped, keeping the pending count right.
+    async fn fail_all(mut self, error: CoreError, mut rx: mpsc::UnboundedReceiver<(u64, Pending)>) {
+        self.queues.fail_all(&error);
         while let Some((_, p)) = rx.recv().await {
             self.stats.pending_add(-1);
             let _ = p.reply.send(Err(error.clone()));
         }
     }
 
-    fn full(&self, size: usize) -> bool {
-        size >= self.config.max_batch_size || self.config.preferred.contains(&size)
-    }
-
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<(u64, Pending)>) {
+        let config = Arc::clone(&self.queues.config);
         loop {
             // 1. Something to do.
-            while self.queued() == 0 {
+            while self.queues.queued() == 0 {
                 match rx.recv().await {
-                    Some((level, p)) => self.enqueue(level, p),
+                    Some((level, p)) => self.queues.enqueue(level, p),
                     None => return,
                 }
             }
             // 2. A free instance; keep queueing (and rejecting on a full queue) meanwhile.
-            let permit = loop {
+            let slot = loop {
                 tokio::select! {
                     biased;
-                    permit = self.pool.acquire() => break permit,
+                    slot = self.pool.acquire() => break slot,
                     item = rx.recv() => match item {
-                        Some((level, p)) => self.enqueue(level, p),
+                        Some((level, p)) => self.queues.enqueue(level, p),
                         None => return,
                     },
                 }
             };
-            let permit = match permit {
-                Ok(permit) => permit,
+            let slot = match slot {
+                Ok(slot) => slot,
                 Err(e) => return self.fail_all(e, rx).await,
             };
             while let Ok((level, p)) = rx.try_recv() {
-                self.enqueue(level, p);
+                self.queues.enqueue(level, p);
             }
             // 2b. On one worker, under load with no queue delay, one scheduler pass for the
             // requests already on their way: a request's send woke this task into its worker's
@@ -415,27 +588,23 @@ impl BatcherTask {
             // a scheduler round; skipping passes after such a one measured the same at
             // concurrency 4 on the 2-core VM and lost a third of the batching on a saturated
             // core, so every pass is taken.
-            if self.gather_under_load
-                && self.config.max_delay.is_zero()
-                && !self.full(self.ready_size())
-                && self.pool.under_load()
-            {
+            if self.gather_under_load && config.max_delay.is_zero() && !self.queues.full() && self.pool.under_load() {
                 tokio::task::yield_now().await;
                 while let Ok((level, p)) = rx.try_recv() {
-                    self.enqueue(level, p);
+                    self.queues.enqueue(level, p);
                 }
             }
             // 3. Wait (at most max_queue_delay from the oldest request) for a fuller batch.
-            self.expire(Instant::now());
-            if let Some(oldest) = self.head().map(|p| p.enqueued) {
-                let deadline = oldest + self.config.max_delay;
-                if !self.full(self.ready_size()) && Instant::now() < deadline {
+            self.queues.expire(Instant::now());
+            if let Some(oldest) = self.queues.head().map(|p| p.enqueued) {
+                let deadline = oldest + config.max_delay;
+                if !self.queues.full() && Instant::now() < deadline {
                     let timer = sleep_until_precise(deadline);
                     tokio::pin!(timer);
-                    while !self.full(self.ready_size()) && Instant::now() < deadline {
+                    while !self.queues.full() && Instant::now() < deadline {
                         tokio::select! {
                             item = rx.recv() => match item {
-                                Some((level, p)) => self.enqueue(level, p),
+                                Some((level, p)) => self.queues.enqueue(level, p),
                                 None => break,
                             },
                             () = &mut timer => break,
@@ -443,44 +612,25 @@ impl BatcherTask {
                     }
                 }
             }
-            self.expire(Instant::now());
-            let batch = self.take_batch();
+            self.queues.expire(Instant::now());
+            let batch = self.queues.take_batch();
             if batch.is_empty() {
-                continue; // everything timed out; the permit goes back
+                continue; // everything timed out; the slot goes back
             }
-            self.dispatch(permit, batch);
+            self.dispatch(slot, batch);
         }
     }
 
-    fn dispatch(&mut self, permit: tokio::sync::OwnedSemaphorePermit, batch: Vec<Pending>) {
+    fn dispatch(&mut self, slot: InstanceSlot, batch: Vec<Pending>) {
         let pool = Arc::clone(&self.pool);
-        let stats = Arc::clone(&self.stats);
         let model = self.model.clone();
-        let wait_for = if self.config.preserve_ordering { self.last_batch_done.take() } else { None };
+        let wait_for = if self.queues.config.preserve_ordering { self.last_batch_done.take() } else { None };
         let (done_tx, done_rx) = oneshot::channel();
-        if self.config.preserve_ordering {
+        if self.queues.config.preserve_ordering {
             self.last_batch_done = Some(done_rx);
         }
         tokio::spawn(async move {
-            let started = Instant::now();
-            let total: usize = batch.iter().map(|p| p.batch_size).sum();
-            let mut execs = Vec::with_capacity(batch.len());
-            let mut replies = Vec::with_capacity(batch.len());
-            stats.pending_add(-(batch.len() as i64));
-            for p in batch {
-                let queued = started.saturating_duration_since(p.enqueued);
-                stats.record_queue(queued);
-                execs.push(p.exec);
-                replies.push(p.reply);
-            }
-            let results = pool.run(permit, execs, total).await;
-            tracing::trace!(model = model.as_str(), requests = replies.len(), batch_size = total, "executed a batch");
-            if let Some(previous) = wait_for {
-                let _ = previous.await;
-            }
-            for (reply, outputs) in replies.into_iter().zip(results) {
-                let _ = reply.send(outputs);
-            }
+            run_batch(&pool, &model, slot, batch, wait_for).await;
             let _ = done_tx.send(());
         });
     }
@@ -866,6 +1016,52 @@ mod tests {
         }
         let order: Vec<String> = h.batches().into_iter().flatten().collect();
         assert_eq!(order, vec!["blocker", "on_time", "late"], "a timed-out request waits behind the others");
+    }
+
+    /// Echoes its inputs, computing only: it runs inline once its gate opens, on a blocking
+    /// thread before (and after a slow, preempted run closes the gate).
+    struct InlineEcho;
+
+    impl ModelInstance for InlineEcho {
+        fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+            batch.into_iter().map(|r| Ok(r.inputs)).collect()
+        }
+
+        fn only_computes(&self) -> bool {
+            true
+        }
+    }
+
+    /// The queue without a task (the default config): many callers on several threads and two
+    /// instances; slots come back on workers and on blocking threads, and every request is
+    /// answered with its own rows, none left waiting and nothing counted as pending after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+    async fn without_a_batcher_task_every_caller_is_answered() {
+        let stats = Arc::new(ModelStats::default());
+        let instances: Vec<Box<dyn ModelInstance>> = vec![Box::new(InlineEcho), Box::new(InlineEcho)];
+        let pool = Arc::new(InstancePool::new(instances, Arc::clone(&stats)));
+        let config = BatcherConfig::new(8, &ModelDynamicBatching::default());
+        let batcher = Arc::new(DynamicBatcher::start(config, pool, "m".into()));
+        assert!(matches!(batcher.queue, Queue::Shared(_)), "the default config queues without a task");
+        let callers: Vec<_> = (0..24u8)
+            .map(|caller| {
+                let batcher = Arc::clone(&batcher);
+                tokio::spawn(async move {
+                    for i in 0..100u8 {
+                        let fill = caller.wrapping_mul(100).wrapping_add(i);
+                        let out = batcher.submit(request("r", fill, 3, &[]), 1).await.unwrap();
+                        assert_eq!(&out[0].data[..], &[fill; 3], "a caller got someone else's rows");
+                    }
+                })
+            })
+            .collect();
+        for caller in callers {
+            tokio::time::timeout(Duration::from_secs(30), caller).await.expect("a request was left waiting").unwrap();
+        }
+        let snapshot = stats.snapshot();
+        assert_eq!(snapshot.inference_count, 2400);
+        assert!(snapshot.execution_count < 2400, "no request ever shared a batch");
+        assert_eq!(stats.pending(), 0);
     }
 
     struct PanickingInstance;

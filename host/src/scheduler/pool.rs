@@ -5,7 +5,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -18,6 +18,37 @@ use crate::tensor::Tensor;
 
 /// One result per request of a batch, always as many as the batch had.
 pub type BatchResults = Vec<CoreResult<Vec<Tensor>>>;
+
+/// What a model's scheduler does each time an instance's slot is given back
+/// ([`InstancePool::on_release`]).
+pub type ReleaseHook = Arc<dyn Fn() + Send + Sync>;
+
+/// An idle instance's slot, held while one batch runs on it. Giving it back (dropping it, also
+/// when its instance is retired after a panic) calls the pool's release hook once the slot is
+/// free again: a scheduler whose queue has no task of its own learns there that its next batch
+/// may run, wherever the slot was given back (an execution's own thread, a caller that left).
+pub struct InstanceSlot {
+    permit: Option<OwnedSemaphorePermit>,
+    on_release: Option<ReleaseHook>,
+}
+
+impl InstanceSlot {
+    /// Gives the slot up for good, with its retired instance.
+    fn retire(mut self) {
+        if let Some(permit) = self.permit.take() {
+            permit.forget();
+        }
+    }
+}
+
+impl Drop for InstanceSlot {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        if let Some(hook) = &self.on_release {
+            hook();
+        }
+    }
+}
 
 pub struct InstancePool {
     idle: Arc<Mutex<Vec<Pooled>>>,
@@ -43,6 +74,8 @@ pub struct InstancePool {
     gate: InlineGate,
     /// The `max_queue_size` quota: requests waiting for an instance beyond it are refused.
     max_queue: Option<usize>,
+    /// Called whenever a slot is given back (see [`InstanceSlot`]).
+    on_release: OnceLock<ReleaseHook>,
 }
 
 /// Whether a model's executions run on the calling task's own thread, decided by measuring them.
@@ -190,6 +223,7 @@ impl InstancePool {
             back_to_back: BACK_TO_BACK,
             gate: InlineGate::new(),
             max_queue: None,
+            on_release: OnceLock::new(),
         }
     }
 
@@ -249,20 +283,35 @@ impl InstancePool {
         &self.stats
     }
 
+    /// Sets what happens each time a slot is given back (once; later calls change nothing and
+    /// return false). Slots taken before it do not call it.
+    pub fn on_release(&self, hook: ReleaseHook) -> bool {
+        self.on_release.set(hook).is_ok()
+    }
+
+    fn slot(&self, permit: OwnedSemaphorePermit) -> InstanceSlot {
+        InstanceSlot { permit: Some(permit), on_release: self.on_release.get().cloned() }
+    }
+
     /// An idle instance's slot, if one is free right now.
-    pub fn try_acquire(&self) -> Option<OwnedSemaphorePermit> {
-        Arc::clone(&self.available).try_acquire_owned().ok()
+    pub fn try_acquire(&self) -> Option<InstanceSlot> {
+        Arc::clone(&self.available).try_acquire_owned().ok().map(|permit| self.slot(permit))
+    }
+
+    /// Whether every instance has been retired (after panics): no slot will ever be free again.
+    pub fn is_closed(&self) -> bool {
+        self.available.is_closed()
     }
 
     /// Waits for an idle instance's slot.
-    pub fn acquire(&self) -> impl std::future::Future<Output = CoreResult<OwnedSemaphorePermit>> + 'static {
+    pub fn acquire(&self) -> impl std::future::Future<Output = CoreResult<InstanceSlot>> + 'static {
         let available = Arc::clone(&self.available);
+        let on_release = self.on_release.get().cloned();
         async move {
-            available.acquire_owned().await.map_err(|_| {
-                CoreError::unavailable(
-                    "no model instance is left (every instance panicked and was retired): reload the model",
-                )
-            })
+            match available.acquire_owned().await {
+                Ok(permit) => Ok(InstanceSlot { permit: Some(permit), on_release }),
+                Err(_) => Err(instances_gone()),
+            }
         }
     }
 
@@ -319,12 +368,7 @@ impl InstancePool {
     }
 
     /// Runs one request alone on an idle instance; see [`Self::run`].
-    pub async fn run_one(
-        &self,
-        permit: OwnedSemaphorePermit,
-        request: ExecRequest,
-        rows: usize,
-    ) -> CoreResult<Vec<Tensor>> {
+    pub async fn run_one(&self, permit: InstanceSlot, request: ExecRequest, rows: usize) -> CoreResult<Vec<Tensor>> {
         only_result(self.run_as(permit, vec![request], rows, Dispatch::Caller).await)
     }
 
@@ -335,13 +379,13 @@ impl InstancePool {
 
     /// Runs a batch of `rows` inferences on an idle instance; `permit` is that instance's slot
     /// (from [`Self::acquire`]). A successful execution is recorded in the statistics.
-    pub async fn run(&self, permit: OwnedSemaphorePermit, batch: Vec<ExecRequest>, rows: usize) -> BatchResults {
+    pub async fn run(&self, permit: InstanceSlot, batch: Vec<ExecRequest>, rows: usize) -> BatchResults {
         self.run_as(permit, batch, rows, Dispatch::Handed).await
     }
 
     async fn run_as(
         &self,
-        permit: OwnedSemaphorePermit,
+        permit: InstanceSlot,
         batch: Vec<ExecRequest>,
         rows: usize,
         dispatch: Dispatch,
@@ -377,7 +421,7 @@ impl InstancePool {
     /// thread. Returns the results, what the execution took, and whether it ran with no hand-off.
     async fn run_on_instance(
         &self,
-        permit: OwnedSemaphorePermit,
+        permit: InstanceSlot,
         batch: Vec<ExecRequest>,
         dispatch: Dispatch,
     ) -> CoreResult<(BatchResults, Duration, bool)> {
@@ -429,15 +473,16 @@ impl InstancePool {
                     drop(borrowed.pooled.take());
                     tracing::error!("model instance panicked during execution and was retired");
                     let left = alive.fetch_sub(1, Ordering::SeqCst).saturating_sub(1);
+                    // Closed before the slot goes: its release hook must see that nothing is left.
+                    if left == 0 {
+                        available.close();
+                    }
                     // Fewer instances than permits now: this permit goes with the instance.
                     if left < slots.load(Ordering::SeqCst) {
                         slots.fetch_sub(1, Ordering::SeqCst);
-                        permit.forget();
+                        permit.retire();
                     } else {
                         drop(permit);
-                    }
-                    if left == 0 {
-                        available.close();
                     }
                     None
                 }
@@ -455,6 +500,11 @@ impl InstancePool {
             Ok(None) | Err(_) => Err(CoreError::internal("model instance failed during execution")),
         }
     }
+}
+
+/// What a request gets once every instance of its model has been retired.
+pub fn instances_gone() -> CoreError {
+    CoreError::unavailable("no model instance is left (every instance panicked and was retired): reload the model")
 }
 
 /// An instance and the rate-limiter resources it needs to execute.
@@ -796,7 +846,9 @@ mod tests {
             })
         };
         let executing = call(pool.clone());
-        while pool.available.available_permits() > 0 {
+        // Executing: its slot taken and no longer counted as waiting for one (it is counted
+        // between the two, and a second request then would be refused).
+        while pool.available.available_permits() > 0 || pool.stats().pending() > 0 {
             tokio::task::yield_now().await;
         }
         let queued = call(pool.clone());

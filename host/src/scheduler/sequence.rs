@@ -510,7 +510,7 @@ impl SequenceTask {
         }
     }
 
-    fn dispatch(&mut self, permit: tokio::sync::OwnedSemaphorePermit) {
+    fn dispatch(&mut self, permit: super::pool::InstanceSlot) {
         let ids = self.ready();
         if ids.is_empty() {
             return;
