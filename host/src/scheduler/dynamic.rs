@@ -201,11 +201,13 @@ impl DynamicBatcher {
                 fallback: tokio::runtime::Handle::try_current().ok(),
             });
             let weak = Arc::downgrade(&shared);
-            pool.on_release(Arc::new(move || {
+            let hooked = pool.on_release(Arc::new(move || {
                 if let Some(shared) = weak.upgrade() {
                     shared.kick();
                 }
             }));
+            // One batcher per pool (the scheduler starts it once): a second hook would be lost.
+            debug_assert!(hooked, "the pool already had a release hook");
             Queue::Shared(shared)
         } else {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -462,26 +464,39 @@ struct SharedQueue {
     fallback: Option<tokio::runtime::Handle>,
 }
 
+thread_local! {
+    /// Set while this thread hands a batch to a runtime (`SharedQueue::start_next`).
+    static STARTING_BATCH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl SharedQueue {
+    /// The queues, also after a panic elsewhere under the lock: nothing there leaves them
+    /// inconsistent (each method finishes its change before it can panic), and a poisoned queue
+    /// that refused every caller would leave the requests in it unanswered.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queues> {
+        self.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn enqueue(self: &Arc<Self>, level: u64, pending: Pending, gather: bool) {
-        let Ok(mut queues) = self.queues.lock() else {
-            self.pool.stats().pending_add(-1);
-            let _ = pending.reply.send(Err(CoreError::internal("the model's batch queue is poisoned")));
-            return;
-        };
+        let mut queues = self.lock();
         queues.enqueue(level, pending);
         self.start_next(queues, gather);
     }
 
     /// A slot came back: the next batch starts if requests wait and a slot is free.
     fn kick(self: &Arc<Self>) {
-        if let Ok(queues) = self.queues.lock() {
-            self.start_next(queues, gathers_under_load());
-        }
+        self.start_next(self.lock(), gathers_under_load());
     }
 
     fn start_next(self: &Arc<Self>, mut queues: std::sync::MutexGuard<'_, Queues>, gather: bool) {
         if queues.queued() == 0 {
+            return;
+        }
+        // Re-entered from inside `spawn` below: the runtime is shutting down and dropped the
+        // batch at once, whose slot called the hook again. Spawning again would recurse until
+        // the stack overflows; the queued requests are answered instead.
+        if STARTING_BATCH.get() {
+            queues.fail_all(&CoreError::unavailable("the model's scheduler has stopped (server shutting down)"));
             return;
         }
         match self.pool.try_acquire() {
@@ -489,13 +504,14 @@ impl SharedQueue {
                 drop(queues);
                 let batch = Arc::clone(self).drain(slot, gather);
                 match tokio::runtime::Handle::try_current().ok().or_else(|| self.fallback.clone()) {
-                    Some(runtime) => drop(runtime.spawn(batch)),
-                    // The future and its slot drop here: the hook runs again, and finds no runtime
-                    // again; the queued requests fail instead of waiting forever.
+                    Some(runtime) => {
+                        STARTING_BATCH.set(true);
+                        drop(runtime.spawn(batch));
+                        STARTING_BATCH.set(false);
+                    }
                     None => {
-                        if let Ok(mut queues) = self.queues.lock() {
-                            queues.fail_all(&CoreError::internal("no async runtime to run the model's batches on"));
-                        }
+                        self.lock().fail_all(&CoreError::internal("no async runtime to run the model's batches on"));
+                        // The batch and its slot drop here; the hook finds the queue empty.
                     }
                 }
             }
@@ -511,16 +527,14 @@ impl SharedQueue {
         // Under load on one worker, one scheduler pass first for the requests already on their
         // way: the thread's other connections that are readable parse and queue theirs (see
         // `BatcherTask::run`, step 2b).
-        let partial = self.queues.lock().is_ok_and(|queues| !queues.full());
+        let partial = !self.lock().full();
         if gather && partial && self.pool.under_load() {
             tokio::task::yield_now().await;
         }
-        let batch = match self.queues.lock() {
-            Ok(mut queues) => {
-                queues.expire(Instant::now());
-                queues.take_batch()
-            }
-            Err(_) => Vec::new(),
+        let batch = {
+            let mut queues = self.lock();
+            queues.expire(Instant::now());
+            queues.take_batch()
         };
         if batch.is_empty() {
             return; // everything timed out; the slot goes back
@@ -1062,6 +1076,42 @@ mod tests {
         assert_eq!(snapshot.inference_count, 2400);
         assert!(snapshot.execution_count < 2400, "no request ever shared a batch");
         assert_eq!(stats.pending(), 0);
+    }
+
+    /// A server shutting down with requests queued: the instance's slot comes back after the
+    /// runtime stopped, whose `spawn` drops the next batch at once, and that batch's slot calls
+    /// the hook again. The queued requests are answered instead of the hook recursing until the
+    /// stack overflows (which aborts the test process).
+    #[test]
+    fn a_slot_coming_back_after_the_runtime_stopped_answers_the_queue() {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let gate: Gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let entered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let instance = EchoInstance { batches: Arc::default(), gate: Arc::clone(&gate), entered: Arc::clone(&entered) };
+        let stats = Arc::new(ModelStats::default());
+        let pool = Arc::new(InstancePool::new(vec![Box::new(instance)], Arc::clone(&stats)));
+        let batcher = runtime.block_on(async {
+            let batcher =
+                DynamicBatcher::start(BatcherConfig::new(4, &ModelDynamicBatching::default()), pool, "m".into());
+            tokio::spawn(batcher.submit(request("blocker", 0, 1, &[]), 1));
+            while entered.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                tokio::task::yield_now().await;
+            }
+            for i in 0..2u8 {
+                tokio::spawn(batcher.submit(request(&format!("q{i}"), i, 1, &[]), 1));
+            }
+            batcher
+        });
+        assert_eq!(stats.pending(), 2);
+        runtime.shutdown_background();
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stats.pending() != 0 {
+            assert!(Instant::now() < deadline, "the queued requests were never answered");
+            std::thread::yield_now();
+        }
+        drop(batcher);
     }
 
     struct PanickingInstance;
