@@ -449,8 +449,10 @@ async fn run_batch(
 /// third busy thread next to the connection threads. Measured against the task (issue 15, tenth
 /// round in docs/benchmarks.md): on the 2-core VM at concurrency 16 the same or slightly less CPU
 /// per inference and 20 % less server-side time; on one saturated core, the ONNX add_sub 17 %
-/// more throughput at concurrency 16; on four device cores, within the noise (Rust guest up,
-/// ONNX down, a few % either way).
+/// more throughput at concurrency 16. On four device cores (four connection threads) the Rust
+/// guest gained at concurrency 64 but the ONNX add_sub lost 4-17 % at concurrency 16, with more
+/// CPU per inference at the same batch sizes: not explained yet (suspects: four threads on this
+/// one lock, and executions moving between threads).
 ///
 /// No request is left behind: a request is queued and a slot tried under the lock, and a
 /// released slot's hook takes the lock after the slot is free, so either the request finds the
