@@ -108,6 +108,12 @@ impl BatcherConfig {
         }
     }
 
+    /// Whether batches need a task of their own: to wait on the queue delay's timer, or to hold
+    /// a batch's responses until the earlier batch's are out (`preserve_ordering`).
+    fn needs_task(&self) -> bool {
+        !self.max_delay.is_zero() || self.preserve_ordering
+    }
+
     /// Caps every level's queue at `max` requests (the `max_queue_size` quota): a policy's own
     /// smaller size stays.
     pub fn cap_queues(mut self, max: usize) -> Self {
@@ -193,7 +199,7 @@ impl DynamicBatcher {
         let stats = Arc::clone(pool.stats());
         let config = Arc::new(config);
         let queues = Queues { config: Arc::clone(&config), stats: Arc::clone(&stats), levels: BTreeMap::new() };
-        let queue = if config.max_delay.is_zero() && !config.preserve_ordering {
+        let queue = if !config.needs_task() {
             let shared = Arc::new(SharedQueue {
                 queues: Mutex::new(queues),
                 pool: Arc::clone(&pool),
@@ -214,7 +220,6 @@ impl DynamicBatcher {
             let task = BatcherTask {
                 queues,
                 pool: Arc::clone(&pool),
-                stats: Arc::clone(&stats),
                 model,
                 last_batch_done: None,
                 gather_under_load: gathers_under_load(),
@@ -243,12 +248,11 @@ impl DynamicBatcher {
         // others gather behind a yield: when an instance is idle it runs at once, as at low load
         // (else a guest's BLS calls in a loop paid the batcher's hand-offs and a thread wake-up
         // each: in-process, bls_add_sub took 64 µs a request instead of 13).
-        let gather = match &self.queue {
-            Queue::Shared(_) => gathers_under_load(),
-            Queue::Task(_) => false,
-        };
-        let idle_instance = if self.config.max_delay.is_zero()
-            && !self.config.preserve_ordering
+        // Only the queue without a task has the fast path (and gathers): the task's configs wait
+        // for a fuller batch or keep responses in order.
+        let shared = matches!(self.queue, Queue::Shared(_));
+        let gather = shared && gathers_under_load();
+        let idle_instance = if shared
             && self.stats.pending() == 0
             && (!gather || !self.pool.under_load() || crate::infer::caller_waits_in_place())
         {
@@ -409,9 +413,8 @@ impl Queues {
     }
 }
 
-/// Runs one batch on the instance whose slot is `slot` and answers its requests. With
-/// `preserve_ordering`, the answers wait for the previous batch's (`wait_for`) and `done` tells
-/// the next batch.
+/// Runs one batch on the instance whose slot is `slot` and answers its requests; the answers
+/// wait for `wait_for` first (the previous batch's, under `preserve_ordering`).
 async fn run_batch(
     pool: &InstancePool,
     model: &str,
@@ -529,8 +532,7 @@ impl SharedQueue {
         // Under load on one worker, one scheduler pass first for the requests already on their
         // way: the thread's other connections that are readable parse and queue theirs (see
         // `BatcherTask::run`, step 2b).
-        let partial = !self.lock().full();
-        if gather && partial && self.pool.under_load() {
+        if gather && self.pool.under_load() && !self.lock().full() {
             tokio::task::yield_now().await;
         }
         let batch = {
@@ -549,7 +551,6 @@ impl SharedQueue {
 struct BatcherTask {
     queues: Queues,
     pool: Arc<InstancePool>,
-    stats: Arc<ModelStats>,
     model: String,
     /// Completion of the previous batch, for `preserve_ordering`.
     last_batch_done: Option<oneshot::Receiver<()>>,
@@ -563,7 +564,7 @@ impl BatcherTask {
     async fn fail_all(mut self, error: CoreError, mut rx: mpsc::UnboundedReceiver<(u64, Pending)>) {
         self.queues.fail_all(&error);
         while let Some((_, p)) = rx.recv().await {
-            self.stats.pending_add(-1);
+            self.queues.stats.pending_add(-1);
             let _ = p.reply.send(Err(error.clone()));
         }
     }

@@ -356,20 +356,20 @@ impl InstancePool {
         }
         let queued = Instant::now();
         let pending = PendingGuard::new(&self.stats);
-        let permit = self.acquire().await;
+        let slot = self.acquire().await;
         pending.release();
-        match permit {
-            Ok(permit) => {
+        match slot {
+            Ok(slot) => {
                 self.stats.record_queue(queued.elapsed());
-                self.run_as(permit, batch, rows, dispatch).await
+                self.run_as(slot, batch, rows, dispatch).await
             }
             Err(e) => vec![Err(e); batch.len()],
         }
     }
 
     /// Runs one request alone on an idle instance; see [`Self::run`].
-    pub async fn run_one(&self, permit: InstanceSlot, request: ExecRequest, rows: usize) -> CoreResult<Vec<Tensor>> {
-        only_result(self.run_as(permit, vec![request], rows, Dispatch::Caller).await)
+    pub async fn run_one(&self, slot: InstanceSlot, request: ExecRequest, rows: usize) -> CoreResult<Vec<Tensor>> {
+        only_result(self.run_as(slot, vec![request], rows, Dispatch::Caller).await)
     }
 
     /// Waits for an idle instance and runs one request alone on it; see [`Self::execute`].
@@ -377,15 +377,15 @@ impl InstancePool {
         only_result(self.execute_as(vec![request], rows, Dispatch::Caller).await)
     }
 
-    /// Runs a batch of `rows` inferences on an idle instance; `permit` is that instance's slot
+    /// Runs a batch of `rows` inferences on an idle instance; `slot` is that instance's slot
     /// (from [`Self::acquire`]). A successful execution is recorded in the statistics.
-    pub async fn run(&self, permit: InstanceSlot, batch: Vec<ExecRequest>, rows: usize) -> BatchResults {
-        self.run_as(permit, batch, rows, Dispatch::Handed).await
+    pub async fn run(&self, slot: InstanceSlot, batch: Vec<ExecRequest>, rows: usize) -> BatchResults {
+        self.run_as(slot, batch, rows, Dispatch::Handed).await
     }
 
     async fn run_as(
         &self,
-        permit: InstanceSlot,
+        slot: InstanceSlot,
         batch: Vec<ExecRequest>,
         rows: usize,
         dispatch: Dispatch,
@@ -393,7 +393,7 @@ impl InstancePool {
         let count = batch.len();
         let sinks: Vec<_> = batch.iter().filter_map(|r| r.compute.clone()).collect();
         let started = Instant::now();
-        let results = match self.run_on_instance(permit, batch, dispatch).await {
+        let results = match self.run_on_instance(slot, batch, dispatch).await {
             Ok((results, executed, inline)) => {
                 self.gate.record(executed, inline);
                 // The execution itself: not a rate limiter's wait or a hand-off before it.
@@ -421,7 +421,7 @@ impl InstancePool {
     /// thread. Returns the results, what the execution took, and whether it ran with no hand-off.
     async fn run_on_instance(
         &self,
-        permit: InstanceSlot,
+        slot: InstanceSlot,
         batch: Vec<ExecRequest>,
         dispatch: Dispatch,
     ) -> CoreResult<(BatchResults, Duration, bool)> {
@@ -465,7 +465,7 @@ impl InstancePool {
             match executed {
                 Some(results) => {
                     drop(borrowed);
-                    drop(permit);
+                    drop(slot);
                     Some((results, took))
                 }
                 None => {
@@ -477,12 +477,12 @@ impl InstancePool {
                     if left == 0 {
                         available.close();
                     }
-                    // Fewer instances than permits now: this permit goes with the instance.
+                    // Fewer instances than permits now: this slot goes with the instance.
                     if left < slots.load(Ordering::SeqCst) {
                         slots.fetch_sub(1, Ordering::SeqCst);
-                        permit.retire();
+                        slot.retire();
                     } else {
-                        drop(permit);
+                        drop(slot);
                     }
                     None
                 }
