@@ -592,6 +592,15 @@ def test_no_filesystem_without_grant(sandbox_server):
     assert sorted(p.name for p in own.iterdir()) == ["data.txt", "model.wasm"]
 
 
+def test_python_guest_reads_small_and_large_inputs(sandbox_server):
+    # The SDK takes a batch's inputs up to 4 KiB in one host call (request.read-inputs) and
+    # fetches larger ones as handles: a guest's answer quoting a 10-byte and a 6,000-byte
+    # argument shows it read each whole, by either path, through the real host.
+    for name in ("a" * 10, "b" * 6000):
+        answer = probe(sandbox_server, "no_grants", "list", "/" + name)
+        assert answer.startswith("ERR:") and ("/" + name) in answer, answer[:200]
+
+
 def test_read_only_filesystem_grant(sandbox_server):
     srv, model = sandbox_server, "fs_read_only"
     own = srv.repo / model / "1"

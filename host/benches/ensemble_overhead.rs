@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::cpu_ns;
+use common::CpuSnapshot;
 use tessera::{CallableBackend, DataType, ExecRequest, InferRequest, Server, ServerConfig, Tensor};
 
 const ECHO: &str = r#"
@@ -87,11 +87,11 @@ fn main() {
         let time = |model: &'static str, n: u32| {
             let infer = Arc::clone(&infer);
             async move {
-                let (started, cpu) = (Instant::now(), cpu_ns());
+                let (started, cpu) = (Instant::now(), CpuSnapshot::now());
                 for _ in 0..n {
                     infer.infer(request(model)).await.expect("infers");
                 }
-                (started.elapsed() / n, Duration::from_nanos((cpu_ns() - cpu) / u64::from(n)))
+                (started.elapsed() / n, Duration::from_nanos(cpu.elapsed_ns() / u64::from(n)))
             }
         };
         time("ens_x4", 2000).await; // warm-up (and the ensembles are ready once echo is)

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::cpu_ns;
+use common::CpuSnapshot;
 use tessera::{DataType, InferRequest, Server, ServerConfig, Tensor};
 
 const DEFAULT_MODELS: &str = "add_sub,add_sub_rust,add_sub_c,add_sub_js,add_sub_python";
@@ -65,14 +65,14 @@ fn main() {
                 let infer = Arc::clone(&infer);
                 let model = model.clone();
                 let (n, wall, cpu) = tokio::spawn(async move {
-                    let (started, cpu) = (Instant::now(), cpu_ns());
+                    let (started, cpu) = (Instant::now(), CpuSnapshot::now());
                     let mut n = 0u32;
                     while started.elapsed() < PER_ROUND {
                         let response = infer.infer(request(&model)).await.expect("infers");
                         assert_eq!(response.outputs.len(), 2, "{model}: two outputs");
                         n += 1;
                     }
-                    (n, started.elapsed(), cpu_ns() - cpu)
+                    (n, started.elapsed(), cpu.elapsed_ns())
                 })
                 .await
                 .unwrap();

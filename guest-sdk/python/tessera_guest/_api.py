@@ -187,6 +187,24 @@ class InferenceRequest:
         r._sender = None
         return r
 
+    def _prefetch(self, inputs):
+        """Takes the inputs `request.read-inputs` returned for this request (app.execute reads
+        a whole batch's in one host call): each one with its bytes becomes a tensor at once;
+        one above the size limit (no bytes) stays to be fetched as a handle when asked for."""
+        by_name = {}
+        ordered = []
+        complete = True
+        for d in inputs:
+            if d.data is None:
+                complete = False
+                continue
+            t = Tensor._from_input(d)
+            by_name[d.name] = t
+            ordered.append(t)
+        self._by_name = by_name
+        if complete:  # every input is known: a missing name needs no host call either
+            self._inputs = ordered
+
     # -- accessors (Triton's names) ------------------------------------------------------------
     def inputs(self):
         if self._inputs is None:

@@ -26,6 +26,12 @@ except ImportError:  # plain CPython
             self.value = value
 
 
+if AVAILABLE:
+    from . import _handles
+
+    _handles.install(_handles.resource_classes(wit_host, wit_types))
+
+
 class HostUnavailable(RuntimeError):
     pass
 
@@ -70,6 +76,17 @@ def wit_error(code, message):
 def error_code(wit_err):
     """The TritonError code (0..7) of a WIT `error` record."""
     return int(wit_err.code.value)
+
+
+# Inputs up to this size come with `request.read-inputs`: one host call for a whole batch instead
+# of two per input (a Python guest's host call costs ~2-4 µs, more than copying a few KiB), at
+# the price of copying inputs the model may only pass on. Larger ones stay host handles.
+PREFETCH_MAX_BYTES = 4096
+
+
+def read_inputs(requests):
+    """The inputs of each request (`input-data` records), small ones with their bytes."""
+    return wit_types.Request.read_inputs(requests, PREFETCH_MAX_BYTES)
 
 
 def parameters_to_wit(params):

@@ -208,6 +208,20 @@ class MockHost:
                 out.append(_rec(key=k, value=v))
             return out
 
+        def read_inputs(handles, max_bytes):
+            out = []
+            for h in handles:
+                row = []
+                for t in self._get(h).inputs:
+                    data = None
+                    if len(t.data) <= max_bytes:
+                        data = t.data
+                        self.bytes_to_guest += len(t.data)
+                    row.append(_rec(name=t.name, datatype=t.datatype.lower(), shape=list(t.shape), data=data))
+                out.append(row)
+            return out
+
+        li.add_func("[static]request.read-inputs", w("request.read-inputs", read_inputs))
         li.add_func("[method]request.id", w("request.id", lambda h: self._get(h).id))
         li.add_func("[method]request.input", w("request.input", req_input))
         li.add_func("[method]request.inputs", w("request.inputs",

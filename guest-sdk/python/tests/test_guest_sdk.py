@@ -112,21 +112,36 @@ def test_add_sub_example(add_sub_wasm, engine):
         assert by["OUTPUT0"].datatype == "FP32" and by["OUTPUT0"].shape == [1, 16]
         assert by["OUTPUT0"].values() == [x + 0.5 for x in a]
         assert by["OUTPUT1"].values() == [x - 0.5 for x in a]
-    # one host call per input reads its datatype, shape and bytes together (in0.shape() after
-    # as_list() asks the host nothing)
-    assert host.calls.get("tensor.read") == 6
-    assert [c for c in ("tensor.data", "tensor.datatype", "tensor.shape") if c in host.calls] == []
+    # the batch's inputs come in one host call (request.read-inputs, small inputs with their
+    # bytes); then only the outputs' creation and the requests' drops reach the host
+    assert host.calls == {"request.read-inputs": 1, "tensor.create-latin1": 6, "drop": 3}
     host.finalize()
     assert ("info", "Cleaning up...") in host.logs  # print() goes to the host log
     assert host.live_objects() == {}, "every handle was dropped or returned"
 
 
 def test_passthrough_moves_no_bytes(probe):
-    x = f32("X", [1.0, 2.0, 3.0])
-    (outs,) = probe.execute([req("echo", x)])
-    assert [(t.name, t.values()) for t in outs] == [("OUT_X", [1.0, 2.0, 3.0])]
+    # above the SDK's prefetch limit (4 KiB) an input stays a host handle: passed on, its bytes
+    # never enter the guest
+    big = [float(i) for i in range(2000)]
+    (outs,) = probe.execute([req("echo", f32("X", big))])
+    assert [(t.name, t.values()) for t in outs] == [("OUT_X", big)]
     assert probe.bytes_to_guest == 0 and probe.bytes_from_guest == 0
     assert probe.calls.get("tensor.data", 0) == 0 and probe.calls.get("tensor.read", 0) == 0
+    assert probe.live_objects() == {}
+
+
+def test_small_inputs_come_in_one_call_for_the_batch(probe):
+    # a small input arrives with request.read-inputs (one call for every request of the batch):
+    # reading it asks the host nothing more, and passing it on copies its 12 bytes back
+    batch = [req("echo", f32("X", [1.0, 2.0, float(i)])) for i in range(3)]
+    results = probe.execute(batch)
+    assert [[(t.name, t.values()) for t in outs] for outs in results] == [
+        [("OUT_X", [1.0, 2.0, float(i)])] for i in range(3)]
+    assert probe.calls.get("request.read-inputs") == 1
+    assert [c for c in ("request.input", "request.inputs", "tensor.read", "tensor.data") if c in probe.calls] == []
+    assert probe.bytes_to_guest == 36 and probe.bytes_from_guest == 36
+    assert probe.live_objects() == {}
 
 
 @pytest.mark.parametrize("dt,values", [
@@ -214,8 +229,9 @@ def test_bls(probe):
     model, version, names, outputs, params = probe.bls_calls[-1]
     assert (model, version, names, outputs) == ("inner", None, ["X", "K"], ["Y"])
     assert params == {"mode": "fast", "n": 3, "flag": True, "ratio": 0.5}
-    # the request's input went to the callee and the callee's output came back as handles
-    assert probe.bytes_to_guest == 0
+    # the callee's output came back as a handle: the only bytes in the guest are the request's
+    # small input, which came with request.read-inputs
+    assert probe.bytes_to_guest == 8
 
 
 def test_bls_error(probe):
@@ -238,7 +254,7 @@ def test_decoupled(probe):
     assert all(s[0][1][0].values() == [7.0] for s in oks[:3]) and oks[3][0][1] == []
     assert r.sent[3] == (("err", "unavailable", "partial"), False)
     assert [final for _, final in r.sent] == [False, False, False, False, True]
-    assert probe.bytes_to_guest == 0
+    assert probe.bytes_to_guest == 4  # the small input, with request.read-inputs
 
 
 def test_initialize_failure(probe_wasm, engine):
@@ -297,3 +313,20 @@ def test_large_outputs_do_not_leak(probe_wasm, engine):
         except wasmtime.WasmtimeError as e:
             pytest.fail("trapped after %d x %d KiB outputs: %s" % (i, n >> 10, str(e).splitlines()[-1]))
         assert isinstance(r, list), "failed after %d x %d KiB outputs: %s" % (i, n >> 10, r)
+
+
+def test_prefetched_inputs_do_not_leak(probe_wasm, engine):
+    """The bytes request.read-inputs hands the guest are freed once read: 24 MiB of 4 KiB inputs
+    (the largest the SDK prefetches), passed on as outputs, fit in a 32 MiB guest."""
+    host = MockHost(probe_wasm, engine=engine)
+    host.store.set_limits(memory_size=32 << 20)  # ~22 MiB is the interpreter's own
+    host.initialize(PROBE_CONFIG, name="probe")
+    x = f32("X", [0.5] * 1024)
+    for i in range(96):  # 96 batches of 64 requests x 4 KiB
+        try:
+            results = host.execute([req("echo", x) for _ in range(64)])
+        except wasmtime.WasmtimeError as e:
+            pytest.fail("trapped after %d batches: %s" % (i, str(e).splitlines()[-1]))
+        assert all(isinstance(r, list) and r[0].name == "OUT_X" for r in results), results[0]
+    assert host.bytes_to_guest == 96 * 64 * 4096, "every input came with request.read-inputs"
+    assert host.live_objects() == {}

@@ -198,6 +198,30 @@ impl wit::HostRequest for GuestState {
         self.new_tensors(inputs)
     }
 
+    fn read_inputs(
+        &mut self,
+        requests: Vec<Resource<HostRequest>>,
+        max_bytes: u64,
+    ) -> wasmtime::Result<Vec<Vec<wit::InputData>>> {
+        let mut out = Vec::with_capacity(requests.len());
+        for handle in &requests {
+            let request = self.table.get(handle).map_err(table_error)?;
+            out.push(
+                request
+                    .inputs
+                    .iter()
+                    .map(|t| wit::InputData {
+                        name: t.name.clone(),
+                        datatype: datatype_to_wit(t.datatype),
+                        shape: t.shape.clone(),
+                        data: (t.data.len() as u64 <= max_bytes).then(|| t.data.to_vec()),
+                    })
+                    .collect(),
+            );
+        }
+        Ok(out)
+    }
+
     fn requested_outputs(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<Vec<String>> {
         Ok(self.table.get(&handle).map_err(table_error)?.outputs.clone())
     }
