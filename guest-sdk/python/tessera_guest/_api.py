@@ -199,7 +199,7 @@ class InferenceRequest:
                 complete = False
                 continue
             t = Tensor._from_input(d)
-            by_name[d.name] = t
+            by_name.setdefault(d.name, t)  # the first of a name, as request.input finds it
             ordered.append(t)
         self._by_name = by_name
         if complete:  # every input is known: a missing name needs no host call either

@@ -7,14 +7,14 @@ weak reference with a callback, and at death a registry pop and a call. Measured
 `request.input()` plus the drop of the handle it returns cost ~3.7 µs, and add_sub_python makes
 about five such objects per request.
 
-`install(kinds)` keeps componentize-py's protocol and drops the bookkeeping for those objects
-only: `weakref.finalize(obj, ...)` on an object of one of `kinds` (the generated resource
-classes) returns a small `HandleFinalizer` that holds the drop function and its arguments, and
-the resource classes get a `__del__` that calls it. componentize-py only ever calls the
-finalizer, `detach()`s it (when a handle moves to the host: an output, a constructor's
-temporary) or reads `alive`, which `HandleFinalizer` answers as `weakref.finalize` would. Every
-other `weakref.finalize` (the user's, the standard library's) is untouched: it is created by the
-original class as before.
+`install(kinds, drop)` keeps componentize-py's protocol and drops the bookkeeping for those
+objects only: `weakref.finalize(obj, drop, ...)` on an object of one of `kinds` (the generated
+resource classes) with componentize-py's own drop function returns a small `HandleFinalizer`
+that holds the drop function and its arguments, and the resource classes get a `__del__` that
+calls it. componentize-py only ever calls the finalizer or `detach()`s it (when a handle moves
+to the host: an output, a constructor's temporary); `HandleFinalizer` answers those, `peek()`
+and `alive` as `weakref.finalize` would. Every other `weakref.finalize` (the user's, also on a
+resource object, and the standard library's) is created by the original class as before.
 
 Nothing here changes when a handle is dropped: when its object dies (reference count or cycle
 collection), as before. At interpreter exit `weakref.finalize` would also run leftover
@@ -74,17 +74,18 @@ def _drop_handle(self):
 _installed = False
 
 
-def install(kinds):
-    """Gives objects of the resource classes `kinds` a `HandleFinalizer` (idempotent)."""
+def install(kinds, drop):
+    """Gives objects of the resource classes `kinds` a `HandleFinalizer` when componentize-py
+    registers `drop` (its `componentize_py_runtime.drop_resource`) for them (idempotent)."""
     global _installed
     kinds = frozenset(kinds)
-    if _installed or not kinds:
+    if _installed or not kinds or drop is None:
         return
     finalize = weakref.finalize
 
-    def new(cls, obj, func, /, *args, **kwargs):
-        if cls is finalize and obj.__class__ in kinds and not kwargs:
-            return HandleFinalizer(func, args)
+    def new(cls, *args, **kwargs):
+        if cls is finalize and len(args) >= 2 and args[1] is drop and args[0].__class__ in kinds and not kwargs:
+            return HandleFinalizer(drop, args[2:])
         return object.__new__(cls)
 
     for kind in kinds:

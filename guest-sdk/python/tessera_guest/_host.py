@@ -27,9 +27,12 @@ except ImportError:  # plain CPython
 
 
 if AVAILABLE:
+    import componentize_py_runtime
+
     from . import _handles
 
-    _handles.install(_handles.resource_classes(wit_host, wit_types))
+    _handles.install(_handles.resource_classes(wit_host, wit_types),
+                     getattr(componentize_py_runtime, "drop_resource", None))
 
 
 class HostUnavailable(RuntimeError):
@@ -80,7 +83,8 @@ def error_code(wit_err):
 
 # Inputs up to this size come with `request.read-inputs`: one host call for a whole batch instead
 # of two per input (a Python guest's host call costs ~2-4 µs, more than copying a few KiB), at
-# the price of copying inputs the model may only pass on. Larger ones stay host handles.
+# the price of copying inputs the model may only pass on. Larger ones stay host handles, and so
+# do all once the call has copied 1 MiB (the host's cap).
 PREFETCH_MAX_BYTES = 4096
 
 

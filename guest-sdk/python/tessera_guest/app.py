@@ -130,12 +130,12 @@ class WitWorld(_WitWorldProtocol):
     def execute(self, requests):
         n = len(requests)
         reqs = [_api.InferenceRequest._from_host(r) for r in requests]
-        if n and _host.AVAILABLE:
-            for req, inputs in zip(reqs, _host.read_inputs(requests)):
-                req._prefetch(inputs)
         try:
             if _State.model is None:
                 raise TritonError("execute() before a successful initialize()", TritonError.UNAVAILABLE)
+            if n and _host.AVAILABLE:
+                for req, inputs in zip(reqs, _host.read_inputs(requests)):
+                    req._prefetch(inputs)
             responses = _await_if_coroutine(_State.model.execute(reqs))
         except BaseException as e:  # noqa: BLE001
             _log_exception("execute")

@@ -210,12 +210,14 @@ class MockHost:
 
         def read_inputs(handles, max_bytes):
             out = []
+            budget = 1 << 20  # the host's READ_INPUTS_MAX_TOTAL
             for h in handles:
                 row = []
                 for t in self._get(h).inputs:
                     data = None
-                    if len(t.data) <= max_bytes:
+                    if len(t.data) <= max_bytes and len(t.data) <= budget:
                         data = t.data
+                        budget -= len(t.data)
                         self.bytes_to_guest += len(t.data)
                     row.append(_rec(name=t.name, datatype=t.datatype.lower(), shape=list(t.shape), data=data))
                 out.append(row)

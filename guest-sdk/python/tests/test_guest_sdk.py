@@ -330,3 +330,21 @@ def test_prefetched_inputs_do_not_leak(probe_wasm, engine):
         assert all(isinstance(r, list) and r[0].name == "OUT_X" for r in results), results[0]
     assert host.bytes_to_guest == 96 * 64 * 4096, "every input came with request.read-inputs"
     assert host.live_objects() == {}
+
+
+def test_a_batch_past_the_prefetch_budget_reads_the_rest_as_handles(probe):
+    # request.read-inputs copies at most 1 MiB per call: of 300 inputs of 4 KiB the first 256 come
+    # with their bytes, the other 44 stay host handles (one request.input each, no bytes)
+    x = f32("X", [0.25] * 1024)
+    results = probe.execute([req("echo", x) for _ in range(300)])
+    assert all(outs[0].name == "OUT_X" and outs[0].data == x.data for outs in results)
+    assert probe.calls.get("request.read-inputs") == 1
+    assert probe.calls.get("request.inputs") == 44
+    assert probe.bytes_to_guest == 256 * 4096
+    assert probe.live_objects() == {}
+
+
+def test_a_users_own_finalizer_on_a_resource_still_runs(probe):
+    probe.execute([req("user_finalizer")])
+    assert ("info", "user finalizer ran") in probe.logs
+    assert probe.live_objects() == {}

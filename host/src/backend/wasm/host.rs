@@ -203,18 +203,32 @@ impl wit::HostRequest for GuestState {
         requests: Vec<Resource<HostRequest>>,
         max_bytes: u64,
     ) -> wasmtime::Result<Vec<Vec<wit::InputData>>> {
+        // Each request once: a guest repeating a handle would make the host copy without bound
+        // (in host memory, where the guest's memory cap does not reach), so that traps.
+        let mut seen = std::collections::HashSet::with_capacity(requests.len());
+        let mut budget = READ_INPUTS_MAX_TOTAL;
         let mut out = Vec::with_capacity(requests.len());
         for handle in &requests {
+            if !seen.insert(handle.rep()) {
+                return Err(wasmtime::Error::msg("request.read-inputs: the same request handle was passed twice"));
+            }
             let request = self.table.get(handle).map_err(table_error)?;
             out.push(
                 request
                     .inputs
                     .iter()
-                    .map(|t| wit::InputData {
-                        name: t.name.clone(),
-                        datatype: datatype_to_wit(t.datatype),
-                        shape: t.shape.clone(),
-                        data: (t.data.len() as u64 <= max_bytes).then(|| t.data.to_vec()),
+                    .map(|t| {
+                        let size = t.data.len();
+                        let copy = size as u64 <= max_bytes && size <= budget;
+                        if copy {
+                            budget -= size;
+                        }
+                        wit::InputData {
+                            name: t.name.clone(),
+                            datatype: datatype_to_wit(t.datatype),
+                            shape: t.shape.clone(),
+                            data: copy.then(|| t.data.to_vec()),
+                        }
                     })
                     .collect(),
             );
@@ -269,6 +283,11 @@ impl wit::HostResponseSender for GuestState {
         self.table.delete(handle).map(|_| ()).map_err(table_error)
     }
 }
+
+/// The most input bytes one `request.read-inputs` call copies into the guest; inputs past it
+/// come without their bytes (the guest reads them through `request.input`), so a batch of many
+/// small inputs cannot take a guest's memory in one call.
+const READ_INPUTS_MAX_TOTAL: usize = 1 << 20;
 
 /// The bytes a latin-1 string stands for (each character one byte), or `None` if a character is
 /// above U+00FF. ASCII text is its own bytes.

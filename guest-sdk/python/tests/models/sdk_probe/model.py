@@ -70,6 +70,15 @@ class TritonPythonModel:
         }
         return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", [json.dumps(info)], "BYTES")])
 
+    def user_finalizer(self, request):
+        # a finalizer of the model's own on a host resource object (the request) runs when the
+        # object dies, like any weakref.finalize: the SDK's cheaper handle finalizers are only
+        # for componentize-py's own
+        import weakref
+
+        weakref.finalize(request._host_request, pb_utils.Logger.log_info, "user finalizer ran")
+        return pb_utils.InferenceResponse([])
+
     def log(self, request):
         pb_utils.Logger.log_verbose("v")
         pb_utils.Logger.log_warn("w")
