@@ -461,6 +461,57 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn read_inputs_copies_small_inputs_of_each_request_once() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        let (a, _) = request(&mut s, None);
+        let (b, _) = request(&mut s, None);
+        let borrow = |r: &Resource<HostRequest>| Resource::<HostRequest>::new_borrow(r.rep());
+        let read = s.read_inputs(vec![borrow(&a), borrow(&b)], 8).expect("no trap");
+        assert_eq!(read.len(), 2, "one list per request, in order");
+        for inputs in &read {
+            assert_eq!(inputs.len(), 1);
+            let input = &inputs[0];
+            assert_eq!(
+                (input.name.as_str(), input.datatype, input.shape.as_slice()),
+                ("IN", wit::DataType::Int32, &[2][..])
+            );
+            assert_eq!(input.data.as_deref(), Some(&[1u8, 0, 0, 0, 2, 0, 0, 0][..]));
+        }
+        // Above max-bytes an input comes without its bytes (the guest reads it as a handle).
+        let read = s.read_inputs(vec![borrow(&a)], 7).expect("no trap");
+        assert!(read[0][0].data.is_none());
+        // The same request twice would let a guest make the host copy without bound: a trap.
+        let twice = s.read_inputs(vec![borrow(&a), borrow(&a)], 8);
+        assert!(twice.is_err_and(|e| e.to_string().contains("passed twice")));
+    }
+
+    #[test]
+    fn read_inputs_copies_at_most_its_budget_per_call() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        let size = READ_INPUTS_MAX_TOTAL / 3 + 1;
+        let handles: Vec<_> = (0..3)
+            .map(|i| {
+                let input =
+                    Tensor::new("IN", DataType::Uint8, vec![size as i64], Bytes::from(vec![i; size])).expect("tensor");
+                s.table
+                    .push(HostRequest {
+                        id: format!("r{i}"),
+                        inputs: vec![input],
+                        outputs: Vec::new(),
+                        parameters: Parameters::default(),
+                        responder: Arc::new(Mutex::new(None)),
+                    })
+                    .expect("push request")
+            })
+            .collect();
+        let borrows = handles.iter().map(|r| Resource::<HostRequest>::new_borrow(r.rep())).collect();
+        let read = s.read_inputs(borrows, u64::MAX).expect("no trap");
+        let copied: Vec<bool> = read.iter().map(|inputs| inputs[0].data.is_some()).collect();
+        assert_eq!(copied, vec![true, true, false], "the third input would pass the per-call budget");
+        assert_eq!(read[1][0].data.as_ref().map(Vec::len), Some(size));
+    }
+
+    #[test]
     fn requests() {
         let mut s = state(shared(AllowList::Nothing, None));
         let (r, _) = request(&mut s, None);
