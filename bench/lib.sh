@@ -18,3 +18,30 @@ wait_models_ready() {
     done
   done
 }
+
+# load_window PID HTTP_PORT MODEL LOAD_PORT PROTOCOL CONCURRENCY: one window of a running server's
+# own cost under perf_analyzer's load. perf_analyzer only generates the load (its own measurement
+# is never waited for: at Tessera's rates its stabilisation passes can run for minutes while its
+# memory grows), and is stopped once the window is taken. Prints "infer/s<TAB>server CPU µs per
+# inference<TAB>server-side µs per request<TAB>executions per inference" from bench/server_sample.py
+# before and after MEASURE_S seconds that start WARMUP_S after the load does, or NA fields when
+# nothing succeeded. Env: PERF_ANALYZER, PERF_ANALYZER_LD_LIBRARY_PATH, WARMUP_S, MEASURE_S,
+# PYTHON (python3), LOAD_PREFIX (a command to run perf_analyzer under, e.g. "taskset -c 4-15"),
+# PA_LOG (perf_analyzer's output, /dev/null by default).
+load_window() {
+  local pid=$1 http=$2 model=$3 port=$4 protocol=$5 c=$6 here before after t0 t1 pa
+  here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+  # shellcheck disable=SC2086
+  ${LOAD_PREFIX:-} env LD_LIBRARY_PATH="$PERF_ANALYZER_LD_LIBRARY_PATH" \
+    timeout $((WARMUP_S + MEASURE_S + 30)) "$PERF_ANALYZER" -m "$model" -i "$protocol" -u "127.0.0.1:$port" \
+    -b 1 --concurrency-range "$c" -p 600000 -r 1 >"${PA_LOG:-/dev/null}" 2>&1 &
+  pa=$!
+  sleep "$WARMUP_S"
+  before=$("${PYTHON:-python3}" "$here/server_sample.py" "$pid" "$http" "$model"); t0=$(date +%s.%N)
+  sleep "$MEASURE_S"
+  after=$("${PYTHON:-python3}" "$here/server_sample.py" "$pid" "$http" "$model"); t1=$(date +%s.%N)
+  kill "$pa" 2>/dev/null || true; wait "$pa" 2>/dev/null || true
+  awk -v a="$before" -v b="$after" -v t0="$t0" -v t1="$t1" 'BEGIN { split(a, x, " "); split(b, y, " ")
+    n = y[2] - x[2]; if (n <= 0) { print "NA\tNA\tNA\tNA"; exit }
+    printf "%.0f\t%.1f\t%.1f\t%.2f\n", n / (t1 - t0), (y[1] - x[1]) * 1e6 / n, (y[3] - x[3]) / n / 1000, (y[4] - x[4]) / n }'
+}

@@ -51,7 +51,6 @@ SERVER_PID=$!
 source bench/lib.sh
 wait_models_ready "$SERVER_PID" $HTTP "$OUT_DIR/server.log" $MODELS || exit 1
 
-sample() { "$PYTHON" bench/server_sample.py "$SERVER_PID" "$HTTP" "$1"; }
 # perf_analyzer only generates the load here: at these rates (70-95k infer/s) its stabilisation
 # passes took over a minute each on the 16-core machine, so throughput and costs come from the
 # server's own statistics over a fixed window (Δ success count / Δ time) while it runs.
@@ -59,18 +58,8 @@ printf 'model\tc\trep\tinfer_per_s\tcpu_us\tserver_us\texec_per_inf\n' >"$OUT_DI
 for rep in $(seq "$REPEATS"); do
   for m in $MODELS; do
     for c in $CONCURRENCY; do
-      taskset -c "$CLIENT_CPUS" env LD_LIBRARY_PATH="$PERF_ANALYZER_LD_LIBRARY_PATH" "$PERF_ANALYZER" \
-        -m "$m" -i "$PROTOCOL" -u "127.0.0.1:$PORT" -b 1 --concurrency-range "$c" -p 600000 -r 1 \
-        >"$OUT_DIR/${m}_c${c}_r$rep.txt" 2>&1 &
-      pa=$!
-      sleep "$WARMUP_S"
-      before=$(sample "$m"); t0=$(date +%s.%N)
-      sleep "$MEASURE_S"
-      after=$(sample "$m"); t1=$(date +%s.%N)
-      kill "$pa" 2>/dev/null || true; wait "$pa" 2>/dev/null || true
-      row=$(awk -v a="$before" -v b="$after" -v t0="$t0" -v t1="$t1" 'BEGIN { split(a, x, " "); split(b, y, " ")
-        n = y[2] - x[2]; if (n <= 0) { print "NA\tNA\tNA\tNA"; exit }
-        printf "%.0f\t%.1f\t%.1f\t%.2f", n / (t1 - t0), (y[1] - x[1]) * 1e6 / n, (y[3] - x[3]) / n / 1000, (y[4] - x[4]) / n }')
+      row=$(LOAD_PREFIX="taskset -c $CLIENT_CPUS" PA_LOG="$OUT_DIR/${m}_c${c}_r$rep.txt" \
+        load_window "$SERVER_PID" "$HTTP" "$m" "$PORT" "$PROTOCOL" "$c")
       printf '%s\t%s\t%s\t%s\n' "$m" "$c" "$rep" "$row" >>"$OUT_DIR/results.tsv"
       log "$m c=$c rep $rep: $row"
     done
