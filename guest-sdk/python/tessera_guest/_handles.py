@@ -56,14 +56,6 @@ class HandleFinalizer:
     def alive(self):
         return self._func is not None
 
-    @property
-    def atexit(self):
-        return False
-
-    @atexit.setter
-    def atexit(self, value):
-        pass
-
 
 def _drop_handle(self):
     finalizer = self.__dict__.get("finalizer")

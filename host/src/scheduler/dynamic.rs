@@ -407,9 +407,14 @@ impl Queues {
     /// Answers every queued request with `error`.
     fn fail_all(&mut self, error: &CoreError) {
         for p in std::mem::take(&mut self.levels).into_values().flatten() {
-            self.stats.pending_add(-1);
-            let _ = p.reply.send(Err(error.clone()));
+            self.fail(p, error);
         }
+    }
+
+    /// Answers one request that was counted as pending with `error`.
+    fn fail(&self, p: Pending, error: &CoreError) {
+        self.stats.pending_add(-1);
+        let _ = p.reply.send(Err(error.clone()));
     }
 }
 
@@ -564,8 +569,7 @@ impl BatcherTask {
     async fn fail_all(mut self, error: CoreError, mut rx: mpsc::UnboundedReceiver<(u64, Pending)>) {
         self.queues.fail_all(&error);
         while let Some((_, p)) = rx.recv().await {
-            self.queues.stats.pending_add(-1);
-            let _ = p.reply.send(Err(error.clone()));
+            self.queues.fail(p, &error);
         }
     }
 

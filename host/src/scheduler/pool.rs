@@ -33,6 +33,10 @@ pub struct InstanceSlot {
 }
 
 impl InstanceSlot {
+    fn new(permit: OwnedSemaphorePermit, on_release: Option<ReleaseHook>) -> Self {
+        Self { permit: Some(permit), on_release }
+    }
+
     /// Gives the slot up for good, with its retired instance.
     fn retire(mut self) {
         if let Some(permit) = self.permit.take() {
@@ -289,13 +293,10 @@ impl InstancePool {
         self.on_release.set(hook).is_ok()
     }
 
-    fn slot(&self, permit: OwnedSemaphorePermit) -> InstanceSlot {
-        InstanceSlot { permit: Some(permit), on_release: self.on_release.get().cloned() }
-    }
-
     /// An idle instance's slot, if one is free right now.
     pub fn try_acquire(&self) -> Option<InstanceSlot> {
-        Arc::clone(&self.available).try_acquire_owned().ok().map(|permit| self.slot(permit))
+        let permit = Arc::clone(&self.available).try_acquire_owned().ok()?;
+        Some(InstanceSlot::new(permit, self.on_release.get().cloned()))
     }
 
     /// Whether every instance has been retired (after panics): no slot will ever be free again.
@@ -309,7 +310,7 @@ impl InstancePool {
         let on_release = self.on_release.get().cloned();
         async move {
             match available.acquire_owned().await {
-                Ok(permit) => Ok(InstanceSlot { permit: Some(permit), on_release }),
+                Ok(permit) => Ok(InstanceSlot::new(permit, on_release)),
                 Err(_) => Err(instances_gone()),
             }
         }
