@@ -466,8 +466,12 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            result = probe(text(request, "OP"), text(request, "ARG"))
-            out = pb_utils.Tensor("RESULT", [result.encode()], "BYTES", shape=[1])
+            op = text(request, "OP")
+            if op == "misfit":  # a BYTES element that claims 5 bytes and has 2: the host refuses it
+                out = pb_utils.Tensor.from_bytes("RESULT", b"\\x05\\x00\\x00\\x00ab", "BYTES", [1])
+            else:
+                result = probe(op, text(request, "ARG"))
+                out = pb_utils.Tensor("RESULT", [result.encode()], "BYTES", shape=[1])
             responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
         return responses
 '''
@@ -599,6 +603,17 @@ def test_python_guest_reads_small_and_large_inputs(sandbox_server):
     for name in ("a" * 10, "b" * 6000):
         answer = probe(sandbox_server, "no_grants", "list", "/" + name)
         assert answer.startswith("ERR:") and ("/" + name) in answer, answer[:200]
+
+
+def test_python_guest_output_the_host_refuses_is_the_callers_error(sandbox_server):
+    # A computed output reaches the host by value (request.set-outputs), which checks it: a
+    # malformed one fails that request with the host's reason, and the instance serves on.
+    body = {"inputs": [{"name": "OP", "shape": [1], "datatype": "BYTES", "data": ["misfit"]},
+                       {"name": "ARG", "shape": [1], "datatype": "BYTES", "data": [""]}]}
+    r = requests.post(sandbox_server.http("/v2/models/no_grants/infer"), json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    assert "invalid BYTES data for output 'RESULT'" in r.json()["error"], r.text
+    assert probe(sandbox_server, "no_grants", "marker").startswith("OK:")
 
 
 def test_read_only_filesystem_grant(sandbox_server):

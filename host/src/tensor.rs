@@ -124,9 +124,21 @@ impl Tensor {
         Self { name: name.into(), datatype, shape, data }
     }
 
+    /// [`Self::new`] for a tensor a model produced: its errors call it an output.
+    pub fn new_output(name: impl Into<String>, datatype: DataType, shape: Vec<i64>, data: Bytes) -> CoreResult<Self> {
+        let tensor = Self::unchecked(name, datatype, shape, data);
+        tensor.check("output")?;
+        Ok(tensor)
+    }
+
     /// Checks that the data fits the shape and datatype: non-negative dims whose product does not
     /// overflow, the exact byte size, or well-formed BYTES elements of the right count.
     pub fn validate(&self) -> CoreResult<()> {
+        self.check("input")
+    }
+
+    /// [`Self::validate`], with `role` ("input", "output") in its messages.
+    fn check(&self, role: &str) -> CoreResult<()> {
         let name = &self.name;
         let count = element_count(&self.shape)?;
         match self.datatype.element_size() {
@@ -134,17 +146,17 @@ impl Tensor {
                 let expected = count.saturating_mul(size);
                 if self.data.len() != expected {
                     return Err(CoreError::invalid_arg(format!(
-                        "input byte size mismatch for input '{name}'. Expected {expected}, got {}",
+                        "{role} byte size mismatch for {role} '{name}'. Expected {expected}, got {}",
                         self.data.len()
                     )));
                 }
             }
             None => {
                 let found = bytes_element_count(&self.data)
-                    .map_err(|e| CoreError::invalid_arg(format!("invalid BYTES data for input '{name}': {e}")))?;
+                    .map_err(|e| CoreError::invalid_arg(format!("invalid BYTES data for {role} '{name}': {e}")))?;
                 if found != count {
                     return Err(CoreError::invalid_arg(format!(
-                        "unexpected number of string elements {found} for input '{name}', expecting {count}"
+                        "unexpected number of string elements {found} for {role} '{name}', expecting {count}"
                     )));
                 }
             }

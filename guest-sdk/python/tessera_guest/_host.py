@@ -93,6 +93,19 @@ def read_inputs(requests):
     return wit_types.Request.read_inputs(requests, PREFETCH_MAX_BYTES)
 
 
+def output_data(name, datatype, shape, raw):
+    """An `output-data` tuple for `request.set-outputs`. The bytes cross as a latin-1 string:
+    componentize-py frees a string argument after the call, not a bytes one (see
+    Tensor._create_handle)."""
+    return (name, wit_datatype(datatype), shape, raw.decode("latin-1"))
+
+
+def set_outputs(requests, outputs):
+    """Gives each of `requests` (host request handles of this execute call) its list of
+    `output-data` tuples; one Ok/Err per request."""
+    return wit_types.Request.set_outputs(requests, outputs)
+
+
 def parameters_to_wit(params):
     """A list of WIT `parameter` records from a dict (or a JSON object string)."""
     if not params:

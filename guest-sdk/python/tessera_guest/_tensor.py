@@ -54,6 +54,17 @@ class Tensor:
         self._explicit_shape = shape is not None
         dt = _dtypes.normalize(datatype)
 
+        cls = data.__class__
+        if (cls is list or cls is tuple) and not (data and isinstance(data[0], (list, tuple))):
+            # a flat list, the common case, first: no flattening, no copy
+            self._dtype = dt or _dtypes.infer(data)
+            self._shape = [len(data)] if shape is None else [int(d) for d in shape]
+            if _dtypes.element_count(self._shape) != len(data):
+                raise ValueError("Tensor %r: %d elements do not fit shape %s"
+                                 % (self._name, len(data), self._shape))
+            self._raw = _dtypes.encode(self._dtype, data)
+            return
+
         if isinstance(data, Tensor):
             src = data
             if dt is not None and dt != src.datatype():
@@ -304,6 +315,11 @@ class Tensor:
         return _host_call(_host.wit_types.Tensor.create_latin1, self._name,
                           _host.wit_datatype(self._dtype), self._shape,
                           self.to_bytes().decode("latin-1"))
+
+    def _output_data(self):
+        """This local tensor as an `output-data` tuple (`request.set-outputs`)."""
+        _host.require()
+        return _host.output_data(self._name, self._dtype, self._shape, self.to_bytes())
 
     def _lower_owned(self):
         """An owned host handle to give away (response, response sender): a new handle to the

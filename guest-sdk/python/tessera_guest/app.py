@@ -148,32 +148,7 @@ class WitWorld(_WitWorldProtocol):
             message = ("execute() returned %d responses for %d requests" % (len(responses), n))
             _api._log(message, _api.LogLevel.ERROR)
             return [_host.Err(_host.wit_error(TritonError.INTERNAL, message)) for _ in range(n)]
-        return [self._lower_response(r) for r in responses]
-
-    def _lower_response(self, resp):
-        if not isinstance(resp, _api.InferenceResponse):
-            if isinstance(resp, BaseException):
-                code, message = _error_of(resp)
-                return _host.Err(_host.wit_error(code, message))
-            return _host.Err(_host.wit_error(
-                TritonError.INTERNAL,
-                "execute() must return pb_utils.InferenceResponse objects, got %s"
-                % type(resp).__name__))
-        if resp.has_error():
-            e = resp.error()
-            return _host.Err(_host.wit_error(e.code(), e.message()))
-        try:
-            handles = []
-            for t in resp._outputs:
-                cfg = _State.outputs.get(t.name())
-                if cfg is not None:
-                    t._conform(cfg[0], cfg[1])
-                handles.append(t._lower_owned())
-            return _host.Ok(handles)
-        except BaseException as e:  # noqa: BLE001
-            _log_exception("building the response")
-            code, message = _error_of(e)
-            return _host.Err(_host.wit_error(code, message))
+        return _lower_responses(requests, responses)
 
     def finalize(self):
         fin = getattr(_State.model, "finalize", None)
@@ -188,6 +163,69 @@ class WitWorld(_WitWorldProtocol):
                 stream.flush()
             except Exception:
                 pass
+
+
+def _lower_responses(requests, responses):
+    """execute()'s results for the host. Outputs the guest computed go to the host by value, the
+    whole batch's in one `request.set-outputs` call (a Python guest's host call and each handle
+    it gets back cost microseconds); host tensors (inputs or BLS outputs passed on) are returned
+    as handles, which moves no bytes."""
+    results = []
+    given_requests = []
+    given_outputs = []
+    given_at = []
+    for i, resp in enumerate(responses):
+        lowered = _lower_response(resp)
+        if isinstance(lowered, _host.Err):
+            results.append(lowered)
+            continue
+        handles, data = lowered
+        if data:
+            given_requests.append(requests[i])
+            given_outputs.append(data)
+            given_at.append(i)
+        results.append(_host.Ok(handles))
+    if given_requests:
+        for i, given in zip(given_at, _host.set_outputs(given_requests, given_outputs)):
+            if isinstance(given, _host.Err):
+                results[i] = given
+    return results
+
+
+def _lower_response(resp):
+    """(host tensor handles, `output-data` tuples) of one response, or its error as an Err."""
+    if not isinstance(resp, _api.InferenceResponse):
+        if isinstance(resp, BaseException):
+            code, message = _error_of(resp)
+            return _host.Err(_host.wit_error(code, message))
+        return _host.Err(_host.wit_error(
+            TritonError.INTERNAL,
+            "execute() must return pb_utils.InferenceResponse objects, got %s"
+            % type(resp).__name__))
+    if resp.has_error():
+        e = resp.error()
+        return _host.Err(_host.wit_error(e.code(), e.message()))
+    try:
+        handles = []
+        data = []
+        for t in resp._outputs:
+            if t._handle is not None:  # a host tensor passed on: its own datatype and shape
+                handles.append(t._lower_owned())
+                continue
+            if not (t._explicit_dtype and t._explicit_shape):
+                cfg = _State.outputs.get(t.name())
+                if cfg is not None:
+                    t._conform(cfg[0], cfg[1])
+            if t._raw is not None:  # Tensor._output_data, inlined: the common case
+                data.append((t._name, _host.wit_datatype(t._dtype), t._shape,
+                             t._raw.decode("latin-1")))
+            else:
+                data.append(t._output_data())
+        return handles, data
+    except BaseException as e:  # noqa: BLE001
+        _log_exception("building the response")
+        code, message = _error_of(e)
+        return _host.Err(_host.wit_error(code, message))
 
 
 def _await_if_coroutine(value):

@@ -99,6 +99,9 @@ class MockHost:
         self.bytes_to_guest = 0
         self.bytes_from_guest = 0
         self.bls_calls = []
+        self.decoupled = False  # set it to answer set-outputs as the host does a decoupled model
+        self._call_requests = []
+        self._given = []
         self.async_calls = 0
         self.max_in_flight = 0
         self._objs = {}
@@ -223,7 +226,39 @@ class MockHost:
                 out.append(row)
             return out
 
+        def set_outputs(handles, outputs):
+            # The host's rules: lists of one length, each request once, outputs only for the
+            # current execute call's requests (not a decoupled model's), bytes that fit.
+            if len(handles) != len(outputs):
+                raise wasmtime.WasmtimeError("request.set-outputs: lists of different lengths")
+            reqs = [self._get(h) for h in handles]
+            if len({id(r) for r in reqs}) != len(reqs):
+                raise wasmtime.WasmtimeError("request.set-outputs: the same request handle was passed twice")
+            results = []
+            for req, given in zip(reqs, outputs):
+                position = next((i for i, r in enumerate(self._call_requests) if r is req), None)
+                if self.decoupled:
+                    results.append(_rec(code="unsupported", message="decoupled"))
+                    continue
+                if position is None:
+                    results.append(_rec(code="invalid-arg", message="not one of the current execute call's"))
+                    continue
+                tensors = []
+                for name, dt, shape, text in given:
+                    t = create(name, dt, shape, text.encode("latin-1"))
+                    if not isinstance(t, cm.ResourceHost):
+                        tensors = t
+                        break
+                    tensors.append(self._take(t))
+                if not isinstance(tensors, list):
+                    results.append(tensors)
+                    continue
+                self._given[position].extend(tensors)
+                results.append(None)
+            return results
+
         li.add_func("[static]request.read-inputs", w("request.read-inputs", read_inputs))
+        li.add_func("[static]request.set-outputs", w("request.set-outputs", set_outputs))
         li.add_func("[method]request.id", w("request.id", lambda h: self._get(h).id))
         li.add_func("[method]request.input", w("request.input", req_input))
         li.add_func("[method]request.inputs", w("request.inputs",
@@ -354,11 +389,16 @@ class MockHost:
     def execute(self, requests):
         """One result per request: a list of T, or a GuestError."""
         handles = [self._own(r, REQUEST) for r in requests]
-        results = self._call("execute", handles)
+        self._call_requests = list(requests)
+        self._given = [[] for _ in requests]
+        try:
+            results = self._call("execute", handles)
+        finally:
+            given, self._given, self._call_requests = self._given, [], []
         out = []
-        for r in results:
+        for i, r in enumerate(results):
             if isinstance(r, list):
-                out.append([self._take(h) for h in r])
+                out.append((given[i] if i < len(given) else []) + [self._take(h) for h in r])
             else:
                 out.append(GuestError(r.code, r.message))
         return out

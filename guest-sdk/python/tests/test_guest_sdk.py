@@ -113,8 +113,9 @@ def test_add_sub_example(add_sub_wasm, engine):
         assert by["OUTPUT0"].values() == [x + 0.5 for x in a]
         assert by["OUTPUT1"].values() == [x - 0.5 for x in a]
     # the batch's inputs come in one host call (request.read-inputs, small inputs with their
-    # bytes); then only the outputs' creation and the requests' drops reach the host
-    assert host.calls == {"request.read-inputs": 1, "tensor.create-latin1": 6, "drop": 3}
+    # bytes) and its outputs go in one (request.set-outputs, by value: no handles); then only
+    # the requests' drops reach the host
+    assert host.calls == {"request.read-inputs": 1, "request.set-outputs": 1, "drop": 3}
     host.finalize()
     assert ("info", "Cleaning up...") in host.logs  # print() goes to the host log
     assert host.live_objects() == {}, "every handle was dropped or returned"
@@ -202,6 +203,28 @@ def test_errors(probe):
     # the instance still works
     (outs,) = probe.execute([req("echo", f32("X", [1.0]))])
     assert outs[0].name == "OUT_X"
+
+
+def test_an_output_the_host_refuses_fails_only_its_request(probe):
+    # a batch's computed outputs go to the host in one request.set-outputs call; the host's
+    # answer for each request stands alone
+    results = probe.execute([req("inferred", f32("INPUT0", [0.0] * 2)), req("misfit"),
+                             req("echo", f32("X", [1.0]))])
+    assert [t.name for t in results[0]] == ["OUTPUT0"]
+    assert isinstance(results[1], GuestError) and results[1].code == "invalid-arg"
+    assert [t.name for t in results[2]] == ["OUT_X"]
+    assert probe.calls.get("request.set-outputs") == 1
+    assert "tensor.create-latin1" not in probe.calls
+
+
+def test_handles_and_computed_outputs_in_one_response(probe):
+    big = f32("X", [0.5] * 2048)  # 8 KiB: above the prefetch limit, it stays a host handle
+    (outs,) = probe.execute([req("mixed", big)])
+    by = {t.name: t for t in outs}
+    assert set(by) == {"OUT_X", "COUNT"}
+    assert by["OUT_X"].data == big.data and by["COUNT"].values() == [2048]
+    assert probe.calls.get("tensor.with-name") == 1 and probe.calls.get("request.set-outputs") == 1
+    assert probe.bytes_to_guest == 0, "the passed-on input never entered the guest"
 
 
 def test_request_metadata(probe):
@@ -301,13 +324,13 @@ def test_async_fan_out_wider_than_the_host_limit(async_bls_wasm, engine):
 
 def test_large_outputs_do_not_leak(probe_wasm, engine):
     """componentize-py 0.25.1 never frees the buffer it lowers a bytes (list<u8>) argument into,
-    so the SDK creates tensors with create-latin1 (a string, which it frees): 40 MiB of outputs
-    fit in a 48 MiB guest."""
+    so the SDK sends output bytes as latin-1 strings (request.set-outputs), which it frees:
+    40 MiB of outputs fit in a 48 MiB guest."""
     host = MockHost(probe_wasm, engine=engine)
     host.store.set_limits(memory_size=48 << 20)  # ~22 MiB is the interpreter's own
     host.initialize(PROBE_CONFIG, name="probe")
     n = 256 << 10
-    for i in range(160):  # 40 MiB through tensor.create
+    for i in range(160):  # 40 MiB through request.set-outputs
         try:
             (r,) = host.execute([Req([], params={"op": "big", "n": n})])
         except wasmtime.WasmtimeError as e:

@@ -29,6 +29,10 @@ pub struct HostRequest {
     pub(super) outputs: Vec<String>,
     pub(super) parameters: Parameters,
     pub(super) responder: SharedResponder,
+    /// The `execute` call it was handed to ([`GuestState::begin_execute`]'s number) and its
+    /// position in that call's batch: where `request.set-outputs` puts its outputs.
+    pub(super) call: u64,
+    pub(super) position: usize,
 }
 
 /// One request's responder, shared by the request and every sender made from it, so the host can
@@ -70,6 +74,11 @@ pub struct GuestState {
     pub(super) bls_cpu: Duration,
     /// When the current `execute` reaches its time limit (None outside `execute`).
     pub(super) execute_deadline: Option<std::time::Instant>,
+    /// The number of the current (or last) `execute` call.
+    execute_call: u64,
+    /// The outputs `request.set-outputs` gave each request of the current `execute` call, by
+    /// position in its batch; `None` outside `execute` and for a decoupled model.
+    given_outputs: Option<Vec<Vec<Tensor>>>,
 }
 
 /// How many of the guest's last log lines a trap message can quote from.
@@ -88,7 +97,22 @@ impl GuestState {
             bls_done: Arc::default(),
             bls_cpu: Duration::ZERO,
             execute_deadline: None,
+            execute_call: 0,
+            given_outputs: None,
         }
+    }
+
+    /// Starts an `execute` call of `count` requests: its number, for the requests' `call`.
+    /// A decoupled model's requests take no outputs by value.
+    pub(super) fn begin_execute(&mut self, count: usize, decoupled: bool) -> u64 {
+        self.execute_call += 1;
+        self.given_outputs = (!decoupled).then(|| vec![Vec::new(); count]);
+        self.execute_call
+    }
+
+    /// Ends the `execute` call: the outputs `request.set-outputs` gave each request.
+    pub(super) fn end_execute(&mut self) -> Vec<Vec<Tensor>> {
+        self.given_outputs.take().unwrap_or_default()
     }
 
     pub(super) fn tensor(&self, handle: &Resource<HostTensor>) -> wasmtime::Result<&Tensor> {
@@ -236,6 +260,52 @@ impl wit::HostRequest for GuestState {
         Ok(out)
     }
 
+    fn set_outputs(
+        &mut self,
+        requests: Vec<Resource<HostRequest>>,
+        outputs: Vec<Vec<wit::OutputData>>,
+    ) -> wasmtime::Result<Vec<Result<(), wit::Error>>> {
+        if requests.len() != outputs.len() {
+            return Err(wasmtime::Error::msg(format!(
+                "request.set-outputs: {} requests but {} lists of outputs",
+                requests.len(),
+                outputs.len()
+            )));
+        }
+        let mut seen = std::collections::HashSet::with_capacity(requests.len());
+        let mut results = Vec::with_capacity(requests.len());
+        for (handle, given) in requests.iter().zip(outputs) {
+            if !seen.insert(handle.rep()) {
+                return Err(wasmtime::Error::msg("request.set-outputs: the same request handle was passed twice"));
+            }
+            let request = self.table.get(handle).map_err(table_error)?;
+            let (call, position) = (request.call, request.position);
+            let Some(given_outputs) = self.given_outputs.as_mut() else {
+                results.push(Err(wit_error(CoreError::unsupported(
+                    "request.set-outputs: a decoupled model answers through response senders",
+                ))));
+                continue;
+            };
+            let slot = match given_outputs.get_mut(position) {
+                Some(slot) if call == self.execute_call => slot,
+                _ => {
+                    results.push(Err(wit_error(CoreError::invalid_arg(
+                        "request.set-outputs: the request is not one of the current execute call's",
+                    ))));
+                    continue;
+                }
+            };
+            match given.into_iter().map(output_from_wit).collect::<CoreResult<Vec<Tensor>>>() {
+                Ok(tensors) => {
+                    slot.extend(tensors);
+                    results.push(Ok(()));
+                }
+                Err(e) => results.push(Err(wit_error(e))),
+            }
+        }
+        Ok(results)
+    }
+
     fn requested_outputs(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<Vec<String>> {
         Ok(self.table.get(&handle).map_err(table_error)?.outputs.clone())
     }
@@ -288,6 +358,17 @@ impl wit::HostResponseSender for GuestState {
 /// come without their bytes (the guest reads them through `request.input`), so a batch of many
 /// small inputs cannot take a guest's memory in one call.
 const READ_INPUTS_MAX_TOTAL: usize = 1 << 20;
+
+/// An output `request.set-outputs` gives by value, checked as `tensor.create-latin1` checks.
+fn output_from_wit(output: wit::OutputData) -> CoreResult<Tensor> {
+    let (name, datatype, shape, data_latin1) = output;
+    let Some(bytes) = latin1_bytes(&data_latin1) else {
+        return Err(CoreError::invalid_arg(format!(
+            "output '{name}': its data holds a character above U+00FF, which is not one byte"
+        )));
+    };
+    Tensor::new_output(name, datatype_from_wit(datatype), shape, Bytes::from(bytes))
+}
 
 /// The bytes a latin-1 string stands for (each character one byte), or `None` if a character is
 /// above U+00FF. ASCII text is its own bytes.
@@ -435,6 +516,8 @@ pub(super) mod tests {
                 outputs: vec!["OUT".into()],
                 parameters: Parameters::from([("k".into(), crate::infer::ParamValue::Int(3))]),
                 responder: Arc::clone(&responder),
+                call: state.execute_call,
+                position: 0,
             })
             .expect("push request");
         (handle, responder)
@@ -500,6 +583,8 @@ pub(super) mod tests {
                         outputs: Vec::new(),
                         parameters: Parameters::default(),
                         responder: Arc::new(Mutex::new(None)),
+                        call: 0,
+                        position: usize::from(i),
                     })
                     .expect("push request")
             })
@@ -509,6 +594,75 @@ pub(super) mod tests {
         let copied: Vec<bool> = read.iter().map(|inputs| inputs[0].data.is_some()).collect();
         assert_eq!(copied, vec![true, true, false], "the third input would pass the per-call budget");
         assert_eq!(read[1][0].data.as_ref().map(Vec::len), Some(size));
+    }
+
+    /// A request of the current `execute` call at `position`.
+    fn request_at(state: &mut GuestState, call: u64, position: usize) -> Resource<HostRequest> {
+        state
+            .table
+            .push(HostRequest {
+                id: format!("r{position}"),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                parameters: Parameters::default(),
+                responder: Arc::new(Mutex::new(None)),
+                call,
+                position,
+            })
+            .expect("push request")
+    }
+
+    fn output(name: &str, data: &str) -> wit::OutputData {
+        let shape = vec![data.chars().count() as i64];
+        (name.into(), wit::DataType::Uint8, shape, data.into())
+    }
+
+    #[test]
+    fn set_outputs_gives_each_request_of_the_call_its_outputs() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        let call = s.begin_execute(2, false);
+        let (a, b) = (request_at(&mut s, call, 0), request_at(&mut s, call, 1));
+        let borrow = |r: &Resource<HostRequest>| Resource::<HostRequest>::new_borrow(r.rep());
+        // Out of order, a byte above 0x7f, and a bad output that fails only its own request.
+        let results = s
+            .set_outputs(vec![borrow(&b), borrow(&a)], vec![vec![output("Y", "\u{ff}\u{1}")], vec![output("X", "ab")]])
+            .expect("no trap");
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        let mut bad = output("Z", "abc");
+        bad.2 = vec![2];
+        let results = s.set_outputs(vec![borrow(&a)], vec![vec![output("X2", "c"), bad]]).expect("no trap");
+        let message = results[0].as_ref().map_err(|e| e.message.clone()).expect_err("Z does not fit");
+        assert_eq!(message, "output byte size mismatch for output 'Z'. Expected 2, got 3");
+        let given = s.end_execute();
+        let names = |ts: &Vec<Tensor>| ts.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&given[0]), vec!["X"], "a failed call gives that request nothing");
+        assert_eq!(names(&given[1]), vec!["Y"]);
+        assert_eq!(&given[1][0].data[..], &[0xff, 0x01], "each character is one byte");
+        assert_eq!(&given[0][0].data[..], b"ab");
+    }
+
+    #[test]
+    fn set_outputs_refuses_requests_of_another_call_and_decoupled_models() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        let call = s.begin_execute(1, false);
+        let kept = request_at(&mut s, call, 0);
+        s.end_execute();
+        // A guest that kept a request from an earlier call cannot answer the new call's first.
+        s.begin_execute(1, false);
+        let borrow = |r: &Resource<HostRequest>| Resource::<HostRequest>::new_borrow(r.rep());
+        let results = s.set_outputs(vec![borrow(&kept)], vec![vec![output("X", "a")]]).expect("no trap");
+        assert!(results[0].as_ref().is_err_and(|e| e.message.contains("not one of the current")));
+        assert!(s.end_execute()[0].is_empty());
+        let call = s.begin_execute(1, true);
+        let r = request_at(&mut s, call, 0);
+        let results = s.set_outputs(vec![borrow(&r)], vec![vec![output("X", "a")]]).expect("no trap");
+        assert!(results[0].as_ref().is_err_and(|e| e.message.contains("decoupled")));
+        // Guest bugs trap: lists of different lengths, a request twice.
+        let call = s.begin_execute(1, false);
+        let r = request_at(&mut s, call, 0);
+        assert!(s.set_outputs(vec![borrow(&r)], Vec::new()).is_err());
+        let twice = s.set_outputs(vec![borrow(&r), borrow(&r)], vec![Vec::new(), Vec::new()]);
+        assert!(twice.is_err_and(|e| e.to_string().contains("passed twice")));
     }
 
     #[test]

@@ -205,8 +205,9 @@ impl WasmInstance {
             return Err(CoreError::internal("instance is not running"));
         };
         let count = batch.len();
+        let call = live.store.data_mut().begin_execute(count, self.decoupled);
         let mut handles = Vec::with_capacity(count);
-        for request in batch {
+        for (position, request) in batch.into_iter().enumerate() {
             let responder: SharedResponder = Arc::new(Mutex::new(request.responder));
             live.store.data_mut().call_responders.push(Arc::clone(&responder));
             let resource = live
@@ -219,6 +220,8 @@ impl WasmInstance {
                     outputs: request.outputs,
                     parameters: request.parameters,
                     responder,
+                    call,
+                    position,
                 })
                 .map_err(|e| CoreError::internal(format!("resource table: {e}")))?;
             handles.push(resource);
@@ -230,6 +233,7 @@ impl WasmInstance {
         live.store.set_epoch_deadline(ticks.min(HAND_OFF_TICKS));
         let called = live.model.call_execute(&mut live.store, &handles);
         live.store.data_mut().execute_deadline = None;
+        let given = live.store.data_mut().end_execute();
         *callees = live.store.data().bls_cpu;
         // The contract: when execute returns, every request's stream is final, whatever
         // request or sender handles the guest kept.
@@ -251,7 +255,7 @@ impl WasmInstance {
         };
         let peak = live.store.data().limits.peak();
         self.slot.set_memory(peak);
-        let results = self.collect(live, results, count);
+        let results = self.collect(live, results, given, count);
         if results.is_err() {
             self.stats.usage.record_trap(TrapKind::Fault);
         }
@@ -280,11 +284,14 @@ impl WasmInstance {
         }
     }
 
-    /// Turns `execute`'s return value into per-request results, taking tensors out of the table.
+    /// Turns `execute`'s return value into per-request results, taking tensors out of the table:
+    /// a request answered `ok` gets the outputs `request.set-outputs` gave it (`given`, by
+    /// position) and then the tensors returned.
     fn collect(
         &self,
         live: &mut Live,
         results: Vec<Result<Vec<Resource<HostTensor>>, wit::Error>>,
+        given: Vec<Vec<Tensor>>,
         count: usize,
     ) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
         let table = &mut live.store.data_mut().table;
@@ -312,18 +319,22 @@ impl WasmInstance {
                 self.shared.model_name
             )));
         }
+        let given = given.into_iter().chain(std::iter::repeat_with(Vec::new));
         Ok(results
             .into_iter()
-            .map(|result| match result {
-                Ok(tensors) => tensors
-                    .into_iter()
-                    .map(|t| {
-                        table
+            .zip(given)
+            .map(|(result, given)| match result {
+                Ok(tensors) => {
+                    let mut outputs = given;
+                    outputs.reserve(tensors.len());
+                    for t in tensors {
+                        let tensor = table
                             .delete(t)
-                            .map(|t| t.0)
-                            .map_err(|e| CoreError::internal(format!("bad tensor handle in response: {e}")))
-                    })
-                    .collect(),
+                            .map_err(|e| CoreError::internal(format!("bad tensor handle in response: {e}")))?;
+                        outputs.push(tensor.0);
+                    }
+                    Ok(outputs)
+                }
                 Err(e) => Err(CoreError::new(kind_from_wit(e.code), e.message)),
             })
             .collect())

@@ -52,9 +52,23 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", [0.5] * n)])
 
     def big(self, request):
-        # a fresh output of `n` bytes (guest -> host through tensor.create's list<u8>)
+        # a fresh output of `n` bytes (guest -> host by value, through request.set-outputs)
         n = json.loads(request.parameters())["n"]
         return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", bytes(n), "UINT8")])
+
+    def misfit(self, request):
+        # 5 bytes for one FP32: the SDK's own count check rounds down and lets it through, the
+        # host refuses it
+        return pb_utils.InferenceResponse([pb_utils.Tensor.from_bytes("OUT", b"12345", "FP32", [1])])
+
+    def mixed(self, request):
+        # an input passed on (a host handle when it is above the prefetch limit) next to an
+        # output computed here (by value)
+        x = request.inputs()[0]
+        return pb_utils.InferenceResponse([
+            pb_utils.Tensor("OUT_X", x),
+            pb_utils.Tensor("COUNT", [x.element_count()], "INT64"),
+        ])
 
     def error(self, request):
         return pb_utils.InferenceResponse(
