@@ -606,13 +606,13 @@ def test_python_guest_reads_small_and_large_inputs(sandbox_server):
 
 
 def test_python_guest_output_the_host_refuses_is_the_callers_error(sandbox_server):
-    # A computed output reaches the host by value (request.set-outputs), which checks it: a
-    # malformed one fails that request with the host's reason, and the instance serves on.
+    # The host checks every tensor a guest makes: a malformed output fails that request with
+    # the host's reason, and the instance serves on.
     body = {"inputs": [{"name": "OP", "shape": [1], "datatype": "BYTES", "data": ["misfit"]},
                        {"name": "ARG", "shape": [1], "datatype": "BYTES", "data": [""]}]}
     r = requests.post(sandbox_server.http("/v2/models/no_grants/infer"), json=body, timeout=30)
     assert r.status_code == 400, r.text
-    assert "invalid BYTES data for output 'RESULT'" in r.json()["error"], r.text
+    assert "invalid BYTES data for tensor 'RESULT'" in r.json()["error"], r.text
     assert probe(sandbox_server, "no_grants", "marker").startswith("OK:")
 
 

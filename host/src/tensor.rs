@@ -124,10 +124,11 @@ impl Tensor {
         Self { name: name.into(), datatype, shape, data }
     }
 
-    /// [`Self::new`] for a tensor a model produced: its errors call it an output.
-    pub fn new_output(name: impl Into<String>, datatype: DataType, shape: Vec<i64>, data: Bytes) -> CoreResult<Self> {
+    /// [`Self::new`] whose errors call the tensor a `role` ("output", "tensor") rather than an
+    /// input: for tensors a model makes.
+    pub fn new_as(role: &str, name: impl Into<String>, datatype: DataType, shape: Vec<i64>, data: Bytes) -> CoreResult<Self> {
         let tensor = Self::unchecked(name, datatype, shape, data);
-        tensor.check("output")?;
+        tensor.check(role)?;
         Ok(tensor)
     }
 

@@ -100,6 +100,11 @@ def output_data(name, datatype, shape, raw):
     return (name, wit_datatype(datatype), shape, raw.decode("latin-1"))
 
 
+def create_output(data):
+    """A host tensor handle from an `output-data` tuple; raises Err."""
+    return wit_types.Tensor.create_latin1(*data)
+
+
 def set_outputs(requests, outputs):
     """Gives each of `requests` (host request handles of this execute call) its list of
     `output-data` tuples; one Ok/Err per request."""

@@ -113,9 +113,12 @@ def test_add_sub_example(add_sub_wasm, engine):
         assert by["OUTPUT0"].values() == [x + 0.5 for x in a]
         assert by["OUTPUT1"].values() == [x - 0.5 for x in a]
     # the batch's inputs come in one host call (request.read-inputs, small inputs with their
-    # bytes) and its outputs go in one (request.set-outputs, by value: no handles); then only
-    # the requests' drops reach the host
-    assert host.calls == {"request.read-inputs": 1, "request.set-outputs": 1, "drop": 3}
+    # bytes) and its outputs in one (request.set-outputs, by value), but for one output per
+    # response, created as a handle: an `ok` with no handle is an empty list, which
+    # componentize-py 0.25.1 leaks 16 bytes of guest memory for; then the requests' drops
+    assert host.calls == {"request.read-inputs": 1, "request.set-outputs": 1,
+                          "tensor.create-latin1": 3, "drop": 3}
+    assert host.empty_results == 0
     host.finalize()
     assert ("info", "Cleaning up...") in host.logs  # print() goes to the host log
     assert host.live_objects() == {}, "every handle was dropped or returned"
@@ -209,12 +212,14 @@ def test_an_output_the_host_refuses_fails_only_its_request(probe):
     # a batch's computed outputs go to the host in one request.set-outputs call; the host's
     # answer for each request stands alone
     results = probe.execute([req("inferred", f32("INPUT0", [0.0] * 2)), req("misfit"),
-                             req("echo", f32("X", [1.0]))])
+                             req("roundtrip", f32("X", [1.0]), f32("Y", [2.0]))])
     assert [t.name for t in results[0]] == ["OUTPUT0"]
     assert isinstance(results[1], GuestError) and results[1].code == "invalid-arg"
-    assert [t.name for t in results[2]] == ["OUT_X"]
+    assert sorted(t.name for t in results[2]) == ["OUT_X", "OUT_Y"]
     assert probe.calls.get("request.set-outputs") == 1
-    assert "tensor.create-latin1" not in probe.calls
+    # one output of each response goes as a handle, the refused one's included
+    assert probe.calls.get("tensor.create-latin1") == 3
+    assert probe.live_objects() == {}, "the refused response's handle was dropped"
 
 
 def test_handles_and_computed_outputs_in_one_response(probe):

@@ -19,8 +19,9 @@ use crate::error::{CoreError, CoreResult};
 use crate::infer::{Infer, Parameters};
 use crate::tensor::Tensor;
 
-/// A tensor resource: the core tensor, whose bytes are shared (`Bytes`), never copied by handles.
-pub struct HostTensor(pub(super) Tensor);
+/// A tensor resource: the core tensor, whose bytes are shared (`Bytes`), never copied by handles,
+/// and how many of them the guest made (copied out of its memory; 0 for the host's tensors).
+pub struct HostTensor(pub(super) Tensor, usize);
 
 /// A request resource handed to `execute`.
 pub struct HostRequest {
@@ -79,6 +80,25 @@ pub struct GuestState {
     /// The outputs `request.set-outputs` gave each request of the current `execute` call, by
     /// position in its batch; `None` outside `execute` and for a decoupled model.
     given_outputs: Option<Vec<Vec<Tensor>>>,
+    /// Whether the current `execute` call is a decoupled model's.
+    decoupled_call: bool,
+    /// Bytes the guest made that the host holds for it: tensors it created and still has
+    /// handles to, outputs given by value until `execute` returns.
+    made_bytes: usize,
+    /// Bytes of `given_outputs` (part of `made_bytes`).
+    given_bytes: usize,
+}
+
+/// Why the host refuses to hold more bytes a guest made: they would pass the guest's memory limit.
+/// Without it a guest could copy one buffer out again and again (creating tensors and keeping the
+/// handles, or giving outputs) and grow the server's memory, where its own cap does not reach.
+fn over_made_limit(held: usize, more: usize, limit: usize) -> Option<CoreError> {
+    (held.saturating_add(more) > limit).then(|| {
+        CoreError::unavailable(format!(
+            "the tensors this guest made already hold {held} bytes in the host; {more} more would pass \
+             its memory limit of {limit} bytes (max_memory_bytes)"
+        ))
+    })
 }
 
 /// How many of the guest's last log lines a trap message can quote from.
@@ -99,6 +119,9 @@ impl GuestState {
             execute_deadline: None,
             execute_call: 0,
             given_outputs: None,
+            decoupled_call: false,
+            made_bytes: 0,
+            given_bytes: 0,
         }
     }
 
@@ -107,11 +130,16 @@ impl GuestState {
     pub(super) fn begin_execute(&mut self, count: usize, decoupled: bool) -> u64 {
         self.execute_call += 1;
         self.given_outputs = (!decoupled).then(|| vec![Vec::new(); count]);
+        self.decoupled_call = decoupled;
         self.execute_call
     }
 
-    /// Ends the `execute` call: the outputs `request.set-outputs` gave each request.
+    /// Ends the `execute` call: the outputs `request.set-outputs` gave each request, which leave
+    /// the guest's account.
     pub(super) fn end_execute(&mut self) -> Vec<Vec<Tensor>> {
+        self.made_bytes = self.made_bytes.saturating_sub(self.given_bytes);
+        self.given_bytes = 0;
+        self.decoupled_call = false;
         self.given_outputs.take().unwrap_or_default()
     }
 
@@ -119,8 +147,28 @@ impl GuestState {
         self.table.get(handle).map(|t| &t.0).map_err(table_error)
     }
 
+    /// A handle to a tensor of the host's (an input, a BLS output, a renamed tensor's bytes).
     pub(super) fn new_tensor(&mut self, tensor: Tensor) -> wasmtime::Result<Resource<HostTensor>> {
-        self.table.push(HostTensor(tensor)).map_err(table_error)
+        self.table.push(HostTensor(tensor, 0)).map_err(table_error)
+    }
+
+    /// A handle to a tensor the guest made, on its account: an error past its limit.
+    fn new_made_tensor(&mut self, tensor: Tensor) -> wasmtime::Result<Result<Resource<HostTensor>, wit::Error>> {
+        let size = tensor.data.len();
+        if let Some(e) = over_made_limit(self.made_bytes, size, self.limits.max_memory()) {
+            return Ok(Err(wit_error(e)));
+        }
+        let handle = self.table.push(HostTensor(tensor, size)).map_err(table_error)?;
+        self.made_bytes += size;
+        Ok(Ok(handle))
+    }
+
+    /// Takes a tensor out of the table (it moves into a response, or is dropped), and off the
+    /// guest's account.
+    pub(super) fn take_tensor(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<Tensor> {
+        let HostTensor(tensor, made) = self.table.delete(handle).map_err(table_error)?;
+        self.made_bytes = self.made_bytes.saturating_sub(made);
+        Ok(tensor)
     }
 
     /// Hands response tensors to the guest as new handles.
@@ -150,8 +198,8 @@ impl wit::HostTensor for GuestState {
         shape: Vec<i64>,
         data: Vec<u8>,
     ) -> wasmtime::Result<Result<Resource<HostTensor>, wit::Error>> {
-        match Tensor::new(name, datatype_from_wit(datatype), shape, Bytes::from(data)) {
-            Ok(t) => Ok(Ok(self.new_tensor(t)?)),
+        match Tensor::new_as("tensor", name, datatype_from_wit(datatype), shape, Bytes::from(data)) {
+            Ok(t) => self.new_made_tensor(t),
             Err(e) => Ok(Err(wit_error(e))),
         }
     }
@@ -203,7 +251,7 @@ impl wit::HostTensor for GuestState {
     }
 
     fn drop(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<()> {
-        self.table.delete(handle).map(|_| ()).map_err(table_error)
+        self.take_tensor(handle).map(|_| ())
     }
 }
 
@@ -280,28 +328,35 @@ impl wit::HostRequest for GuestState {
             }
             let request = self.table.get(handle).map_err(table_error)?;
             let (call, position) = (request.call, request.position);
-            let Some(given_outputs) = self.given_outputs.as_mut() else {
+            if self.decoupled_call {
                 results.push(Err(wit_error(CoreError::unsupported(
                     "request.set-outputs: a decoupled model answers through response senders",
                 ))));
                 continue;
+            }
+            let current = call == self.execute_call;
+            let Some(slot) = self.given_outputs.as_mut().and_then(|g| g.get_mut(position)).filter(|_| current) else {
+                results.push(Err(wit_error(CoreError::invalid_arg(
+                    "request.set-outputs: the request is not one of the current execute call's",
+                ))));
+                continue;
             };
-            let slot = match given_outputs.get_mut(position) {
-                Some(slot) if call == self.execute_call => slot,
-                _ => {
-                    results.push(Err(wit_error(CoreError::invalid_arg(
-                        "request.set-outputs: the request is not one of the current execute call's",
-                    ))));
+            let tensors = match given.into_iter().map(output_from_wit).collect::<CoreResult<Vec<Tensor>>>() {
+                Ok(tensors) => tensors,
+                Err(e) => {
+                    results.push(Err(wit_error(e)));
                     continue;
                 }
             };
-            match given.into_iter().map(output_from_wit).collect::<CoreResult<Vec<Tensor>>>() {
-                Ok(tensors) => {
-                    slot.extend(tensors);
-                    results.push(Ok(()));
-                }
-                Err(e) => results.push(Err(wit_error(e))),
+            let size = tensors.iter().map(|t| t.data.len()).sum::<usize>();
+            if let Some(e) = over_made_limit(self.made_bytes, size, self.limits.max_memory()) {
+                results.push(Err(wit_error(e)));
+                continue;
             }
+            slot.extend(tensors);
+            self.made_bytes += size;
+            self.given_bytes += size;
+            results.push(Ok(()));
         }
         Ok(results)
     }
@@ -333,7 +388,7 @@ impl wit::HostResponseSender for GuestState {
     ) -> wasmtime::Result<Result<(), wit::Error>> {
         let mut tensors = Vec::with_capacity(outputs.len());
         for t in outputs {
-            tensors.push(self.table.delete(t).map_err(table_error)?.0);
+            tensors.push(self.take_tensor(t)?);
         }
         let sender = self.table.get_mut(&handle).map_err(table_error)?;
         Ok(send_on(sender, Ok(tensors), final_))
@@ -367,7 +422,7 @@ fn output_from_wit(output: wit::OutputData) -> CoreResult<Tensor> {
             "output '{name}': its data holds a character above U+00FF, which is not one byte"
         )));
     };
-    Tensor::new_output(name, datatype_from_wit(datatype), shape, Bytes::from(bytes))
+    Tensor::new_as("output", name, datatype_from_wit(datatype), shape, Bytes::from(bytes))
 }
 
 /// The bytes a latin-1 string stands for (each character one byte), or `None` if a character is
@@ -653,6 +708,9 @@ pub(super) mod tests {
         let results = s.set_outputs(vec![borrow(&kept)], vec![vec![output("X", "a")]]).expect("no trap");
         assert!(results[0].as_ref().is_err_and(|e| e.message.contains("not one of the current")));
         assert!(s.end_execute()[0].is_empty());
+        // Outside execute (a handle kept until finalize) likewise.
+        let results = s.set_outputs(vec![borrow(&kept)], vec![vec![output("X", "a")]]).expect("no trap");
+        assert!(results[0].as_ref().is_err_and(|e| e.message.contains("not one of the current")));
         let call = s.begin_execute(1, true);
         let r = request_at(&mut s, call, 0);
         let results = s.set_outputs(vec![borrow(&r)], vec![vec![output("X", "a")]]).expect("no trap");
@@ -663,6 +721,33 @@ pub(super) mod tests {
         assert!(s.set_outputs(vec![borrow(&r)], Vec::new()).is_err());
         let twice = s.set_outputs(vec![borrow(&r), borrow(&r)], vec![Vec::new(), Vec::new()]);
         assert!(twice.is_err_and(|e| e.to_string().contains("passed twice")));
+    }
+
+    #[test]
+    fn bytes_a_guest_made_are_held_up_to_its_memory_limit() {
+        // The test state's limit is 1 MiB.
+        let mut s = state(shared(AllowList::Nothing, None));
+        let make = |s: &mut GuestState| s.create("T".into(), wit::DataType::Uint8, vec![600 << 10], vec![0; 600 << 10]);
+        let first = make(&mut s).expect("no trap").expect("within the limit");
+        let refused = make(&mut s).expect("no trap").expect_err("past the limit");
+        assert!(refused.message.contains("max_memory_bytes"), "{}", refused.message);
+        // A renamed handle shares the bytes: it costs nothing more.
+        let renamed = s.with_name(Resource::new_borrow(first.rep()), "U".into()).expect("with-name");
+        wit::HostTensor::drop(&mut s, first).expect("drop");
+        let second = make(&mut s).expect("no trap").expect("dropping gave the bytes back");
+        // Given outputs count until execute returns.
+        let call = s.begin_execute(1, false);
+        let r = request_at(&mut s, call, 0);
+        let big = (String::from("Y"), wit::DataType::Uint8, vec![600 << 10], "a".repeat(600 << 10));
+        let results = s.set_outputs(vec![Resource::new_borrow(r.rep())], vec![vec![big.clone()]]).expect("no trap");
+        assert!(results[0].as_ref().is_err_and(|e| e.message.contains("max_memory_bytes")), "{results:?}");
+        s.take_tensor(second).expect("moves into a response");
+        let results = s.set_outputs(vec![Resource::new_borrow(r.rep())], vec![vec![big]]).expect("no trap");
+        assert!(results[0].is_ok(), "{results:?}");
+        assert!(make(&mut s).expect("no trap").is_err(), "the given output still counts");
+        assert_eq!(s.end_execute()[0].len(), 1);
+        assert!(make(&mut s).expect("no trap").is_ok(), "it left with the response");
+        wit::HostTensor::drop(&mut s, renamed).expect("drop");
     }
 
     #[test]

@@ -294,7 +294,7 @@ impl WasmInstance {
         given: Vec<Vec<Tensor>>,
         count: usize,
     ) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
-        let table = &mut live.store.data_mut().table;
+        let state = live.store.data_mut();
         if self.decoupled {
             if !results.is_empty() {
                 return Err(CoreError::internal(format!(
@@ -311,7 +311,7 @@ impl WasmInstance {
             // Drop the handles the guest returned, then fail the whole batch.
             for result in results.into_iter().flatten() {
                 for tensor in result {
-                    let _ = table.delete(tensor);
+                    let _ = state.take_tensor(tensor);
                 }
             }
             return Err(CoreError::internal(format!(
@@ -328,10 +328,10 @@ impl WasmInstance {
                     let mut outputs = given;
                     outputs.reserve(tensors.len());
                     for t in tensors {
-                        let tensor = table
-                            .delete(t)
+                        let tensor = state
+                            .take_tensor(t)
                             .map_err(|e| CoreError::internal(format!("bad tensor handle in response: {e}")))?;
-                        outputs.push(tensor.0);
+                        outputs.push(tensor);
                     }
                     Ok(outputs)
                 }

@@ -143,6 +143,11 @@ impl GuestLimiter {
     pub(super) fn peak(&self) -> usize {
         self.peak
     }
+
+    /// The model's memory limit (`max_memory_bytes`).
+    pub(super) fn max_memory(&self) -> usize {
+        self.max_memory
+    }
 }
 
 impl ResourceLimiter for GuestLimiter {

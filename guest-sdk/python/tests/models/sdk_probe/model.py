@@ -58,8 +58,11 @@ class TritonPythonModel:
 
     def misfit(self, request):
         # 5 bytes for one FP32: the SDK's own count check rounds down and lets it through, the
-        # host refuses it
-        return pb_utils.InferenceResponse([pb_utils.Tensor.from_bytes("OUT", b"12345", "FP32", [1])])
+        # host refuses it (given by value: the response's last output goes as a handle)
+        return pb_utils.InferenceResponse([
+            pb_utils.Tensor.from_bytes("BAD", b"12345", "FP32", [1]),
+            pb_utils.Tensor("OUT", [1.0], "FP32"),
+        ])
 
     def mixed(self, request):
         # an input passed on (a host handle when it is above the prefetch limit) next to an
