@@ -126,7 +126,13 @@ impl Tensor {
 
     /// [`Self::new`] whose errors call the tensor a `role` ("output", "tensor") rather than an
     /// input: for tensors a model makes.
-    pub fn new_as(role: &str, name: impl Into<String>, datatype: DataType, shape: Vec<i64>, data: Bytes) -> CoreResult<Self> {
+    pub fn new_as(
+        role: &str,
+        name: impl Into<String>,
+        datatype: DataType,
+        shape: Vec<i64>,
+        data: Bytes,
+    ) -> CoreResult<Self> {
         let tensor = Self::unchecked(name, datatype, shape, data);
         tensor.check(role)?;
         Ok(tensor)

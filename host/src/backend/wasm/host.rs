@@ -20,8 +20,9 @@ use crate::infer::{Infer, Parameters};
 use crate::tensor::Tensor;
 
 /// A tensor resource: the core tensor, whose bytes are shared (`Bytes`), never copied by handles,
-/// and how many of them the guest made (copied out of its memory; 0 for the host's tensors).
-pub struct HostTensor(pub(super) Tensor, usize);
+/// and, for bytes the guest made (copied out of its memory), their charge on its account, shared
+/// by every handle to the same bytes (`tensor.with-name`): the last one to go gives it back.
+pub struct HostTensor(pub(super) Tensor, Option<Arc<usize>>);
 
 /// A request resource handed to `execute`.
 pub struct HostRequest {
@@ -89,16 +90,24 @@ pub struct GuestState {
     given_bytes: usize,
 }
 
-/// Why the host refuses to hold more bytes a guest made: they would pass the guest's memory limit.
+/// Why the host refuses to hold more bytes a guest made: they would pass [`made_limit`].
 /// Without it a guest could copy one buffer out again and again (creating tensors and keeping the
 /// handles, or giving outputs) and grow the server's memory, where its own cap does not reach.
-fn over_made_limit(held: usize, more: usize, limit: usize) -> Option<CoreError> {
+fn over_made_limit(held: usize, more: usize, max_memory: usize) -> Option<CoreError> {
+    let limit = made_limit(max_memory);
     (held.saturating_add(more) > limit).then(|| {
-        CoreError::unavailable(format!(
+        CoreError::internal(format!(
             "the tensors this guest made already hold {held} bytes in the host; {more} more would pass \
-             its memory limit of {limit} bytes (max_memory_bytes)"
+             its limit of {limit} bytes (4 x max_memory_bytes)"
         ))
     })
+}
+
+/// How many bytes a guest's tensors may hold in the host: four times its own memory limit, so a
+/// batch's outputs may well outgrow the guest's memory (each is copied out and freed in turn),
+/// but a guest cannot grow the server without bound.
+fn made_limit(max_memory: usize) -> usize {
+    max_memory.saturating_mul(4)
 }
 
 /// How many of the guest's last log lines a trap message can quote from.
@@ -149,7 +158,7 @@ impl GuestState {
 
     /// A handle to a tensor of the host's (an input, a BLS output, a renamed tensor's bytes).
     pub(super) fn new_tensor(&mut self, tensor: Tensor) -> wasmtime::Result<Resource<HostTensor>> {
-        self.table.push(HostTensor(tensor, 0)).map_err(table_error)
+        self.table.push(HostTensor(tensor, None)).map_err(table_error)
     }
 
     /// A handle to a tensor the guest made, on its account: an error past its limit.
@@ -158,7 +167,7 @@ impl GuestState {
         if let Some(e) = over_made_limit(self.made_bytes, size, self.limits.max_memory()) {
             return Ok(Err(wit_error(e)));
         }
-        let handle = self.table.push(HostTensor(tensor, size)).map_err(table_error)?;
+        let handle = self.table.push(HostTensor(tensor, Some(Arc::new(size)))).map_err(table_error)?;
         self.made_bytes += size;
         Ok(Ok(handle))
     }
@@ -166,8 +175,10 @@ impl GuestState {
     /// Takes a tensor out of the table (it moves into a response, or is dropped), and off the
     /// guest's account.
     pub(super) fn take_tensor(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<Tensor> {
-        let HostTensor(tensor, made) = self.table.delete(handle).map_err(table_error)?;
-        self.made_bytes = self.made_bytes.saturating_sub(made);
+        let HostTensor(tensor, charge) = self.table.delete(handle).map_err(table_error)?;
+        if let Some(size) = charge.and_then(|c| Arc::into_inner(c)) {
+            self.made_bytes = self.made_bytes.saturating_sub(size);
+        }
         Ok(tensor)
     }
 
@@ -245,9 +256,12 @@ impl wit::HostTensor for GuestState {
     }
 
     fn with_name(&mut self, handle: Resource<HostTensor>, name: String) -> wasmtime::Result<Resource<HostTensor>> {
-        let mut tensor = self.tensor(&handle)?.clone();
+        let HostTensor(tensor, charge) = self.table.get(&handle).map_err(table_error)?;
+        let mut tensor = tensor.clone();
         tensor.name = name;
-        self.new_tensor(tensor)
+        // The same bytes: the same charge, given back when the last handle to them goes.
+        let charge = charge.clone();
+        self.table.push(HostTensor(tensor, charge)).map_err(table_error)
     }
 
     fn drop(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<()> {
@@ -348,6 +362,14 @@ impl wit::HostRequest for GuestState {
                     continue;
                 }
             };
+            // An output named twice would reach the response once, the others dropped unseen.
+            let mut names: Vec<&str> = slot.iter().chain(&tensors).map(|t| t.name.as_str()).collect();
+            names.sort_unstable();
+            if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
+                let message = format!("request.set-outputs: output '{}' given twice for one request", pair[0]);
+                results.push(Err(wit_error(CoreError::invalid_arg(message))));
+                continue;
+            }
             let size = tensors.iter().map(|t| t.data.len()).sum::<usize>();
             if let Some(e) = over_made_limit(self.made_bytes, size, self.limits.max_memory()) {
                 results.push(Err(wit_error(e)));
@@ -724,30 +746,54 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn bytes_a_guest_made_are_held_up_to_its_memory_limit() {
-        // The test state's limit is 1 MiB.
+    fn bytes_a_guest_made_are_held_up_to_four_times_its_memory_limit() {
+        // The test state's memory limit is 1 MiB: its tensors may hold 4 MiB in the host.
         let mut s = state(shared(AllowList::Nothing, None));
-        let make = |s: &mut GuestState| s.create("T".into(), wit::DataType::Uint8, vec![600 << 10], vec![0; 600 << 10]);
-        let first = make(&mut s).expect("no trap").expect("within the limit");
+        let mib = 1usize << 20;
+        let make = |s: &mut GuestState| s.create("T".into(), wit::DataType::Uint8, vec![mib as i64], vec![0; mib]);
+        let held: Vec<_> = (0..4).map(|_| make(&mut s).expect("no trap").expect("within the limit")).collect();
         let refused = make(&mut s).expect("no trap").expect_err("past the limit");
-        assert!(refused.message.contains("max_memory_bytes"), "{}", refused.message);
-        // A renamed handle shares the bytes: it costs nothing more.
-        let renamed = s.with_name(Resource::new_borrow(first.rep()), "U".into()).expect("with-name");
+        assert!(refused.message.contains("4 x max_memory_bytes"), "{}", refused.message);
+        assert_eq!(refused.code, wit::ErrorCode::Internal);
+        // A renamed handle shares the bytes and their charge: dropping the original gives
+        // nothing back while the rename holds them (else create, rename, drop would grow the
+        // host without bound).
+        let renamed = s.with_name(Resource::new_borrow(held[0].rep()), "U".into()).expect("with-name");
+        let mut held = held.into_iter();
+        let first = held.next().expect("four");
         wit::HostTensor::drop(&mut s, first).expect("drop");
-        let second = make(&mut s).expect("no trap").expect("dropping gave the bytes back");
+        assert!(make(&mut s).expect("no trap").is_err(), "the rename still holds the bytes");
+        wit::HostTensor::drop(&mut s, renamed).expect("drop");
+        let again = make(&mut s).expect("no trap").expect("the last handle gave the bytes back");
         // Given outputs count until execute returns.
         let call = s.begin_execute(1, false);
         let r = request_at(&mut s, call, 0);
-        let big = (String::from("Y"), wit::DataType::Uint8, vec![600 << 10], "a".repeat(600 << 10));
-        let results = s.set_outputs(vec![Resource::new_borrow(r.rep())], vec![vec![big.clone()]]).expect("no trap");
+        let big = (String::from("Y"), wit::DataType::Uint8, vec![mib as i64], "a".repeat(mib));
+        let give = |s: &mut GuestState, what| s.set_outputs(vec![Resource::new_borrow(r.rep())], vec![vec![what]]);
+        let results = give(&mut s, big.clone()).expect("no trap");
         assert!(results[0].as_ref().is_err_and(|e| e.message.contains("max_memory_bytes")), "{results:?}");
-        s.take_tensor(second).expect("moves into a response");
-        let results = s.set_outputs(vec![Resource::new_borrow(r.rep())], vec![vec![big]]).expect("no trap");
-        assert!(results[0].is_ok(), "{results:?}");
+        s.take_tensor(again).expect("moves into a response");
+        assert!(give(&mut s, big).expect("no trap")[0].is_ok());
         assert!(make(&mut s).expect("no trap").is_err(), "the given output still counts");
         assert_eq!(s.end_execute()[0].len(), 1);
         assert!(make(&mut s).expect("no trap").is_ok(), "it left with the response");
-        wit::HostTensor::drop(&mut s, renamed).expect("drop");
+        for t in held {
+            wit::HostTensor::drop(&mut s, t).expect("drop");
+        }
+    }
+
+    #[test]
+    fn set_outputs_refuses_an_output_given_twice() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        let call = s.begin_execute(1, false);
+        let r = request_at(&mut s, call, 0);
+        let borrow = || Resource::<HostRequest>::new_borrow(r.rep());
+        let twice = s.set_outputs(vec![borrow()], vec![vec![output("X", "a"), output("X", "b")]]).expect("no trap");
+        assert!(twice[0].as_ref().is_err_and(|e| e.message.contains("'X' given twice")), "{twice:?}");
+        assert!(s.set_outputs(vec![borrow()], vec![vec![output("X", "a")]]).expect("no trap")[0].is_ok());
+        let again = s.set_outputs(vec![borrow()], vec![vec![output("X", "c")]]).expect("no trap");
+        assert!(again[0].is_err(), "a later call cannot give the same name again");
+        assert_eq!(s.end_execute()[0].len(), 1);
     }
 
     #[test]

@@ -327,13 +327,18 @@ impl WasmInstance {
                 Ok(tensors) => {
                     let mut outputs = given;
                     outputs.reserve(tensors.len());
+                    // Every handle leaves the table (and the guest's account), even after a bad one.
+                    let mut bad = None;
                     for t in tensors {
-                        let tensor = state
-                            .take_tensor(t)
-                            .map_err(|e| CoreError::internal(format!("bad tensor handle in response: {e}")))?;
-                        outputs.push(tensor);
+                        match state.take_tensor(t) {
+                            Ok(tensor) => outputs.push(tensor),
+                            Err(e) => bad = bad.or(Some(e)),
+                        }
                     }
-                    Ok(outputs)
+                    match bad {
+                        Some(e) => Err(CoreError::internal(format!("bad tensor handle in response: {e}"))),
+                        None => Ok(outputs),
+                    }
                 }
                 Err(e) => Err(CoreError::new(kind_from_wit(e.code), e.message)),
             })
