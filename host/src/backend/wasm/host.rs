@@ -176,7 +176,7 @@ impl GuestState {
     /// guest's account.
     pub(super) fn take_tensor(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<Tensor> {
         let HostTensor(tensor, charge) = self.table.delete(handle).map_err(table_error)?;
-        if let Some(size) = charge.and_then(|c| Arc::into_inner(c)) {
+        if let Some(size) = charge.and_then(Arc::into_inner) {
             self.made_bytes = self.made_bytes.saturating_sub(size);
         }
         Ok(tensor)
