@@ -112,9 +112,7 @@ pub struct Tensor {
 impl Tensor {
     /// Builds a tensor, checking that the data length fits the shape and datatype.
     pub fn new(name: impl Into<String>, datatype: DataType, shape: Vec<i64>, data: Bytes) -> CoreResult<Self> {
-        let tensor = Self::unchecked(name, datatype, shape, data);
-        tensor.validate()?;
-        Ok(tensor)
+        Self::new_as("input", name, datatype, shape, data)
     }
 
     /// A tensor as a client sent it, not yet checked. The doors build these and leave the checks
@@ -144,7 +142,7 @@ impl Tensor {
         self.check("input")
     }
 
-    /// [`Self::validate`], with `role` ("input", "output") in its messages.
+    /// [`Self::validate`], with `role` ("input", "output", "tensor") in its messages.
     fn check(&self, role: &str) -> CoreResult<()> {
         let name = &self.name;
         let count = element_count(&self.shape)?;

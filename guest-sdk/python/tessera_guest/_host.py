@@ -93,13 +93,6 @@ def read_inputs(requests):
     return wit_types.Request.read_inputs(requests, PREFETCH_MAX_BYTES)
 
 
-def output_data(name, datatype, shape, raw):
-    """An `output-data` tuple for `request.set-outputs`. The bytes cross as a latin-1 string:
-    componentize-py frees a string argument after the call, not a bytes one (see
-    Tensor._create_handle)."""
-    return (name, wit_datatype(datatype), shape, raw.decode("latin-1"))
-
-
 def create_output(data):
     """A host tensor handle from an `output-data` tuple; raises Err."""
     return wit_types.Tensor.create_latin1(*data)

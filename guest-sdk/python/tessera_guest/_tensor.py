@@ -316,11 +316,6 @@ class Tensor:
                           _host.wit_datatype(self._dtype), self._shape,
                           self.to_bytes().decode("latin-1"))
 
-    def _output_data(self):
-        """This local tensor as an `output-data` tuple (`request.set-outputs`)."""
-        _host.require()
-        return _host.output_data(self._name, self._dtype, self._shape, self.to_bytes())
-
     def _lower_owned(self):
         """An owned host handle to give away (response, response sender): a new handle to the
         same host bytes for a host tensor, a freshly created one for a local tensor."""

@@ -217,11 +217,9 @@ def _lower_response(resp):
                 cfg = _State.outputs.get(t.name())
                 if cfg is not None:
                     t._conform(cfg[0], cfg[1])
-            if t._raw is not None:  # Tensor._output_data, inlined: the common case
-                data.append((t._name, _host.wit_datatype(t._dtype), t._shape,
-                             t._raw.decode("latin-1")))
-            else:
-                data.append(t._output_data())
+            # a local tensor always holds its bytes (`_raw`); the tuple is `output-data`, the
+            # bytes a latin-1 string (componentize-py frees a string argument, not a bytes one)
+            data.append((t._name, _host.wit_datatype(t._dtype), t._shape, t._raw.decode("latin-1")))
         if data and not handles:
             # One output goes back as a handle: componentize-py 0.25.1 leaks 16 bytes of guest
             # memory for every empty list it lowers (its cabi_realloc allocates for a zero

@@ -86,8 +86,6 @@ pub struct GuestState {
     /// Bytes the guest made that the host holds for it: tensors it created and still has
     /// handles to, outputs given by value until `execute` returns.
     made_bytes: usize,
-    /// Bytes of `given_outputs` (part of `made_bytes`).
-    given_bytes: usize,
 }
 
 /// Why the host refuses to hold more bytes a guest made: they would pass [`made_limit`].
@@ -130,7 +128,6 @@ impl GuestState {
             given_outputs: None,
             decoupled_call: false,
             made_bytes: 0,
-            given_bytes: 0,
         }
     }
 
@@ -146,10 +143,11 @@ impl GuestState {
     /// Ends the `execute` call: the outputs `request.set-outputs` gave each request, which leave
     /// the guest's account.
     pub(super) fn end_execute(&mut self) -> Vec<Vec<Tensor>> {
-        self.made_bytes = self.made_bytes.saturating_sub(self.given_bytes);
-        self.given_bytes = 0;
+        let given = self.given_outputs.take().unwrap_or_default();
+        let given_bytes: usize = given.iter().flatten().map(|t| t.data.len()).sum();
+        self.made_bytes = self.made_bytes.saturating_sub(given_bytes);
         self.decoupled_call = false;
-        self.given_outputs.take().unwrap_or_default()
+        given
     }
 
     pub(super) fn tensor(&self, handle: &Resource<HostTensor>) -> wasmtime::Result<&Tensor> {
@@ -289,15 +287,10 @@ impl wit::HostRequest for GuestState {
         requests: Vec<Resource<HostRequest>>,
         max_bytes: u64,
     ) -> wasmtime::Result<Vec<Vec<wit::InputData>>> {
-        // Each request once: a guest repeating a handle would make the host copy without bound
-        // (in host memory, where the guest's memory cap does not reach), so that traps.
-        let mut seen = std::collections::HashSet::with_capacity(requests.len());
+        each_request_once(&requests, "request.read-inputs")?;
         let mut budget = READ_INPUTS_MAX_TOTAL;
         let mut out = Vec::with_capacity(requests.len());
         for handle in &requests {
-            if !seen.insert(handle.rep()) {
-                return Err(wasmtime::Error::msg("request.read-inputs: the same request handle was passed twice"));
-            }
             let request = self.table.get(handle).map_err(table_error)?;
             out.push(
                 request
@@ -334,12 +327,9 @@ impl wit::HostRequest for GuestState {
                 outputs.len()
             )));
         }
-        let mut seen = std::collections::HashSet::with_capacity(requests.len());
+        each_request_once(&requests, "request.set-outputs")?;
         let mut results = Vec::with_capacity(requests.len());
         for (handle, given) in requests.iter().zip(outputs) {
-            if !seen.insert(handle.rep()) {
-                return Err(wasmtime::Error::msg("request.set-outputs: the same request handle was passed twice"));
-            }
             let request = self.table.get(handle).map_err(table_error)?;
             let (call, position) = (request.call, request.position);
             if self.decoupled_call {
@@ -377,7 +367,6 @@ impl wit::HostRequest for GuestState {
             }
             slot.extend(tensors);
             self.made_bytes += size;
-            self.given_bytes += size;
             results.push(Ok(()));
         }
         Ok(results)
@@ -429,6 +418,16 @@ impl wit::HostResponseSender for GuestState {
     fn drop(&mut self, handle: Resource<HostSender>) -> wasmtime::Result<()> {
         self.table.delete(handle).map(|_| ()).map_err(table_error)
     }
+}
+
+/// Traps a batch call that names a request twice: a guest repeating a handle would make the host
+/// copy (or hold) without bound, in host memory, where the guest's memory cap does not reach.
+fn each_request_once(requests: &[Resource<HostRequest>], call: &str) -> wasmtime::Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(requests.len());
+    if requests.iter().all(|r| seen.insert(r.rep())) {
+        return Ok(());
+    }
+    Err(wasmtime::Error::msg(format!("{call}: the same request handle was passed twice")))
 }
 
 /// The most input bytes one `request.read-inputs` call copies into the guest; inputs past it
