@@ -449,6 +449,12 @@ def probe(op, arg):
         if op == "hoard":  # a deliberate leak: keeps arg bytes for the instance's life
             HOARD.append(bytearray(int(arg)))
             return "OK:%d" % len(HOARD)
+        if op == "hoard_host":  # keeps a host tensor of arg bytes (a handle) for the instance's life
+            t = pb_utils.Tensor("X", bytes(int(arg)), "UINT8")
+            t._lower_borrowed()  # the handle a BLS input gets: the bytes now live in the host
+            t._raw = None  # and no longer in the guest
+            HOARD.append(t)
+            return "OK:%d" % len(HOARD)
         return "ERR:unknown op " + op
     except Exception as e:
         return "ERR:%s: %s" % (type(e).__name__, e)
@@ -775,6 +781,29 @@ def test_a_guest_that_hoards_memory_is_recycled_between_calls(sandbox_server):
             answer = probe(sandbox_server, "small_memory", "hoard", str(1 << 20), session=s)
             assert answer.startswith("OK:"), f"call {i}: {answer[:200]}"
     assert "recycling a guest instance near its memory limit" in sandbox_server.log_text()
+
+
+def test_a_guest_that_hoards_host_tensors_is_refused_past_four_times_its_memory(sandbox_server):
+    # Handles keep their bytes in the host, out of the guest's memory cap: past 4 x
+    # max_memory_bytes (64 MiB here) the host refuses to hold more for it. Even the answer's own
+    # output is refused then, so the request fails with the host's reason (INTERNAL: HTTP 500),
+    # instead of the server growing; other models serve on.
+    url = sandbox_server.http("/v2/models/small_memory/infer")
+    body = {"inputs": [{"name": "OP", "shape": [1], "datatype": "BYTES", "data": ["hoard_host"]},
+                       {"name": "ARG", "shape": [1], "datatype": "BYTES", "data": [str(2 << 20)]}]}
+    refused = None
+    with requests.Session() as s:
+        for i in range(140):  # 2 MiB each
+            r = s.post(url, json=body, timeout=30)
+            if r.status_code != 200:
+                refused = (i, r)
+                break
+    assert refused is not None, "the host held 280 MiB of tensors for a 64 MiB guest"
+    i, r = refused
+    # the 128th call fills 256 MiB exactly, and its 10-byte answer is the byte too many
+    assert (i, r.status_code) == (127, 500), f"call {i}: HTTP {r.status_code} {r.text[:300]}"
+    assert "4 x max_memory_bytes" in r.json()["error"], r.text[:300]
+    assert probe(sandbox_server, "no_grants", "marker").startswith("OK:")
 
 
 def test_decoupled_guest_failure_ends_the_stream_with_the_error(server_factory, tmp_path, wasm_cache):
