@@ -280,6 +280,62 @@ def test_traps_are_counted_by_kind_per_model(server_factory, tmp_path, wasm_cach
     assert metric(samples, "tessera_model_cpu_duration_us", "quiet") < 20_000
 
 
+def faulty_sized(srv, model: str, mode: str, sizes: list[float]):
+    """(HTTP status, error message or "") of a `faulty` call whose INPUT0 carries its sizes."""
+    body = faulty_body(mode)
+    body["inputs"][1].update(shape=[len(sizes)], data=sizes)
+    r = requests.post(f"{srv.base_url}/v2/models/{model}/infer", json=body, timeout=60)
+    return r.status_code, (error_message(r) if r.status_code != 200 else "")
+
+
+def test_a_guest_cannot_make_the_host_copy_one_string_over_and_over(server_factory, tmp_path, wasm_cache):
+    """A list<string> argument may name one string many times; wasmtime copies each before the
+    host sees any. The copies of one call are capped at 2 x max_memory_bytes (32 MiB here):
+    under it the call reaches the host, over it (even a terabyte's worth) the guest traps with
+    the reason, and its neighbours and its own next request are served. A model granted more
+    memory may pass more than wasmtime's own default cap (128 MiB)."""
+    repo = tmp_path / "repo"
+    for name, memory in (("faulty", 16 << 20), ("roomy", 128 << 20)):
+        faulty_with(repo, name, ONE_INSTANCE)
+        cfg = repo / name / "config.pbtxt"
+        cfg.write_text(cfg.read_text().replace('string_value: "67108864"', f'string_value: "{memory}"'))
+    [neighbour] = add_sub_repo(repo, 1)
+    srv = server_factory(repo, ["--wasm-cache-dir", str(wasm_cache)])
+    wait_model_ready(srv, "faulty")
+    # 24 x 1 MiB: under the cap, the host takes the call (and refuses 'repeat', which is absent).
+    status, message = faulty_sized(srv, "faulty", "alias_strings", [24, 1 << 20])
+    assert status == 400 and "the host took a call naming one 1048576-byte string 24 times" in message, message
+    refused = ("WebAssembly model 'faulty' execute passed more than 33554432 bytes to the host in one call "
+               "(2 x max_memory_bytes)")
+    # 48 x 1 MiB: over it (and under wasmtime's own default of 128 MiB, which would let it in).
+    # 1 M x 1 MiB: a terabyte, refused the same way without the server's memory moving.
+    for count in (48, 1 << 20):
+        status, message = faulty_sized(srv, "faulty", "alias_strings", [count, 1 << 20])
+        assert (status, message[:len(refused)]) == (500, refused), (count, status, message)
+        assert_adds(requests, srv, neighbour, 1.0)
+        assert faulty_call(srv, "faulty", "ok")[0] == 200, "the guest serves its next request"
+    assert metric(scrape(srv), "tessera_model_traps_total", "faulty", kind="memory") == 2
+    status, message = faulty_sized(srv, "roomy", "alias_strings", [160, 1 << 20])
+    assert status == 400 and "the host took a call naming one 1048576-byte string 160 times" in message, message
+    srv.assert_alive()
+
+
+def test_a_guest_log_line_is_cut_at_eight_kib(server_factory, tmp_path, wasm_cache):
+    """A guest's 4 MiB log line reaches neither the server's log nor a caller whole."""
+    repo = tmp_path / "repo"
+    faulty_with(repo, "faulty", ONE_INSTANCE)
+    srv = server_factory(repo, ["--wasm-cache-dir", str(wasm_cache)])
+    wait_model_ready(srv, "faulty")
+    status, message = faulty_sized(srv, "faulty", "log_flood", [4 << 20])
+    assert status == 500, message
+    # The trap quotes the guest's last log line: its first 8 KiB, and how much was cut.
+    assert f"(last guest log: {'x' * 8192}... ({(4 << 20) - 8192} more bytes cut; log lines keep 8192))" \
+        in message, message[-300:]
+    assert len(message) < 9000
+    assert "x" * 8193 not in srv.log_text() and "x" * 8192 in srv.log_text()
+    assert faulty_call(srv, "faulty", "ok")[0] == 200
+
+
 def test_a_full_live_set_refuses_with_the_reason_and_loads_still_succeed(server_factory, tmp_path, wasm_cache):
     # One live instance for three models: loads (in parallel) wait their turn instead of failing.
     for name in ("busy", "other", "third"):

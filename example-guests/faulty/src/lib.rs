@@ -18,6 +18,12 @@
 //! |                    | `[1, 2, 3]`: OUTPUT0 = the OUT values received, as FP32 `[3]`       |
 //! | `bad_shape`        | OUTPUT0 of shape `[1, n + 1]` (a rank the config does not declare)  |
 //! | `missing_output`   | no output tensors at all                                            |
+//! | `alias_strings`    | BLS `infer` to `repeat` whose requested outputs are one string of   |
+//! |                    | `INPUT0[1]` bytes named `INPUT0[0]` times (the list holds only      |
+//! |                    | pointers to it): the host would copy it that many times. If the     |
+//! |                    | host takes the call, an `invalid-arg` error saying so               |
+//! | `log_flood`        | one log line of `INPUT0[0]` bytes, then a trap (whose message       |
+//! |                    | quotes the last log line)                                           |
 //! | `wrong_count`      | the batch gets one result more than it has requests                 |
 //! | `wrong_count_zero` | the batch gets no results at all                                    |
 //! | anything else      | an `invalid-arg` error for that request                             |
@@ -149,8 +155,94 @@ fn run(request: &Request, mode: &str) -> Result<Vec<Tensor>, Error> {
             )?])
         }
         "missing_output" => Ok(Vec::new()),
+        "alias_strings" => {
+            let sizes = input.as_f32()?;
+            let (count, len) = match sizes.as_slice() {
+                [count, len, ..] => (*count as usize, *len as usize),
+                _ => return Err(Error::invalid_arg("alias_strings needs INPUT0 = [count, bytes]")),
+            };
+            let taken = alias::infer_with_aliased_outputs("repeat", count, len);
+            Err(Error::invalid_arg(format!(
+                "the host took a call naming one {len}-byte string {count} times (returned {taken})"
+            )))
+        }
+        "log_flood" => {
+            let len = input.as_f32()?.first().map_or(0, |n| *n as usize);
+            tessera_guest::error!("{}", "x".repeat(len));
+            trap()
+        }
         "wrong_count" | "wrong_count_zero" => Ok(vec![input.with_name("OUTPUT0")]),
         other => Err(Error::invalid_arg(format!("unknown MODE '{other}'"))),
+    }
+}
+
+/// A BLS call made through the raw import, below the SDK: its `outputs` list is `count`
+/// pointers to one string, which no safe binding can build (each `String` owns its bytes).
+mod alias {
+    /// A `string` in a list: pointer and length, as the canonical ABI lays it out.
+    #[cfg(target_arch = "wasm32")]
+    #[derive(Clone, Copy)]
+    #[repr(C)]
+    struct Str {
+        ptr: *const u8,
+        len: usize,
+    }
+
+    #[cfg(target_arch = "wasm32")]
+    #[link(wasm_import_module = "tessera:model/host@0.1.0")]
+    unsafe extern "C" {
+        /// `infer(model: string, version: option<s64>, inputs: list<borrow<tensor>>,
+        /// outputs: list<string>, parameters: list<parameter>) -> result<list<tensor>, error>`,
+        /// flattened by the canonical ABI; the result goes to `ret`.
+        #[link_name = "infer"]
+        fn infer(
+            model: *const u8,
+            model_len: usize,
+            has_version: i32,
+            version: i64,
+            inputs: *const u32,
+            inputs_len: usize,
+            outputs: *const Str,
+            outputs_len: usize,
+            parameters: *const u8,
+            parameters_len: usize,
+            ret: *mut u8,
+        );
+    }
+
+    /// Makes the call and returns the result's discriminant (0 ok, 1 error).
+    #[cfg(target_arch = "wasm32")]
+    pub(super) fn infer_with_aliased_outputs(model: &str, count: usize, len: usize) -> u8 {
+        let name = "x".repeat(len);
+        let outputs = vec![Str { ptr: name.as_ptr(), len: name.len() }; count];
+        // result<list<tensor>, error>: a discriminant byte, then at most 16 bytes of payload.
+        let mut ret = [0u32; 4];
+        let no_inputs: [u32; 0] = [];
+        // A `parameter` is 8-aligned (its value may be an s64 or f64); so must its list be.
+        let no_parameters: [u64; 0] = [];
+        // SAFETY: every pointer/length pair names live memory of its length; `ret` is 4-aligned
+        // and large enough for the result; the host writes nothing else.
+        unsafe {
+            infer(
+                model.as_ptr(),
+                model.len(),
+                0,
+                0,
+                no_inputs.as_ptr(),
+                0,
+                outputs.as_ptr(),
+                outputs.len(),
+                no_parameters.as_ptr().cast(),
+                0,
+                ret.as_mut_ptr().cast(),
+            );
+        }
+        ret[0].to_le_bytes()[0]
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(super) fn infer_with_aliased_outputs(_model: &str, _count: usize, _len: usize) -> u8 {
+        unreachable!("faulty runs as a WebAssembly guest only")
     }
 }
 

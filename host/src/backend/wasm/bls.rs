@@ -260,7 +260,7 @@ impl wit_host::HostPendingInfer for GuestState {
             self.wait_until(take)?.unwrap_or_else(|| Err(CoreError::unavailable("the server is shutting down")));
         self.table.get_mut(&handle).map_err(table_error)?.taken = true;
         match result {
-            Ok(response) => Ok(Ok(self.new_tensors(response.outputs)?)),
+            Ok(response) => self.new_held_tensors(response.outputs),
             Err(e) => Ok(Err(wit_error(e))),
         }
     }
@@ -300,7 +300,7 @@ impl wit_host::HostResponseStream for GuestState {
         let item = crate::infer::wait_for(&runtime, async { tokio::time::timeout(timeout, stream.0.recv()).await });
         match item {
             Ok(None) => Ok(None),
-            Ok(Some(Ok(response))) => Ok(Some(Ok(self.new_tensors(response.outputs)?))),
+            Ok(Some(Ok(response))) => Ok(Some(self.new_held_tensors(response.outputs)?)),
             Ok(Some(Err(e))) => Ok(Some(Err(wit_error(e)))),
             Err(_) => Ok(Some(Err(wit_error(CoreError::unavailable(format!(
                 "no response from the streaming BLS call within {} ms",
@@ -432,6 +432,26 @@ mod tests {
         assert_eq!(request.inputs[0].name, "IN");
         assert_eq!(request.outputs, vec![RequestedOutput::named("OUT")]);
         assert_eq!(request.parameters.get("p"), Some(&ParamValue::Bool(true)));
+    }
+
+    #[test]
+    fn outputs_are_held_on_the_callers_account() {
+        // The test state's memory limit is 1 MiB: what it holds may reach 4 MiB. The fake's
+        // output shares the input's bytes, which charge nothing until they come back as outputs.
+        let fx = Fixture::new();
+        let mut s = fx.state(AllowList::Any);
+        let mib = Tensor::new("IN", DataType::Uint8, vec![1 << 20], Bytes::from(vec![7u8; 1 << 20])).expect("tensor");
+        let big = s.new_tensor(mib).expect("push");
+        let run = |s: &mut GuestState| {
+            s.infer("m".into(), None, vec![Resource::new_borrow(big.rep())], Vec::new(), Vec::new()).expect("no trap")
+        };
+        let mut held: Vec<_> = (0..4).flat_map(|_| run(&mut s).expect("within the limit")).collect();
+        let refused = run(&mut s).expect_err("a fifth MiB passes the limit");
+        assert_eq!(refused.code, wit::ErrorCode::Internal);
+        assert!(refused.message.contains("already take 4194304 bytes; 1048576 more would pass"), "{}", refused.message);
+        wit::HostTensor::drop(&mut s, held.pop().expect("four")).expect("drop");
+        held.extend(run(&mut s).expect("a dropped output gave its bytes back"));
+        assert_eq!(held.len(), 4);
     }
 
     #[test]

@@ -20,8 +20,9 @@ use crate::infer::{Infer, Parameters};
 use crate::tensor::Tensor;
 
 /// A tensor resource: the core tensor, whose bytes are shared (`Bytes`), never copied by handles,
-/// and, for bytes the guest made (copied out of its memory), their charge on its account, shared
-/// by every handle to the same bytes (`tensor.with-name`): the last one to go gives it back.
+/// and, for bytes held on the guest's behalf (copied out of its memory, or a BLS call's outputs),
+/// their charge on its account, shared by every handle to the same bytes (`tensor.with-name`):
+/// the last one to go gives it back. A request's inputs are the caller's and charge nothing.
 pub struct HostTensor(pub(super) Tensor, Option<Arc<usize>>);
 
 /// A request resource handed to `execute`.
@@ -83,33 +84,50 @@ pub struct GuestState {
     given_outputs: Option<Vec<Vec<Tensor>>>,
     /// Whether the current `execute` call is a decoupled model's.
     decoupled_call: bool,
-    /// Bytes the guest made that the host holds for it: tensors it created and still has
-    /// handles to, outputs given by value until `execute` returns.
-    made_bytes: usize,
+    /// Bytes the host holds on the guest's behalf ([`held_limit`]): tensors it created or got
+    /// from BLS calls (wasi:nn's too) and still has handles to, and outputs given by value until
+    /// `execute` returns.
+    held_bytes: usize,
 }
 
-/// Why the host refuses to hold more bytes a guest made: they would pass [`made_limit`].
-/// Without it a guest could copy one buffer out again and again (creating tensors and keeping the
-/// handles, or giving outputs) and grow the server's memory, where its own cap does not reach.
-fn over_made_limit(held: usize, more: usize, max_memory: usize) -> Option<CoreError> {
-    let limit = made_limit(max_memory);
+/// Why the host refuses to hold more bytes for a guest: they would pass [`held_limit`]. Without
+/// it a guest could copy one buffer out again and again (creating tensors and keeping the handles,
+/// or giving outputs), or call a model again and again keeping every output, and grow the
+/// server's memory, where its own cap does not reach.
+fn over_held_limit(held: usize, more: usize, max_memory: usize) -> Option<CoreError> {
+    let limit = held_limit(max_memory);
     (held.saturating_add(more) > limit).then(|| {
         CoreError::internal(format!(
-            "the tensors this guest made already hold {held} bytes in the host; {more} more would pass \
+            "the tensors the host holds for this guest already take {held} bytes; {more} more would pass \
              its limit of {limit} bytes (4 x max_memory_bytes)"
         ))
     })
 }
 
-/// How many bytes a guest's tensors may hold in the host: four times its own memory limit, so a
+/// How many bytes the host may hold for a guest's tensors: four times its own memory limit, so a
 /// batch's outputs may well outgrow the guest's memory (each is copied out and freed in turn),
 /// but a guest cannot grow the server without bound.
-fn made_limit(max_memory: usize) -> usize {
+fn held_limit(max_memory: usize) -> usize {
     max_memory.saturating_mul(4)
 }
 
 /// How many of the guest's last log lines a trap message can quote from.
 const LOG_LINES_KEPT: usize = 16;
+
+/// The most bytes of one guest log line the server prints and keeps: the log is the operator's,
+/// shared by every model, and a trap message quotes the last line to the caller.
+const LOG_LINE_BYTES: usize = 8 << 10;
+
+/// `message` cut to [`LOG_LINE_BYTES`] (at a character boundary), saying how much was cut.
+fn log_line(mut message: String) -> String {
+    if message.len() > LOG_LINE_BYTES {
+        let total = message.len();
+        let end = message.floor_char_boundary(LOG_LINE_BYTES);
+        message.truncate(end);
+        message.push_str(&format!("... ({} more bytes cut; log lines keep {LOG_LINE_BYTES})", total - end));
+    }
+    message
+}
 
 impl GuestState {
     pub(super) fn new(wasi: WasiCtx, limits: GuestLimiter, shared: Arc<GuestShared>) -> Self {
@@ -127,7 +145,7 @@ impl GuestState {
             execute_call: 0,
             given_outputs: None,
             decoupled_call: false,
-            made_bytes: 0,
+            held_bytes: 0,
         }
     }
 
@@ -145,7 +163,7 @@ impl GuestState {
     pub(super) fn end_execute(&mut self) -> Vec<Vec<Tensor>> {
         let given = self.given_outputs.take().unwrap_or_default();
         let given_bytes: usize = given.iter().flatten().map(|t| t.data.len()).sum();
-        self.made_bytes = self.made_bytes.saturating_sub(given_bytes);
+        self.release(given_bytes);
         self.decoupled_call = false;
         given
     }
@@ -159,15 +177,36 @@ impl GuestState {
         self.table.push(HostTensor(tensor, None)).map_err(table_error)
     }
 
-    /// A handle to a tensor the guest made, on its account: an error past its limit.
-    fn new_made_tensor(&mut self, tensor: Tensor) -> wasmtime::Result<Result<Resource<HostTensor>, wit::Error>> {
-        let size = tensor.data.len();
-        if let Some(e) = over_made_limit(self.made_bytes, size, self.limits.max_memory()) {
+    /// Puts `size` more bytes the host holds for the guest on its account; refused past
+    /// [`held_limit`].
+    pub(super) fn hold(&mut self, size: usize) -> CoreResult<()> {
+        if let Some(e) = over_held_limit(self.held_bytes, size, self.limits.max_memory()) {
+            return Err(e);
+        }
+        self.held_bytes += size;
+        Ok(())
+    }
+
+    /// Takes `size` bytes the host no longer holds for the guest off its account.
+    pub(super) fn release(&mut self, size: usize) {
+        self.held_bytes = self.held_bytes.saturating_sub(size);
+    }
+
+    /// Handles to tensors held on the guest's account (its own, or a BLS call's outputs): an
+    /// error past its limit, which drops them all.
+    pub(super) fn new_held_tensors(
+        &mut self,
+        tensors: Vec<Tensor>,
+    ) -> wasmtime::Result<Result<Vec<Resource<HostTensor>>, wit::Error>> {
+        if let Err(e) = self.hold(tensors.iter().map(|t| t.data.len()).sum()) {
             return Ok(Err(wit_error(e)));
         }
-        let handle = self.table.push(HostTensor(tensor, Some(Arc::new(size)))).map_err(table_error)?;
-        self.made_bytes += size;
-        Ok(Ok(handle))
+        let mut handles = Vec::with_capacity(tensors.len());
+        for tensor in tensors {
+            let size = tensor.data.len();
+            handles.push(self.table.push(HostTensor(tensor, Some(Arc::new(size)))).map_err(table_error)?);
+        }
+        Ok(Ok(handles))
     }
 
     /// Takes a tensor out of the table (it moves into a response, or is dropped), and off the
@@ -175,7 +214,7 @@ impl GuestState {
     pub(super) fn take_tensor(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<Tensor> {
         let HostTensor(tensor, charge) = self.table.delete(handle).map_err(table_error)?;
         if let Some(size) = charge.and_then(Arc::into_inner) {
-            self.made_bytes = self.made_bytes.saturating_sub(size);
+            self.release(size);
         }
         Ok(tensor)
     }
@@ -208,7 +247,7 @@ impl wit::HostTensor for GuestState {
         data: Vec<u8>,
     ) -> wasmtime::Result<Result<Resource<HostTensor>, wit::Error>> {
         match Tensor::new_as("tensor", name, datatype_from_wit(datatype), shape, Bytes::from(data)) {
-            Ok(t) => self.new_made_tensor(t),
+            Ok(t) => Ok(self.new_held_tensors(vec![t])?.map(|mut handles| handles.remove(0))),
             Err(e) => Ok(Err(wit_error(e))),
         }
     }
@@ -361,12 +400,13 @@ impl wit::HostRequest for GuestState {
                 continue;
             }
             let size = tensors.iter().map(|t| t.data.len()).sum::<usize>();
-            if let Some(e) = over_made_limit(self.made_bytes, size, self.limits.max_memory()) {
+            // `hold`, spelled out: `slot` borrows `given_outputs` meanwhile.
+            if let Some(e) = over_held_limit(self.held_bytes, size, self.limits.max_memory()) {
                 results.push(Err(wit_error(e)));
                 continue;
             }
+            self.held_bytes += size;
             slot.extend(tensors);
-            self.made_bytes += size;
             results.push(Ok(()));
         }
         Ok(results)
@@ -480,6 +520,7 @@ fn send_on(sender: &mut HostSender, item: CoreResult<Vec<Tensor>>, final_: bool)
 
 impl wit_host::Host for GuestState {
     fn log(&mut self, level: wit_host::LogLevel, message: String) -> wasmtime::Result<()> {
+        let message = log_line(message);
         let model = self.shared.model_name.as_str();
         match level {
             wit_host::LogLevel::Error => tracing::error!(model, "{message}"),
@@ -511,7 +552,7 @@ impl wit_host::Host for GuestState {
         let called = Self::bls(call, |infer, request| async move { infer.infer(request).await });
         self.bls_cpu += clock.now().saturating_sub(started);
         match called {
-            Ok(response) => Ok(Ok(self.new_tensors(response.outputs)?)),
+            Ok(response) => self.new_held_tensors(response.outputs),
             Err(e) => Ok(Err(e)),
         }
     }
@@ -880,5 +921,16 @@ pub(super) mod tests {
         assert_eq!(s.last_log.len(), LOG_LINES_KEPT);
         assert_eq!(s.last_log.first().map(String::as_str), Some("line 4"));
         assert_eq!(s.last_log.last().map(String::as_str), Some("line 19"));
+    }
+
+    #[test]
+    fn log_lines_are_cut_at_eight_kib() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        s.log(wit_host::LogLevel::Error, "\u{e9}".repeat(5000)).expect("log");
+        let kept = s.last_log.last().expect("a line");
+        // 4096 two-byte characters fill 8 KiB exactly; the other 904 are cut.
+        assert_eq!(kept, &format!("{}... (1808 more bytes cut; log lines keep 8192)", "\u{e9}".repeat(4096)));
+        s.log(wit_host::LogLevel::Info, "x".repeat(LOG_LINE_BYTES)).expect("log");
+        assert_eq!(s.last_log.last().map(String::len), Some(LOG_LINE_BYTES), "a line of the limit is whole");
     }
 }

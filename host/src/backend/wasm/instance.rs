@@ -133,6 +133,7 @@ impl WasmInstance {
             GuestState::new(self.sandbox.wasi()?, GuestLimiter::new(self.sandbox.max_memory), Arc::clone(&self.shared));
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
+        store.set_hostcall_fuel(self.sandbox.max_hostcall_bytes());
         store.set_epoch_deadline(ticks_for(self.sandbox.max_execute));
         store.epoch_deadline_callback(|store| {
             // `initialize` and `finalize` have no deadline here: their epoch deadline is the limit.
@@ -406,9 +407,16 @@ pub(super) fn trap_kind(error: &wasmtime::Error) -> TrapKind {
     match error.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => TrapKind::Timeout,
         Some(Trap::AllocationTooLarge) => TrapKind::Memory,
-        _ if format!("{error:#}").contains("grow") => TrapKind::Memory,
+        _ if format!("{error:#}").contains("grow") || passed_too_much(error) => TrapKind::Memory,
         _ => TrapKind::Fault,
     }
+}
+
+/// wasmtime refused to copy more of a call's arguments: the store's hostcall fuel
+/// ([`Sandbox::max_hostcall_bytes`]) ran out. wasmtime's error type for it is private; its
+/// message is what identifies it (a unit test below pins the text).
+fn passed_too_much(error: &wasmtime::Error) -> bool {
+    format!("{error:#}").contains("fuel allocated for hostcalls has been exhausted")
 }
 
 /// Explains a trap: time limit, memory limit, or a guest panic with its last log lines.
@@ -424,6 +432,10 @@ pub(super) fn trap_error(
         (TrapKind::Timeout, _) => {
             format!("exceeded its time limit of {} ms (max_execute_ms)", sandbox.max_execute.as_millis())
         }
+        (TrapKind::Memory, _) if passed_too_much(error) => format!(
+            "passed more than {} bytes to the host in one call (2 x max_memory_bytes)",
+            sandbox.max_hostcall_bytes()
+        ),
         (TrapKind::Memory, Some(Trap::AllocationTooLarge)) => {
             format!("exceeded its memory limit of {} bytes (max_memory_bytes)", sandbox.max_memory)
         }
@@ -475,6 +487,25 @@ mod tests {
             e.message,
             "WebAssembly model 'm' initialize exceeded its memory limit of 1048576 bytes (max_memory_bytes): \
              linear memory would grow to 2000000 bytes, beyond the model's limit"
+        );
+    }
+
+    #[test]
+    fn hostcall_fuel_traps_name_the_limit() {
+        let s = sandbox(&[("max_memory_bytes", "1048576")]);
+        // wasmtime 48's message (its `HostcallFuelExhausted`), under the call's context.
+        let exhausted = wasmtime::Error::msg(
+            "too much data is being copied between the host and the guest: \
+             fuel allocated for hostcalls has been exhausted",
+        )
+        .context("error while executing at wasm backtrace");
+        assert_eq!(trap_kind(&exhausted), TrapKind::Memory);
+        let e = trap_error("m", "execute", &exhausted, &s, &[]);
+        assert_eq!(e.kind, ErrorKind::Internal);
+        assert_eq!(
+            e.message,
+            "WebAssembly model 'm' execute passed more than 2097152 bytes to the host in one call \
+             (2 x max_memory_bytes)"
         );
     }
 

@@ -2,7 +2,9 @@
 //! pre/post-processing and business logic as sandboxed components implementing `wit/model.wit`.
 //!
 //! Sandbox, per model, from config `parameters` (string values):
-//! - `max_memory_bytes` (default 256 MiB): linear memory cap; growing past it traps.
+//! - `max_memory_bytes` (default 256 MiB): linear memory cap; growing past it traps. It also
+//!   bounds the host's side: the tensors held for the guest (4x, `host::held_limit`) and what
+//!   one call may make the host copy (2x, `Sandbox::max_hostcall_bytes`).
 //! - `max_execute_ms` (default 10000): wall time per `execute` (epoch interruption), and the
 //!   bound on each BLS call the guest makes.
 //! - `allowed_models` (default none): comma-separated models the guest may call through BLS

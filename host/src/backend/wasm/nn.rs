@@ -54,11 +54,21 @@ pub(super) fn add_to_linker(linker: &mut Linker<GuestState>) -> wasmtime::Result
     bindings::Ml::add_to_linker::<GuestState, HasSelf<GuestState>>(linker, |s| s)
 }
 
-/// A wasi:nn tensor: no name (it gets one in `compute`), its bytes shared, never copied by handles.
+/// A wasi:nn tensor: no name (it gets one in `compute`), its bytes shared, never copied by handles,
+/// and held on the guest's account (`GuestState::hold`) until it leaves the table.
 pub struct NnTensor {
     dimensions: Vec<u32>,
     ty: TensorType,
     data: Bytes,
+}
+
+impl GuestState {
+    /// Takes a wasi:nn tensor out of the table, and off the guest's account.
+    fn take_nn_tensor(&mut self, handle: Resource<NnTensor>) -> wasmtime::Result<NnTensor> {
+        let tensor = self.table.delete(handle).map_err(table_error)?;
+        self.release(tensor.data.len());
+        Ok(tensor)
+    }
 }
 
 /// A served model a guest loaded by name.
@@ -164,6 +174,9 @@ impl GuestState {
             };
             converted.push((output.name, NnTensor { dimensions, ty, data: output.data }));
         }
+        if let Err(e) = self.hold(converted.iter().map(|(_, t)| t.data.len()).sum()) {
+            return self.nn_core_error(e);
+        }
         let mut handles = Vec::with_capacity(converted.len());
         for (name, tensor) in converted {
             handles.push((name, self.table.push(tensor).map_err(table_error)?));
@@ -176,7 +189,9 @@ impl tensor::Host for GuestState {}
 
 impl tensor::HostTensor for GuestState {
     fn new(&mut self, dimensions: Vec<u32>, ty: TensorType, data: Vec<u8>) -> wasmtime::Result<Resource<NnTensor>> {
-        // The WIT constructor cannot fail: a length that does not fit is reported by `compute`.
+        // The WIT constructor cannot fail: a length that does not fit is reported by `compute`,
+        // and past the guest's limit of held bytes it traps.
+        self.hold(data.len()).map_err(|e| wasmtime::Error::msg(format!("wasi:nn tensor: {}", e.message)))?;
         self.table.push(NnTensor { dimensions, ty, data: Bytes::from(data) }).map_err(table_error)
     }
 
@@ -193,7 +208,7 @@ impl tensor::HostTensor for GuestState {
     }
 
     fn drop(&mut self, handle: Resource<NnTensor>) -> wasmtime::Result<()> {
-        self.table.delete(handle).map(|_| ()).map_err(table_error)
+        self.take_nn_tensor(handle).map(|_| ())
     }
 }
 
@@ -252,7 +267,7 @@ impl inference::HostGraphExecutionContext for GuestState {
         // The inputs are owned: they leave the guest's table whatever happens next.
         let mut taken = Vec::with_capacity(inputs.len());
         for (name, tensor) in inputs {
-            taken.push((name, self.table.delete(tensor).map_err(table_error)?));
+            taken.push((name, self.take_nn_tensor(tensor)?));
         }
         let mut tensors = Vec::with_capacity(taken.len());
         for (name, t) in taken {
@@ -438,6 +453,31 @@ mod tests {
         assert_eq!(code, ErrorCode::InvalidArgument);
         assert!(data.contains("input 'IN'"), "{data}");
         assert!(s.dimensions(Resource::new_borrow(bad_rep)).is_err(), "compute takes its inputs");
+    }
+
+    #[test]
+    fn tensors_are_held_on_the_guests_account() {
+        // The test state's memory limit is 1 MiB: its tensors may hold 4 MiB in the host.
+        let rt = runtime();
+        let infer: Arc<dyn Infer> = Arc::new(Models);
+        let mut s = guest(&rt, &infer);
+        let mib = 1usize << 20;
+        let mut held: Vec<_> = (0..4).map(|_| f32_input(&mut s, vec![1 << 18], mib).1).collect();
+        let trap = s.new(vec![1], TensorType::Fp32, vec![0; 4]).expect_err("past the limit: the constructor traps");
+        assert!(
+            format!("{trap:#}").starts_with(
+                "wasi:nn tensor: the tensors the host holds for this guest already take 4194304 bytes; 4 more"
+            ),
+            "{trap:#}"
+        );
+        // `compute` takes its input off the account and puts its output on.
+        let ctx = context(&mut s, "add").expect("context");
+        let input = held.pop().expect("four");
+        let outputs = s.compute(Resource::new_borrow(ctx.rep()), vec![("IN".into(), input)]).expect("no trap");
+        let [(_, sum)]: [_; 1] = outputs.expect("computed").try_into().expect("SUM only");
+        assert!(s.new(vec![1], TensorType::Fp32, vec![0; 4]).is_err(), "SUM holds the MiB its input gave back");
+        tensor::HostTensor::drop(&mut s, sum).expect("drop");
+        held.push(s.new(vec![1], TensorType::Fp32, vec![0; 4]).expect("a dropped tensor gave its bytes back"));
     }
 
     #[test]

@@ -89,6 +89,18 @@ impl Sandbox {
         })
     }
 
+    /// The most bytes one guest-to-host call may make the host allocate while it lifts the
+    /// call's arguments (and the host lifting `execute`'s results): 2 x `max_memory_bytes`.
+    /// wasmtime copies every string and list a guest passes before the host sees any of them, and
+    /// one string named a million times in a `list<string>` is a million copies: this cap
+    /// (wasmtime's "hostcall fuel", 128 MiB by default whatever the model) bounds that by what the
+    /// operator granted the model. Real data never nears it: a guest cannot pass more bytes than
+    /// its linear memory holds, and the host's copies of the lists' headers cost at most about
+    /// three times the guest's own.
+    pub(super) fn max_hostcall_bytes(&self) -> usize {
+        self.max_memory.saturating_mul(2)
+    }
+
     /// The WASI context of one store: only the grants above.
     pub(super) fn wasi(&self) -> CoreResult<WasiCtx> {
         let mut builder = WasiCtx::builder();
@@ -198,6 +210,7 @@ pub(super) mod tests {
     fn defaults_grant_nothing() {
         let s = sandbox(&[]).expect("defaults");
         assert_eq!(s.max_memory, 256 << 20);
+        assert_eq!(s.max_hostcall_bytes(), 512 << 20);
         assert_eq!(s.max_execute, Duration::from_secs(10));
         assert_eq!(s.allowed_models, AllowList::Nothing);
         assert_eq!(s.read_only_dir, None);
