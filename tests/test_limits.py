@@ -30,7 +30,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tessera_testlib import at_once, copy_model, tessera_bin, wait_model_ready
+from tessera_testlib import at_once, copy_model, grpc_stream_responses, tessera_bin, wait_model_ready
 
 MiB = 1 << 20
 LIMIT = 16 * MiB
@@ -525,12 +525,61 @@ def test_a_server_at_a_256_file_limit_keeps_answering_past_250_stalled_connectio
     assert_slots_come_back(srv)
 
 
+def open_unread_stream(srv, model: str, inputs) -> socket.socket:
+    """Sends one request (`inputs`: (name, datatype, array)) on a gRPC stream over a raw HTTP/2
+    connection that then reads no response: h2 takes the bytes but never acknowledges them, so the
+    server's flow-control window to it closes. Returns once the responses have used that window
+    up (the model is then producing into the server's buffers); the caller closes the socket."""
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=model)
+    for name, datatype, values in inputs:
+        tensor = request.inputs.add()
+        tensor.name, tensor.datatype = name, datatype
+        tensor.shape.append(len(values))
+        request.raw_input_contents.append(values.tobytes())
+    payload = request.SerializeToString()
+    data = b"\0" + len(payload).to_bytes(4, "big") + payload
+    sock = socket.create_connection(("127.0.0.1", srv.grpc_port), timeout=30)
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    stream = conn.get_next_available_stream_id()
+    conn.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":authority", "x"),
+                               (":path", "/inference.GRPCInferenceService/ModelStreamInfer"),
+                               ("content-type", "application/grpc"), ("te", "trailers")])
+    sock.sendall(conn.data_to_send())
+    sock.settimeout(0.05)
+    sent = 0
+    while sent < len(data):
+        room = min(conn.local_flow_control_window(stream), conn.max_outbound_frame_size, len(data) - sent)
+        if room > 0:
+            conn.send_data(stream, data[sent:sent + room])
+            sent += room
+        else:
+            # Window updates for what we send; the responses are read by h2 but their flow
+            # control is never acknowledged, so the server's window to us closes.
+            try:
+                conn.receive_data(sock.recv(65536))
+            except socket.timeout:
+                pass
+        sock.sendall(conn.data_to_send())
+    # Responses arrive until the window the server was given is used up: then it is stalled.
+    window = conn.local_settings.initial_window_size
+    received, deadline = 0, time.monotonic() + 20
+    while received < window - 1024 and time.monotonic() < deadline:
+        try:
+            events = conn.receive_data(sock.recv(65536))
+        except socket.timeout:
+            continue
+        received += sum(e.flow_controlled_length for e in events if isinstance(e, h2.events.DataReceived))
+    assert received >= window - 1024, f"only {received} bytes of responses arrived"
+    return sock
+
+
 def test_a_stream_nobody_reads_does_not_make_the_server_buffer_its_responses(server_factory, tmp_path):
     """A decoupled model producing two million responses to a gRPC client that reads none: the
     producer waits once the request's small buffer (and HTTP/2's window) is full. Before that
     back-pressure the server buffered every response (1,003 MiB of RSS within 2 s, here)."""
-    from tritonclient.grpc import service_pb2
-
     repo = tmp_path / "repo"
     (repo / "repeat_int32" / "1").mkdir(parents=True)
     (repo / "repeat_int32" / "config.pbtxt").write_text(
@@ -544,41 +593,11 @@ def test_a_stream_nobody_reads_does_not_make_the_server_buffer_its_responses(ser
     srv = server_factory(repo)
     wait_model_ready(srv, "repeat_int32")
     n = 2_000_000
-    request = service_pb2.ModelInferRequest(model_name="repeat_int32")
-    for name, datatype, values in (("IN", "INT32", np.arange(n, dtype=np.int32)),
-                                   ("DELAY", "UINT32", np.zeros(n, dtype=np.uint32)),
-                                   ("WAIT", "UINT32", np.zeros(1, dtype=np.uint32))):
-        tensor = request.inputs.add()
-        tensor.name, tensor.datatype = name, datatype
-        tensor.shape.append(len(values))
-        request.raw_input_contents.append(values.tobytes())
-    payload = request.SerializeToString()
-    data = b"\0" + len(payload).to_bytes(4, "big") + payload
     before = status_kib(srv, "VmRSS")
-    sock = socket.create_connection(("127.0.0.1", srv.grpc_port), timeout=30)
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.initiate_connection()
-    stream = conn.get_next_available_stream_id()
-    conn.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":authority", "x"),
-                               (":path", "/inference.GRPCInferenceService/ModelStreamInfer"),
-                               ("content-type", "application/grpc"), ("te", "trailers")])
-    sock.sendall(conn.data_to_send())
-    sock.settimeout(0.05)
-    sent = 0
+    sock = open_unread_stream(srv, "repeat_int32", [("IN", "INT32", np.arange(n, dtype=np.int32)),
+                                                    ("DELAY", "UINT32", np.zeros(n, dtype=np.uint32)),
+                                                    ("WAIT", "UINT32", np.zeros(1, dtype=np.uint32))])
     try:
-        while sent < len(data):
-            room = min(conn.local_flow_control_window(stream), conn.max_outbound_frame_size, len(data) - sent)
-            if room > 0:
-                conn.send_data(stream, data[sent:sent + room])
-                sent += room
-            else:
-                # Window updates for what we send; the responses are read by h2 but their flow
-                # control is never acknowledged, so the server's window to us closes.
-                try:
-                    conn.receive_data(sock.recv(65536))
-                except socket.timeout:
-                    pass
-            sock.sendall(conn.data_to_send())
         # The model now produces as fast as it can be made to. Watch the server's memory.
         peak = before
         deadline = time.monotonic() + 3
@@ -592,6 +611,34 @@ def test_a_stream_nobody_reads_does_not_make_the_server_buffer_its_responses(ser
     # The request itself (16 MiB of inputs, decoded) is most of what remains.
     assert rise_mib < 256, f"the server's RSS rose by {rise_mib} MiB for a stream nobody reads"
     assert_serves_grpc_model(srv)
+
+
+def test_a_stream_nobody_reads_holds_a_wasm_model_only_until_its_time_limit(server_factory, tmp_path):
+    """The Wasm `repeat` guest (one instance, a 1 s time limit) streaming two million responses
+    to a client that reads none: its send waits for the reader only until the execution's
+    deadline, then fails and closes that request, so the instance is free again and the next
+    client is answered. Before, the send waited for ever and so did every later request."""
+    repo = tmp_path / "repo"
+    copy_model(repo, "repeat")
+    cfg = repo / "repeat" / "config.pbtxt"
+    cfg.write_text(cfg.read_text()
+                   + 'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
+                   + 'parameters { key: "max_execute_ms" value: { string_value: "1000" } }\n')
+    srv = server_factory(repo)
+    wait_model_ready(srv, "repeat")
+    sock = open_unread_stream(srv, "repeat", [("IN", "INT32", np.arange(2_000_000, dtype=np.int32))])
+    try:
+        started = time.monotonic()
+        inputs = [grpcclient.InferInput("IN", [3], "INT32")]
+        inputs[0].set_data_from_numpy(np.array([7, 8, 9], dtype=np.int32))
+        got = grpc_stream_responses(f"127.0.0.1:{srv.grpc_port}", "repeat", inputs, ["OUT", "IDX"], timeout=20)
+        assert got == [(7, 0), (8, 1), (9, 2)]
+        # It waited for the stalled execution's 1 s, not for ever.
+        assert time.monotonic() - started < 10
+    finally:
+        sock.close()
+    assert "has not read its last 64 responses within the model's time limit" in srv.log_text()
+    srv.assert_alive()
 
 
 def assert_serves_grpc_model(srv) -> None:

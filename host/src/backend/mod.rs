@@ -48,6 +48,41 @@ pub fn send_blocking(responder: &Responder, response: RawResponse) -> bool {
     }
 }
 
+/// What became of a response sent with [`send_blocking_until`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Sent {
+    Delivered,
+    /// The caller has gone.
+    Gone,
+    /// The caller's buffer stayed full until the deadline: it is not reading.
+    TimedOut,
+}
+
+/// [`send_blocking`], but waiting for a full buffer only until `deadline`: a caller that stops
+/// reading a stream must not hold the producer (a Wasm instance, which its own time limit cannot
+/// interrupt inside a host call) for ever.
+pub fn send_blocking_until(
+    responder: &Responder,
+    response: RawResponse,
+    deadline: std::time::Instant,
+    runtime: &tokio::runtime::Handle,
+) -> Sent {
+    match responder.try_send(response) {
+        Ok(()) => Sent::Delivered,
+        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => Sent::Gone,
+        Err(tokio::sync::mpsc::error::TrySendError::Full(response)) => {
+            let deadline = tokio::time::Instant::from_std(deadline);
+            // An async block: the timer is made at the first poll, inside the runtime's context.
+            let wait = async { tokio::time::timeout_at(deadline, responder.send(response)).await };
+            match crate::infer::wait_for(runtime, wait) {
+                Ok(Ok(())) => Sent::Delivered,
+                Ok(Err(_)) => Sent::Gone,
+                Err(_) => Sent::TimedOut,
+            }
+        }
+    }
+}
+
 /// One request as an instance sees it: inputs already checked against the config and reshaped to
 /// what the model expects, plus the names of the outputs the caller needs.
 #[derive(Debug, Clone, Default)]
@@ -237,5 +272,34 @@ impl BackendRegistry {
             },
         };
         Ok(Arc::clone(found))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn response() -> RawResponse {
+        RawResponse { outputs: Ok(Vec::new()), is_final: false }
+    }
+
+    #[test]
+    fn a_send_waits_for_a_full_buffer_only_until_its_deadline() {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_time().build().expect("rt");
+        let (tx, mut rx) = responder();
+        let soon = || Instant::now() + Duration::from_millis(30);
+        for _ in 0..crate::infer::RESPONSE_BUFFER {
+            assert_eq!(send_blocking_until(&tx, response(), soon(), runtime.handle()), Sent::Delivered);
+        }
+        let started = Instant::now();
+        assert_eq!(send_blocking_until(&tx, response(), soon(), runtime.handle()), Sent::TimedOut);
+        assert!(started.elapsed() >= Duration::from_millis(25), "it waited for the reader first");
+        // A reader that takes one response makes room.
+        assert!(rx.try_recv().is_ok());
+        assert_eq!(send_blocking_until(&tx, response(), soon(), runtime.handle()), Sent::Delivered);
+        drop(rx);
+        assert_eq!(send_blocking_until(&tx, response(), soon(), runtime.handle()), Sent::Gone);
     }
 }

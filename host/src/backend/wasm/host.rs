@@ -4,7 +4,7 @@
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use wasmtime::component::{Resource, ResourceTable};
@@ -14,9 +14,9 @@ use super::bls::{HostPendingInfer, HostResponseStream};
 use super::convert::{datatype_from_wit, datatype_to_wit, kind_from_wit, params_to_wit, wit_error};
 use super::sandbox::{AllowList, GuestLimiter};
 use super::{ExecutionClock, wit, wit_host};
-use crate::backend::{RawResponse, Responder};
+use crate::backend::{RawResponse, Responder, Sent};
 use crate::error::{CoreError, CoreResult};
-use crate::infer::{Infer, Parameters};
+use crate::infer::{Infer, Parameters, RESPONSE_BUFFER};
 use crate::tensor::Tensor;
 
 /// A tensor resource: the core tensor, whose bytes are shared (`Bytes`), never copied by handles,
@@ -441,8 +441,9 @@ impl wit::HostResponseSender for GuestState {
         for t in outputs {
             tensors.push(self.take_tensor(t)?);
         }
+        let until = self.send_deadline();
         let sender = self.table.get_mut(&handle).map_err(table_error)?;
-        Ok(send_on(sender, Ok(tensors), final_))
+        Ok(send_on(sender, Ok(tensors), final_, until))
     }
 
     fn send_error(
@@ -451,8 +452,9 @@ impl wit::HostResponseSender for GuestState {
         error: wit::Error,
         final_: bool,
     ) -> wasmtime::Result<Result<(), wit::Error>> {
+        let until = self.send_deadline();
         let sender = self.table.get_mut(&handle).map_err(table_error)?;
-        Ok(send_on(sender, Err(CoreError::new(kind_from_wit(error.code), error.message)), final_))
+        Ok(send_on(sender, Err(CoreError::new(kind_from_wit(error.code), error.message)), final_, until))
     }
 
     fn drop(&mut self, handle: Resource<HostSender>) -> wasmtime::Result<()> {
@@ -495,7 +497,22 @@ fn latin1_bytes(text: &str) -> Option<Vec<u8>> {
     text.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect()
 }
 
-fn send_on(sender: &mut HostSender, item: CoreResult<Vec<Tensor>>, final_: bool) -> Result<(), wit::Error> {
+/// How long a send may wait for a reader: until the execution's deadline, on the runtime that
+/// times it. `None` outside `execute` or without a runtime (then it waits as long as it takes).
+type SendDeadline = Option<(Instant, tokio::runtime::Handle)>;
+
+impl GuestState {
+    fn send_deadline(&self) -> SendDeadline {
+        self.execute_deadline.zip(self.shared.runtime.clone())
+    }
+}
+
+fn send_on(
+    sender: &mut HostSender,
+    item: CoreResult<Vec<Tensor>>,
+    final_: bool,
+    until: SendDeadline,
+) -> Result<(), wit::Error> {
     let Ok(mut slot) = sender.0.lock() else {
         return Err(wit_error(CoreError::internal("response sender state is poisoned")));
     };
@@ -509,8 +526,24 @@ fn send_on(sender: &mut HostSender, item: CoreResult<Vec<Tensor>>, final_: bool)
     let flag_only = final_ && matches!(&item, Ok(outputs) if outputs.is_empty());
     if !flag_only {
         // A gone receiver means the caller stopped listening; that is not the guest's error.
-        // Waits while the caller's buffer is full (the guest runs on a blocking thread).
-        let _ = crate::backend::send_blocking(tx, RawResponse { outputs: item, is_final: final_ });
+        // Waits while the caller's buffer is full (the guest runs on a blocking thread), up to
+        // the execution's deadline: a caller that does not read cannot hold the instance longer.
+        let response = RawResponse { outputs: item, is_final: final_ };
+        let sent = match until {
+            Some((deadline, runtime)) => crate::backend::send_blocking_until(tx, response, deadline, &runtime),
+            None => {
+                crate::backend::send_blocking(tx, response);
+                Sent::Delivered
+            }
+        };
+        if sent == Sent::TimedOut {
+            // Closing the responder ends the request after what it buffered.
+            *slot = None;
+            return Err(wit_error(CoreError::unavailable(format!(
+                "the caller of this request has not read its last {RESPONSE_BUFFER} responses within the model's \
+                 time limit (max_execute_ms); the request is closed and this response dropped"
+            ))));
+        }
     }
     if final_ {
         *slot = None;
