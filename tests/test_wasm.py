@@ -30,6 +30,7 @@ from tritonclient.utils import InferenceServerException
 from tessera_testlib import (
     GuestBuild,
     assert_error,
+    error_message,
     copy_faulty,
     copy_model,
     index_entries,
@@ -444,6 +445,9 @@ def probe(op, arg):
             return "OK:%r %r" % (time.time(), time.monotonic())
         if op == "marker":
             return "OK:" + MARKER
+        if op == "sleep":
+            time.sleep(float(arg))
+            return "OK:slept"
         if op == "big":
             return "OK:" + "x" * int(arg)
         if op == "hoard":  # a deliberate leak: keeps arg bytes for the instance's life
@@ -547,6 +551,7 @@ SANDBOX_MODELS = {
     "fs_read_only": 'parameters { key: "filesystem" value: { string_value: "read-only" } }',
     "clocks": 'parameters { key: "clocks" value: { string_value: "true" } }',
     "small_memory": 'parameters { key: "max_memory_bytes" value: { string_value: "67108864" } }',
+    "short_limit": 'parameters { key: "max_execute_ms" value: { string_value: "500" } }',
 }
 
 
@@ -659,6 +664,25 @@ def test_clocks_grant(sandbox_server):
     assert monotonic > 0, answer
     later = float(probe(sandbox_server, "clocks", "time")[3:].split()[1])
     assert later >= monotonic, f"monotonic clock went back: {monotonic} -> {later}"
+
+
+def test_a_guest_sleeps_no_longer_than_its_time_limit(sandbox_server):
+    """`time.sleep` waits in a host call (wasi:io/poll), where the guest's time limit cannot stop
+    it: the host cuts a guest's timers to its execution's deadline. A short sleep is whole; an
+    hour's sleep ends with the time-limit error after 500 ms (it held the instance an hour
+    before), and the model answers at once again."""
+    srv, model = sandbox_server, "short_limit"
+    started = time.monotonic()
+    assert probe(srv, model, "sleep", "0.05") == "OK:slept"
+    assert time.monotonic() - started >= 0.05
+    body = {"inputs": [{"name": "OP", "shape": [1], "datatype": "BYTES", "data": ["sleep"]},
+                       {"name": "ARG", "shape": [1], "datatype": "BYTES", "data": ["3600"]}]}
+    started = time.monotonic()
+    r = requests.post(srv.http(f"/v2/models/{model}/infer"), json=body, timeout=60)
+    assert r.status_code == 500, r.text
+    assert error_message(r) == f"WebAssembly model '{model}' execute exceeded its time limit of 500 ms (max_execute_ms)"
+    assert time.monotonic() - started < 5
+    assert probe(srv, model, "marker") == "OK:A"
 
 
 class Traffic(threading.Thread):

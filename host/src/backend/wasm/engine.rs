@@ -72,6 +72,7 @@ fn build_engine(allocation: Allocation) -> wasmtime::Result<(Engine, Linker<Gues
     let engine = Engine::new(&config)?;
     let mut linker = Linker::new(&engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    super::clocks::add_to_linker(&mut linker)?;
     bindings::Model::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s)?;
     super::nn::add_to_linker(&mut linker)?;
     Ok((engine, linker))

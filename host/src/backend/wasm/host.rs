@@ -60,7 +60,7 @@ pub(super) struct GuestShared {
 /// The data of one guest's store.
 pub struct GuestState {
     pub(super) table: ResourceTable,
-    wasi: WasiCtx,
+    pub(super) wasi: WasiCtx,
     pub(super) limits: GuestLimiter,
     pub(super) shared: Arc<GuestShared>,
     /// Log lines the guest wrote during the current call (kept to explain traps).

@@ -21,10 +21,12 @@
 //!
 //! Files: `engine` (engine, linker, compile cache), `sandbox` (per-model limits and grants),
 //! `instance` (one guest instance's life), `host` (the store data and the host side of the WIT
-//! imports), `bls` (guests calling models), `nn` (the standard wasi:nn interfaces over served
-//! models), `convert` (core types <-> WIT types).
+//! imports), `clocks` (wasi timers that end by the time limit), `bls` (guests calling models),
+//! `nn` (the standard wasi:nn interfaces over served models), `convert` (core types <-> WIT
+//! types).
 
 mod bls;
+mod clocks;
 mod convert;
 mod engine;
 mod host;
