@@ -440,7 +440,9 @@ mod tests {
         // output shares the input's bytes, which charge nothing until they come back as outputs.
         let fx = Fixture::new();
         let mut s = fx.state(AllowList::Any);
-        let mib = Tensor::new("IN", DataType::Uint8, vec![1 << 20], Bytes::from(vec![7u8; 1 << 20])).expect("tensor");
+        // Each output's name and shape ("OUT", one dimension) count too: 11 bytes.
+        let n = (1 << 20) - 11;
+        let mib = Tensor::new("IN", DataType::Uint8, vec![n as i64], Bytes::from(vec![7u8; n])).expect("tensor");
         let big = s.new_tensor(mib).expect("push");
         let run = |s: &mut GuestState| {
             s.infer("m".into(), None, vec![Resource::new_borrow(big.rep())], Vec::new(), Vec::new()).expect("no trap")

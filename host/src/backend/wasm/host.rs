@@ -22,8 +22,15 @@ use crate::tensor::Tensor;
 /// A tensor resource: the core tensor, whose bytes are shared (`Bytes`), never copied by handles,
 /// and, for bytes held on the guest's behalf (copied out of its memory, or a BLS call's outputs),
 /// their charge on its account, shared by every handle to the same bytes (`tensor.with-name`):
-/// the last one to go gives it back. A request's inputs are the caller's and charge nothing.
-pub struct HostTensor(pub(super) Tensor, Option<Arc<usize>>);
+/// the last one to go gives it back; and the charge of this handle's own name and shape
+/// ([`own_size`]). A request's inputs are the caller's and charge nothing.
+pub struct HostTensor(pub(super) Tensor, Option<Arc<usize>>, usize);
+
+/// What a handle's name and shape take in the host: a guest could otherwise hold a million
+/// handles of empty tensors with a megabyte name each.
+fn own_size(tensor: &Tensor) -> usize {
+    tensor.name.len() + tensor.shape.len() * std::mem::size_of::<i64>()
+}
 
 /// A request resource handed to `execute`.
 pub struct HostRequest {
@@ -162,7 +169,7 @@ impl GuestState {
     /// the guest's account.
     pub(super) fn end_execute(&mut self) -> Vec<Vec<Tensor>> {
         let given = self.given_outputs.take().unwrap_or_default();
-        let given_bytes: usize = given.iter().flatten().map(|t| t.data.len()).sum();
+        let given_bytes: usize = given.iter().flatten().map(|t| t.data.len() + own_size(t)).sum();
         self.release(given_bytes);
         self.decoupled_call = false;
         given
@@ -174,7 +181,7 @@ impl GuestState {
 
     /// A handle to a tensor of the host's (an input, a BLS output, a renamed tensor's bytes).
     pub(super) fn new_tensor(&mut self, tensor: Tensor) -> wasmtime::Result<Resource<HostTensor>> {
-        self.table.push(HostTensor(tensor, None)).map_err(table_error)
+        self.table.push(HostTensor(tensor, None, 0)).map_err(table_error)
     }
 
     /// Puts `size` more bytes the host holds for the guest on its account; refused past
@@ -198,13 +205,13 @@ impl GuestState {
         &mut self,
         tensors: Vec<Tensor>,
     ) -> wasmtime::Result<Result<Vec<Resource<HostTensor>>, wit::Error>> {
-        if let Err(e) = self.hold(tensors.iter().map(|t| t.data.len()).sum()) {
+        if let Err(e) = self.hold(tensors.iter().map(|t| t.data.len() + own_size(t)).sum()) {
             return Ok(Err(wit_error(e)));
         }
         let mut handles = Vec::with_capacity(tensors.len());
         for tensor in tensors {
-            let size = tensor.data.len();
-            handles.push(self.table.push(HostTensor(tensor, Some(Arc::new(size)))).map_err(table_error)?);
+            let (size, own) = (tensor.data.len(), own_size(&tensor));
+            handles.push(self.table.push(HostTensor(tensor, Some(Arc::new(size)), own)).map_err(table_error)?);
         }
         Ok(Ok(handles))
     }
@@ -212,7 +219,8 @@ impl GuestState {
     /// Takes a tensor out of the table (it moves into a response, or is dropped), and off the
     /// guest's account.
     pub(super) fn take_tensor(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<Tensor> {
-        let HostTensor(tensor, charge) = self.table.delete(handle).map_err(table_error)?;
+        let HostTensor(tensor, charge, own) = self.table.delete(handle).map_err(table_error)?;
+        self.release(own);
         if let Some(size) = charge.and_then(Arc::into_inner) {
             self.release(size);
         }
@@ -293,12 +301,15 @@ impl wit::HostTensor for GuestState {
     }
 
     fn with_name(&mut self, handle: Resource<HostTensor>, name: String) -> wasmtime::Result<Resource<HostTensor>> {
-        let HostTensor(tensor, charge) = self.table.get(&handle).map_err(table_error)?;
+        let HostTensor(tensor, charge, _) = self.table.get(&handle).map_err(table_error)?;
         let mut tensor = tensor.clone();
         tensor.name = name;
-        // The same bytes: the same charge, given back when the last handle to them goes.
+        // The same bytes: the same charge, given back when the last handle to them goes. The
+        // new name is this handle's own; WIT gives `with-name` no error, so past the limit it traps.
         let charge = charge.clone();
-        self.table.push(HostTensor(tensor, charge)).map_err(table_error)
+        let own = own_size(&tensor);
+        self.hold(own).map_err(|e| wasmtime::Error::msg(format!("tensor.with-name: {}", e.message)))?;
+        self.table.push(HostTensor(tensor, charge, own)).map_err(table_error)
     }
 
     fn drop(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<()> {
@@ -399,7 +410,7 @@ impl wit::HostRequest for GuestState {
                 results.push(Err(wit_error(CoreError::invalid_arg(message))));
                 continue;
             }
-            let size = tensors.iter().map(|t| t.data.len()).sum::<usize>();
+            let size = tensors.iter().map(|t| t.data.len() + own_size(t)).sum::<usize>();
             // `hold`, spelled out: `slot` borrows `given_outputs` meanwhile.
             if let Some(e) = over_held_limit(self.held_bytes, size, self.limits.max_memory()) {
                 results.push(Err(wit_error(e)));
@@ -823,11 +834,16 @@ pub(super) mod tests {
         // The test state's memory limit is 1 MiB: its tensors may hold 4 MiB in the host.
         let mut s = state(shared(AllowList::Nothing, None));
         let mib = 1usize << 20;
-        let make = |s: &mut GuestState| s.create("T".into(), wit::DataType::Uint8, vec![mib as i64], vec![0; mib]);
+        // Each handle's name and shape count too: 9 bytes here, so four of these leave room for
+        // a renamed handle's own 9.
+        let n = mib - 18;
+        let make = |s: &mut GuestState| s.create("T".into(), wit::DataType::Uint8, vec![n as i64], vec![0; n]);
         let held: Vec<_> = (0..4).map(|_| make(&mut s).expect("no trap").expect("within the limit")).collect();
         let refused = make(&mut s).expect("no trap").expect_err("past the limit");
         assert!(refused.message.contains("4 x max_memory_bytes"), "{}", refused.message);
         assert_eq!(refused.code, wit::ErrorCode::Internal);
+        let long_name = s.with_name(Resource::new_borrow(held[1].rep()), "N".repeat(mib));
+        assert!(long_name.is_err(), "a renamed handle's megabyte name past the limit traps");
         // A renamed handle shares the bytes and their charge: dropping the original gives
         // nothing back while the rename holds them (else create, rename, drop would grow the
         // host without bound).

@@ -62,11 +62,18 @@ pub struct NnTensor {
     data: Bytes,
 }
 
+impl NnTensor {
+    /// What it takes in the host, on the guest's account.
+    fn held_size(&self) -> usize {
+        self.data.len() + self.dimensions.len() * std::mem::size_of::<u32>()
+    }
+}
+
 impl GuestState {
     /// Takes a wasi:nn tensor out of the table, and off the guest's account.
     fn take_nn_tensor(&mut self, handle: Resource<NnTensor>) -> wasmtime::Result<NnTensor> {
         let tensor = self.table.delete(handle).map_err(table_error)?;
-        self.release(tensor.data.len());
+        self.release(tensor.held_size());
         Ok(tensor)
     }
 }
@@ -174,7 +181,7 @@ impl GuestState {
             };
             converted.push((output.name, NnTensor { dimensions, ty, data: output.data }));
         }
-        if let Err(e) = self.hold(converted.iter().map(|(_, t)| t.data.len()).sum()) {
+        if let Err(e) = self.hold(converted.iter().map(|(_, t)| t.held_size()).sum()) {
             return self.nn_core_error(e);
         }
         let mut handles = Vec::with_capacity(converted.len());
@@ -191,8 +198,9 @@ impl tensor::HostTensor for GuestState {
     fn new(&mut self, dimensions: Vec<u32>, ty: TensorType, data: Vec<u8>) -> wasmtime::Result<Resource<NnTensor>> {
         // The WIT constructor cannot fail: a length that does not fit is reported by `compute`,
         // and past the guest's limit of held bytes it traps.
-        self.hold(data.len()).map_err(|e| wasmtime::Error::msg(format!("wasi:nn tensor: {}", e.message)))?;
-        self.table.push(NnTensor { dimensions, ty, data: Bytes::from(data) }).map_err(table_error)
+        let tensor = NnTensor { dimensions, ty, data: Bytes::from(data) };
+        self.hold(tensor.held_size()).map_err(|e| wasmtime::Error::msg(format!("wasi:nn tensor: {}", e.message)))?;
+        self.table.push(tensor).map_err(table_error)
     }
 
     fn dimensions(&mut self, handle: Resource<NnTensor>) -> wasmtime::Result<Vec<u32>> {
@@ -462,11 +470,13 @@ mod tests {
         let infer: Arc<dyn Infer> = Arc::new(Models);
         let mut s = guest(&rt, &infer);
         let mib = 1usize << 20;
-        let mut held: Vec<_> = (0..4).map(|_| f32_input(&mut s, vec![1 << 18], mib).1).collect();
+        // Its one dimension counts too: 4 bytes, so each of these holds 1 MiB.
+        let n = (1 << 18) - 1;
+        let mut held: Vec<_> = (0..4).map(|_| f32_input(&mut s, vec![n], 4 * n as usize).1).collect();
         let trap = s.new(vec![1], TensorType::Fp32, vec![0; 4]).expect_err("past the limit: the constructor traps");
         assert!(
             format!("{trap:#}").starts_with(
-                "wasi:nn tensor: the tensors the host holds for this guest already take 4194304 bytes; 4 more"
+                "wasi:nn tensor: the tensors the host holds for this guest already take 4194304 bytes; 8 more"
             ),
             "{trap:#}"
         );
