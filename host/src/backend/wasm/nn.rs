@@ -469,7 +469,6 @@ mod tests {
         let rt = runtime();
         let infer: Arc<dyn Infer> = Arc::new(Models);
         let mut s = guest(&rt, &infer);
-        let mib = 1usize << 20;
         // Its one dimension counts too: 4 bytes, so each of these holds 1 MiB.
         let n = (1 << 18) - 1;
         let mut held: Vec<_> = (0..4).map(|_| f32_input(&mut s, vec![n], 4 * n as usize).1).collect();
