@@ -30,7 +30,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tessera_testlib import at_once, copy_model, grpc_stream_responses, tessera_bin, wait_model_ready
+from tessera_testlib import (at_once, copy_faulty, copy_model, grpc_stream_responses, tessera_bin,
+                             wait_model_ready)
 
 MiB = 1 << 20
 LIMIT = 16 * MiB
@@ -537,7 +538,11 @@ def open_unread_stream(srv, model: str, inputs) -> socket.socket:
         tensor = request.inputs.add()
         tensor.name, tensor.datatype = name, datatype
         tensor.shape.append(len(values))
-        request.raw_input_contents.append(values.tobytes())
+        if datatype == "BYTES":
+            raw = b"".join(len(v).to_bytes(4, "little") + v for v in values)
+        else:
+            raw = values.tobytes()
+        request.raw_input_contents.append(raw)
     payload = request.SerializeToString()
     data = b"\0" + len(payload).to_bytes(4, "big") + payload
     sock = socket.create_connection(("127.0.0.1", srv.grpc_port), timeout=30)
@@ -637,7 +642,37 @@ def test_a_stream_nobody_reads_holds_a_wasm_model_only_until_its_time_limit(serv
         assert time.monotonic() - started < 10
     finally:
         sock.close()
-    assert "has not read its last 64 responses within the model's time limit" in srv.log_text()
+    assert "the caller of this request has not read its responses" in srv.log_text()
+    srv.assert_alive()
+
+
+def test_a_stream_nobody_reads_buffers_about_the_guests_memory_at_most(server_factory, tmp_path):
+    """`faulty` (decoupled, 16 MiB of memory) streams 1,000 responses of 1 MiB to a gRPC client
+    that reads none. The server keeps about max_memory_bytes of them for the reader, then the
+    guest's send waits (until its deadline); before, every buffer on the way filled up (64 + 64
+    responses, and 256 encoded in the gRPC stream): some 384 MiB for one request."""
+    repo = tmp_path / "repo"
+    copy_faulty(repo, "faulty_stream", "model_transaction_policy { decoupled: true }\n"
+                "instance_group [ { count: 1 kind: KIND_CPU } ]\n")
+    cfg = repo / "faulty_stream" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('string_value: "67108864"', 'string_value: "16777216"')
+                   .replace('string_value: "500"', 'string_value: "2000"'))
+    srv = server_factory(repo)
+    wait_model_ready(srv, "faulty_stream")
+    before = status_kib(srv, "VmRSS")
+    sock = open_unread_stream(srv, "faulty_stream", [("MODE", "BYTES", [b"stream_big"]),
+                                                     ("INPUT0", "FP32", np.array([1000, 1 << 18], dtype=np.float32))])
+    try:
+        peak = before
+        deadline = time.monotonic() + 2.5  # past the guest's 2 s limit: all it will buffer is buffered
+        while time.monotonic() < deadline:
+            peak = max(peak, status_kib(srv, "VmRSS"))
+            time.sleep(0.1)
+    finally:
+        sock.close()
+    rise_mib = (peak - before) // 1024
+    print(f"RSS rise with a stalled reader of 1 MiB responses: {rise_mib} MiB")
+    assert rise_mib < 128, f"the server's RSS rose by {rise_mib} MiB for one stream nobody reads"
     srv.assert_alive()
 
 

@@ -22,6 +22,8 @@
 //! |                    | `INPUT0[1]` bytes named `INPUT0[0]` times (the list holds only      |
 //! |                    | pointers to it): the host would copy it that many times. If the     |
 //! |                    | host takes the call, an `invalid-arg` error saying so               |
+//! | `stream_big`       | decoupled configs only: `INPUT0[0]` responses, each an OUTPUT0 of    |
+//! |                    | `INPUT0[1]` floats, then the final flag                             |
 //! | `log_flood`        | one log line of `INPUT0[0]` bytes, then a trap (whose message       |
 //! |                    | quotes the last log line)                                           |
 //! | `wrong_count`      | the batch gets one result more than it has requests                 |
@@ -166,6 +168,20 @@ fn run(request: &Request, mode: &str) -> Result<Vec<Tensor>, Error> {
                 "the host took a call naming one {len}-byte string {count} times (returned {taken})"
             )))
         }
+        "stream_big" => {
+            let sizes = input.as_f32()?;
+            let (count, floats) = match sizes.as_slice() {
+                [count, floats, ..] => (*count as usize, *floats as usize),
+                _ => return Err(Error::invalid_arg("stream_big needs INPUT0 = [count, floats]")),
+            };
+            let values = vec![0.5f32; floats];
+            let sender = request.sender();
+            for _ in 0..count {
+                sender.send(vec![Tensor::from_f32("OUTPUT0", &[floats as i64], &values)?], false)?;
+            }
+            sender.finish()?;
+            Ok(Vec::new())
+        }
         "log_flood" => {
             let len = input.as_f32()?.first().map_or(0, |n| *n as usize);
             tessera_guest::error!("{}", "x".repeat(len));
@@ -272,7 +288,8 @@ impl Model for Faulty {
             .zip(modes.iter())
             .map(|(request, mode)| mode.clone().and_then(|m| run(request, &m)))
             .collect();
-        if none {
+        if none || any("stream_big") {
+            // stream_big answered through its sender: a decoupled model returns no results.
             results.clear();
         } else if extra {
             results.push(Err(Error::internal(

@@ -14,8 +14,13 @@ use super::{wit, wit_host};
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::infer::{Infer, InferRequest, InferResponse, RequestedOutput, ResponseStream};
 
-/// Responses of a BLS `infer-stream` call.
-pub struct HostResponseStream(pub(super) ResponseStream);
+/// Responses of a BLS `infer-stream` call (which the callee buffers up to 64 of), open until
+/// the guest drops the handle.
+pub struct HostResponseStream(
+    pub(super) ResponseStream,
+    #[allow(dead_code, reason = "held, never read: the call stays open until the stream is dropped")]
+    pub(super)  Arc<OpenCall>,
+);
 
 /// A BLS call started by `infer-async`: the spawned call fills `slot` and wakes the store's
 /// waiters (`GuestShared::bls_done`).
@@ -23,16 +28,20 @@ pub struct HostPendingInfer {
     slot: Arc<Mutex<Option<CoreResult<InferResponse>>>>,
     /// Set once `get` handed the result out.
     taken: bool,
+    /// Open until the result is taken or the handle dropped (the spawned call holds it too).
+    open: Option<Arc<OpenCall>>,
 }
 
-/// The most `infer-async` calls one store may have running at once: a guest cannot flood the
-/// host with spawned calls.
-pub(super) const MAX_CALLS_IN_FLIGHT: usize = 64;
+/// The most BLS calls one store may have open at once: `infer-async` calls running or holding a
+/// result not taken yet, and `infer-stream` streams not dropped yet. A guest can neither flood
+/// the host with spawned calls nor make it keep results (outputs, buffered responses) it never
+/// collects, where its held-bytes limit does not reach.
+pub(super) const MAX_OPEN_CALLS: usize = 64;
 
-/// One running `infer-async` call of a store, counted until dropped.
-struct InFlight(Arc<AtomicUsize>);
+/// One open call of a store, counted until the last holder drops it.
+pub(super) struct OpenCall(Arc<AtomicUsize>);
 
-impl Drop for InFlight {
+impl Drop for OpenCall {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
@@ -177,29 +186,39 @@ impl GuestState {
         &mut self,
         bls: BlsCall,
     ) -> wasmtime::Result<Result<Resource<HostPendingInfer>, wit::Error>> {
-        let counter = Arc::clone(&self.calls_in_flight);
-        if counter.fetch_add(1, Ordering::SeqCst) >= MAX_CALLS_IN_FLIGHT {
-            counter.fetch_sub(1, Ordering::SeqCst);
-            return Ok(Err(wit_error(CoreError::unavailable(format!(
-                "model '{}' has {MAX_CALLS_IN_FLIGHT} BLS calls in flight; wait for some before starting more",
-                self.shared.model_name
-            )))));
-        }
-        let in_flight = InFlight(counter);
+        let open = match self.open_call() {
+            Ok(open) => open,
+            Err(e) => return Ok(Err(e)),
+        };
+        let running = Arc::clone(&open);
         let slot = Arc::new(Mutex::new(None));
         let filled = Arc::clone(&slot);
         let done = Arc::clone(&self.bls_done);
         bls.runtime.clone().spawn(async move {
-            // Counted until the call finishes (not until the guest drops its handle).
-            let _in_flight = in_flight;
+            // Open while it runs, even if the guest drops its handle meanwhile.
+            let _running = running;
             let result = bls.run(|infer, request| async move { infer.infer(request).await }).await;
             if let Ok(mut slot) = filled.lock() {
                 *slot = Some(result);
             }
             done.notify_waiters();
         });
-        let pending = HostPendingInfer { slot, taken: false };
+        let pending = HostPendingInfer { slot, taken: false, open: Some(open) };
         Ok(Ok(self.table.push(pending).map_err(table_error)?))
+    }
+
+    /// Counts one more open call, or refuses past [`MAX_OPEN_CALLS`].
+    pub(super) fn open_call(&self) -> Result<Arc<OpenCall>, wit::Error> {
+        let counter = Arc::clone(&self.calls_in_flight);
+        if counter.fetch_add(1, Ordering::SeqCst) >= MAX_OPEN_CALLS {
+            counter.fetch_sub(1, Ordering::SeqCst);
+            return Err(wit_error(CoreError::unavailable(format!(
+                "model '{}' has {MAX_OPEN_CALLS} BLS calls open (running, with a result not taken, or a stream \
+                 not dropped); finish some before starting more",
+                self.shared.model_name
+            ))));
+        }
+        Ok(Arc::new(OpenCall(counter)))
     }
 
     fn pending(&self, handle: &Resource<HostPendingInfer>) -> wasmtime::Result<&HostPendingInfer> {
@@ -258,7 +277,9 @@ impl wit_host::HostPendingInfer for GuestState {
         // wait's own limit only guards against a runtime that stopped.
         let result =
             self.wait_until(take)?.unwrap_or_else(|| Err(CoreError::unavailable("the server is shutting down")));
-        self.table.get_mut(&handle).map_err(table_error)?.taken = true;
+        let pending = self.table.get_mut(&handle).map_err(table_error)?;
+        pending.taken = true;
+        pending.open = None;
         match result {
             Ok(response) => self.new_held_tensors(response.outputs),
             Err(e) => Ok(Err(wit_error(e))),
@@ -519,6 +540,31 @@ mod tests {
         }));
         let e = call(&mut s, "target").expect_err("unavailable");
         assert_eq!(e.message, "the server is shutting down");
+    }
+
+    #[test]
+    fn open_calls_count_until_their_results_are_taken_or_their_handles_dropped() {
+        use wit_host::HostPendingInfer as _;
+        let f = Fixture::new();
+        let mut s = f.state(AllowList::Any);
+        let start = |s: &mut GuestState| s.infer_async("m".into(), None, vec![], vec![], vec![]).expect("no trap");
+        let mut calls: Vec<_> = (0..MAX_OPEN_CALLS).map(|_| start(&mut s).expect("open")).collect();
+        // Finished, but with results nobody took: still open (the host keeps their outputs).
+        for call in &calls {
+            assert_eq!(wait_any(&mut s, &[Resource::new_borrow(call.rep())]).expect("no trap"), Some(0));
+        }
+        let refused = start(&mut s).expect_err("one call too many");
+        assert_eq!(refused.code, wit::ErrorCode::Unavailable);
+        assert!(refused.message.contains("has 64 BLS calls open"), "{}", refused.message);
+        // Taking a result closes its call; so does dropping a handle.
+        s.get(Resource::new_borrow(calls[0].rep())).expect("no trap").expect("outputs");
+        calls.push(start(&mut s).expect("room for one"));
+        wit_host::HostPendingInfer::drop(&mut s, calls.swap_remove(1)).expect("drop");
+        // A stream is open until dropped.
+        let stream = s.infer_stream("target".into(), None, vec![], vec![], vec![]).expect("no trap").expect("open");
+        assert!(start(&mut s).is_err(), "the stream took the last room");
+        wit_host::HostResponseStream::drop(&mut s, stream).expect("drop");
+        assert!(start(&mut s).is_ok(), "a dropped stream gave its room back");
     }
 
     #[test]

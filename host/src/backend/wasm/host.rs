@@ -4,7 +4,7 @@
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use wasmtime::component::{Resource, ResourceTable};
@@ -12,9 +12,10 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bls::{HostPendingInfer, HostResponseStream};
 use super::convert::{datatype_from_wit, datatype_to_wit, kind_from_wit, params_to_wit, wit_error};
+use super::outlet::{Outlet, SendDeadline};
 use super::sandbox::{AllowList, GuestLimiter};
 use super::{ExecutionClock, wit, wit_host};
-use crate::backend::{RawResponse, Responder, Sent};
+use crate::backend::Sent;
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{Infer, Parameters, RESPONSE_BUFFER};
 use crate::tensor::Tensor;
@@ -45,9 +46,9 @@ pub struct HostRequest {
     pub(super) position: usize,
 }
 
-/// One request's responder, shared by the request and every sender made from it, so the host can
+/// One request's way out, shared by the request and every sender made from it, so the host can
 /// close it when `execute` returns whatever handles the guest still holds. `None` once closed.
-pub(super) type SharedResponder = Arc<Mutex<Option<Responder>>>;
+pub(super) type SharedResponder = Arc<Mutex<Option<Outlet>>>;
 
 /// A decoupled request's response sender.
 pub struct HostSender(SharedResponder);
@@ -74,7 +75,7 @@ pub struct GuestState {
     pub(super) last_log: Vec<String>,
     /// Responders of the current `execute` call, closed when it returns.
     pub(super) call_responders: Vec<SharedResponder>,
-    /// `infer-async` calls of this store still running (bounded by `bls::MAX_CALLS_IN_FLIGHT`).
+    /// BLS calls of this store still open (bounded by `bls::MAX_OPEN_CALLS`).
     pub(super) calls_in_flight: Arc<AtomicUsize>,
     /// Woken whenever one of this store's `infer-async` calls finishes.
     pub(super) bls_done: Arc<tokio::sync::Notify>,
@@ -126,14 +127,18 @@ const LOG_LINES_KEPT: usize = 16;
 const LOG_LINE_BYTES: usize = 8 << 10;
 
 /// `message` cut to [`LOG_LINE_BYTES`] (at a character boundary), saying how much was cut.
-fn log_line(mut message: String) -> String {
-    if message.len() > LOG_LINE_BYTES {
-        let total = message.len();
-        let end = message.floor_char_boundary(LOG_LINE_BYTES);
-        message.truncate(end);
-        message.push_str(&format!("... ({} more bytes cut; log lines keep {LOG_LINE_BYTES})", total - end));
+fn log_line(message: String) -> String {
+    cut_text(message, LOG_LINE_BYTES, "log lines keep")
+}
+
+/// `text` cut to `limit` bytes (at a character boundary), saying how much was cut, in a new
+/// allocation: a truncated `String` would keep the whole of the guest's buffer.
+pub(super) fn cut_text(text: String, limit: usize, what: &str) -> String {
+    if text.len() <= limit {
+        return text;
     }
-    message
+    let end = text.floor_char_boundary(limit);
+    format!("{}... ({} more bytes cut; {what} {limit})", &text[..end], text.len() - end)
 }
 
 impl GuestState {
@@ -452,9 +457,9 @@ impl wit::HostResponseSender for GuestState {
         for t in outputs {
             tensors.push(self.take_tensor(t)?);
         }
-        let until = self.send_deadline();
+        let limits = self.send_limits();
         let sender = self.table.get_mut(&handle).map_err(table_error)?;
-        Ok(send_on(sender, Ok(tensors), final_, until))
+        Ok(send_on(sender, Ok(tensors), final_, limits))
     }
 
     fn send_error(
@@ -463,9 +468,9 @@ impl wit::HostResponseSender for GuestState {
         error: wit::Error,
         final_: bool,
     ) -> wasmtime::Result<Result<(), wit::Error>> {
-        let until = self.send_deadline();
+        let limits = self.send_limits();
         let sender = self.table.get_mut(&handle).map_err(table_error)?;
-        Ok(send_on(sender, Err(CoreError::new(kind_from_wit(error.code), error.message)), final_, until))
+        Ok(send_on(sender, Err(CoreError::new(kind_from_wit(error.code), error.message)), final_, limits))
     }
 
     fn drop(&mut self, handle: Resource<HostSender>) -> wasmtime::Result<()> {
@@ -508,13 +513,11 @@ fn latin1_bytes(text: &str) -> Option<Vec<u8>> {
     text.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect()
 }
 
-/// How long a send may wait for a reader: until the execution's deadline, on the runtime that
-/// times it. `None` outside `execute` or without a runtime (then it waits as long as it takes).
-type SendDeadline = Option<(Instant, tokio::runtime::Handle)>;
-
 impl GuestState {
-    fn send_deadline(&self) -> SendDeadline {
-        self.execute_deadline.zip(self.shared.runtime.clone())
+    /// How long a send may wait for its reader, and how many bytes of one request's responses
+    /// the server may buffer for it (`max_memory_bytes`; see [`Outlet`]).
+    fn send_limits(&self) -> (SendDeadline, usize) {
+        (self.execute_deadline.zip(self.shared.runtime.clone()), self.limits.max_memory())
     }
 }
 
@@ -522,12 +525,12 @@ fn send_on(
     sender: &mut HostSender,
     item: CoreResult<Vec<Tensor>>,
     final_: bool,
-    until: SendDeadline,
+    (until, budget): (SendDeadline, usize),
 ) -> Result<(), wit::Error> {
     let Ok(mut slot) = sender.0.lock() else {
         return Err(wit_error(CoreError::internal("response sender state is poisoned")));
     };
-    let Some(tx) = slot.as_ref() else {
+    let Some(outlet) = slot.as_ref() else {
         return Err(wit_error(CoreError::unavailable(
             "no more responses can be sent for this request \
              (the final response was sent, or the model is not decoupled)",
@@ -539,20 +542,13 @@ fn send_on(
         // A gone receiver means the caller stopped listening; that is not the guest's error.
         // Waits while the caller's buffer is full (the guest runs on a blocking thread), up to
         // the execution's deadline: a caller that does not read cannot hold the instance longer.
-        let response = RawResponse { outputs: item, is_final: final_ };
-        let sent = match until {
-            Some((deadline, runtime)) => crate::backend::send_blocking_until(tx, response, deadline, &runtime),
-            None => {
-                crate::backend::send_blocking(tx, response);
-                Sent::Delivered
-            }
-        };
-        if sent == Sent::TimedOut {
+        if outlet.send(item, final_, budget, &until) == Sent::TimedOut {
             // Closing the responder ends the request after what it buffered.
             *slot = None;
             return Err(wit_error(CoreError::unavailable(format!(
-                "the caller of this request has not read its last {RESPONSE_BUFFER} responses within the model's \
-                 time limit (max_execute_ms); the request is closed and this response dropped"
+                "the caller of this request has not read its responses ({RESPONSE_BUFFER} are waiting, or \
+                 max_memory_bytes of them) within the model's time limit (max_execute_ms); the request is closed \
+                 and this response dropped"
             ))));
         }
     }
@@ -631,12 +627,16 @@ impl wit_host::Host for GuestState {
             Ok(call) => call,
             Err(e) => return Ok(Err(e)),
         };
+        let open = match self.open_call() {
+            Ok(open) => open,
+            Err(e) => return Ok(Err(e)),
+        };
         let clock = self.shared.clock;
         let started = clock.now();
         let called = Self::bls(call, |infer, request| async move { infer.infer_stream(request).await });
         self.bls_cpu += clock.now().saturating_sub(started);
         match called {
-            Ok(stream) => Ok(Ok(self.table.push(HostResponseStream(stream)).map_err(table_error)?)),
+            Ok(stream) => Ok(Ok(self.table.push(HostResponseStream(stream, open)).map_err(table_error)?)),
             Err(e) => Ok(Err(e)),
         }
     }
@@ -665,8 +665,11 @@ pub(super) mod tests {
         GuestState::new(WasiCtx::builder().build(), GuestLimiter::new(1 << 20), shared)
     }
 
-    fn request(state: &mut GuestState, responder: Option<Responder>) -> (Resource<HostRequest>, SharedResponder) {
-        let responder: SharedResponder = Arc::new(Mutex::new(responder));
+    fn request(
+        state: &mut GuestState,
+        responder: Option<crate::backend::Responder>,
+    ) -> (Resource<HostRequest>, SharedResponder) {
+        let responder: SharedResponder = Arc::new(Mutex::new(responder.map(Outlet::new)));
         let input =
             Tensor::new("IN", DataType::Int32, vec![2], Bytes::from_static(&[1, 0, 0, 0, 2, 0, 0, 0])).expect("tensor");
         let handle = state
@@ -979,6 +982,9 @@ pub(super) mod tests {
         let kept = s.last_log.last().expect("a line");
         // 4096 two-byte characters fill 8 KiB exactly; the other 904 are cut.
         assert_eq!(kept, &format!("{}... (1808 more bytes cut; log lines keep 8192)", "\u{e9}".repeat(4096)));
+        s.log(wit_host::LogLevel::Error, "y".repeat(1 << 20)).expect("log");
+        let kept = s.last_log.last().map_or(0, String::capacity);
+        assert!(kept < 32 << 10, "a megabyte line keeps a new small buffer, not the guest's: {kept}");
         s.log(wit_host::LogLevel::Info, "x".repeat(LOG_LINE_BYTES)).expect("log");
         assert_eq!(s.last_log.last().map(String::len), Some(LOG_LINE_BYTES), "a line of the limit is whole");
     }

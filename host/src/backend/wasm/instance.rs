@@ -14,6 +14,7 @@ use super::engine::EPOCH_TICK;
 use super::engine::{CompileCache, Prepared};
 use super::host::{GuestShared, GuestState, HostRequest, HostTensor, SharedResponder};
 use super::live::{LiveSet, Slot};
+use super::outlet::Outlet;
 use super::sandbox::{GuestLimiter, Sandbox};
 use super::{bindings, wit};
 use crate::backend::{ExecRequest, ModelInstance};
@@ -209,7 +210,7 @@ impl WasmInstance {
         let call = live.store.data_mut().begin_execute(count, self.decoupled);
         let mut handles = Vec::with_capacity(count);
         for (position, request) in batch.into_iter().enumerate() {
-            let responder: SharedResponder = Arc::new(Mutex::new(request.responder));
+            let responder: SharedResponder = Arc::new(Mutex::new(request.responder.map(Outlet::new)));
             live.store.data_mut().call_responders.push(Arc::clone(&responder));
             let resource = live
                 .store
@@ -241,6 +242,14 @@ impl WasmInstance {
         for responder in live.store.data_mut().call_responders.drain(..) {
             if let Ok(mut r) = responder.lock() {
                 r.take();
+            }
+        }
+        // A request handle the guest kept past its call keeps nothing of the caller's: its inputs
+        // would otherwise stay in the server for as long as the instance lives.
+        for handle in &handles {
+            if let Ok(request) = live.store.data_mut().table.get_mut(handle) {
+                request.inputs = Vec::new();
+                request.parameters = Default::default();
             }
         }
         let results = match called {
@@ -298,11 +307,17 @@ impl WasmInstance {
         let state = live.store.data_mut();
         if self.decoupled {
             if !results.is_empty() {
+                let got = results.len();
+                // The handles it returned leave the table (and the guest's account) all the same.
+                for result in results.into_iter().flatten() {
+                    for tensor in result {
+                        let _ = state.take_tensor(tensor);
+                    }
+                }
                 return Err(CoreError::internal(format!(
-                    "decoupled model '{}' returned {} responses from execute; \
+                    "decoupled model '{}' returned {got} responses from execute; \
                      it must answer through response senders and return an empty list",
                     self.shared.model_name,
-                    results.len()
                 )));
             }
             return Ok((0..count).map(|_| Ok(Vec::new())).collect());
@@ -407,16 +422,25 @@ pub(super) fn trap_kind(error: &wasmtime::Error) -> TrapKind {
     match error.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => TrapKind::Timeout,
         Some(Trap::AllocationTooLarge) => TrapKind::Memory,
-        _ if format!("{error:#}").contains("grow") || passed_too_much(error) => TrapKind::Memory,
+        _ if grew_past_the_limit(error) || passed_too_much(error) => TrapKind::Memory,
         _ => TrapKind::Fault,
     }
 }
 
+/// The guest's linear memory would have grown past its cap: the limiter's own error
+/// ([`super::sandbox::GuestLimiter`]). Errors are matched whole, one link of the chain at a time,
+/// never in the formatted chain: its backtrace names functions the guest chose.
+fn grew_past_the_limit(error: &wasmtime::Error) -> bool {
+    error.chain().any(|e| e.to_string().starts_with(super::sandbox::GROW_REFUSED))
+}
+
 /// wasmtime refused to copy more of a call's arguments: the store's hostcall fuel
 /// ([`Sandbox::max_hostcall_bytes`]) ran out. wasmtime's error type for it is private; its
-/// message is what identifies it (a unit test below pins the text).
+/// message (wasmtime 48, pinned in Cargo.toml) is what identifies it.
 fn passed_too_much(error: &wasmtime::Error) -> bool {
-    format!("{error:#}").contains("fuel allocated for hostcalls has been exhausted")
+    const HOSTCALL_FUEL_EXHAUSTED: &str = "too much data is being copied between the host and the guest: \
+                                           fuel allocated for hostcalls has been exhausted";
+    error.chain().any(|e| e.to_string() == HOSTCALL_FUEL_EXHAUSTED)
 }
 
 /// Explains a trap: time limit, memory limit, or a guest panic with its last log lines.

@@ -21,7 +21,8 @@
 //!
 //! Files: `engine` (engine, linker, compile cache), `sandbox` (per-model limits and grants),
 //! `instance` (one guest instance's life), `host` (the store data and the host side of the WIT
-//! imports), `clocks` (wasi timers that end by the time limit), `bls` (guests calling models),
+//! imports), `outlet` (a decoupled request's responses and their buffered bytes), `clocks` (wasi
+//! timers that end by the time limit), `bls` (guests calling models),
 //! `nn` (the standard wasi:nn interfaces over served models), `convert` (core types <-> WIT
 //! types).
 
@@ -33,6 +34,7 @@ mod host;
 mod instance;
 mod live;
 mod nn;
+mod outlet;
 mod sandbox;
 
 use std::path::{Path, PathBuf};

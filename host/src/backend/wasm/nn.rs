@@ -149,7 +149,11 @@ fn parse_graph_name(name: &str) -> (String, Option<i64>) {
 
 impl GuestState {
     fn nn_error<T>(&mut self, code: ErrorCode, message: impl Into<String>) -> NnResult<T> {
-        let error = self.table.push(NnError { code, message: message.into() }).map_err(table_error)?;
+        // Its text may quote the guest (a graph name): cut, and held on the guest's account
+        // until the guest drops the error (past its limit, this traps).
+        let message = super::host::cut_text(message.into(), 8 << 10, "wasi:nn error messages keep");
+        self.hold(message.len()).map_err(|e| wasmtime::Error::msg(format!("wasi:nn error: {}", e.message)))?;
+        let error = self.table.push(NnError { code, message }).map_err(table_error)?;
         Ok(Err(error))
     }
 
@@ -318,7 +322,9 @@ impl errors::HostError for GuestState {
     }
 
     fn drop(&mut self, handle: Resource<NnError>) -> wasmtime::Result<()> {
-        self.table.delete(handle).map(|_| ()).map_err(table_error)
+        let error = self.table.delete(handle).map_err(table_error)?;
+        self.release(error.message.len());
+        Ok(())
     }
 }
 

@@ -138,6 +138,9 @@ impl wasmtime_wasi::HostMonotonicClock for FrozenClock {
     }
 }
 
+/// How the limiter's refusal starts (`instance::trap_kind` recognises it).
+pub(super) const GROW_REFUSED: &str = "linear memory would grow to";
+
 /// Caps linear memory (a grow past the cap traps) and remembers the high-water mark, so an
 /// instance that leaks (componentize-py leaks every `list<u8>` a guest passes to the host) is
 /// recycled between calls before it hits the cap.
@@ -166,7 +169,7 @@ impl ResourceLimiter for GuestLimiter {
     fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.max_memory {
             return Err(wasmtime::Error::msg(format!(
-                "linear memory would grow to {desired} bytes, beyond the model's limit of {} bytes",
+                "{GROW_REFUSED} {desired} bytes, beyond the model's limit of {} bytes",
                 self.max_memory
             )));
         }
