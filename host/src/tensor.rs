@@ -110,6 +110,16 @@ pub struct Tensor {
 }
 
 impl Tensor {
+    /// The same tensor with its bytes in a buffer of its own, for a consumer that keeps a
+    /// stream's tensors: they no longer hold the producer's buffer (a decoupled Wasm guest counts
+    /// its responses' bytes until they are dropped, and waits for a reader past its budget).
+    pub fn with_own_bytes(mut self) -> Self {
+        if !self.data.is_empty() {
+            self.data = Bytes::copy_from_slice(&self.data);
+        }
+        self
+    }
+
     /// Builds a tensor, checking that the data length fits the shape and datatype.
     pub fn new(name: impl Into<String>, datatype: DataType, shape: Vec<i64>, data: Bytes) -> CoreResult<Self> {
         Self::new_as("input", name, datatype, shape, data)

@@ -195,9 +195,11 @@ impl GuestState {
         let filled = Arc::clone(&slot);
         let done = Arc::clone(&self.bls_done);
         bls.runtime.clone().spawn(async move {
-            // Open while it runs, even if the guest drops its handle meanwhile.
-            let _running = running;
+            // Open while it runs, even if the guest drops its handle meanwhile; closed before
+            // the result shows, so a guest that saw it finish can start the next call at once
+            // (the handle keeps a result nobody took counted).
             let result = bls.run(|infer, request| async move { infer.infer(request).await }).await;
+            drop(running);
             if let Ok(mut slot) = filled.lock() {
                 *slot = Some(result);
             }
@@ -275,11 +277,16 @@ impl wit_host::HostPendingInfer for GuestState {
         let take = |_: &Self| slot.lock().ok().and_then(|mut s| s.take());
         // The spawned call is itself bounded by the time limit, so it always fills the slot; the
         // wait's own limit only guards against a runtime that stopped.
-        let result =
-            self.wait_until(take)?.unwrap_or_else(|| Err(CoreError::unavailable("the server is shutting down")));
+        let taken = self.wait_until(take)?;
         let pending = self.table.get_mut(&handle).map_err(table_error)?;
         pending.taken = true;
-        pending.open = None;
+        if taken.is_some() {
+            // The result left the slot: nothing of the call stays with the handle.
+            pending.open = None;
+        }
+        // Otherwise the wait gave up before the call ended: its result will still arrive, and
+        // stays counted with the handle until the handle is dropped.
+        let result = taken.unwrap_or_else(|| Err(CoreError::unavailable("the server is shutting down")));
         match result {
             Ok(response) => self.new_held_tensors(response.outputs),
             Err(e) => Ok(Err(wit_error(e))),
@@ -321,7 +328,12 @@ impl wit_host::HostResponseStream for GuestState {
         let item = crate::infer::wait_for(&runtime, async { tokio::time::timeout(timeout, stream.0.recv()).await });
         match item {
             Ok(None) => Ok(None),
-            Ok(Some(Ok(response))) => Ok(Some(self.new_held_tensors(response.outputs)?)),
+            // Copied: the guest may keep them as long as it likes, on its own account, while the
+            // callee's count of the bytes it buffers for this stream drains (see outlet.rs).
+            Ok(Some(Ok(response))) => {
+                let outputs = response.outputs.into_iter().map(crate::tensor::Tensor::with_own_bytes).collect();
+                Ok(Some(self.new_held_tensors(outputs)?))
+            }
             Ok(Some(Err(e))) => Ok(Some(Err(wit_error(e)))),
             Err(_) => Ok(Some(Err(wit_error(CoreError::unavailable(format!(
                 "no response from the streaming BLS call within {} ms",

@@ -431,7 +431,12 @@ pub(super) fn trap_kind(error: &wasmtime::Error) -> TrapKind {
 /// ([`super::sandbox::GuestLimiter`]). Errors are matched whole, one link of the chain at a time,
 /// never in the formatted chain: its backtrace names functions the guest chose.
 fn grew_past_the_limit(error: &wasmtime::Error) -> bool {
-    error.chain().any(|e| e.to_string().starts_with(super::sandbox::GROW_REFUSED))
+    grow_refusal(error).is_some()
+}
+
+/// The limiter's refusal in `error`'s chain, if it is there.
+fn grow_refusal(error: &wasmtime::Error) -> Option<String> {
+    error.chain().map(ToString::to_string).find(|e| e.starts_with(super::sandbox::GROW_REFUSED))
 }
 
 /// wasmtime refused to copy more of a call's arguments: the store's hostcall fuel
@@ -464,7 +469,9 @@ pub(super) fn trap_error(
             format!("exceeded its memory limit of {} bytes (max_memory_bytes)", sandbox.max_memory)
         }
         (TrapKind::Memory, _) => {
-            format!("exceeded its memory limit of {} bytes (max_memory_bytes): {error}", sandbox.max_memory)
+            // The limiter's own words, not the top of the chain (a backtrace the guest names).
+            let why = grow_refusal(error).unwrap_or_else(|| error.to_string());
+            format!("exceeded its memory limit of {} bytes (max_memory_bytes): {why}", sandbox.max_memory)
         }
         (TrapKind::Fault, Some(trap)) => format!("trapped: {trap}\n{error}"),
         (TrapKind::Fault, None) => format!("trapped: {error:#}"),
@@ -512,6 +519,18 @@ mod tests {
             "WebAssembly model 'm' initialize exceeded its memory limit of 1048576 bytes (max_memory_bytes): \
              linear memory would grow to 2000000 bytes, beyond the model's limit"
         );
+        // Under wasmtime's backtrace (function names the guest chose) the message quotes the
+        // limiter's own link, and a name that merely mentions a grow is not a memory trap.
+        let backtrace = "error while executing at wasm backtrace:\n 0: linear memory would grow to";
+        let wrapped = refused.context(backtrace);
+        assert_eq!(trap_kind(&wrapped), TrapKind::Memory);
+        assert!(
+            trap_error("m", "execute", &wrapped, &s, &[])
+                .message
+                .ends_with("(max_memory_bytes): linear memory would grow to 2000000 bytes, beyond the model's limit")
+        );
+        let named = wasmtime::Error::msg("wasm trap: unreachable").context(backtrace);
+        assert_eq!(trap_kind(&named), TrapKind::Fault, "a guest's function name is not the limiter's refusal");
     }
 
     #[test]

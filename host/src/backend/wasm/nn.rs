@@ -149,10 +149,10 @@ fn parse_graph_name(name: &str) -> (String, Option<i64>) {
 
 impl GuestState {
     fn nn_error<T>(&mut self, code: ErrorCode, message: impl Into<String>) -> NnResult<T> {
-        // Its text may quote the guest (a graph name): cut, and held on the guest's account
-        // until the guest drops the error (past its limit, this traps).
-        let message = super::host::cut_text(message.into(), 8 << 10, "wasi:nn error messages keep");
-        self.hold(message.len()).map_err(|e| wasmtime::Error::msg(format!("wasi:nn error: {}", e.message)))?;
+        // Its text may quote the guest (a graph name): cut to 1 KiB, and held on the guest's
+        // account until the guest drops the error (never refused: the error must reach it).
+        let message = super::host::cut_text(message.into(), 1 << 10, "wasi:nn error messages keep");
+        self.hold_regardless(message.len());
         let error = self.table.push(NnError { code, message }).map_err(table_error)?;
         Ok(Err(error))
     }

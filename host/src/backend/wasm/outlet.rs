@@ -102,12 +102,12 @@ impl Outlet {
     }
 
     /// Whether `size` more bytes fit the request's budget before `deadline` (at once when
-    /// nothing is buffered).
+    /// nothing is buffered), or the caller went (the send then finds it gone).
     fn wait_for_room(&self, size: usize, budget: usize, deadline: Instant, runtime: &tokio::runtime::Handle) -> bool {
         let buffered = &self.buffered;
         let room = || {
             let held = buffered.bytes.load(Ordering::Acquire);
-            held == 0 || held.saturating_add(size) <= budget
+            held == 0 || held.saturating_add(size) <= budget || self.responder.is_closed()
         };
         if room() {
             return true;
@@ -121,7 +121,10 @@ impl Outlet {
                 if room() {
                     return;
                 }
-                drained.await;
+                tokio::select! {
+                    () = drained => {}
+                    () = self.responder.closed() => return,
+                }
             }
         };
         // An async block: the timer is made at the first poll, inside the runtime's context.
@@ -160,6 +163,12 @@ mod tests {
         assert_eq!(outlet.buffered(), 300, "a copy of the bytes (an encoded message) still counts");
         drop(copy);
         assert_eq!(outlet.buffered(), 0);
+        // A consumer that keeps a stream's tensors (an ensemble's run, a BLS caller) copies them
+        // out: what it keeps no longer counts.
+        assert_eq!(outlet.send(Ok(vec![tensor(50)]), false, 100, &until(30)), Sent::Delivered);
+        let response = rx.try_recv().expect("a response");
+        let kept: Vec<Tensor> = response.outputs.expect("outputs").into_iter().map(Tensor::with_own_bytes).collect();
+        assert_eq!((outlet.buffered(), kept[0].data.len()), (0, 50));
         // A reader that drops the bytes while the send waits lets it through.
         assert_eq!(outlet.send(Ok(vec![tensor(80)]), false, 100, &until(1000)), Sent::Delivered);
         let reader = std::thread::spawn(move || {
@@ -174,5 +183,15 @@ mod tests {
         assert_eq!(outlet.send(Err(crate::error::CoreError::internal("x")), true, 100, &until(30)), Sent::Delivered);
         drop(rx);
         assert_eq!(outlet.buffered(), 0, "a dropped stream gives every byte back");
+        // A caller that went while its bytes live on elsewhere: the send finds it gone at once.
+        let (tx, mut rx) = crate::backend::responder();
+        let outlet = Outlet::new(tx);
+        assert_eq!(outlet.send(Ok(vec![tensor(300)]), false, 100, &until(1000)), Sent::Delivered);
+        let kept = rx.try_recv().expect("the response");
+        drop(rx);
+        let started = Instant::now();
+        assert_eq!(outlet.send(Ok(vec![tensor(1)]), false, 100, &until(5000)), Sent::Gone);
+        assert!(started.elapsed() < Duration::from_secs(1), "it did not wait for its deadline");
+        drop(kept);
     }
 }

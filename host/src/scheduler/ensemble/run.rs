@@ -163,9 +163,12 @@ impl<'a> Run<'a> {
                 Event::Streamed { step, key, index, item, stream } => match item {
                     None => false,
                     Some(Err(e)) => return Err(self.error(e)),
-                    Some(Ok(response)) => {
+                    Some(Ok(mut response)) => {
                         let mut value_key = key.clone();
                         value_key.push(index);
+                        // Kept until the run ends: copied, so the producer's count of bytes
+                        // it buffers (a decoupled Wasm step's) drains as each response arrives.
+                        response.outputs = response.outputs.into_iter().map(Tensor::with_own_bytes).collect();
                         let stop = self.add_outputs(step, &value_key, response)?;
                         self.poll_stream(Parked { step, key, index: index + 1, stream });
                         stop
