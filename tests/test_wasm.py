@@ -428,6 +428,7 @@ import triton_python_backend_utils as pb_utils
 
 MARKER = "@MARKER@"
 HOARD = []
+KEPT = []
 
 
 def probe(op, arg):
@@ -479,6 +480,11 @@ class TritonPythonModel:
             op = text(request, "OP")
             if op == "misfit":  # a BYTES element that claims 5 bytes and has 2: the host refuses it
                 out = pb_utils.Tensor.from_bytes("RESULT", b"\\x05\\x00\\x00\\x00ab", "BYTES", [1])
+            elif op in ("keep", "kept"):  # keep this request past its call / ask the kept one
+                if op == "keep":
+                    KEPT.append(request)
+                answer = "OK:%d" % len(KEPT[-1]._host_request.inputs()) if KEPT else "ERR:none kept"
+                out = pb_utils.Tensor("RESULT", [answer.encode()], "BYTES", shape=[1])
             else:
                 result = probe(op, text(request, "ARG"))
                 out = pb_utils.Tensor("RESULT", [result.encode()], "BYTES", shape=[1])
@@ -664,6 +670,13 @@ def test_clocks_grant(sandbox_server):
     assert monotonic > 0, answer
     later = float(probe(sandbox_server, "clocks", "time")[3:].split()[1])
     assert later >= monotonic, f"monotonic clock went back: {monotonic} -> {later}"
+
+
+def test_a_request_kept_past_its_call_keeps_none_of_the_callers_inputs(sandbox_server):
+    """A guest may keep a request object after execute returns; the host then drops the
+    request's inputs (the caller's bytes), so keeping requests cannot grow the server."""
+    assert probe(sandbox_server, "no_grants", "keep") == "OK:2", "during its call: OP and ARG"
+    assert probe(sandbox_server, "no_grants", "kept") == "OK:0", "after its call: none"
 
 
 def test_a_guest_sleeps_no_longer_than_its_time_limit(sandbox_server):
