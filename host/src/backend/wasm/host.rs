@@ -549,13 +549,17 @@ fn send_on(
         // Waits while the caller's buffer is full (the guest runs on a blocking thread), up to
         // the execution's deadline: a caller that does not read cannot hold the instance longer.
         if outlet.send(item, final_, budget, &until) == Sent::TimedOut {
-            // Closing the responder ends the request after what it buffered.
-            *slot = None;
-            return Err(wit_error(CoreError::unavailable(format!(
+            let error = CoreError::unavailable(format!(
                 "the caller of this request has not read its responses ({RESPONSE_BUFFER} are waiting, or \
                  max_memory_bytes of them) within the model's time limit (max_execute_ms); the request is closed \
                  and this response dropped"
-            ))));
+            ));
+            // The request ends after what it buffered, with this error as its final response
+            // once the caller reads again; the guest is free at once.
+            if let (Some(outlet), Some((_, runtime))) = (slot.take(), until) {
+                outlet.fail_when_read(error.clone(), &runtime);
+            }
+            return Err(wit_error(error));
         }
     }
     if final_ {

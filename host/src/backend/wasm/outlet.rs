@@ -17,7 +17,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::backend::{RawResponse, Responder, Sent, send_blocking, send_blocking_until};
-use crate::error::CoreResult;
+use crate::error::{CoreError, CoreResult};
 use crate::tensor::Tensor;
 
 /// How long a send may wait for a reader: until the execution's deadline, on the runtime that
@@ -84,6 +84,14 @@ impl Outlet {
             None if send_blocking(&self.responder, response) => Sent::Delivered,
             None => Sent::Gone,
         }
+    }
+
+    /// Ends the request with `error` as its final response, sent from a task once its caller
+    /// reads again (or dropped with the stream if it never does), without holding anyone.
+    pub(super) fn fail_when_read(self, error: CoreError, runtime: &tokio::runtime::Handle) {
+        runtime.spawn(async move {
+            let _ = self.responder.send(RawResponse { outputs: Err(error), is_final: true }).await;
+        });
     }
 
     /// Bytes of this request's responses the server still holds.
@@ -183,6 +191,21 @@ mod tests {
         assert_eq!(outlet.send(Err(crate::error::CoreError::internal("x")), true, 100, &until(30)), Sent::Delivered);
         drop(rx);
         assert_eq!(outlet.buffered(), 0, "a dropped stream gives every byte back");
+        // A request closed for a reader that does not read ends with the error once it reads.
+        let (tx, mut rx) = crate::backend::responder();
+        let outlet = Outlet::new(tx);
+        for _ in 0..crate::infer::RESPONSE_BUFFER {
+            assert_eq!(outlet.send(Ok(Vec::new()), false, 100, &until(1000)), Sent::Delivered);
+        }
+        assert_eq!(outlet.send(Ok(Vec::new()), false, 100, &until(20)), Sent::TimedOut);
+        outlet.fail_when_read(CoreError::unavailable("not read in time"), runtime.handle());
+        for _ in 0..crate::infer::RESPONSE_BUFFER {
+            assert!(runtime.block_on(rx.recv()).expect("a buffered response").outputs.is_ok());
+        }
+        let last = runtime.block_on(rx.recv()).expect("the error");
+        assert!(last.is_final);
+        assert_eq!(last.outputs.expect_err("an error").message, "not read in time");
+        assert!(runtime.block_on(rx.recv()).is_none(), "then the end of the stream");
         // A caller that went while its bytes live on elsewhere: the send finds it gone at once.
         let (tx, mut rx) = crate::backend::responder();
         let outlet = Outlet::new(tx);
