@@ -526,6 +526,16 @@ def test_a_server_at_a_256_file_limit_keeps_answering_past_250_stalled_connectio
     assert_slots_come_back(srv)
 
 
+def rss_rise_mib(srv, before_kib: int, seconds: float) -> int:
+    """The most the server's RSS rose above `before_kib` while sampled every 0.1 s for `seconds`."""
+    peak = before_kib
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        peak = max(peak, status_kib(srv, "VmRSS"))
+        time.sleep(0.1)
+    return (peak - before_kib) // 1024
+
+
 def open_unread_stream(srv, model: str, inputs) -> socket.socket:
     """Sends one request (`inputs`: (name, datatype, array)) on a gRPC stream over a raw HTTP/2
     connection that then reads no response: h2 takes the bytes but never acknowledges them, so the
@@ -604,14 +614,9 @@ def test_a_stream_nobody_reads_does_not_make_the_server_buffer_its_responses(ser
                                                     ("WAIT", "UINT32", np.zeros(1, dtype=np.uint32))])
     try:
         # The model now produces as fast as it can be made to. Watch the server's memory.
-        peak = before
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
-            peak = max(peak, status_kib(srv, "VmRSS"))
-            time.sleep(0.1)
+        rise_mib = rss_rise_mib(srv, before, 3)
     finally:
         sock.close()
-    rise_mib = (peak - before) // 1024
     print(f"RSS rise with a stalled reader: {rise_mib} MiB")
     # The request itself (16 MiB of inputs, decoded) is most of what remains.
     assert rise_mib < 256, f"the server's RSS rose by {rise_mib} MiB for a stream nobody reads"
@@ -663,14 +668,9 @@ def test_a_stream_nobody_reads_buffers_about_the_guests_memory_at_most(server_fa
     sock = open_unread_stream(srv, "faulty_stream", [("MODE", "BYTES", [b"stream_big"]),
                                                      ("INPUT0", "FP32", np.array([1000, 1 << 18], dtype=np.float32))])
     try:
-        peak = before
-        deadline = time.monotonic() + 2.5  # past the guest's 2 s limit: all it will buffer is buffered
-        while time.monotonic() < deadline:
-            peak = max(peak, status_kib(srv, "VmRSS"))
-            time.sleep(0.1)
+        rise_mib = rss_rise_mib(srv, before, 2.5)  # past its 2 s limit: all it will buffer is buffered
     finally:
         sock.close()
-    rise_mib = (peak - before) // 1024
     print(f"RSS rise with a stalled reader of 1 MiB responses: {rise_mib} MiB")
     assert rise_mib < 128, f"the server's RSS rose by {rise_mib} MiB for one stream nobody reads"
     srv.assert_alive()

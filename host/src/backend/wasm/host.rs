@@ -184,7 +184,7 @@ impl GuestState {
         self.table.get(handle).map(|t| &t.0).map_err(table_error)
     }
 
-    /// A handle to a tensor of the host's (an input, a BLS output, a renamed tensor's bytes).
+    /// A handle to a tensor of the caller's (a request's input), on nobody's account.
     pub(super) fn new_tensor(&mut self, tensor: Tensor) -> wasmtime::Result<Resource<HostTensor>> {
         self.table.push(HostTensor(tensor, None, 0)).map_err(table_error)
     }
@@ -203,6 +203,11 @@ impl GuestState {
     /// to refuse and that is small and bounded (a wasi:nn error's text): later holds see them.
     pub(super) fn hold_regardless(&mut self, size: usize) {
         self.held_bytes = self.held_bytes.saturating_add(size);
+    }
+
+    /// [`Self::hold`] for a host call WIT gives no error result: past the limit, `call` traps.
+    pub(super) fn hold_or_trap(&mut self, size: usize, call: &str) -> wasmtime::Result<()> {
+        self.hold(size).map_err(|e| wasmtime::Error::msg(format!("{call}: {}", e.message)))
     }
 
     /// Takes `size` bytes the host no longer holds for the guest off its account.
@@ -238,7 +243,7 @@ impl GuestState {
         Ok(tensor)
     }
 
-    /// Hands response tensors to the guest as new handles.
+    /// Hands a request's inputs to the guest as new handles.
     pub(super) fn new_tensors(&mut self, tensors: Vec<Tensor>) -> wasmtime::Result<Vec<Resource<HostTensor>>> {
         tensors.into_iter().map(|t| self.new_tensor(t)).collect()
     }
@@ -319,7 +324,7 @@ impl wit::HostTensor for GuestState {
         // new name is this handle's own; WIT gives `with-name` no error, so past the limit it traps.
         let charge = charge.clone();
         let own = own_size(&tensor);
-        self.hold(own).map_err(|e| wasmtime::Error::msg(format!("tensor.with-name: {}", e.message)))?;
+        self.hold_or_trap(own, "tensor.with-name")?;
         self.table.push(HostTensor(tensor, charge, own)).map_err(table_error)
     }
 

@@ -308,12 +308,7 @@ impl WasmInstance {
         if self.decoupled {
             if !results.is_empty() {
                 let got = results.len();
-                // The handles it returned leave the table (and the guest's account) all the same.
-                for result in results.into_iter().flatten() {
-                    for tensor in result {
-                        let _ = state.take_tensor(tensor);
-                    }
-                }
+                drop_returned(state, results);
                 return Err(CoreError::internal(format!(
                     "decoupled model '{}' returned {got} responses from execute; \
                      it must answer through response senders and return an empty list",
@@ -324,12 +319,7 @@ impl WasmInstance {
         }
         if results.len() != count {
             let got = results.len();
-            // Drop the handles the guest returned, then fail the whole batch.
-            for result in results.into_iter().flatten() {
-                for tensor in result {
-                    let _ = state.take_tensor(tensor);
-                }
-            }
+            drop_returned(state, results);
             return Err(CoreError::internal(format!(
                 "model '{}' returned {got} responses for {count} requests",
                 self.shared.model_name
@@ -422,21 +412,24 @@ pub(super) fn trap_kind(error: &wasmtime::Error) -> TrapKind {
     match error.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => TrapKind::Timeout,
         Some(Trap::AllocationTooLarge) => TrapKind::Memory,
-        _ if grew_past_the_limit(error) || passed_too_much(error) => TrapKind::Memory,
+        _ if grow_refusal(error).is_some() || passed_too_much(error) => TrapKind::Memory,
         _ => TrapKind::Fault,
     }
 }
 
-/// The guest's linear memory would have grown past its cap: the limiter's own error
-/// ([`super::sandbox::GuestLimiter`]). Errors are matched whole, one link of the chain at a time,
-/// never in the formatted chain: its backtrace names functions the guest chose.
-fn grew_past_the_limit(error: &wasmtime::Error) -> bool {
-    grow_refusal(error).is_some()
-}
-
-/// The limiter's refusal in `error`'s chain, if it is there.
+/// The limiter's refusal in `error`'s chain, if it is there: the guest's linear memory would have
+/// grown past its cap ([`super::sandbox::GuestLimiter`]). Errors are matched one link of the
+/// chain at a time, never in the formatted chain: its backtrace names functions the guest chose.
 fn grow_refusal(error: &wasmtime::Error) -> Option<String> {
     error.chain().map(ToString::to_string).find(|e| e.starts_with(super::sandbox::GROW_REFUSED))
+}
+
+/// Takes every handle a rejected `execute` result returned out of the table (and off the guest's
+/// account), whatever becomes of the batch.
+fn drop_returned(state: &mut GuestState, results: Vec<Result<Vec<Resource<HostTensor>>, wit::Error>>) {
+    for tensor in results.into_iter().flatten().flatten() {
+        let _ = state.take_tensor(tensor);
+    }
 }
 
 /// wasmtime refused to copy more of a call's arguments: the store's hostcall fuel

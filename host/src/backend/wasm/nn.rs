@@ -203,7 +203,7 @@ impl tensor::HostTensor for GuestState {
         // The WIT constructor cannot fail: a length that does not fit is reported by `compute`,
         // and past the guest's limit of held bytes it traps.
         let tensor = NnTensor { dimensions, ty, data: Bytes::from(data) };
-        self.hold(tensor.held_size()).map_err(|e| wasmtime::Error::msg(format!("wasi:nn tensor: {}", e.message)))?;
+        self.hold_or_trap(tensor.held_size(), "wasi:nn tensor")?;
         self.table.push(tensor).map_err(table_error)
     }
 
