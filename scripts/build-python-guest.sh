@@ -88,7 +88,7 @@ tmp_out=$stage/out.wasm
 # Keep componentize-py from adding a virtualenv's or the system's site-packages (CPython builds of
 # native packages cannot run in Wasm): point VIRTUAL_ENV at an empty directory.
 mkdir -p "$stage/empty-venv/lib/site-packages"
-(cd "$stage" && VIRTUAL_ENV="$stage/empty-venv" "$CPY" -q -d "$WIT" -w model componentize \
+(cd "$stage" && VIRTUAL_ENV="$stage/empty-venv" "$CPY" -q -d "$WIT" -w model-by-value componentize \
   "${stub[@]}" "${paths[@]}" -o "$tmp_out" tessera_guest.app)
 mv "$tmp_out" "$out"
 echo "build-python-guest: wrote $out ($(stat -c %s "$out") bytes)" >&2

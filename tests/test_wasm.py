@@ -629,7 +629,7 @@ def test_python_guest_output_the_host_refuses_is_the_callers_error(sandbox_serve
                        {"name": "ARG", "shape": [1], "datatype": "BYTES", "data": [""]}]}
     r = requests.post(sandbox_server.http("/v2/models/no_grants/infer"), json=body, timeout=30)
     assert r.status_code == 400, r.text
-    assert "invalid BYTES data for tensor 'RESULT'" in r.json()["error"], r.text
+    assert "invalid BYTES data for output 'RESULT'" in r.json()["error"], r.text
     assert probe(sandbox_server, "no_grants", "marker").startswith("OK:")
 
 
@@ -854,6 +854,50 @@ def test_decoupled_guest_failure_ends_the_stream_with_the_error(server_factory, 
     r, events = generate_stream(srv, "faulty_stream", {"MODE": ["ok"], "INPUT0": [1.0]})
     assert len(events) == 1 and "response senders" in events[0].get("error", ""), events
     assert model_ready(srv, "faulty_stream")
+
+
+PY_STREAM_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            n = pb_utils.get_input_tensor_by_name(request, "N").as_list()[0]
+            if n < 0:
+                raise pb_utils.TritonModelException("N is negative: %d" % n)
+            sender = request.get_response_sender()
+            for i in range(n):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", [i * 10], "INT32")]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def test_decoupled_python_guest_streams_and_its_exception_ends_the_stream(server_factory, tmp_path, wasm_cache):
+    # Python guests are called through execute-by-value: a decoupled one answers none per request
+    # (its responses went through the sender); when execute raises, the SDK answers the error,
+    # which reaches the streaming caller as the stream's end; the model serves on.
+    src = tmp_path / "src" / "model.py"
+    src.parent.mkdir()
+    src.write_text(PY_STREAM_MODEL)
+    repo = tmp_path / "repo"
+    (repo / "py_stream" / "1").mkdir(parents=True)
+    GuestBuild(src, repo / "py_stream" / "1" / "model.wasm", tmp_path / "logs").wait()
+    (repo / "py_stream" / "config.pbtxt").write_text(
+        'name: "py_stream"\nbackend: "wasm"\nmax_batch_size: 0\n'
+        'input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        "model_transaction_policy { decoupled: true }\n")
+    srv = server_factory(repo, ["--wasm-cache-dir", str(wasm_cache)])
+    wait_model_ready(srv, "py_stream")
+    r, events = generate_stream(srv, "py_stream", {"N": [3]})
+    assert r.status_code == 200, r.text
+    assert [e.get("OUT") for e in events] == [0, 10, 20], events
+    r, events = generate_stream(srv, "py_stream", {"N": [-1]})
+    assert len(events) == 1 and "N is negative: -1" in events[0].get("error", ""), events
+    r, events = generate_stream(srv, "py_stream", {"N": [1]})
+    assert [e.get("OUT") for e in events] == [0], events
 
 
 def test_client_that_gives_up_mid_execution_does_not_cost_the_model_its_instance(fault_server):

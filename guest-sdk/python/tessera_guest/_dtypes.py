@@ -196,25 +196,39 @@ def _bf16_bits(x):
 # struct's standard sizes ("<"), which are not array's native ones ("l" is 4 or 8 bytes).
 _STRUCT_CODES = {"FP32": "f", "FP64": "d", "INT8": "b", "INT16": "h", "INT32": "i", "INT64": "q",
                  "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q"}
-_PACKERS = {}
+_STRUCTS = {}
 _PACKER_MAX_ELEMENTS = 256
 _PACKERS_MAX = 64
+
+# The cached structs' bound methods by datatype name and size, so that the hot paths
+# (Tensor(name, flat_list, ...), Tensor.as_list) find theirs with one dict lookup and no call:
+# PACK by (datatype, element count), UNPACK by (datatype, byte count).
+PACK = {}
+UNPACK = {}
+
+
+def _struct_for(datatype, n):
+    """The cached struct.Struct for n elements of `datatype`, or None (not a fixed-size numeric
+    type struct knows, more than _PACKER_MAX_ELEMENTS elements, or the cache is full)."""
+    code = _STRUCT_CODES.get(datatype)
+    if code is None or n > _PACKER_MAX_ELEMENTS:
+        return None
+    st = _STRUCTS.get((code, n))
+    if st is None and len(_STRUCTS) < _PACKERS_MAX:
+        st = _STRUCTS[(code, n)] = struct.Struct("<%d%s" % (n, code))
+        PACK[(datatype, n)] = st.pack
+        UNPACK[(datatype, st.size)] = st.unpack
+    return st
 
 
 def encode(datatype, values):
     """Raw tensor bytes for a flat list of Python values."""
-    n = len(values)
-    if n <= _PACKER_MAX_ELEMENTS:
-        code = _STRUCT_CODES.get(datatype)
-        if code is not None:
-            packer = _PACKERS.get((code, n))
-            if packer is None and len(_PACKERS) < _PACKERS_MAX:
-                packer = _PACKERS[(code, n)] = struct.Struct("<%d%s" % (n, code))
-            if packer is not None:
-                try:
-                    return packer.pack(*values)
-                except (struct.error, OverflowError, TypeError):
-                    pass  # floats into an integer type, values out of range: the array path says why
+    st = _struct_for(datatype, len(values))
+    if st is not None:
+        try:
+            return st.pack(*values)
+        except (struct.error, OverflowError, TypeError):
+            pass  # floats into an integer type, values out of range: the array path says why
     if datatype == "BYTES":
         return encode_bytes(values)
     if datatype == "BOOL":
@@ -247,6 +261,9 @@ def decode(datatype, raw):
     """A flat list of Python values from raw tensor bytes (BYTES elements come back as bytes)."""
     code = ARRAY_CODES.get(datatype)
     if code is not None and _LITTLE:  # the numeric types, first
+        size = ITEMSIZE[datatype]
+        if not len(raw) % size:
+            _struct_for(datatype, len(raw) // size)  # Tensor.as_list's fast path from now on
         arr = array.array(code)
         if len(raw) % arr.itemsize:
             raise ValueError("%d bytes is not a whole number of %s elements" % (len(raw), datatype))

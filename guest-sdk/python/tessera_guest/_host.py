@@ -104,6 +104,12 @@ def set_outputs(requests, outputs):
     return wit_types.Request.set_outputs(requests, outputs)
 
 
+def give_tensors(requests, tensors):
+    """Moves to each of `requests` its list of host tensor handles (outputs the guest holds as
+    handles, for execute-by-value); one Ok/Err per request."""
+    return wit_types.Request.give_tensors(requests, tensors)
+
+
 def parameters_to_wit(params):
     """A list of WIT `parameter` records from a dict (or a JSON object string)."""
     if not params:

@@ -86,6 +86,9 @@ def _output_config(config):
     return out
 
 
+_DT_CACHE = _host._DT_CACHE  # wit_datatype's cache, looked up inline per output
+
+
 class _State:
     """Per-instance state. componentize-py makes a new WitWorld object for every export call, so
     nothing may live on `self`."""
@@ -128,27 +131,26 @@ class WitWorld(_WitWorldProtocol):
             raise _host.Err(_host.wit_error(code, message))
 
     def execute(self, requests):
+        """World `model`'s export; hosts that know `execute-by-value` do not call it."""
+        responses = _run(requests)
         n = len(requests)
-        reqs = [_api.InferenceRequest._from_host(r) for r in requests]
-        try:
-            if _State.model is None:
-                raise TritonError("execute() before a successful initialize()", TritonError.UNAVAILABLE)
-            if n and _host.AVAILABLE:
-                for req, inputs in zip(reqs, _host.read_inputs(requests)):
-                    req._prefetch(inputs)
-            responses = _await_if_coroutine(_State.model.execute(reqs))
-        except BaseException as e:  # noqa: BLE001
-            _log_exception("execute")
-            code, message = _error_of(e)
-            return [_host.Err(_host.wit_error(code, message)) for _ in range(n)]
+        if responses.__class__ is _host.Err:
+            return [responses] * n
         if responses is None:  # decoupled: everything went through the response senders
             return []
-        responses = list(responses)
-        if len(responses) != n:
-            message = ("execute() returned %d responses for %d requests" % (len(responses), n))
-            _api._log(message, _api.LogLevel.ERROR)
-            return [_host.Err(_host.wit_error(TritonError.INTERNAL, message)) for _ in range(n)]
         return _lower_responses(requests, responses)
+
+    def execute_by_value(self, requests):
+        """The export the host calls: every output goes to the host during the call, so the
+        answer is one None (or error) per request and holds no list (componentize-py 0.25
+        leaks 16 bytes of guest memory for every empty list a guest returns)."""
+        responses = _run(requests)
+        n = len(requests)
+        if responses.__class__ is _host.Err:
+            return [responses.value] * n
+        if responses is None:  # decoupled: None leaves each request to its response sender
+            return [None] * n
+        return _give_responses(requests, responses)
 
     def finalize(self):
         fin = getattr(_State.model, "finalize", None)
@@ -163,6 +165,60 @@ class WitWorld(_WitWorldProtocol):
                 stream.flush()
             except Exception:
                 pass
+
+
+def _run(requests):
+    """The user's execute() on `requests` (host handles): its responses, one per request, None
+    for a decoupled model, or an Err for the whole batch."""
+    n = len(requests)
+    reqs = [_api.InferenceRequest._from_host(r) for r in requests]
+    try:
+        if _State.model is None:
+            raise TritonError("execute() before a successful initialize()", TritonError.UNAVAILABLE)
+        if n and _host.AVAILABLE:
+            for req, inputs in zip(reqs, _host.read_inputs(requests)):
+                req._prefetch(inputs)
+        responses = _await_if_coroutine(_State.model.execute(reqs))
+    except BaseException as e:  # noqa: BLE001
+        _log_exception("execute")
+        code, message = _error_of(e)
+        return _host.Err(_host.wit_error(code, message))
+    if responses is None:
+        return None
+    responses = list(responses)
+    if len(responses) != n:
+        message = ("execute() returned %d responses for %d requests" % (len(responses), n))
+        _api._log(message, _api.LogLevel.ERROR)
+        return _host.Err(_host.wit_error(TritonError.INTERNAL, message))
+    return responses
+
+
+def _give_responses(requests, responses):
+    """execute-by-value's answer: each response's computed outputs go to the host by value, the
+    whole batch's in one `request.set-outputs` call, and its host tensors (inputs or BLS outputs
+    passed on) as handles in one `request.give-tensors` call, which moves no bytes. Neither call
+    carries an empty list: a request with nothing of a kind is left out of that call."""
+    results = []
+    by_value = ([], [], [])  # requests, their output-data lists, their positions
+    by_handle = ([], [], [])
+    for i, resp in enumerate(responses):
+        lowered = _lower_response(resp, by_value=True)
+        if lowered.__class__ is _host.Err:
+            results.append(lowered.value)
+            continue
+        handles, data = lowered
+        for given, what in ((by_value, data), (by_handle, handles)):
+            if what:
+                given[0].append(requests[i])
+                given[1].append(what)
+                given[2].append(i)
+        results.append(None)
+    for give, (reqs, what, at) in ((_host.set_outputs, by_value), (_host.give_tensors, by_handle)):
+        if reqs:
+            for i, given in zip(at, give(reqs, what)):
+                if given.__class__ is _host.Err and results[i] is None:
+                    results[i] = given.value
+    return results
 
 
 def _lower_responses(requests, responses):
@@ -193,8 +249,9 @@ def _lower_responses(requests, responses):
     return results
 
 
-def _lower_response(resp):
-    """(host tensor handles, `output-data` tuples) of one response, or its error as an Err."""
+def _lower_response(resp, by_value=False):
+    """(host tensor handles, `output-data` tuples) of one response, or its error as an Err.
+    For `execute` (not `by_value`) a response of computed outputs only has one as a handle."""
     if not isinstance(resp, _api.InferenceResponse):
         if isinstance(resp, BaseException):
             code, message = _error_of(resp)
@@ -219,8 +276,9 @@ def _lower_response(resp):
                     t._conform(cfg[0], cfg[1])
             # a local tensor always holds its bytes (`_raw`); the tuple is `output-data`, the
             # bytes a latin-1 string (componentize-py frees a string argument, not a bytes one)
-            data.append((t._name, _host.wit_datatype(t._dtype), t._shape, t._raw.decode("latin-1")))
-        if data and not handles:
+            dt = _DT_CACHE.get(t._dtype) or _host.wit_datatype(t._dtype)
+            data.append((t._name, dt, t._shape, t._raw.decode("latin-1")))
+        if data and not handles and not by_value:
             # One output goes back as a handle: componentize-py 0.25.1 leaks 16 bytes of guest
             # memory for every empty list it lowers (its cabi_realloc allocates for a zero
             # size, which is never freed), and an `ok` with no handles is an empty list.

@@ -102,6 +102,7 @@ class MockHost:
         self.decoupled = False  # set it to answer set-outputs as the host does a decoupled model
         self._call_requests = []
         self._given = []
+        self._given_tensors = []
         # `ok` results with no handle: empty lists, which componentize-py 0.25.1 leaks 16 bytes
         # of guest memory for (its cabi_realloc allocates for a zero size; nothing frees it)
         self.empty_results = 0
@@ -121,7 +122,7 @@ class MockHost:
         self.store.set_wasi(wasmtime.WasiConfig())
         self.instance = linker.instantiate(self.store, self.component)
         self._f = {n: self.instance.get_func(self.store, n)
-                   for n in ("initialize", "execute", "finalize")}
+                   for n in ("initialize", "execute", "execute-by-value", "finalize")}
 
     # -- object table ------------------------------------------------------------------------
     def _put(self, obj):
@@ -260,7 +261,28 @@ class MockHost:
                 results.append(None)
             return results
 
+        def give_tensors(handles, tensors):
+            # As set-outputs, for handles: each moves to the host whatever becomes of its request.
+            if len(handles) != len(tensors):
+                raise wasmtime.WasmtimeError("request.give-tensors: lists of different lengths")
+            reqs = [self._get(h) for h in handles]
+            if len({id(r) for r in reqs}) != len(reqs):
+                raise wasmtime.WasmtimeError("request.give-tensors: the same request handle was passed twice")
+            results = []
+            for req, given in zip(reqs, tensors):
+                moved = [self._take(t) for t in given]
+                position = next((i for i, r in enumerate(self._call_requests) if r is req), None)
+                if self.decoupled:
+                    results.append(_rec(code="unsupported", message="decoupled"))
+                elif position is None:
+                    results.append(_rec(code="invalid-arg", message="not one of the current execute call's"))
+                else:
+                    self._given_tensors[position].extend(moved)
+                    results.append(None)
+            return results
+
         li.add_func("[static]request.read-inputs", w("request.read-inputs", read_inputs))
+        li.add_func("[static]request.give-tensors", w("request.give-tensors", give_tensors))
         li.add_func("[static]request.set-outputs", w("request.set-outputs", set_outputs))
         li.add_func("[method]request.id", w("request.id", lambda h: self._get(h).id))
         li.add_func("[method]request.input", w("request.input", req_input))
@@ -389,21 +411,27 @@ class MockHost:
         if err is not None:
             raise GuestError(err.code, err.message)
 
-    def execute(self, requests):
-        """One result per request: a list of T, or a GuestError."""
+    def execute(self, requests, export=None):
+        """One result per request: a list of T, or a GuestError. Calls `execute-by-value` when
+        the component exports it, as the host does, unless `export` names the export."""
+        export = export or ("execute-by-value" if self._f["execute-by-value"] else "execute")
         handles = [self._own(r, REQUEST) for r in requests]
         self._call_requests = list(requests)
         self._given = [[] for _ in requests]
+        self._given_tensors = [[] for _ in requests]
         try:
-            results = self._call("execute", handles)
+            results = self._call(export, handles)
         finally:
-            given, self._given, self._call_requests = self._given, [], []
+            given = [a + b for a, b in zip(self._given, self._given_tensors)]
+            self._given, self._given_tensors, self._call_requests = [], [], []
         out = []
         for i, r in enumerate(results):
             if isinstance(r, list) and not r:
                 self.empty_results += 1
             if isinstance(r, list):
                 out.append((given[i] if i < len(given) else []) + [self._take(h) for h in r])
+            elif r is None:  # execute-by-value: what the request was given
+                out.append(given[i] if i < len(given) else [])
             else:
                 out.append(GuestError(r.code, r.message))
         return out

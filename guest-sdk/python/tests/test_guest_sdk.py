@@ -105,17 +105,25 @@ def test_add_sub_example(add_sub_wasm, engine):
     a = [float(i) for i in range(16)]
     b = [0.5] * 16
     batch = [Req([f32("INPUT0", a, [1, 16]), f32("INPUT1", b, [1, 16])]) for _ in range(3)]
-    results = host.execute(batch)
-    assert len(results) == 3
-    for outs in results:
-        by = {t.name: t for t in outs}
-        assert by["OUTPUT0"].datatype == "FP32" and by["OUTPUT0"].shape == [1, 16]
-        assert by["OUTPUT0"].values() == [x + 0.5 for x in a]
-        assert by["OUTPUT1"].values() == [x - 0.5 for x in a]
-    # the batch's inputs come in one host call (request.read-inputs, small inputs with their
-    # bytes) and its outputs in one (request.set-outputs, by value), but for one output per
-    # response, created as a handle: an `ok` with no handle is an empty list, which
-    # componentize-py 0.25.1 leaks 16 bytes of guest memory for; then the requests' drops
+    def check(results):
+        assert len(results) == 3
+        for outs in results:
+            by = {t.name: t for t in outs}
+            assert by["OUTPUT0"].datatype == "FP32" and by["OUTPUT0"].shape == [1, 16]
+            assert by["OUTPUT0"].values() == [x + 0.5 for x in a]
+            assert by["OUTPUT1"].values() == [x - 0.5 for x in a]
+
+    # execute-by-value, which the host calls: the batch's inputs come in one host call
+    # (request.read-inputs, small inputs with their bytes), its outputs go in one
+    # (request.set-outputs, by value), and the answer is one None per request; then the
+    # requests' drops
+    check(host.execute(batch))
+    assert host.calls == {"request.read-inputs": 1, "request.set-outputs": 1, "drop": 3}
+    # `execute`, for hosts without execute-by-value: the same outputs, but one of each
+    # response's goes as a handle, since an `ok` with no handle is an empty list, which
+    # componentize-py 0.25.1 leaks 16 bytes of guest memory for
+    host.calls.clear()
+    check(host.execute(batch, export="execute"))
     assert host.calls == {"request.read-inputs": 1, "request.set-outputs": 1,
                           "tensor.create-latin1": 3, "drop": 3}
     assert host.empty_results == 0
@@ -217,8 +225,13 @@ def test_an_output_the_host_refuses_fails_only_its_request(probe):
     assert isinstance(results[1], GuestError) and results[1].code == "invalid-arg"
     assert sorted(t.name for t in results[2]) == ["OUT_X", "OUT_Y"]
     assert probe.calls.get("request.set-outputs") == 1
-    # one output of each response goes as a handle, the refused one's included
-    assert probe.calls.get("tensor.create-latin1") == 3
+    assert "tensor.create-latin1" not in probe.calls, "execute-by-value needs no handle per response"
+    assert probe.live_objects() == {}
+    # through `execute` one output of each response goes as a handle, the refused one's included
+    probe.calls.clear()
+    results = probe.execute([req("inferred", f32("INPUT0", [0.0] * 2)), req("misfit")], export="execute")
+    assert [t.name for t in results[0]] == ["OUTPUT0"] and isinstance(results[1], GuestError)
+    assert probe.calls.get("tensor.create-latin1") == 2
     assert probe.live_objects() == {}, "the refused response's handle was dropped"
 
 
@@ -229,6 +242,7 @@ def test_handles_and_computed_outputs_in_one_response(probe):
     assert set(by) == {"OUT_X", "COUNT"}
     assert by["OUT_X"].data == big.data and by["COUNT"].values() == [2048]
     assert probe.calls.get("tensor.with-name") == 1 and probe.calls.get("request.set-outputs") == 1
+    assert probe.calls.get("request.give-tensors") == 1, "the handle went with request.give-tensors"
     assert probe.bytes_to_guest == 0, "the passed-on input never entered the guest"
 
 
@@ -276,7 +290,8 @@ def test_bls_stream(probe):
 
 def test_decoupled(probe):
     r = req("decoupled", f32("INPUT0", [7.0]))
-    assert probe.execute([r]) == []
+    # execute-by-value answers None for the request: it was answered through its sender
+    assert probe.execute([r]) == [[]]
     oks = [s for s in r.sent if s[0][0] == "ok"]
     assert len(oks) == 4  # 3 responses and the closing one
     assert all(s[0][1][0].values() == [7.0] for s in oks[:3]) and oks[3][0][1] == []

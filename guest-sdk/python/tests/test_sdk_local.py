@@ -85,6 +85,31 @@ def test_tensor_conversions_like_astype():
 
 
 @pytest.mark.parametrize("dt,values", [
+    ("FP32", [1.5, -0.25, 3.0]), ("FP64", [1e300, -0.0]), ("INT8", [-128, 127]),
+    ("INT16", [-32768, 5]), ("INT32", [-2**31, 2**31 - 1]), ("INT64", [-2**63, 7]),
+    ("UINT8", [0, 255]), ("UINT16", [65535]), ("UINT32", [2**32 - 1, 0]), ("UINT64", [2**64 - 1]),
+])
+def test_cached_struct_paths_match_the_array_codec(dt, values):
+    # Tensor(name, flat_list) and as_list() use cached struct packers once a size has been seen;
+    # their bytes and values must be the array module's, on the first call and on later ones
+    code = _dtypes.ARRAY_CODES[dt]
+    want = array.array(code, values).tobytes()
+    for _ in range(2):
+        t = pb_utils.Tensor("X", values, dt)
+        assert t.to_bytes() == want
+        assert t.as_list() == values == array.array(code, want).tolist()
+        assert pb_utils.Tensor.from_bytes("Y", want, dt, [len(values)]).as_list() == values
+    assert _dtypes.UNPACK[(dt, len(want))](want) == tuple(values)
+    # what the packer refuses still goes the array path's way: converted, or an error that says why
+    if dt.startswith("INT") or dt.startswith("UINT"):
+        assert pb_utils.Tensor("X", [1.7] * len(values), dt).as_list() == [1] * len(values)
+        with pytest.raises(OverflowError, match="does not fit"):
+            pb_utils.Tensor("X", [2**64] * len(values), dt)
+    elif dt == "FP32":
+        assert pb_utils.Tensor("X", [1e40, 1, True], dt).as_list() == [float("inf"), 1.0, 1.0]
+
+
+@pytest.mark.parametrize("dt,values", [
     ("FP16", [1.5, -0.25]), ("BF16", [1.5, -2.0, 0.0]), ("UINT64", [2**64 - 1]),
     ("INT8", [-128, 127]), ("BYTES", [b"", b"\x00\xff"]),
 ])

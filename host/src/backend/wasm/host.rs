@@ -90,12 +90,24 @@ pub struct GuestState {
     /// The outputs `request.set-outputs` gave each request of the current `execute` call, by
     /// position in its batch; `None` outside `execute` and for a decoupled model.
     given_outputs: Option<Vec<Vec<Tensor>>>,
+    /// The tensors `request.give-tensors` moved to each request of the current call, likewise.
+    /// Apart from `given_outputs` because they are not on the guest's account: they hold what
+    /// they held as handles (a request's input passed on holds nothing new).
+    given_tensors: Option<Vec<Vec<Tensor>>>,
     /// Whether the current `execute` call is a decoupled model's.
     decoupled_call: bool,
     /// Bytes the host holds on the guest's behalf ([`held_limit`]): tensors it created or got
     /// from BLS calls (wasi:nn's too) and still has handles to, and outputs given by value until
     /// `execute` returns.
     held_bytes: usize,
+}
+
+/// How a request of the current call was given outputs: by value (`request.set-outputs`, on the
+/// guest's account until the call ends) or as handles (`request.give-tensors`).
+#[derive(Clone, Copy)]
+enum Given {
+    ByValue,
+    Handles,
 }
 
 /// Why the host refuses to hold more bytes for a guest: they would pass [`held_limit`]. Without
@@ -156,6 +168,7 @@ impl GuestState {
             execute_deadline: None,
             execute_call: 0,
             given_outputs: None,
+            given_tensors: None,
             decoupled_call: false,
             held_bytes: 0,
         }
@@ -166,18 +179,63 @@ impl GuestState {
     pub(super) fn begin_execute(&mut self, count: usize, decoupled: bool) -> u64 {
         self.execute_call += 1;
         self.given_outputs = (!decoupled).then(|| vec![Vec::new(); count]);
+        self.given_tensors = (!decoupled).then(|| vec![Vec::new(); count]);
         self.decoupled_call = decoupled;
         self.execute_call
     }
 
-    /// Ends the `execute` call: the outputs `request.set-outputs` gave each request, which leave
-    /// the guest's account.
+    /// Ends the `execute` call: the outputs each request was given, those of `request.set-outputs`
+    /// (which leave the guest's account) and then those of `request.give-tensors`.
     pub(super) fn end_execute(&mut self) -> Vec<Vec<Tensor>> {
-        let given = self.given_outputs.take().unwrap_or_default();
+        let mut given = self.given_outputs.take().unwrap_or_default();
         let given_bytes: usize = given.iter().flatten().map(|t| t.data.len() + own_size(t)).sum();
         self.release(given_bytes);
+        for (outputs, tensors) in given.iter_mut().zip(self.given_tensors.take().unwrap_or_default()) {
+            outputs.extend(tensors);
+        }
         self.decoupled_call = false;
         given
+    }
+
+    /// Where a request of the current `execute` call keeps what `call` (`request.set-outputs`,
+    /// `request.give-tensors`) gives it: its position in the batch, or why it cannot be given
+    /// anything.
+    fn given_position(&self, handle: &Resource<HostRequest>, call: &str) -> wasmtime::Result<CoreResult<usize>> {
+        let request = self.table.get(handle).map_err(table_error)?;
+        if self.decoupled_call {
+            return Ok(Err(CoreError::unsupported(format!(
+                "{call}: a decoupled model answers through response senders"
+            ))));
+        }
+        let current = request.call == self.execute_call && self.given_outputs.is_some();
+        if !current {
+            return Ok(Err(CoreError::invalid_arg(format!(
+                "{call}: the request is not one of the current execute call's"
+            ))));
+        }
+        Ok(Ok(request.position))
+    }
+
+    /// Why `more` cannot join what the request at `position` was given: an output name twice,
+    /// which would reach the response once, the others dropped unseen.
+    fn named_twice(&self, position: usize, more: &[Tensor], call: &str) -> Option<CoreError> {
+        let had =
+            [&self.given_outputs, &self.given_tensors].into_iter().filter_map(|g| g.as_ref()?.get(position)).flatten();
+        let mut names: Vec<&str> = had.chain(more).map(|t| t.name.as_str()).collect();
+        names.sort_unstable();
+        let pair = names.windows(2).find(|pair| pair[0] == pair[1])?;
+        Some(CoreError::invalid_arg(format!("{call}: output '{}' given twice for one request", pair[0])))
+    }
+
+    /// Adds `tensors` to what the request at `position` of the current call was given.
+    fn give(&mut self, position: usize, tensors: Vec<Tensor>, how: Given) {
+        let given = match how {
+            Given::ByValue => &mut self.given_outputs,
+            Given::Handles => &mut self.given_tensors,
+        };
+        if let Some(slot) = given.as_mut().and_then(|g| g.get_mut(position)) {
+            slot.extend(tensors);
+        }
     }
 
     pub(super) fn tensor(&self, handle: &Resource<HostTensor>) -> wasmtime::Result<&Tensor> {
@@ -393,48 +451,49 @@ impl wit::HostRequest for GuestState {
                 outputs.len()
             )));
         }
-        each_request_once(&requests, "request.set-outputs")?;
+        const CALL: &str = "request.set-outputs";
+        each_request_once(&requests, CALL)?;
         let mut results = Vec::with_capacity(requests.len());
         for (handle, given) in requests.iter().zip(outputs) {
-            let request = self.table.get(handle).map_err(table_error)?;
-            let (call, position) = (request.call, request.position);
-            if self.decoupled_call {
-                results.push(Err(wit_error(CoreError::unsupported(
-                    "request.set-outputs: a decoupled model answers through response senders",
-                ))));
-                continue;
-            }
-            let current = call == self.execute_call;
-            let Some(slot) = self.given_outputs.as_mut().and_then(|g| g.get_mut(position)).filter(|_| current) else {
-                results.push(Err(wit_error(CoreError::invalid_arg(
-                    "request.set-outputs: the request is not one of the current execute call's",
-                ))));
-                continue;
-            };
-            let tensors = match given.into_iter().map(output_from_wit).collect::<CoreResult<Vec<Tensor>>>() {
-                Ok(tensors) => tensors,
-                Err(e) => {
-                    results.push(Err(wit_error(e)));
-                    continue;
+            let given = self.given_position(handle, CALL)?.and_then(|position| {
+                let tensors = given.into_iter().map(output_from_wit).collect::<CoreResult<Vec<Tensor>>>()?;
+                if let Some(e) = self.named_twice(position, &tensors, CALL) {
+                    return Err(e);
                 }
-            };
-            // An output named twice would reach the response once, the others dropped unseen.
-            let mut names: Vec<&str> = slot.iter().chain(&tensors).map(|t| t.name.as_str()).collect();
-            names.sort_unstable();
-            if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
-                let message = format!("request.set-outputs: output '{}' given twice for one request", pair[0]);
-                results.push(Err(wit_error(CoreError::invalid_arg(message))));
-                continue;
-            }
-            let size = tensors.iter().map(|t| t.data.len() + own_size(t)).sum::<usize>();
-            // `hold`, spelled out: `slot` borrows `given_outputs` meanwhile.
-            if let Some(e) = over_held_limit(self.held_bytes, size, self.limits.max_memory()) {
-                results.push(Err(wit_error(e)));
-                continue;
-            }
-            self.held_bytes += size;
-            slot.extend(tensors);
-            results.push(Ok(()));
+                self.hold(tensors.iter().map(|t| t.data.len() + own_size(t)).sum())?;
+                Ok((position, tensors))
+            });
+            results
+                .push(given.map(|(position, tensors)| self.give(position, tensors, Given::ByValue)).map_err(wit_error));
+        }
+        Ok(results)
+    }
+
+    fn give_tensors(
+        &mut self,
+        requests: Vec<Resource<HostRequest>>,
+        tensors: Vec<Vec<Resource<HostTensor>>>,
+    ) -> wasmtime::Result<Vec<Result<(), wit::Error>>> {
+        const CALL: &str = "request.give-tensors";
+        if requests.len() != tensors.len() {
+            return Err(wasmtime::Error::msg(format!(
+                "{CALL}: {} requests but {} lists of tensors",
+                requests.len(),
+                tensors.len()
+            )));
+        }
+        each_request_once(&requests, CALL)?;
+        let mut results = Vec::with_capacity(requests.len());
+        for (handle, handles) in requests.iter().zip(tensors) {
+            // Every handle leaves the guest, whatever becomes of the request.
+            let moved = handles.into_iter().map(|h| self.take_tensor(h)).collect::<wasmtime::Result<Vec<_>>>()?;
+            let given = self.given_position(handle, CALL)?.and_then(|position| {
+                match self.named_twice(position, &moved, CALL) {
+                    Some(e) => Err(e),
+                    None => Ok(position),
+                }
+            });
+            results.push(given.map(|position| self.give(position, moved, Given::Handles)).map_err(wit_error));
         }
         Ok(results)
     }
@@ -818,6 +877,54 @@ pub(super) mod tests {
         assert_eq!(names(&given[1]), vec!["Y"]);
         assert_eq!(&given[1][0].data[..], &[0xff, 0x01], "each character is one byte");
         assert_eq!(&given[0][0].data[..], b"ab");
+    }
+
+    #[test]
+    fn give_tensors_moves_handles_after_the_outputs_given_by_value() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        let call = s.begin_execute(2, false);
+        let (a, b) = (request_at(&mut s, call, 0), request_at(&mut s, call, 1));
+        let borrow = |r: &Resource<HostRequest>| Resource::<HostRequest>::new_borrow(r.rep());
+        let made = |s: &mut GuestState, name: &str| {
+            wit::HostTensor::create(s, name.into(), wit::DataType::Uint8, vec![2], b"xy".to_vec())
+                .expect("no trap")
+                .expect("created")
+        };
+        let results = s.set_outputs(vec![borrow(&a)], vec![vec![output("V", "v")]]).expect("no trap");
+        assert!(results[0].is_ok());
+        let held = s.held_bytes;
+        let (h1, h2, h3) = (made(&mut s, "H1"), made(&mut s, "H2"), made(&mut s, "V"));
+        let reps = [h1.rep(), h2.rep(), h3.rep()];
+        assert!(s.held_bytes > held, "created tensors are on the guest's account");
+        let results = s.give_tensors(vec![borrow(&a), borrow(&b)], vec![vec![h1, h3], vec![h2]]).expect("no trap");
+        // a name given twice (V, by value and as a handle) fails that request only
+        let message = results[0].as_ref().map_err(|e| e.message.clone()).expect_err("V twice");
+        assert_eq!(message, "request.give-tensors: output 'V' given twice for one request");
+        assert!(results[1].is_ok());
+        assert_eq!(s.held_bytes, held, "every handle passed left the guest, the refused ones too");
+        for rep in reps {
+            assert!(s.tensor(&Resource::new_borrow(rep)).is_err(), "the handle left the table");
+        }
+        let given = s.end_execute();
+        let names = |ts: &Vec<Tensor>| ts.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&given[0]), vec!["V"], "the refused handles were not given");
+        assert_eq!(names(&given[1]), vec!["H2"]);
+        assert_eq!(s.held_bytes, 0);
+        // Outside the call, and for a decoupled model, a request gets an error; the handle still moves.
+        let h = made(&mut s, "H");
+        let results = s.give_tensors(vec![borrow(&a)], vec![vec![h]]).expect("no trap");
+        assert!(results[0].as_ref().is_err_and(|e| e.message.contains("not one of the current")));
+        let call = s.begin_execute(1, true);
+        let r = request_at(&mut s, call, 0);
+        let h = made(&mut s, "H");
+        let results = s.give_tensors(vec![borrow(&r)], vec![vec![h]]).expect("no trap");
+        assert!(results[0].as_ref().is_err_and(|e| e.message.contains("decoupled")));
+        assert_eq!(s.held_bytes, 0);
+        // Guest bugs trap: lists of different lengths, a request twice.
+        s.begin_execute(1, false);
+        assert!(s.give_tensors(vec![borrow(&r)], Vec::new()).is_err());
+        let twice = s.give_tensors(vec![borrow(&r), borrow(&r)], vec![Vec::new(), Vec::new()]);
+        assert!(twice.is_err_and(|e| e.to_string().contains("passed twice")));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use wasmtime::component::{Linker, Resource};
+use wasmtime::component::{Linker, Resource, TypedFunc};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
 use super::convert::kind_from_wit;
@@ -26,7 +26,21 @@ use crate::tensor::Tensor;
 pub(super) struct Live {
     store: Store<GuestState>,
     model: bindings::Model,
+    /// The component's `execute-by-value` (world `model-by-value`), called instead of `execute`
+    /// when it has one.
+    by_value: Option<ExecuteByValue>,
     _component: Prepared,
+}
+
+/// `execute-by-value: func(requests: list<request>) -> list<option<error>>`.
+type ExecuteByValue = TypedFunc<(&'static [Resource<HostRequest>],), (Vec<Option<wit::Error>>,)>;
+
+/// What `execute` or `execute-by-value` returned.
+enum Returned {
+    /// `execute`: per request, the handles of its outputs or its error.
+    Handles(Vec<Result<Vec<Resource<HostTensor>>, wit::Error>>),
+    /// `execute-by-value`: per request, none (its outputs were given during the call) or its error.
+    ByValue(Vec<Option<wit::Error>>),
 }
 
 impl Live {
@@ -150,12 +164,16 @@ impl WasmInstance {
             crate::infer::hand_off_worker();
             Ok(UpdateDeadline::Continue(ticks_until(deadline)))
         });
-        let model = component.instantiate(&mut store).map_err(|e| {
+        let failed = |e: wasmtime::Error| {
             CoreError::unavailable(format!(
                 "failed to instantiate WebAssembly model '{}': {e:#}",
                 self.shared.model_name
             ))
-        })?;
+        };
+        let instance = component.instance_pre().instantiate(&mut store).map_err(failed)?;
+        let model = bindings::Model::new(&mut store, &instance).map_err(failed)?;
+        // Absent (or of another type) in components built for world `model`.
+        let by_value = instance.get_typed_func(&mut store, "execute-by-value").ok();
         let initialized = model.call_initialize(&mut store, &self.args);
         match initialized {
             Ok(Ok(())) => {}
@@ -168,7 +186,7 @@ impl WasmInstance {
             Err(trap) => return Err(self.trapped("initialize", &trap, &store.data().last_log)),
         }
         self.slot.set_memory(store.data().limits.peak());
-        Ok(Live { store, model, _component: component })
+        Ok(Live { store, model, by_value, _component: component })
     }
 
     fn run(&mut self, batch: Vec<ExecRequest>) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
@@ -233,7 +251,10 @@ impl WasmInstance {
         // The limit is wall time from here, host calls included (the callback checks the clock).
         live.store.data_mut().execute_deadline = Some(Instant::now() + self.sandbox.max_execute);
         live.store.set_epoch_deadline(ticks.min(HAND_OFF_TICKS));
-        let called = live.model.call_execute(&mut live.store, &handles);
+        let called = match live.by_value {
+            Some(execute) => execute.call(&mut live.store, (&handles,)).map(|(results,)| Returned::ByValue(results)),
+            None => live.model.call_execute(&mut live.store, &handles).map(Returned::Handles),
+        };
         live.store.data_mut().execute_deadline = None;
         let given = live.store.data_mut().end_execute();
         *callees = live.store.data().bls_cpu;
@@ -294,17 +315,56 @@ impl WasmInstance {
         }
     }
 
-    /// Turns `execute`'s return value into per-request results, taking tensors out of the table:
-    /// a request answered `ok` gets the outputs `request.set-outputs` gave it (`given`, by
-    /// position) and then the tensors returned.
+    /// Turns what the guest returned into per-request results.
     fn collect(
         &self,
         live: &mut Live,
+        returned: Returned,
+        given: Vec<Vec<Tensor>>,
+        count: usize,
+    ) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
+        match returned {
+            Returned::Handles(results) => self.collect_handles(live.store.data_mut(), results, given, count),
+            Returned::ByValue(results) => self.collect_by_value(results, given, count),
+        }
+    }
+
+    /// `execute-by-value`'s answer: a request answered none gets what it was given during the
+    /// call (`given`, by position), one answered with an error that error. A decoupled model may
+    /// also return an empty list, as from `execute`.
+    fn collect_by_value(
+        &self,
+        results: Vec<Option<wit::Error>>,
+        given: Vec<Vec<Tensor>>,
+        count: usize,
+    ) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
+        if results.len() != count && !(self.decoupled && results.is_empty()) {
+            return Err(CoreError::internal(format!(
+                "model '{}' returned {} results from execute-by-value for {count} requests",
+                self.shared.model_name,
+                results.len()
+            )));
+        }
+        let given = given.into_iter().chain(std::iter::repeat_with(Vec::new));
+        let results = results.into_iter().chain(std::iter::repeat(None)).take(count);
+        Ok(results
+            .zip(given)
+            .map(|(result, given)| match result {
+                None => Ok(given),
+                Some(e) => Err(CoreError::new(kind_from_wit(e.code), e.message)),
+            })
+            .collect())
+    }
+
+    /// `execute`'s answer, taking tensors out of the table: a request answered `ok` gets the
+    /// outputs it was given during the call (`given`, by position) and then the tensors returned.
+    fn collect_handles(
+        &self,
+        state: &mut GuestState,
         results: Vec<Result<Vec<Resource<HostTensor>>, wit::Error>>,
         given: Vec<Vec<Tensor>>,
         count: usize,
     ) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
-        let state = live.store.data_mut();
         if self.decoupled {
             if !results.is_empty() {
                 let got = results.len();
