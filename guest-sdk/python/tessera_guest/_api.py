@@ -7,6 +7,8 @@ from . import _host
 from ._errors import TritonError, TritonModelException
 from ._tensor import Tensor
 
+_new_tensor = object.__new__
+
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
@@ -153,6 +155,22 @@ class InferenceRequest:
     .exec(decoupled=True) or .stream_exec() -> iterator of InferenceResponse.
     """
 
+    # What a request handed to execute() starts with (`_from_host` sets only what differs):
+    # class attributes, so that making one costs a Python guest two attribute stores, not twelve.
+    # All immutable; `__init__` sets every one on the instance.
+    _host_request = None
+    _model_name = None  # for one handed to execute(): the served model's (model_name())
+    _model_version = -1
+    _inputs = None  # the inputs once all are known (a list of Tensor)
+    _requested = None
+    _flags = 0
+    _correlation_id = 0
+    _parameters = None
+    _timeout = 0
+    _request_id = None
+    _by_name = None  # inputs by name, as far as known
+    _sender = None
+
     def __init__(self, model_name=None, requested_output_names=None, inputs=None,
                  model_version=-1, flags=0, correlation_id=0, parameters=None, timeout=0,
                  request_id="", preferred_memory=None, trace=None):
@@ -179,32 +197,31 @@ class InferenceRequest:
     def _from_host(cls, host_request):
         r = cls.__new__(cls)
         r._host_request = host_request
-        r._model_name = _Model.name
-        r._model_version = _Model.version
-        r._inputs = None
-        r._requested = None
-        r._flags = 0
-        r._correlation_id = 0
-        r._parameters = None
-        r._timeout = 0
-        r._request_id = None
-        r._by_name = None
-        r._sender = None
         return r
 
     def _prefetch(self, inputs):
-        """Takes the inputs `request.read-inputs` returned for this request (app.execute reads
-        a whole batch's in one host call): each one with its bytes becomes a tensor at once;
-        one above the size limit (no bytes) stays to be fetched as a handle when asked for."""
+        """Takes this request's inputs as the host passed them (`execute-by-value`'s
+        `input-tuple`s, or `request.read-inputs`' records made tuples by app.execute): each one
+        with its bytes becomes a tensor at once; one above the size limit (no bytes) stays to be
+        fetched as a handle when asked for."""
         by_name = {}
         ordered = []
         complete = True
-        for d in inputs:
-            if d.data is None:
+        for name, datatype, shape, data in inputs:
+            if data is None:
                 complete = False
                 continue
-            t = Tensor._from_input(d)
-            by_name.setdefault(d.name, t)  # the first of a name, as request.input finds it
+            t = _new_tensor(Tensor)  # Tensor._from_input, inline
+            t._name = name
+            t._dtype = datatype._name_
+            t._shape = shape
+            t._raw = data
+            t._handle = None
+            t._handle_name = None
+            t._explicit_dtype = True
+            t._explicit_shape = True
+            if name not in by_name:  # the first of a name, as request.input finds it
+                by_name[name] = t
             ordered.append(t)
         self._by_name = by_name
         if complete:  # every input is known: a missing name needs no host call either
@@ -247,10 +264,10 @@ class InferenceRequest:
         return self._flags
 
     def model_name(self):
-        return self._model_name
+        return _Model.name if self._host_request is not None else self._model_name
 
     def model_version(self):
-        return self._model_version
+        return _Model.version if self._host_request is not None else self._model_version
 
     def timeout(self):
         return self._timeout
@@ -281,13 +298,13 @@ class InferenceRequest:
     # -- BLS -----------------------------------------------------------------------------------
     def _bls_args(self):
         _host.require()
-        if not self._model_name:
+        name, version = self.model_name(), self.model_version()
+        if not name:
             raise TritonModelException("InferenceRequest needs a model_name")
-        version = None if self._model_version is None or self._model_version < 0 \
-            else int(self._model_version)
+        version = None if version is None or version == "" or int(version) < 0 else int(version)
         inputs = [t._lower_borrowed() for t in self.inputs()]
         params = _host.parameters_to_wit(self._parameter_dict())
-        return (self._model_name, version, inputs, self.requested_output_names(), params)
+        return (name, version, inputs, self.requested_output_names(), params)
 
     def exec(self, decoupled=False):
         """Runs the request on a served model in-process. Returns an InferenceResponse whose

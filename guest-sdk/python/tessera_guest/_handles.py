@@ -58,9 +58,13 @@ class HandleFinalizer:
 
 
 def _drop_handle(self):
+    # HandleFinalizer.__call__, inline: one interpreted call less per handle
     finalizer = self.__dict__.get("finalizer")
     if finalizer.__class__ is HandleFinalizer:
-        finalizer()
+        func = finalizer._func
+        if func is not None:
+            finalizer._func = None
+            func(*finalizer._args)
 
 
 _installed = False
@@ -75,9 +79,14 @@ def install(kinds, drop):
         return
     finalize = weakref.finalize
 
+    make = object.__new__
+
     def new(cls, *args, **kwargs):
         if cls is finalize and len(args) >= 2 and args[1] is drop and args[0].__class__ in kinds and not kwargs:
-            return HandleFinalizer(drop, args[2:])
+            f = make(HandleFinalizer)  # HandleFinalizer(drop, args[2:]) without its __init__ call
+            f._func = drop
+            f._args = args[2:]
+            return f
         return object.__new__(cls)
 
     for kind in kinds:

@@ -29,10 +29,11 @@ except ImportError:  # plain CPython
 if AVAILABLE:
     import componentize_py_runtime
 
-    from . import _handles
+    from . import _enums, _handles
 
     _handles.install(_handles.resource_classes(wit_host, wit_types),
                      getattr(componentize_py_runtime, "drop_resource", None))
+    _enums.install(_enums.enum_classes(wit_host, wit_types))
 
 
 class HostUnavailable(RuntimeError):
@@ -102,6 +103,14 @@ def set_outputs(requests, outputs):
     """Gives each of `requests` (host request handles of this execute call) its list of
     `output-data` tuples; one Ok/Err per request."""
     return wit_types.Request.set_outputs(requests, outputs)
+
+
+if AVAILABLE:
+    answer_outputs = wit_types.Answer_Outputs
+    answer_error = wit_types.Answer_Error
+    ANSWER_GIVEN = wit_types.Answer_Given()  # no fields: one object serves every answer
+else:
+    answer_outputs = answer_error = ANSWER_GIVEN = None
 
 
 def give_tensors(requests, tensors):

@@ -176,21 +176,6 @@ class Tensor:
         t._explicit_shape = True
         return t
 
-    @classmethod
-    def _from_input(cls, d):
-        """A request input that `request.read-inputs` returned with its bytes (an `input-data`
-        record): a local tensor, so handing it on copies its (small) bytes back to the host."""
-        t = cls.__new__(cls)
-        t._name = d.name
-        t._dtype = d.datatype._name_  # _host.datatype_name, inline
-        t._shape = d.shape
-        t._raw = bytes(d.data)
-        t._handle = None
-        t._handle_name = None
-        t._explicit_dtype = True
-        t._explicit_shape = True
-        return t
-
     @staticmethod
     def from_dlpack(name, capsule):
         raise NotImplementedError("DLPack is not available inside a Wasm guest")

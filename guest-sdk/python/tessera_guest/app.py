@@ -140,17 +140,16 @@ class WitWorld(_WitWorldProtocol):
             return []
         return _lower_responses(requests, responses)
 
-    def execute_by_value(self, requests):
-        """The export the host calls: every output goes to the host during the call, so the
-        answer is one None (or error) per request and holds no list (componentize-py 0.25
-        leaks 16 bytes of guest memory for every empty list a guest returns)."""
-        responses = _run(requests)
+    def execute_by_value(self, requests, inputs):
+        """The export the host calls (world `model-by-value`): the small inputs come with the
+        call, and each answer holds the outputs computed, by value."""
+        responses = _run(requests, inputs)
         n = len(requests)
         if responses.__class__ is _host.Err:
-            return [responses.value] * n
-        if responses is None:  # decoupled: None leaves each request to its response sender
-            return [None] * n
-        return _give_responses(requests, responses)
+            return [_host.answer_error(responses.value)] * n
+        if responses is None:  # decoupled: each request was answered through its sender
+            return [_host.ANSWER_GIVEN] * n
+        return _answers(requests, responses)
 
     def finalize(self):
         fin = getattr(_State.model, "finalize", None)
@@ -167,17 +166,21 @@ class WitWorld(_WitWorldProtocol):
                 pass
 
 
-def _run(requests):
+def _run(requests, inputs=None):
     """The user's execute() on `requests` (host handles): its responses, one per request, None
-    for a decoupled model, or an Err for the whole batch."""
+    for a decoupled model, or an Err for the whole batch. `inputs`: each request's `input-data`
+    records, if the host passed them (else they are read with one `request.read-inputs`)."""
     n = len(requests)
     reqs = [_api.InferenceRequest._from_host(r) for r in requests]
     try:
         if _State.model is None:
             raise TritonError("execute() before a successful initialize()", TritonError.UNAVAILABLE)
         if n and _host.AVAILABLE:
-            for req, inputs in zip(reqs, _host.read_inputs(requests)):
-                req._prefetch(inputs)
+            if inputs is None:  # `execute`: one request.read-inputs call, its records as tuples
+                inputs = [[(d.name, d.datatype, d.shape, d.data) for d in given]
+                          for given in _host.read_inputs(requests)]
+            for req, given in zip(reqs, inputs):
+                req._prefetch(given)
         responses = _await_if_coroutine(_State.model.execute(reqs))
     except BaseException as e:  # noqa: BLE001
         _log_exception("execute")
@@ -193,32 +196,29 @@ def _run(requests):
     return responses
 
 
-def _give_responses(requests, responses):
-    """execute-by-value's answer: each response's computed outputs go to the host by value, the
-    whole batch's in one `request.set-outputs` call, and its host tensors (inputs or BLS outputs
-    passed on) as handles in one `request.give-tensors` call, which moves no bytes. Neither call
-    carries an empty list: a request with nothing of a kind is left out of that call."""
-    results = []
-    by_value = ([], [], [])  # requests, their output-data lists, their positions
-    by_handle = ([], [], [])
+def _answers(requests, responses):
+    """execute-by-value's answers: each response's computed outputs by value (`output-data`
+    tuples), `given` for one with none. Host tensors passed on (inputs above 4 KiB, BLS outputs)
+    go first, the whole batch's in one `request.give-tensors` call, which moves no bytes and
+    takes no request that has none. No answer holds an empty list."""
+    answers = []
+    handed = ([], [], [])  # requests with host tensors to give, those tensors, their positions
     for i, resp in enumerate(responses):
         lowered = _lower_response(resp, by_value=True)
         if lowered.__class__ is _host.Err:
-            results.append(lowered.value)
+            answers.append(_host.answer_error(lowered.value))
             continue
         handles, data = lowered
-        for given, what in ((by_value, data), (by_handle, handles)):
-            if what:
-                given[0].append(requests[i])
-                given[1].append(what)
-                given[2].append(i)
-        results.append(None)
-    for give, (reqs, what, at) in ((_host.set_outputs, by_value), (_host.give_tensors, by_handle)):
-        if reqs:
-            for i, given in zip(at, give(reqs, what)):
-                if given.__class__ is _host.Err and results[i] is None:
-                    results[i] = given.value
-    return results
+        if handles:
+            handed[0].append(requests[i])
+            handed[1].append(handles)
+            handed[2].append(i)
+        answers.append(_host.answer_outputs(data) if data else _host.ANSWER_GIVEN)
+    if handed[0]:
+        for i, given in zip(handed[2], _host.give_tensors(handed[0], handed[1])):
+            if given.__class__ is _host.Err:
+                answers[i] = _host.answer_error(given.value)
+    return answers
 
 
 def _lower_responses(requests, responses):

@@ -106,6 +106,7 @@ class MockHost:
         # `ok` results with no handle: empty lists, which componentize-py 0.25.1 leaks 16 bytes
         # of guest memory for (its cabi_realloc allocates for a zero size; nothing frees it)
         self.empty_results = 0
+        self.answered_by_value = 0  # execute-by-value answers that held outputs
         self.async_calls = 0
         self.max_in_flight = 0
         self._objs = {}
@@ -193,6 +194,8 @@ class MockHost:
         def create_latin1(name, dt, shape, text):
             return create(name, dt, shape, text.encode("latin-1"))
 
+        self._create_latin1 = create_latin1
+
         w = self._wrap
         li.add_func("[static]tensor.create", w("tensor.create", create))
         li.add_func("[static]tensor.create-latin1", w("tensor.create-latin1", create_latin1))
@@ -216,19 +219,7 @@ class MockHost:
             return out
 
         def read_inputs(handles, max_bytes):
-            out = []
-            budget = 1 << 20  # the host's READ_INPUTS_MAX_TOTAL
-            for h in handles:
-                row = []
-                for t in self._get(h).inputs:
-                    data = None
-                    if len(t.data) <= max_bytes and len(t.data) <= budget:
-                        data = t.data
-                        budget -= len(t.data)
-                        self.bytes_to_guest += len(t.data)
-                    row.append(_rec(name=t.name, datatype=t.datatype.lower(), shape=list(t.shape), data=data))
-                out.append(row)
-            return out
+            return self._input_rows([self._get(h) for h in handles], max_bytes)
 
         def set_outputs(handles, outputs):
             # The host's rules: lists of one length, each request once, outputs only for the
@@ -392,6 +383,26 @@ class MockHost:
         li.add_func("infer-stream", w("infer-stream", infer_stream))
         li.add_func("[method]response-stream.next", w("response-stream.next", nxt))
 
+    def _input_rows(self, reqs, max_bytes, as_tuples=False):
+        """Each request's inputs as `input-data` records, as request.read-inputs returns them, or
+        as `input-tuple`s, as execute-by-value takes them."""
+        out = []
+        budget = 1 << 20  # the host's READ_INPUTS_MAX_TOTAL
+        for req in reqs:
+            row = []
+            for t in req.inputs:
+                data = None
+                if len(t.data) <= max_bytes and len(t.data) <= budget:
+                    data = t.data
+                    budget -= len(t.data)
+                    self.bytes_to_guest += len(t.data)
+                if as_tuples:
+                    row.append((t.name, t.datatype.lower(), list(t.shape), data))
+                else:
+                    row.append(_rec(name=t.name, datatype=t.datatype.lower(), shape=list(t.shape), data=data))
+            out.append(row)
+        return out
+
     # -- exports -------------------------------------------------------------------------------
     def _call(self, name, *args):
         f = self._f[name]
@@ -419,22 +430,42 @@ class MockHost:
         self._call_requests = list(requests)
         self._given = [[] for _ in requests]
         self._given_tensors = [[] for _ in requests]
+        # execute-by-value gets each request's inputs up to 4 KiB with the call, as from the host
+        args = (handles, self._input_rows(requests, 4096, as_tuples=True)) if export == "execute-by-value" else (handles,)
         try:
-            results = self._call(export, handles)
+            results = self._call(export, *args)
         finally:
             given = [a + b for a, b in zip(self._given, self._given_tensors)]
             self._given, self._given_tensors, self._call_requests = [], [], []
         out = []
         for i, r in enumerate(results):
-            if isinstance(r, list) and not r:
-                self.empty_results += 1
-            if isinstance(r, list):
-                out.append((given[i] if i < len(given) else []) + [self._take(h) for h in r])
-            elif r is None:  # execute-by-value: what the request was given
-                out.append(given[i] if i < len(given) else [])
+            had = given[i] if i < len(given) else []
+            if export == "execute-by-value":
+                out.append(self._answered(r, had))
+            elif isinstance(r, list):
+                if not r:
+                    self.empty_results += 1
+                out.append(had + [self._take(h) for h in r])
             else:
                 out.append(GuestError(r.code, r.message))
         return out
+
+    def _answered(self, answer, given):
+        """A request's outputs (or GuestError) from its execute-by-value answer, which
+        wasmtime-py gives as the case's payload: a list (`outputs`), None (`given`) or a record
+        (`error`)."""
+        if answer is None:
+            return list(given)
+        if not isinstance(answer, list):
+            return GuestError(answer.code, answer.message)
+        outputs = list(given)
+        for name, dt, shape, text in answer:
+            t = self._create_latin1(name, dt, shape, text)
+            if not isinstance(t, cm.ResourceHost):  # the host checks each output and fails the request
+                return GuestError(t.code, t.message)
+            outputs.append(self._take(t))
+        self.answered_by_value += 1
+        return outputs
 
     def finalize(self):
         self._call("finalize")

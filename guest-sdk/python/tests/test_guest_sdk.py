@@ -113,12 +113,11 @@ def test_add_sub_example(add_sub_wasm, engine):
             assert by["OUTPUT0"].values() == [x + 0.5 for x in a]
             assert by["OUTPUT1"].values() == [x - 0.5 for x in a]
 
-    # execute-by-value, which the host calls: the batch's inputs come in one host call
-    # (request.read-inputs, small inputs with their bytes), its outputs go in one
-    # (request.set-outputs, by value), and the answer is one None per request; then the
-    # requests' drops
+    # execute-by-value, which the host calls: the small inputs come with the call and the
+    # outputs go back in the answers, by value: no host call but the requests' drops
     check(host.execute(batch))
-    assert host.calls == {"request.read-inputs": 1, "request.set-outputs": 1, "drop": 3}
+    assert host.calls == {"drop": 3}
+    assert host.answered_by_value == 3
     # `execute`, for hosts without execute-by-value: the same outputs, but one of each
     # response's goes as a handle, since an `ok` with no handle is an empty list, which
     # componentize-py 0.25.1 leaks 16 bytes of guest memory for
@@ -144,14 +143,14 @@ def test_passthrough_moves_no_bytes(probe):
 
 
 def test_small_inputs_come_in_one_call_for_the_batch(probe):
-    # a small input arrives with request.read-inputs (one call for every request of the batch):
-    # reading it asks the host nothing more, and passing it on copies its 12 bytes back
+    # a small input arrives with the call (execute-by-value's inputs): reading it asks the host
+    # nothing, and passing it on copies its 12 bytes back
     batch = [req("echo", f32("X", [1.0, 2.0, float(i)])) for i in range(3)]
     results = probe.execute(batch)
     assert [[(t.name, t.values()) for t in outs] for outs in results] == [
         [("OUT_X", [1.0, 2.0, float(i)])] for i in range(3)]
-    assert probe.calls.get("request.read-inputs") == 1
-    assert [c for c in ("request.input", "request.inputs", "tensor.read", "tensor.data") if c in probe.calls] == []
+    assert [c for c in ("request.read-inputs", "request.input", "request.inputs", "tensor.read",
+                        "tensor.data") if c in probe.calls] == []
     assert probe.bytes_to_guest == 36 and probe.bytes_from_guest == 36
     assert probe.live_objects() == {}
 
@@ -217,21 +216,20 @@ def test_errors(probe):
 
 
 def test_an_output_the_host_refuses_fails_only_its_request(probe):
-    # a batch's computed outputs go to the host in one request.set-outputs call; the host's
-    # answer for each request stands alone
+    # a batch's computed outputs go back in execute-by-value's answers; the host checks each
+    # request's on its own
     results = probe.execute([req("inferred", f32("INPUT0", [0.0] * 2)), req("misfit"),
                              req("roundtrip", f32("X", [1.0]), f32("Y", [2.0]))])
     assert [t.name for t in results[0]] == ["OUTPUT0"]
     assert isinstance(results[1], GuestError) and results[1].code == "invalid-arg"
     assert sorted(t.name for t in results[2]) == ["OUT_X", "OUT_Y"]
-    assert probe.calls.get("request.set-outputs") == 1
-    assert "tensor.create-latin1" not in probe.calls, "execute-by-value needs no handle per response"
+    assert "request.set-outputs" not in probe.calls and "tensor.create-latin1" not in probe.calls
     assert probe.live_objects() == {}
     # through `execute` one output of each response goes as a handle, the refused one's included
     probe.calls.clear()
     results = probe.execute([req("inferred", f32("INPUT0", [0.0] * 2)), req("misfit")], export="execute")
     assert [t.name for t in results[0]] == ["OUTPUT0"] and isinstance(results[1], GuestError)
-    assert probe.calls.get("tensor.create-latin1") == 2
+    assert probe.calls.get("request.set-outputs") == 1 and probe.calls.get("tensor.create-latin1") == 2
     assert probe.live_objects() == {}, "the refused response's handle was dropped"
 
 
@@ -241,8 +239,9 @@ def test_handles_and_computed_outputs_in_one_response(probe):
     by = {t.name: t for t in outs}
     assert set(by) == {"OUT_X", "COUNT"}
     assert by["OUT_X"].data == big.data and by["COUNT"].values() == [2048]
-    assert probe.calls.get("tensor.with-name") == 1 and probe.calls.get("request.set-outputs") == 1
+    assert probe.calls.get("tensor.with-name") == 1
     assert probe.calls.get("request.give-tensors") == 1, "the handle went with request.give-tensors"
+    assert "request.set-outputs" not in probe.calls, "COUNT went back in the answer"
     assert probe.bytes_to_guest == 0, "the passed-on input never entered the guest"
 
 
@@ -344,8 +343,9 @@ def test_async_fan_out_wider_than_the_host_limit(async_bls_wasm, engine):
 
 def test_large_outputs_do_not_leak(probe_wasm, engine):
     """componentize-py 0.25.1 never frees the buffer it lowers a bytes (list<u8>) argument into,
-    so the SDK sends output bytes as latin-1 strings (request.set-outputs), which it frees:
-    40 MiB of outputs fit in a 48 MiB guest."""
+    so the SDK sends output bytes as latin-1 strings (in execute-by-value's answers, and
+    request.set-outputs through `execute`), which it frees: 40 MiB of outputs fit in a 48 MiB
+    guest."""
     host = MockHost(probe_wasm, engine=engine)
     host.store.set_limits(memory_size=48 << 20)  # ~22 MiB is the interpreter's own
     host.initialize(PROBE_CONFIG, name="probe")
@@ -359,7 +359,7 @@ def test_large_outputs_do_not_leak(probe_wasm, engine):
 
 
 def test_prefetched_inputs_do_not_leak(probe_wasm, engine):
-    """The bytes request.read-inputs hands the guest are freed once read: 24 MiB of 4 KiB inputs
+    """The input bytes a call hands the guest are freed once read: 24 MiB of 4 KiB inputs
     (the largest the SDK prefetches), passed on as outputs, fit in a 32 MiB guest."""
     host = MockHost(probe_wasm, engine=engine)
     host.store.set_limits(memory_size=32 << 20)  # ~22 MiB is the interpreter's own
@@ -371,17 +371,18 @@ def test_prefetched_inputs_do_not_leak(probe_wasm, engine):
         except wasmtime.WasmtimeError as e:
             pytest.fail("trapped after %d batches: %s" % (i, str(e).splitlines()[-1]))
         assert all(isinstance(r, list) and r[0].name == "OUT_X" for r in results), results[0]
-    assert host.bytes_to_guest == 96 * 64 * 4096, "every input came with request.read-inputs"
+    assert host.bytes_to_guest == 96 * 64 * 4096, "every input came with the call"
     assert host.live_objects() == {}
 
 
 def test_a_batch_past_the_prefetch_budget_reads_the_rest_as_handles(probe):
-    # request.read-inputs copies at most 1 MiB per call: of 300 inputs of 4 KiB the first 256 come
-    # with their bytes, the other 44 stay host handles (one request.input each, no bytes)
+    # a call brings at most 1 MiB of inputs (as request.read-inputs copies): of 300 inputs of
+    # 4 KiB the first 256 come with their bytes, the other 44 stay host handles (one
+    # request.inputs each, no bytes)
     x = f32("X", [0.25] * 1024)
     results = probe.execute([req("echo", x) for _ in range(300)])
     assert all(outs[0].name == "OUT_X" and outs[0].data == x.data for outs in results)
-    assert probe.calls.get("request.read-inputs") == 1
+    assert "request.read-inputs" not in probe.calls
     assert probe.calls.get("request.inputs") == 44
     assert probe.bytes_to_guest == 256 * 4096
     assert probe.live_objects() == {}

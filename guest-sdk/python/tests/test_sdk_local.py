@@ -167,3 +167,28 @@ def test_responses_and_errors():
 def test_as_numpy_explains():
     with pytest.raises(NotImplementedError, match="as_list"):
         pb_utils.Tensor("X", [1.0]).as_numpy()
+
+
+def test_fast_enums_keep_enum_semantics():
+    # componentize-py converts WIT enums by calling the class with an int and reading .value;
+    # _enums makes both cheaper and must change nothing else
+    import enum
+
+    from tessera_guest import _enums
+
+    class Kind(enum.Enum):
+        A = 0
+        B = 1
+
+    class Other(enum.Enum):
+        X = 0
+
+    _enums.install(_enums.enum_classes(sys.modules[__name__]) + [Kind])
+    assert type(Kind) is _enums._FastEnumType and type(Other) is enum.EnumType
+    assert Kind(1) is Kind.B and Kind(Kind.A) is Kind.A and Kind["B"] is Kind.B
+    assert Kind.B.value == 1 and Kind.B.name == "B" and list(Kind) == [Kind.A, Kind.B]
+    with pytest.raises(ValueError):
+        Kind(2)
+    with pytest.raises(ValueError):
+        Kind("A")
+    assert Other(0) is Other.X and Other.X.value == 0

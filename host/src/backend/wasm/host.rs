@@ -102,6 +102,15 @@ pub struct GuestState {
     held_bytes: usize,
 }
 
+/// Why a request cannot have these outputs: a name twice, which would reach the response once, the
+/// others dropped unseen.
+pub(super) fn named_twice<'a>(outputs: impl Iterator<Item = &'a Tensor>, call: &str) -> Option<CoreError> {
+    let mut names: Vec<&str> = outputs.map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    let pair = names.windows(2).find(|pair| pair[0] == pair[1])?;
+    Some(CoreError::invalid_arg(format!("{call}: output '{}' given twice for one request", pair[0])))
+}
+
 /// How a request of the current call was given outputs: by value (`request.set-outputs`, on the
 /// guest's account until the call ends) or as handles (`request.give-tensors`).
 #[derive(Clone, Copy)]
@@ -216,15 +225,11 @@ impl GuestState {
         Ok(Ok(request.position))
     }
 
-    /// Why `more` cannot join what the request at `position` was given: an output name twice,
-    /// which would reach the response once, the others dropped unseen.
-    fn named_twice(&self, position: usize, more: &[Tensor], call: &str) -> Option<CoreError> {
+    /// Why `more` cannot join what the request at `position` was given ([`named_twice`]).
+    fn twice_with_given(&self, position: usize, more: &[Tensor], call: &str) -> Option<CoreError> {
         let had =
             [&self.given_outputs, &self.given_tensors].into_iter().filter_map(|g| g.as_ref()?.get(position)).flatten();
-        let mut names: Vec<&str> = had.chain(more).map(|t| t.name.as_str()).collect();
-        names.sort_unstable();
-        let pair = names.windows(2).find(|pair| pair[0] == pair[1])?;
-        Some(CoreError::invalid_arg(format!("{call}: output '{}' given twice for one request", pair[0])))
+        named_twice(had.chain(more), call)
     }
 
     /// Adds `tensors` to what the request at `position` of the current call was given.
@@ -416,25 +421,7 @@ impl wit::HostRequest for GuestState {
         let mut out = Vec::with_capacity(requests.len());
         for handle in &requests {
             let request = self.table.get(handle).map_err(table_error)?;
-            out.push(
-                request
-                    .inputs
-                    .iter()
-                    .map(|t| {
-                        let size = t.data.len();
-                        let copy = size as u64 <= max_bytes && size <= budget;
-                        if copy {
-                            budget -= size;
-                        }
-                        wit::InputData {
-                            name: t.name.clone(),
-                            datatype: datatype_to_wit(t.datatype),
-                            shape: t.shape.clone(),
-                            data: copy.then(|| t.data.to_vec()),
-                        }
-                    })
-                    .collect(),
-            );
+            out.push(input_data(&request.inputs, max_bytes, &mut budget));
         }
         Ok(out)
     }
@@ -457,7 +444,7 @@ impl wit::HostRequest for GuestState {
         for (handle, given) in requests.iter().zip(outputs) {
             let given = self.given_position(handle, CALL)?.and_then(|position| {
                 let tensors = given.into_iter().map(output_from_wit).collect::<CoreResult<Vec<Tensor>>>()?;
-                if let Some(e) = self.named_twice(position, &tensors, CALL) {
+                if let Some(e) = self.twice_with_given(position, &tensors, CALL) {
                     return Err(e);
                 }
                 self.hold(tensors.iter().map(|t| t.data.len() + own_size(t)).sum())?;
@@ -488,7 +475,7 @@ impl wit::HostRequest for GuestState {
             // Every handle leaves the guest, whatever becomes of the request.
             let moved = handles.into_iter().map(|h| self.take_tensor(h)).collect::<wasmtime::Result<Vec<_>>>()?;
             let given = self.given_position(handle, CALL)?.and_then(|position| {
-                match self.named_twice(position, &moved, CALL) {
+                match self.twice_with_given(position, &moved, CALL) {
                     Some(e) => Err(e),
                     None => Ok(position),
                 }
@@ -561,10 +548,36 @@ fn each_request_once(requests: &[Resource<HostRequest>], call: &str) -> wasmtime
 /// The most input bytes one `request.read-inputs` call copies into the guest; inputs past it
 /// come without their bytes (the guest reads them through `request.input`), so a batch of many
 /// small inputs cannot take a guest's memory in one call.
-const READ_INPUTS_MAX_TOTAL: usize = 1 << 20;
+pub(super) const READ_INPUTS_MAX_TOTAL: usize = 1 << 20;
 
-/// An output `request.set-outputs` gives by value, checked as `tensor.create-latin1` checks.
-fn output_from_wit(output: wit::OutputData) -> CoreResult<Tensor> {
+/// The most bytes of one input `execute-by-value` passes with the call (`max-bytes` of
+/// `request.read-inputs`); larger ones come without their bytes.
+pub(super) const BY_VALUE_INPUT_BYTES: u64 = 4 << 10;
+
+/// A request's inputs as `input-data` records: each up to `max_bytes` with its bytes while
+/// `budget` (bytes of the whole call, [`READ_INPUTS_MAX_TOTAL`]) lasts, the others without.
+pub(super) fn input_data(inputs: &[Tensor], max_bytes: u64, budget: &mut usize) -> Vec<wit::InputData> {
+    inputs
+        .iter()
+        .map(|t| {
+            let size = t.data.len();
+            let copy = size as u64 <= max_bytes && size <= *budget;
+            if copy {
+                *budget -= size;
+            }
+            wit::InputData {
+                name: t.name.clone(),
+                datatype: datatype_to_wit(t.datatype),
+                shape: t.shape.clone(),
+                data: copy.then(|| t.data.to_vec()),
+            }
+        })
+        .collect()
+}
+
+/// An output given by value (`request.set-outputs`, `execute-by-value`'s answer), checked as
+/// `tensor.create-latin1` checks.
+pub(super) fn output_from_wit(output: wit::OutputData) -> CoreResult<Tensor> {
     let (name, datatype, shape, data_latin1) = output;
     let Some(bytes) = latin1_bytes(&data_latin1) else {
         return Err(CoreError::invalid_arg(format!(

@@ -12,7 +12,10 @@ use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 use super::convert::kind_from_wit;
 use super::engine::EPOCH_TICK;
 use super::engine::{CompileCache, Prepared};
-use super::host::{GuestShared, GuestState, HostRequest, HostTensor, SharedResponder};
+use super::host::{
+    BY_VALUE_INPUT_BYTES, GuestShared, GuestState, HostRequest, HostTensor, READ_INPUTS_MAX_TOTAL, SharedResponder,
+    input_data, named_twice, output_from_wit,
+};
 use super::live::{LiveSet, Slot};
 use super::outlet::Outlet;
 use super::sandbox::{GuestLimiter, Sandbox};
@@ -32,15 +35,16 @@ pub(super) struct Live {
     _component: Prepared,
 }
 
-/// `execute-by-value: func(requests: list<request>) -> list<option<error>>`.
-type ExecuteByValue = TypedFunc<(&'static [Resource<HostRequest>],), (Vec<Option<wit::Error>>,)>;
+/// `execute-by-value: func(requests: list<request>, inputs: list<list<input-tuple>>) -> list<answer>`.
+type ExecuteByValue =
+    TypedFunc<(&'static [Resource<HostRequest>], &'static [Vec<wit::InputTuple>]), (Vec<wit::Answer>,)>;
 
 /// What `execute` or `execute-by-value` returned.
 enum Returned {
     /// `execute`: per request, the handles of its outputs or its error.
     Handles(Vec<Result<Vec<Resource<HostTensor>>, wit::Error>>),
-    /// `execute-by-value`: per request, none (its outputs were given during the call) or its error.
-    ByValue(Vec<Option<wit::Error>>),
+    /// `execute-by-value`: per request, outputs by value, `given` or its error.
+    ByValue(Vec<wit::Answer>),
 }
 
 impl Live {
@@ -226,6 +230,19 @@ impl WasmInstance {
         };
         let count = batch.len();
         let call = live.store.data_mut().begin_execute(count, self.decoupled);
+        // `execute-by-value` takes the small inputs with the call (what `request.read-inputs`
+        // would give with a `max-bytes` of 4 KiB).
+        let mut budget = READ_INPUTS_MAX_TOTAL;
+        let inputs: Vec<Vec<wit::InputTuple>> = match live.by_value {
+            Some(_) => batch
+                .iter()
+                .map(|r| {
+                    let inputs = input_data(&r.inputs, BY_VALUE_INPUT_BYTES, &mut budget);
+                    inputs.into_iter().map(|d| (d.name, d.datatype, d.shape, d.data)).collect()
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         let mut handles = Vec::with_capacity(count);
         for (position, request) in batch.into_iter().enumerate() {
             let responder: SharedResponder = Arc::new(Mutex::new(request.responder.map(Outlet::new)));
@@ -252,7 +269,9 @@ impl WasmInstance {
         live.store.data_mut().execute_deadline = Some(Instant::now() + self.sandbox.max_execute);
         live.store.set_epoch_deadline(ticks.min(HAND_OFF_TICKS));
         let called = match live.by_value {
-            Some(execute) => execute.call(&mut live.store, (&handles,)).map(|(results,)| Returned::ByValue(results)),
+            Some(execute) => {
+                execute.call(&mut live.store, (&handles, &inputs)).map(|(answers,)| Returned::ByValue(answers))
+            }
             None => live.model.call_execute(&mut live.store, &handles).map(Returned::Handles),
         };
         live.store.data_mut().execute_deadline = None;
@@ -329,29 +348,43 @@ impl WasmInstance {
         }
     }
 
-    /// `execute-by-value`'s answer: a request answered none gets what it was given during the
-    /// call (`given`, by position), one answered with an error that error. A decoupled model may
-    /// also return an empty list, as from `execute`.
+    /// `execute-by-value`'s answers: a request gets what it was given during the call (`given`,
+    /// by position) and then the outputs its answer holds, each checked as `request.set-outputs`
+    /// checks it (a bad one fails that request only), or its answer's error. A decoupled model
+    /// may also answer with an empty list, as from `execute`, but no outputs.
     fn collect_by_value(
         &self,
-        results: Vec<Option<wit::Error>>,
+        answers: Vec<wit::Answer>,
         given: Vec<Vec<Tensor>>,
         count: usize,
     ) -> CoreResult<Vec<CoreResult<Vec<Tensor>>>> {
-        if results.len() != count && !(self.decoupled && results.is_empty()) {
+        if answers.len() != count && !(self.decoupled && answers.is_empty()) {
             return Err(CoreError::internal(format!(
-                "model '{}' returned {} results from execute-by-value for {count} requests",
+                "model '{}' answered {} of {count} requests from execute-by-value",
                 self.shared.model_name,
-                results.len()
+                answers.len()
             )));
         }
         let given = given.into_iter().chain(std::iter::repeat_with(Vec::new));
-        let results = results.into_iter().chain(std::iter::repeat(None)).take(count);
-        Ok(results
+        let answers = answers.into_iter().map(Some).chain(std::iter::repeat(None)).take(count);
+        Ok(answers
             .zip(given)
-            .map(|(result, given)| match result {
-                None => Ok(given),
-                Some(e) => Err(CoreError::new(kind_from_wit(e.code), e.message)),
+            .map(|(answer, mut given)| match answer {
+                None | Some(wit::Answer::Given) => Ok(given),
+                Some(wit::Answer::Error(e)) => Err(CoreError::new(kind_from_wit(e.code), e.message)),
+                Some(wit::Answer::Outputs(_)) if self.decoupled => Err(CoreError::internal(format!(
+                    "decoupled model '{}' answered with outputs; it must send them through response senders",
+                    self.shared.model_name
+                ))),
+                Some(wit::Answer::Outputs(outputs)) => {
+                    for output in outputs {
+                        given.push(output_from_wit(output)?);
+                    }
+                    match named_twice(given.iter(), "execute-by-value") {
+                        Some(e) => Err(e),
+                        None => Ok(given),
+                    }
+                }
             })
             .collect())
     }
