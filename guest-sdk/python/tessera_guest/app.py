@@ -94,6 +94,7 @@ class _State:
     nothing may live on `self`."""
     model = None
     outputs = {}
+    decoupled = False
 
 
 class WitWorld(_WitWorldProtocol):
@@ -107,6 +108,8 @@ class WitWorld(_WitWorldProtocol):
         except ValueError:
             config = {}
         _State.outputs = _output_config(config)
+        policy = config.get("model_transaction_policy") if isinstance(config, dict) else None
+        _State.decoupled = bool(isinstance(policy, dict) and policy.get("decoupled"))
         triton_args = {
             "model_config": args.model_config,
             "model_instance_kind": args.model_instance_kind,
@@ -132,7 +135,7 @@ class WitWorld(_WitWorldProtocol):
 
     def execute(self, requests):
         """World `model`'s export; hosts that know `execute-by-value` do not call it."""
-        responses = _run(requests)
+        _, responses = _run(requests)
         n = len(requests)
         if responses.__class__ is _host.Err:
             return [responses] * n
@@ -143,12 +146,18 @@ class WitWorld(_WitWorldProtocol):
     def execute_by_value(self, requests, inputs):
         """The export the host calls (world `model-by-value`): the small inputs come with the
         call, and each answer holds the outputs computed, by value."""
-        responses = _run(requests, inputs)
-        n = len(requests)
+        reqs, responses = _run(requests, inputs)
         if responses.__class__ is _host.Err:
-            return [_host.answer_error(responses.value)] * n
-        if responses is None:  # decoupled: each request was answered through its sender
-            return [_host.ANSWER_GIVEN] * n
+            error = _host.answer_error(responses.value)
+            # a decoupled request that already sent its final response keeps it as its end
+            return [_host.ANSWER_GIVEN if r._sender is not None and r._sender._closed else error for r in reqs]
+        if responses is None:
+            if _State.decoupled:  # each request was answered through its sender
+                return [_host.ANSWER_GIVEN] * len(reqs)
+            message = ("execute() returned None; a model that is not decoupled returns one "
+                       "InferenceResponse per request")
+            _api._log(message, _api.LogLevel.ERROR)
+            return [_host.answer_error(_host.wit_error(TritonError.INTERNAL, message))] * len(reqs)
         return _answers(requests, responses)
 
     def finalize(self):
@@ -167,9 +176,10 @@ class WitWorld(_WitWorldProtocol):
 
 
 def _run(requests, inputs=None):
-    """The user's execute() on `requests` (host handles): its responses, one per request, None
-    for a decoupled model, or an Err for the whole batch. `inputs`: each request's `input-data`
-    records, if the host passed them (else they are read with one `request.read-inputs`)."""
+    """The user's execute() on `requests` (host handles): the InferenceRequest objects and its
+    responses, one per request (None if it returned None), or an Err for the whole batch.
+    `inputs`: each request's `input-tuple`s, if the host passed them (else they are read with one
+    `request.read-inputs`)."""
     n = len(requests)
     reqs = [_api.InferenceRequest._from_host(r) for r in requests]
     try:
@@ -185,15 +195,15 @@ def _run(requests, inputs=None):
     except BaseException as e:  # noqa: BLE001
         _log_exception("execute")
         code, message = _error_of(e)
-        return _host.Err(_host.wit_error(code, message))
+        return reqs, _host.Err(_host.wit_error(code, message))
     if responses is None:
-        return None
+        return reqs, None
     responses = list(responses)
     if len(responses) != n:
         message = ("execute() returned %d responses for %d requests" % (len(responses), n))
         _api._log(message, _api.LogLevel.ERROR)
-        return _host.Err(_host.wit_error(TritonError.INTERNAL, message))
-    return responses
+        return reqs, _host.Err(_host.wit_error(TritonError.INTERNAL, message))
+    return reqs, responses
 
 
 def _answers(requests, responses):

@@ -287,16 +287,26 @@ def test_bls_stream(probe):
     assert by["ERRORS"].values() == [b"midway"]
 
 
-def test_decoupled(probe):
+def test_decoupled(probe_wasm, engine):
+    probe = MockHost(probe_wasm, engine=engine)
+    probe.initialize(dict(PROBE_CONFIG, model_transaction_policy={"decoupled": True}), name="probe")
+    probe.decoupled = True
     r = req("decoupled", f32("INPUT0", [7.0]))
-    # execute-by-value answers None for the request: it was answered through its sender
+    # execute-by-value answers `given` for the request: it was answered through its sender
     assert probe.execute([r]) == [[]]
     oks = [s for s in r.sent if s[0][0] == "ok"]
     assert len(oks) == 4  # 3 responses and the closing one
     assert all(s[0][1][0].values() == [7.0] for s in oks[:3]) and oks[3][0][1] == []
     assert r.sent[3] == (("err", "unavailable", "partial"), False)
     assert [final for _, final in r.sent] == [False, False, False, False, True]
-    assert probe.bytes_to_guest == 4  # the small input, with request.read-inputs
+    assert probe.bytes_to_guest == 4  # the small input, with the call
+
+
+def test_a_model_that_is_not_decoupled_must_return_responses(probe):
+    # Triton's rule: execute() returning None is an error unless the model is decoupled
+    (r,) = probe.execute([req("decoupled", f32("INPUT0", [7.0]))])
+    assert isinstance(r, GuestError) and r.code == "internal"
+    assert "execute() returned None" in r.message
 
 
 def test_initialize_failure(probe_wasm, engine):

@@ -90,10 +90,11 @@ pub struct GuestState {
     /// The outputs `request.set-outputs` gave each request of the current `execute` call, by
     /// position in its batch; `None` outside `execute` and for a decoupled model.
     given_outputs: Option<Vec<Vec<Tensor>>>,
-    /// The tensors `request.give-tensors` moved to each request of the current call, likewise.
-    /// Apart from `given_outputs` because they are not on the guest's account: they hold what
-    /// they held as handles (a request's input passed on holds nothing new).
-    given_tensors: Option<Vec<Vec<Tensor>>>,
+    /// The tensors `request.give-tensors` moved to each request of the current call, likewise,
+    /// with the charges they had as handles: they stay on the guest's account until the call
+    /// ends, as handles returned from `execute` do (a request's input passed on charges only its
+    /// name and shape).
+    given_tensors: Option<Vec<Vec<HostTensor>>>,
     /// Whether the current `execute` call is a decoupled model's.
     decoupled_call: bool,
     /// Bytes the host holds on the guest's behalf ([`held_limit`]): tensors it created or got
@@ -109,14 +110,6 @@ pub(super) fn named_twice<'a>(outputs: impl Iterator<Item = &'a Tensor>, call: &
     names.sort_unstable();
     let pair = names.windows(2).find(|pair| pair[0] == pair[1])?;
     Some(CoreError::invalid_arg(format!("{call}: output '{}' given twice for one request", pair[0])))
-}
-
-/// How a request of the current call was given outputs: by value (`request.set-outputs`, on the
-/// guest's account until the call ends) or as handles (`request.give-tensors`).
-#[derive(Clone, Copy)]
-enum Given {
-    ByValue,
-    Handles,
 }
 
 /// Why the host refuses to hold more bytes for a guest: they would pass [`held_limit`]. Without
@@ -188,7 +181,7 @@ impl GuestState {
     pub(super) fn begin_execute(&mut self, count: usize, decoupled: bool) -> u64 {
         self.execute_call += 1;
         self.given_outputs = (!decoupled).then(|| vec![Vec::new(); count]);
-        self.given_tensors = (!decoupled).then(|| vec![Vec::new(); count]);
+        self.given_tensors = (!decoupled).then(|| std::iter::repeat_with(Vec::new).take(count).collect());
         self.decoupled_call = decoupled;
         self.execute_call
     }
@@ -200,7 +193,9 @@ impl GuestState {
         let given_bytes: usize = given.iter().flatten().map(|t| t.data.len() + own_size(t)).sum();
         self.release(given_bytes);
         for (outputs, tensors) in given.iter_mut().zip(self.given_tensors.take().unwrap_or_default()) {
-            outputs.extend(tensors);
+            for held in tensors {
+                outputs.push(self.discharge(held));
+            }
         }
         self.decoupled_call = false;
         given
@@ -226,21 +221,15 @@ impl GuestState {
     }
 
     /// Why `more` cannot join what the request at `position` was given ([`named_twice`]).
-    fn twice_with_given(&self, position: usize, more: &[Tensor], call: &str) -> Option<CoreError> {
-        let had =
-            [&self.given_outputs, &self.given_tensors].into_iter().filter_map(|g| g.as_ref()?.get(position)).flatten();
-        named_twice(had.chain(more), call)
-    }
-
-    /// Adds `tensors` to what the request at `position` of the current call was given.
-    fn give(&mut self, position: usize, tensors: Vec<Tensor>, how: Given) {
-        let given = match how {
-            Given::ByValue => &mut self.given_outputs,
-            Given::Handles => &mut self.given_tensors,
-        };
-        if let Some(slot) = given.as_mut().and_then(|g| g.get_mut(position)) {
-            slot.extend(tensors);
-        }
+    fn twice_with_given<'a>(
+        &'a self,
+        position: usize,
+        more: impl Iterator<Item = &'a Tensor>,
+        call: &str,
+    ) -> Option<CoreError> {
+        let by_value = self.given_outputs.as_ref().and_then(|g| g.get(position)).into_iter().flatten();
+        let handles = self.given_tensors.as_ref().and_then(|g| g.get(position)).into_iter().flatten().map(|h| &h.0);
+        named_twice(by_value.chain(handles).chain(more), call)
     }
 
     pub(super) fn tensor(&self, handle: &Resource<HostTensor>) -> wasmtime::Result<&Tensor> {
@@ -298,12 +287,17 @@ impl GuestState {
     /// Takes a tensor out of the table (it moves into a response, or is dropped), and off the
     /// guest's account.
     pub(super) fn take_tensor(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<Tensor> {
-        let HostTensor(tensor, charge, own) = self.table.delete(handle).map_err(table_error)?;
+        let held = self.table.delete(handle).map_err(table_error)?;
+        Ok(self.discharge(held))
+    }
+
+    /// A tensor out of its handle, and the handle's charges off the guest's account.
+    fn discharge(&mut self, HostTensor(tensor, charge, own): HostTensor) -> Tensor {
         self.release(own);
         if let Some(size) = charge.and_then(Arc::into_inner) {
             self.release(size);
         }
-        Ok(tensor)
+        tensor
     }
 
     /// Hands a request's inputs to the guest as new handles.
@@ -444,14 +438,21 @@ impl wit::HostRequest for GuestState {
         for (handle, given) in requests.iter().zip(outputs) {
             let given = self.given_position(handle, CALL)?.and_then(|position| {
                 let tensors = given.into_iter().map(output_from_wit).collect::<CoreResult<Vec<Tensor>>>()?;
-                if let Some(e) = self.twice_with_given(position, &tensors, CALL) {
+                if let Some(e) = self.twice_with_given(position, tensors.iter(), CALL) {
                     return Err(e);
                 }
                 self.hold(tensors.iter().map(|t| t.data.len() + own_size(t)).sum())?;
                 Ok((position, tensors))
             });
-            results
-                .push(given.map(|(position, tensors)| self.give(position, tensors, Given::ByValue)).map_err(wit_error));
+            results.push(
+                given
+                    .map(|(position, tensors)| {
+                        if let Some(slot) = self.given_outputs.as_mut().and_then(|g| g.get_mut(position)) {
+                            slot.extend(tensors);
+                        }
+                    })
+                    .map_err(wit_error),
+            );
         }
         Ok(results)
     }
@@ -472,15 +473,32 @@ impl wit::HostRequest for GuestState {
         each_request_once(&requests, CALL)?;
         let mut results = Vec::with_capacity(requests.len());
         for (handle, handles) in requests.iter().zip(tensors) {
-            // Every handle leaves the guest, whatever becomes of the request.
-            let moved = handles.into_iter().map(|h| self.take_tensor(h)).collect::<wasmtime::Result<Vec<_>>>()?;
+            // Every handle leaves the table, whatever becomes of the request: one given stays on
+            // the guest's account until the call ends, one refused leaves it now.
+            let moved = handles
+                .into_iter()
+                .map(|h| self.table.delete(h).map_err(table_error))
+                .collect::<Result<Vec<_>, _>>()?;
             let given = self.given_position(handle, CALL)?.and_then(|position| {
-                match self.twice_with_given(position, &moved, CALL) {
+                match self.twice_with_given(position, moved.iter().map(|h| &h.0), CALL) {
                     Some(e) => Err(e),
                     None => Ok(position),
                 }
             });
-            results.push(given.map(|position| self.give(position, moved, Given::Handles)).map_err(wit_error));
+            let slot = given.as_ref().ok().and_then(|&p| self.given_tensors.as_mut()?.get_mut(p));
+            match (slot, given) {
+                (Some(slot), Ok(_)) => {
+                    slot.extend(moved);
+                    results.push(Ok(()));
+                }
+                (_, given) => {
+                    for held in moved {
+                        self.discharge(held);
+                    }
+                    let e = given.err().unwrap_or_else(|| CoreError::internal(format!("{CALL}: no such request")));
+                    results.push(Err(wit_error(e)));
+                }
+            }
         }
         Ok(results)
     }
@@ -906,15 +924,19 @@ pub(super) mod tests {
         let results = s.set_outputs(vec![borrow(&a)], vec![vec![output("V", "v")]]).expect("no trap");
         assert!(results[0].is_ok());
         let held = s.held_bytes;
-        let (h1, h2, h3) = (made(&mut s, "H1"), made(&mut s, "H2"), made(&mut s, "V"));
+        let h2 = made(&mut s, "H2");
+        let one = s.held_bytes - held;
+        let (h1, h3) = (made(&mut s, "H1"), made(&mut s, "V"));
         let reps = [h1.rep(), h2.rep(), h3.rep()];
-        assert!(s.held_bytes > held, "created tensors are on the guest's account");
+        assert!(one > 0, "created tensors are on the guest's account");
         let results = s.give_tensors(vec![borrow(&a), borrow(&b)], vec![vec![h1, h3], vec![h2]]).expect("no trap");
         // a name given twice (V, by value and as a handle) fails that request only
         let message = results[0].as_ref().map_err(|e| e.message.clone()).expect_err("V twice");
         assert_eq!(message, "request.give-tensors: output 'V' given twice for one request");
         assert!(results[1].is_ok());
-        assert_eq!(s.held_bytes, held, "every handle passed left the guest, the refused ones too");
+        // H2 stays on the guest's account until the call ends (a guest giving one buffer again
+        // and again must meet the limit); the refused H1 and V left it at once
+        assert_eq!(s.held_bytes, held + one);
         for rep in reps {
             assert!(s.tensor(&Resource::new_borrow(rep)).is_err(), "the handle left the table");
         }
@@ -938,6 +960,39 @@ pub(super) mod tests {
         assert!(s.give_tensors(vec![borrow(&r)], Vec::new()).is_err());
         let twice = s.give_tensors(vec![borrow(&r), borrow(&r)], vec![Vec::new(), Vec::new()]);
         assert!(twice.is_err_and(|e| e.to_string().contains("passed twice")));
+    }
+
+    #[test]
+    fn tensors_given_stay_on_the_guests_account_until_the_call_ends() {
+        // A guest that copies one buffer out again and again and gives each copy away must meet
+        // the held-bytes limit (4 x its 1 MiB here) within the call, not grow the server.
+        let mut s = state(shared(AllowList::Nothing, None));
+        let call = s.begin_execute(1, false);
+        let r = request_at(&mut s, call, 0);
+        let borrow = |r: &Resource<HostRequest>| Resource::<HostRequest>::new_borrow(r.rep());
+        let chunk = vec![7u8; 64 << 10];
+        let mut given = 0;
+        let refused = loop {
+            let created = wit::HostTensor::create(
+                &mut s,
+                format!("T{given}"),
+                wit::DataType::Uint8,
+                vec![64 << 10],
+                chunk.clone(),
+            )
+            .expect("no trap");
+            let h = match created {
+                Ok(h) => h,
+                Err(e) => break e,
+            };
+            let results = s.give_tensors(vec![borrow(&r)], vec![vec![h]]).expect("no trap");
+            assert!(results[0].is_ok());
+            given += 1;
+            assert!(given < 100, "4 MiB of 64 KiB tensors is 64");
+        };
+        assert!(refused.message.contains("4 x max_memory_bytes"), "{}", refused.message);
+        assert_eq!(s.end_execute()[0].len(), given);
+        assert_eq!(s.held_bytes, 0, "the call's end gives it all back");
     }
 
     #[test]

@@ -436,7 +436,10 @@ impl WasmInstance {
                     }
                     match bad {
                         Some(e) => Err(CoreError::internal(format!("bad tensor handle in response: {e}"))),
-                        None => Ok(outputs),
+                        None => match named_twice(outputs.iter(), "execute") {
+                            Some(e) => Err(e),
+                            None => Ok(outputs),
+                        },
                     }
                 }
                 Err(e) => Err(CoreError::new(kind_from_wit(e.code), e.message)),
