@@ -5,9 +5,7 @@ import sys
 
 from . import _host
 from ._errors import TritonError, TritonModelException
-from ._tensor import Tensor
-
-_new_tensor = object.__new__
+from ._tensor import Tensor, assembled
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -211,15 +209,7 @@ class InferenceRequest:
             if data is None:
                 complete = False
                 continue
-            t = _new_tensor(Tensor)  # Tensor._from_input, inline
-            t._name = name
-            t._dtype = datatype._name_
-            t._shape = shape
-            t._raw = data
-            t._handle = None
-            t._handle_name = None
-            t._explicit_dtype = True
-            t._explicit_shape = True
+            t = assembled(Tensor, name, datatype._name_, shape, data)
             if name not in by_name:  # the first of a name, as request.input finds it
                 by_name[name] = t
             ordered.append(t)

@@ -28,6 +28,22 @@ def _host_call(fn, *args):
                                    _host.error_code(err) if hasattr(err, "code") else 1) from None
 
 
+def assembled(cls, name, dtype, shape, raw, handle=None):
+    """A `cls` tensor with every slot set as given, without `__init__`'s conversions and checks
+    (the caller's): what `from_bytes` and `_from_handle` make, and a request's input that came
+    with its bytes (`InferenceRequest._prefetch`, where a Python guest makes one per input)."""
+    t = cls.__new__(cls)
+    t._name = name
+    t._dtype = dtype
+    t._shape = shape
+    t._raw = raw
+    t._handle = handle
+    t._handle_name = None if handle is None else name
+    t._explicit_dtype = True
+    t._explicit_shape = True
+    return t
+
+
 class Tensor:
     """A named tensor, as in triton_python_backend_utils.
 
@@ -151,30 +167,13 @@ class Tensor:
     @classmethod
     def from_bytes(cls, name, raw, datatype, shape):
         """A tensor over raw bytes in the wire layout (for BYTES: serialized <u32 len><bytes>...)."""
-        t = cls.__new__(cls)
-        t._name = str(name)
-        t._dtype = _dtypes.normalize(datatype)
-        t._shape = [int(d) for d in shape]
-        t._raw = bytes(raw)
-        t._handle = None
-        t._handle_name = None
-        t._explicit_dtype = True
-        t._explicit_shape = True
+        t = assembled(cls, str(name), _dtypes.normalize(datatype), [int(d) for d in shape], bytes(raw))
         t._check_count()
         return t
 
     @classmethod
     def _from_handle(cls, handle, name=None):
-        t = cls.__new__(cls)
-        t._name = name
-        t._handle = handle
-        t._handle_name = name
-        t._dtype = None
-        t._shape = None
-        t._raw = None
-        t._explicit_dtype = True
-        t._explicit_shape = True
-        return t
+        return assembled(cls, name, None, None, None, handle)
 
     @staticmethod
     def from_dlpack(name, capsule):

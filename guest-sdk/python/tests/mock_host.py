@@ -221,22 +221,33 @@ class MockHost:
         def read_inputs(handles, max_bytes):
             return self._input_rows([self._get(h) for h in handles], max_bytes)
 
-        def set_outputs(handles, outputs):
-            # The host's rules: lists of one length, each request once, outputs only for the
-            # current execute call's requests (not a decoupled model's), bytes that fit.
-            if len(handles) != len(outputs):
-                raise wasmtime.WasmtimeError("request.set-outputs: lists of different lengths")
+        def batch(call, handles, lists):
+            # The host's rules for a call over a batch's requests: lists of one length, each
+            # request once (guest bugs: they trap).
+            if len(handles) != len(lists):
+                raise wasmtime.WasmtimeError("%s: lists of different lengths" % call)
             reqs = [self._get(h) for h in handles]
             if len({id(r) for r in reqs}) != len(reqs):
-                raise wasmtime.WasmtimeError("request.set-outputs: the same request handle was passed twice")
+                raise wasmtime.WasmtimeError("%s: the same request handle was passed twice" % call)
+            return reqs
+
+        def position(req):
+            # (position in the current execute call, None) or (None, the error record): outputs
+            # go only to the current call's requests, and not a decoupled model's.
+            if self.decoupled:
+                return None, _rec(code="unsupported", message="decoupled")
+            at = next((i for i, r in enumerate(self._call_requests) if r is req), None)
+            if at is None:
+                return None, _rec(code="invalid-arg", message="not one of the current execute call's")
+            return at, None
+
+        def set_outputs(handles, outputs):
+            # ... and bytes that fit.
             results = []
-            for req, given in zip(reqs, outputs):
-                position = next((i for i, r in enumerate(self._call_requests) if r is req), None)
-                if self.decoupled:
-                    results.append(_rec(code="unsupported", message="decoupled"))
-                    continue
-                if position is None:
-                    results.append(_rec(code="invalid-arg", message="not one of the current execute call's"))
+            for req, given in zip(batch("request.set-outputs", handles, outputs), outputs):
+                at, refused = position(req)
+                if refused is not None:
+                    results.append(refused)
                     continue
                 tensors = []
                 for name, dt, shape, text in given:
@@ -248,28 +259,19 @@ class MockHost:
                 if not isinstance(tensors, list):
                     results.append(tensors)
                     continue
-                self._given[position].extend(tensors)
+                self._given[at].extend(tensors)
                 results.append(None)
             return results
 
         def give_tensors(handles, tensors):
             # As set-outputs, for handles: each moves to the host whatever becomes of its request.
-            if len(handles) != len(tensors):
-                raise wasmtime.WasmtimeError("request.give-tensors: lists of different lengths")
-            reqs = [self._get(h) for h in handles]
-            if len({id(r) for r in reqs}) != len(reqs):
-                raise wasmtime.WasmtimeError("request.give-tensors: the same request handle was passed twice")
             results = []
-            for req, given in zip(reqs, tensors):
+            for req, given in zip(batch("request.give-tensors", handles, tensors), tensors):
                 moved = [self._take(t) for t in given]
-                position = next((i for i, r in enumerate(self._call_requests) if r is req), None)
-                if self.decoupled:
-                    results.append(_rec(code="unsupported", message="decoupled"))
-                elif position is None:
-                    results.append(_rec(code="invalid-arg", message="not one of the current execute call's"))
-                else:
-                    self._given_tensors[position].extend(moved)
-                    results.append(None)
+                at, refused = position(req)
+                if refused is None:
+                    self._given_tensors[at].extend(moved)
+                results.append(refused)
             return results
 
         li.add_func("[static]request.read-inputs", w("request.read-inputs", read_inputs))

@@ -425,15 +425,8 @@ impl wit::HostRequest for GuestState {
         requests: Vec<Resource<HostRequest>>,
         outputs: Vec<Vec<wit::OutputData>>,
     ) -> wasmtime::Result<Vec<Result<(), wit::Error>>> {
-        if requests.len() != outputs.len() {
-            return Err(wasmtime::Error::msg(format!(
-                "request.set-outputs: {} requests but {} lists of outputs",
-                requests.len(),
-                outputs.len()
-            )));
-        }
         const CALL: &str = "request.set-outputs";
-        each_request_once(&requests, CALL)?;
+        one_list_each(&requests, outputs.len(), "outputs", CALL)?;
         let mut results = Vec::with_capacity(requests.len());
         for (handle, given) in requests.iter().zip(outputs) {
             let given = self.given_position(handle, CALL)?.and_then(|position| {
@@ -463,14 +456,7 @@ impl wit::HostRequest for GuestState {
         tensors: Vec<Vec<Resource<HostTensor>>>,
     ) -> wasmtime::Result<Vec<Result<(), wit::Error>>> {
         const CALL: &str = "request.give-tensors";
-        if requests.len() != tensors.len() {
-            return Err(wasmtime::Error::msg(format!(
-                "{CALL}: {} requests but {} lists of tensors",
-                requests.len(),
-                tensors.len()
-            )));
-        }
-        each_request_once(&requests, CALL)?;
+        one_list_each(&requests, tensors.len(), "tensors", CALL)?;
         let mut results = Vec::with_capacity(requests.len());
         for (handle, handles) in requests.iter().zip(tensors) {
             // Every handle leaves the table, whatever becomes of the request: one given stays on
@@ -561,6 +547,15 @@ fn each_request_once(requests: &[Resource<HostRequest>], call: &str) -> wasmtime
         return Ok(());
     }
     Err(wasmtime::Error::msg(format!("{call}: the same request handle was passed twice")))
+}
+
+/// Traps a batch call whose lists (of `what`) do not match its requests one to one, or that names
+/// a request twice ([`each_request_once`]): both are the guest's bugs.
+fn one_list_each(requests: &[Resource<HostRequest>], lists: usize, what: &str, call: &str) -> wasmtime::Result<()> {
+    if requests.len() != lists {
+        return Err(wasmtime::Error::msg(format!("{call}: {} requests but {lists} lists of {what}", requests.len())));
+    }
+    each_request_once(requests, call)
 }
 
 /// The most input bytes one `request.read-inputs` call copies into the guest; inputs past it
