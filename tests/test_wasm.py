@@ -480,6 +480,12 @@ class TritonPythonModel:
             op = text(request, "OP")
             if op == "misfit":  # a BYTES element that claims 5 bytes and has 2: the host refuses it
                 out = pb_utils.Tensor.from_bytes("RESULT", b"\\x05\\x00\\x00\\x00ab", "BYTES", [1])
+            elif op in ("pass", "pass_twice"):  # ARG handed on as RESULT (a handle above 4 KiB)
+                out = pb_utils.Tensor("RESULT", pb_utils.get_input_tensor_by_name(request, "ARG"))
+                if op == "pass_twice":  # and a computed RESULT too: one name given twice
+                    twice = pb_utils.Tensor("RESULT", [b"again"], "BYTES", shape=[1])
+                    responses.append(pb_utils.InferenceResponse(output_tensors=[out, twice]))
+                    continue
             elif op in ("keep", "kept"):  # keep this request past its call / ask the kept one
                 if op == "keep":
                     KEPT.append(request)
@@ -630,6 +636,20 @@ def test_python_guest_output_the_host_refuses_is_the_callers_error(sandbox_serve
     r = requests.post(sandbox_server.http("/v2/models/no_grants/infer"), json=body, timeout=30)
     assert r.status_code == 400, r.text
     assert "invalid BYTES data for output 'RESULT'" in r.json()["error"], r.text
+    assert probe(sandbox_server, "no_grants", "marker").startswith("OK:")
+
+
+def test_python_guest_hands_an_input_on_without_copying_and_names_are_checked(sandbox_server):
+    # A 6,000-byte input stays a host handle and goes back as the output through
+    # request.give-tensors; a small one comes with the call and goes back by value. An output
+    # name given twice (the handle and a computed tensor) fails that request with INVALID_ARG.
+    for arg in ("c" * 6000, "small"):
+        assert probe(sandbox_server, "no_grants", "pass", arg) == arg
+    body = {"inputs": [{"name": "OP", "shape": [1], "datatype": "BYTES", "data": ["pass_twice"]},
+                       {"name": "ARG", "shape": [1], "datatype": "BYTES", "data": ["d" * 6000]}]}
+    r = requests.post(sandbox_server.http("/v2/models/no_grants/infer"), json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    assert "output 'RESULT' given twice for one request" in r.json()["error"], r.text
     assert probe(sandbox_server, "no_grants", "marker").startswith("OK:")
 
 
