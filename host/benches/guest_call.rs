@@ -12,6 +12,11 @@
 //! that fails to load (a guest not built, no ONNX Runtime) is reported and skipped. Rounds are
 //! interleaved across models, so a busy machine slows all of them alike; the table gives the
 //! median and the min-max of 15 rounds.
+//!
+//! `CONCURRENCY=N` (default 1) keeps N requests in flight from one task. A model whose dynamic
+//! batcher waits (`max_queue_delay_microseconds`, `preferred_batch_size: [ N ]`) then runs them
+//! as one batch, and the figures are a request's share of it; without a wait each request runs
+//! inline as it comes, as at 1.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -28,6 +33,10 @@ use tessera::{DataType, InferRequest, Server, ServerConfig, Tensor};
 const DEFAULT_MODELS: &str = "add_sub,add_sub_rust,add_sub_c,add_sub_js,add_sub_python";
 const ROUNDS: usize = 15;
 const PER_ROUND: Duration = Duration::from_millis(300);
+
+fn concurrency() -> usize {
+    std::env::var("CONCURRENCY").ok().and_then(|c| c.parse().ok()).filter(|&c| c > 0).unwrap_or(1)
+}
 
 fn request(model: &str) -> InferRequest {
     let data: Vec<u8> = (0..16).flat_map(|i| (i as f32).to_le_bytes()).collect();
@@ -57,6 +66,7 @@ fn main() {
             }
         }
         let infer = server.infer();
+        let concurrency = concurrency();
         // Per model: (wall, CPU) per request of each round. Each round runs on a runtime worker,
         // where a front door's handler runs.
         let mut rounds: Vec<Vec<(f64, f64)>> = vec![Vec::new(); loaded.len()];
@@ -68,9 +78,11 @@ fn main() {
                     let (started, cpu) = (Instant::now(), CpuSnapshot::now());
                     let mut n = 0u32;
                     while started.elapsed() < PER_ROUND {
-                        let response = infer.infer(request(&model)).await.expect("infers");
-                        assert_eq!(response.outputs.len(), 2, "{model}: two outputs");
-                        n += 1;
+                        let batch = (0..concurrency).map(|_| infer.infer(request(&model)));
+                        for response in futures_util::future::join_all(batch).await {
+                            assert_eq!(response.expect("infers").outputs.len(), 2, "{model}: two outputs");
+                            n += 1;
+                        }
                     }
                     (n, started.elapsed(), cpu.elapsed_ns())
                 })
@@ -87,10 +99,8 @@ fn main() {
             v.sort_by(f64::total_cmp);
             format!("{:.2} ({:.2}-{:.2})", v[v.len() / 2], v[0], v[v.len() - 1])
         };
-        println!(
-            "| model (in-process, {ROUNDS} rounds of {} ms) | wall µs / request | CPU µs / request |",
-            PER_ROUND.as_millis()
-        );
+        let how = format!("{ROUNDS} rounds of {} ms, {concurrency} in flight", PER_ROUND.as_millis());
+        println!("| model (in-process, {how}) | wall µs / request | CPU µs / request |");
         println!("|---|---:|---:|");
         for (model, r) in loaded.iter().zip(rounds) {
             let wall = cell(r.iter().map(|x| x.0).collect());

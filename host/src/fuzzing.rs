@@ -68,6 +68,16 @@ pub fn shm_parameters(data: &[u8]) {
     }
 }
 
+/// A tensor pack as a Wasm guest answers `execute-by-value` with it: whatever it accepts packs
+/// back to the same bytes (there is one way to write a pack).
+pub fn tensor_pack(data: &[u8]) {
+    use crate::backend::wasm::pack;
+    if let Ok(tensors) = pack::unpack_outputs(Bytes::copy_from_slice(data)) {
+        let mut budget = usize::MAX;
+        assert_eq!(pack::pack_inputs(&tensors, usize::MAX, &mut budget), data, "a pack reads back as it was written");
+    }
+}
+
 /// A fuzz target: arbitrary bytes in, no panic out.
 pub type Target = fn(&[u8]);
 
@@ -77,6 +87,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("grpc_infer", grpc_infer),
     ("model_config", model_config),
     ("shm_parameters", shm_parameters),
+    ("tensor_pack", tensor_pack),
 ];
 
 fn raw_model() -> Option<ModelIo> {
@@ -158,6 +169,22 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
             br#"{"shared_memory_region":"r","shared_memory_byte_size":64,"shared_memory_offset":8}"#.to_vec(),
             br#"{"shared_memory_region":"r","shared_memory_byte_size":18446744073709551615}"#.to_vec(),
         ],
+        "tensor_pack" => {
+            let tensor = |name: &str, datatype, shape: Vec<i64>, data: &'static [u8]| {
+                crate::tensor::Tensor::unchecked(name, datatype, shape, Bytes::from_static(data))
+            };
+            use crate::tensor::DataType;
+            let outputs = [
+                tensor("OUTPUT0", DataType::Fp32, vec![1, 2], &[0, 0, 128, 63, 0, 0, 0, 64]),
+                tensor("OUTPUT1", DataType::Bytes, vec![2], &[1, 0, 0, 0, b'a', 0, 0, 0, 0]),
+                tensor("flag", DataType::Bool, vec![], &[1]),
+            ];
+            let mut budget = usize::MAX;
+            vec![
+                crate::backend::wasm::pack::pack_inputs(&outputs, usize::MAX, &mut budget),
+                crate::backend::wasm::pack::pack_inputs(&outputs[..1], usize::MAX, &mut budget),
+            ]
+        }
         _ => Vec::new(),
     }
 }

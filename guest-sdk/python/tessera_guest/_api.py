@@ -3,7 +3,7 @@
 import json
 import sys
 
-from . import _host
+from . import _host, _pack
 from ._errors import TritonError, TritonModelException
 from ._tensor import Tensor, assembled
 
@@ -156,7 +156,9 @@ class InferenceRequest:
     # What a request handed to execute() starts with (`_from_host` sets only what differs):
     # class attributes, so that making one costs a Python guest two attribute stores, not twelve.
     # All immutable; `__init__` sets every one on the instance.
-    _host_request = None
+    _host_request = None  # its handle, once it has one
+    _position = None  # an execute-by-value request's position in its batch (request.at)
+    _served = False  # handed to execute() (not a BLS request the model built)
     _model_name = None  # for one handed to execute(): the served model's (model_name())
     _model_version = -1
     _inputs = None  # the inputs once all are known (a list of Tensor)
@@ -195,7 +197,41 @@ class InferenceRequest:
     def _from_host(cls, host_request):
         r = cls.__new__(cls)
         r._host_request = host_request
+        r._served = True
         return r
+
+    @classmethod
+    def _from_pack(cls, position, pack):
+        """The request at `position` of an execute-by-value call, its inputs from its tensor
+        pack: no handle until one is needed (`_handle`)."""
+        r = cls.__new__(cls)
+        r._position = position
+        r._served = True
+        by_name = {}
+        ordered = []
+        complete = True
+        for name, datatype, shape, start, end in _pack.entries(pack):
+            if start is None:  # came without its bytes: fetched as a handle when asked for
+                complete = False
+                continue
+            t = assembled(Tensor, name, datatype, list(shape), pack[start:end])
+            if name not in by_name:  # the first of a name, as request.input finds it
+                by_name[name] = t
+            ordered.append(t)
+        r._by_name = by_name
+        if complete:  # every input is known: a missing name needs no host call either
+            r._inputs = ordered
+        return r
+
+    def _handle(self):
+        """The host's handle of a request handed to execute(), taken when first needed."""
+        h = self._host_request
+        if h is None and self._position is not None:
+            h = self._host_request = _host.request_at(self._position)
+            if h is None:
+                raise TritonModelException(
+                    "this request's execute() call has returned: the host no longer has it")
+        return h
 
     def _prefetch(self, inputs):
         """Takes this request's inputs as the host passed them (`execute-by-value`'s
@@ -220,7 +256,7 @@ class InferenceRequest:
     # -- accessors (Triton's names) ------------------------------------------------------------
     def inputs(self):
         if self._inputs is None:
-            self._inputs = [Tensor._from_handle(h) for h in self._host_request.inputs()]
+            self._inputs = [Tensor._from_handle(h) for h in self._handle().inputs()]
         return list(self._inputs)
 
     def _input(self, name):
@@ -229,22 +265,22 @@ class InferenceRequest:
             self._by_name = {}
         elif name in self._by_name:
             return self._by_name[name]
-        if self._host_request is None or self._inputs is not None:
+        if not self._served or self._inputs is not None:
             t = next((t for t in self.inputs() if t.name() == name), None)
         else:
-            h = self._host_request.input(name)
+            h = self._handle().input(name)
             t = None if h is None else Tensor._from_handle(h, name)
         self._by_name[name] = t
         return t
 
     def requested_output_names(self):
         if self._requested is None:
-            self._requested = list(self._host_request.requested_outputs())
+            self._requested = list(self._handle().requested_outputs())
         return list(self._requested)
 
     def request_id(self):
         if self._request_id is None:
-            self._request_id = self._host_request.id()
+            self._request_id = self._handle().id()
         return self._request_id
 
     def correlation_id(self):
@@ -254,17 +290,17 @@ class InferenceRequest:
         return self._flags
 
     def model_name(self):
-        return _Model.name if self._host_request is not None else self._model_name
+        return _Model.name if self._served else self._model_name
 
     def model_version(self):
-        return _Model.version if self._host_request is not None else self._model_version
+        return _Model.version if self._served else self._model_version
 
     def timeout(self):
         return self._timeout
 
     def _parameter_dict(self):
         if self._parameters is None:
-            self._parameters = _host.parameters_from_wit(self._host_request.parameters())
+            self._parameters = _host.parameters_from_wit(self._handle().parameters())
         return self._parameters
 
     def parameters(self):
@@ -272,10 +308,10 @@ class InferenceRequest:
         return json.dumps(self._parameter_dict())
 
     def get_response_sender(self):
-        if self._host_request is None:
+        if not self._served:
             raise TritonModelException("a BLS request has no response sender")
         if self._sender is None:
-            self._sender = InferenceResponseSender(self._host_request)
+            self._sender = InferenceResponseSender(self._handle())
         return self._sender
 
     def is_cancelled(self):

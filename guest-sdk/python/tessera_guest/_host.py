@@ -106,11 +106,19 @@ def set_outputs(requests, outputs):
 
 
 if AVAILABLE:
-    answer_outputs = wit_types.Answer_Outputs
+    # `answer.outputs(pack)` is made as `object.__new__(ANSWER_OUTPUTS)` plus its `value`
+    # (app._answers): the dataclass's `__init__` is an interpreted call per request.
+    ANSWER_OUTPUTS = wit_types.Answer_Outputs
     answer_error = wit_types.Answer_Error
     ANSWER_GIVEN = wit_types.Answer_Given()  # no fields: one object serves every answer
 else:
-    answer_outputs = answer_error = ANSWER_GIVEN = None
+    ANSWER_OUTPUTS = answer_error = ANSWER_GIVEN = None
+
+
+def request_at(position):
+    """The handle of the request at `position` of the current execute-by-value call (None if
+    the host has none to give)."""
+    return wit_types.Request.at(position)
 
 
 def give_tensors(requests, tensors):

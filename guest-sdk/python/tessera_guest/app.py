@@ -13,7 +13,7 @@ import traceback
 
 # _aio (and asyncio) are imported here, at build time: componentize-py bundles only the modules
 # imported while it pre-initializes the guest.
-from . import _aio, _api, _dtypes, _host
+from . import _aio, _api, _dtypes, _host, _pack
 from ._errors import TritonError, TritonModelException
 
 import model as _user_model  # noqa: E402  the user's model.py (the build puts it on the path)
@@ -143,10 +143,11 @@ class WitWorld(_WitWorldProtocol):
             return []
         return _lower_responses(requests, responses)
 
-    def execute_by_value(self, requests, inputs):
-        """The export the host calls (world `model-by-value`): the small inputs come with the
-        call, and each answer holds the outputs computed, by value."""
-        reqs, responses = _run(requests, inputs)
+    def execute_by_value(self, requests):
+        """The export the host calls (world `model-by-value`): each request comes as a tensor
+        pack of its inputs (small ones with their bytes) and no handle, and each answer holds the
+        outputs computed, packed."""
+        reqs, responses = _run(requests, by_value=True)
         if responses.__class__ is _host.Err:
             error = _host.answer_error(responses.value)
             # a decoupled request that already sent its final response keeps it as its end
@@ -158,7 +159,7 @@ class WitWorld(_WitWorldProtocol):
                        "InferenceResponse per request")
             _api._log(message, _api.LogLevel.ERROR)
             return [_host.answer_error(_host.wit_error(TritonError.INTERNAL, message))] * len(reqs)
-        return _answers(requests, responses)
+        return _answers(reqs, responses)
 
     def finalize(self):
         fin = getattr(_State.model, "finalize", None)
@@ -175,22 +176,31 @@ class WitWorld(_WitWorldProtocol):
                 pass
 
 
-def _run(requests, inputs=None):
-    """The user's execute() on `requests` (host handles): the InferenceRequest objects and its
-    responses, one per request (None if it returned None), or an Err for the whole batch.
-    `inputs`: each request's `input-tuple`s, if the host passed them (else they are read with one
-    `request.read-inputs`)."""
+def _run(requests, by_value=False):
+    """The user's execute() on `requests`: the InferenceRequest objects and its responses, one
+    per request (None if it returned None), or an Err for the whole batch. `requests`: host
+    handles (`execute`, whose inputs are read with one `request.read-inputs`), or `by_value`,
+    tensor packs of each request's inputs."""
     n = len(requests)
-    reqs = [_api.InferenceRequest._from_host(r) for r in requests]
+    try:
+        if by_value:
+            from_pack = _api.InferenceRequest._from_pack
+            reqs = [from_pack(i, pack) for i, pack in enumerate(requests)]
+        else:
+            reqs = [_api.InferenceRequest._from_host(r) for r in requests]
+            if n and _host.AVAILABLE:
+                inputs = [[(d.name, d.datatype, d.shape, d.data) for d in given]
+                          for given in _host.read_inputs(requests)]
+                for req, given in zip(reqs, inputs):
+                    req._prefetch(given)
+    except BaseException as e:  # noqa: BLE001  a pack the SDK cannot read: the host's bug
+        _log_exception("reading the requests")
+        code, message = _error_of(e)
+        blank = _api.InferenceRequest.__new__
+        return [blank(_api.InferenceRequest) for _ in range(n)], _host.Err(_host.wit_error(code, message))
     try:
         if _State.model is None:
             raise TritonError("execute() before a successful initialize()", TritonError.UNAVAILABLE)
-        if n and _host.AVAILABLE:
-            if inputs is None:  # `execute`: one request.read-inputs call, its records as tuples
-                inputs = [[(d.name, d.datatype, d.shape, d.data) for d in given]
-                          for given in _host.read_inputs(requests)]
-            for req, given in zip(reqs, inputs):
-                req._prefetch(given)
         responses = _await_if_coroutine(_State.model.execute(reqs))
     except BaseException as e:  # noqa: BLE001
         _log_exception("execute")
@@ -206,29 +216,71 @@ def _run(requests, inputs=None):
     return reqs, responses
 
 
-def _answers(requests, responses):
-    """execute-by-value's answers: each response's computed outputs by value (`output-data`
-    tuples), `given` for one with none. Host tensors passed on (inputs above 4 KiB, BLS outputs)
-    go first, the whole batch's in one `request.give-tensors` call, which moves no bytes and
-    takes no request that has none. No answer holds an empty list."""
+def _answers(reqs, responses):
+    """execute-by-value's answers: each response's computed outputs as one tensor pack (a
+    latin-1 string), `given` for one with none. Host tensors passed on (inputs above 4 KiB, BLS
+    outputs) go first, the whole batch's in one `request.give-tensors` call, which moves no bytes
+    and takes no request that has none. No answer holds an empty list."""
     answers = []
     handed = ([], [], [])  # requests with host tensors to give, those tensors, their positions
+    new, outputs, given_only = object.__new__, _host.ANSWER_OUTPUTS, _host.ANSWER_GIVEN
     for i, resp in enumerate(responses):
-        lowered = _lower_response(resp, by_value=True)
+        lowered = _pack_response(resp)
         if lowered.__class__ is _host.Err:
             answers.append(_host.answer_error(lowered.value))
             continue
-        handles, data = lowered
+        handles, packed = lowered
         if handles:
-            handed[0].append(requests[i])
+            try:
+                handed[0].append(reqs[i]._handle())
+            except BaseException as e:  # noqa: BLE001
+                code, message = _error_of(e)
+                answers.append(_host.answer_error(_host.wit_error(code, message)))
+                continue
             handed[1].append(handles)
             handed[2].append(i)
-        answers.append(_host.answer_outputs(data) if data else _host.ANSWER_GIVEN)
+        if packed is None:
+            answers.append(given_only)
+            continue
+        answer = new(outputs)  # answer.outputs(packed), without the dataclass's interpreted __init__
+        answer.value = packed
+        answers.append(answer)
     if handed[0]:
         for i, given in zip(handed[2], _host.give_tensors(handed[0], handed[1])):
             if given.__class__ is _host.Err:
                 answers[i] = _host.answer_error(given.value)
     return answers
+
+
+def _pack_response(resp):
+    """(host tensor handles, a tensor pack of the computed outputs or None) of one response, or
+    its error as an Err."""
+    if resp.__class__ is not _api.InferenceResponse and not isinstance(resp, _api.InferenceResponse):
+        return _lower_response(resp)  # an Err that says what it is
+    if resp._error is not None:
+        e = resp._error
+        return _host.Err(_host.wit_error(e.code(), e.message()))
+    try:
+        handles = []
+        header = []
+        datas = []
+        entry = _pack.entry
+        for t in resp._outputs:
+            if t._handle is not None:  # a host tensor passed on: its own datatype and shape
+                handles.append(t._lower_owned())
+                continue
+            if not (t._explicit_dtype and t._explicit_shape):
+                cfg = _State.outputs.get(t._name)
+                if cfg is not None:
+                    t._conform(cfg[0], cfg[1])
+            raw = t._raw
+            header.append(entry(t._name, t._dtype, t._shape, len(raw)))
+            datas.append(raw)
+        return handles, (_pack.join(header, datas) if header else None)
+    except BaseException as e:  # noqa: BLE001
+        _log_exception("building the response")
+        code, message = _error_of(e)
+        return _host.Err(_host.wit_error(code, message))
 
 
 def _lower_responses(requests, responses):
@@ -259,9 +311,9 @@ def _lower_responses(requests, responses):
     return results
 
 
-def _lower_response(resp, by_value=False):
-    """(host tensor handles, `output-data` tuples) of one response, or its error as an Err.
-    For `execute` (not `by_value`) a response of computed outputs only has one as a handle."""
+def _lower_response(resp):
+    """(host tensor handles, `output-data` tuples) of one response for `execute`, or its error
+    as an Err. A response of computed outputs only has one as a handle."""
     if not isinstance(resp, _api.InferenceResponse):
         if isinstance(resp, BaseException):
             code, message = _error_of(resp)
@@ -288,7 +340,7 @@ def _lower_response(resp, by_value=False):
             # bytes a latin-1 string (componentize-py frees a string argument, not a bytes one)
             dt = _DT_CACHE.get(t._dtype) or _host.wit_datatype(t._dtype)
             data.append((t._name, dt, t._shape, t._raw.decode("latin-1")))
-        if data and not handles and not by_value:
+        if data and not handles:
             # One output goes back as a handle: componentize-py 0.25.1 leaks 16 bytes of guest
             # memory for every empty list it lowers (its cabi_realloc allocates for a zero
             # size, which is never freed), and an `ok` with no handles is an empty list.

@@ -75,6 +75,56 @@ class GuestError(Exception):
         self.message = message
 
 
+def pack(tensors, max_bytes=None, budget=None):
+    """A tensor pack (wit/model.wit, `execute-by-value`) of `tensors`: each with its bytes if
+    it has at most `max_bytes` (None: any) while `budget` (a one-item list of bytes left) lasts.
+    Written here from the WIT text, not shared with the SDK, so each checks the other."""
+    header, data = [struct.pack("<I", len(tensors))], []
+    for t in tensors:
+        name = t.name.encode()
+        carried = (max_bytes is None or len(t.data) <= max_bytes) and (budget is None or len(t.data) <= budget[0])
+        if carried and budget is not None:
+            budget[0] -= len(t.data)
+        header.append(struct.pack("<I", len(name)) + name
+                      + struct.pack("<BI%dq" % len(t.shape), _DT.index(t.datatype.lower()), len(t.shape), *t.shape)
+                      + struct.pack("<I", len(t.data) if carried else 0xFFFFFFFF))
+        if carried:
+            data.append(t.data)
+    header = b"".join(header)
+    return struct.pack("<I", len(header)) + header + b"".join(data)
+
+
+def unpack(blob):
+    """The tensors (T) of a pack, or a message saying why it is malformed (as the host refuses
+    it)."""
+    try:
+        (size,) = struct.unpack_from("<I", blob)
+        (count,) = struct.unpack_from("<I", blob, 4)
+        pos, entries = 8, []
+        for _ in range(count):
+            (n,) = struct.unpack_from("<I", blob, pos)
+            name = blob[pos + 4:pos + 4 + n].decode()
+            pos += 4 + n
+            dt, rank = struct.unpack_from("<BI", blob, pos)
+            pos += 5
+            shape = list(struct.unpack_from("<%dq" % rank, blob, pos))
+            pos += 8 * rank
+            (nbytes,) = struct.unpack_from("<I", blob, pos)
+            pos += 4
+            entries.append((name, _DT[dt].upper(), shape, nbytes))
+        if pos != 4 + size:
+            return "entries end at %d, header-size says %d" % (pos, 4 + size)
+        out = []
+        for name, dt, shape, nbytes in entries:
+            out.append(T(name, dt, shape, blob[pos:pos + nbytes]))
+            pos += nbytes
+        if pos != len(blob):
+            return "%d bytes of data, %d follow the header" % (pos - 4 - size, len(blob) - 4 - size)
+        return out
+    except (struct.error, UnicodeDecodeError, IndexError) as e:
+        return str(e)
+
+
 def _rec(**fields):
     r = cm.Record()
     for k, v in fields.items():
@@ -101,6 +151,7 @@ class MockHost:
         self.bls_calls = []
         self.decoupled = False  # set it to answer set-outputs as the host does a decoupled model
         self._call_requests = []
+        self._pending = []  # execute-by-value's requests until request.at takes them
         self._given = []
         self._given_tensors = []
         # `ok` results with no handle: empty lists, which componentize-py 0.25.1 leaks 16 bytes
@@ -274,6 +325,13 @@ class MockHost:
                 results.append(refused)
             return results
 
+        def at(position):
+            if position >= len(self._pending) or self._pending[position] is None:
+                return None
+            req, self._pending[position] = self._pending[position], None
+            return self._own(req, REQUEST)
+
+        li.add_func("[static]request.at", w("request.at", at))
         li.add_func("[static]request.read-inputs", w("request.read-inputs", read_inputs))
         li.add_func("[static]request.give-tensors", w("request.give-tensors", give_tensors))
         li.add_func("[static]request.set-outputs", w("request.set-outputs", set_outputs))
@@ -385,9 +443,8 @@ class MockHost:
         li.add_func("infer-stream", w("infer-stream", infer_stream))
         li.add_func("[method]response-stream.next", w("response-stream.next", nxt))
 
-    def _input_rows(self, reqs, max_bytes, as_tuples=False):
-        """Each request's inputs as `input-data` records, as request.read-inputs returns them, or
-        as `input-tuple`s, as execute-by-value takes them."""
+    def _input_rows(self, reqs, max_bytes):
+        """Each request's inputs as `input-data` records, as request.read-inputs returns them."""
         out = []
         budget = 1 << 20  # the host's READ_INPUTS_MAX_TOTAL
         for req in reqs:
@@ -398,10 +455,7 @@ class MockHost:
                     data = t.data
                     budget -= len(t.data)
                     self.bytes_to_guest += len(t.data)
-                if as_tuples:
-                    row.append((t.name, t.datatype.lower(), list(t.shape), data))
-                else:
-                    row.append(_rec(name=t.name, datatype=t.datatype.lower(), shape=list(t.shape), data=data))
+                row.append(_rec(name=t.name, datatype=t.datatype.lower(), shape=list(t.shape), data=data))
             out.append(row)
         return out
 
@@ -428,17 +482,24 @@ class MockHost:
         """One result per request: a list of T, or a GuestError. Calls `execute-by-value` when
         the component exports it, as the host does, unless `export` names the export."""
         export = export or ("execute-by-value" if self._f["execute-by-value"] else "execute")
-        handles = [self._own(r, REQUEST) for r in requests]
         self._call_requests = list(requests)
         self._given = [[] for _ in requests]
         self._given_tensors = [[] for _ in requests]
-        # execute-by-value gets each request's inputs up to 4 KiB with the call, as from the host
-        args = (handles, self._input_rows(requests, 4096, as_tuples=True)) if export == "execute-by-value" else (handles,)
+        if export == "execute-by-value":
+            # each request as a pack of its inputs, up to 4 KiB each with their bytes while the
+            # call's 1 MiB lasts, and no handle until the guest asks (request.at)
+            budget = [1 << 20]
+            packs = [pack(r.inputs, 4096, budget) for r in requests]
+            self.bytes_to_guest += (1 << 20) - budget[0]
+            self._pending = list(requests)
+            args = (packs,)
+        else:
+            args = ([self._own(r, REQUEST) for r in requests],)
         try:
             results = self._call(export, *args)
         finally:
             given = [a + b for a, b in zip(self._given, self._given_tensors)]
-            self._given, self._given_tensors, self._call_requests = [], [], []
+            self._given, self._given_tensors, self._call_requests, self._pending = [], [], [], []
         out = []
         for i, r in enumerate(results):
             had = given[i] if i < len(given) else []
@@ -454,17 +515,20 @@ class MockHost:
 
     def _answered(self, answer, given):
         """A request's outputs (or GuestError) from its execute-by-value answer, which
-        wasmtime-py gives as the case's payload: a list (`outputs`), None (`given`) or a record
-        (`error`)."""
+        wasmtime-py gives as the case's payload: a string (`outputs`, a pack), None (`given`) or
+        a record (`error`)."""
         if answer is None:
             return list(given)
-        if not isinstance(answer, list):
+        if not isinstance(answer, str):
             return GuestError(answer.code, answer.message)
-        if not answer:  # the SDK answers `given` instead: an empty list leaks in the guest
+        unpacked = unpack(answer.encode("latin-1"))
+        if isinstance(unpacked, str):
+            return GuestError("invalid-arg", "malformed tensor pack: " + unpacked)
+        if not unpacked:  # the SDK answers `given` instead
             self.empty_results += 1
         outputs = list(given)
-        for name, dt, shape, text in answer:
-            t = self._create_latin1(name, dt, shape, text)
+        for o in unpacked:
+            t = self._create_latin1(o.name, o.datatype.lower(), o.shape, o.data.decode("latin-1"))
             if not isinstance(t, cm.ResourceHost):  # the host checks each output and fails the request
                 return GuestError(t.code, t.message)
             outputs.append(self._take(t))

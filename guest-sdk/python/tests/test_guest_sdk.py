@@ -113,10 +113,11 @@ def test_add_sub_example(add_sub_wasm, engine):
             assert by["OUTPUT0"].values() == [x + 0.5 for x in a]
             assert by["OUTPUT1"].values() == [x - 0.5 for x in a]
 
-    # execute-by-value, which the host calls: the small inputs come with the call and the
-    # outputs go back in the answers, by value: no host call but the requests' drops
+    # execute-by-value, which the host calls: each request's inputs come packed with the call
+    # and its outputs go back packed in its answer: no host call at all, and no request handle
+    # to make or drop
     check(host.execute(batch))
-    assert host.calls == {"drop": 3}
+    assert host.calls == {}
     assert host.answered_by_value == 3
     # `execute`, for hosts without execute-by-value: the same outputs, but one of each
     # response's goes as a handle, since an `ok` with no handle is an empty list, which
@@ -250,6 +251,9 @@ def test_request_metadata(probe):
     (outs,) = probe.execute([r])
     info = json.loads(outs[0].values()[0])
     assert info["id"] == "r-1" and info["requested"] == ["A", "B"] and info["model"] == "probe"
+    # execute-by-value passes no request handle: the SDK took this one (request.at) when the
+    # model first asked for more than its inputs, and once only
+    assert probe.calls.get("request.at") == 1
     assert info["params"] == {"op": "meta", "n": 5, "f": True, "d": 0.5}
     assert info["args"] == sorted(["model_config", "model_instance_kind", "model_instance_name",
                                    "model_instance_device_id", "model_repository",

@@ -97,6 +97,12 @@ pub struct GuestState {
     given_tensors: Option<Vec<Vec<HostTensor>>>,
     /// Whether the current `execute` call is a decoupled model's.
     decoupled_call: bool,
+    /// The requests of the current `execute-by-value` call, by position, until `request.at`
+    /// gives the guest a handle to one (most requests never get one: a handle costs a Python
+    /// guest microseconds to make and to drop).
+    pub(super) pending_requests: Vec<Option<HostRequest>>,
+    /// The table entries of the requests `request.at` gave out during the current call.
+    pub(super) taken_requests: Vec<u32>,
     /// Bytes the host holds on the guest's behalf ([`held_limit`]): tensors it created or got
     /// from BLS calls (wasi:nn's too) and still has handles to, and outputs given by value until
     /// `execute` returns.
@@ -172,6 +178,8 @@ impl GuestState {
             given_outputs: None,
             given_tensors: None,
             decoupled_call: false,
+            pending_requests: Vec::new(),
+            taken_requests: Vec::new(),
             held_bytes: 0,
         }
     }
@@ -489,6 +497,15 @@ impl wit::HostRequest for GuestState {
         Ok(results)
     }
 
+    fn at(&mut self, position: u32) -> wasmtime::Result<Option<Resource<HostRequest>>> {
+        let Some(request) = self.pending_requests.get_mut(position as usize).and_then(Option::take) else {
+            return Ok(None);
+        };
+        let handle = self.table.push(request).map_err(table_error)?;
+        self.taken_requests.push(handle.rep());
+        Ok(Some(handle))
+    }
+
     fn requested_outputs(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<Vec<String>> {
         Ok(self.table.get(&handle).map_err(table_error)?.outputs.clone())
     }
@@ -563,9 +580,9 @@ fn one_list_each(requests: &[Resource<HostRequest>], lists: usize, what: &str, c
 /// small inputs cannot take a guest's memory in one call.
 pub(super) const READ_INPUTS_MAX_TOTAL: usize = 1 << 20;
 
-/// The most bytes of one input `execute-by-value` passes with the call (`max-bytes` of
-/// `request.read-inputs`); larger ones come without their bytes.
-pub(super) const BY_VALUE_INPUT_BYTES: u64 = 4 << 10;
+/// The most bytes of one input `execute-by-value` passes with the call (as `request.read-inputs`
+/// with a `max-bytes` of 4 KiB); larger ones come without their bytes.
+pub(super) const BY_VALUE_INPUT_BYTES: usize = 4 << 10;
 
 /// A request's inputs as `input-data` records: each up to `max_bytes` with its bytes while
 /// `budget` (bytes of the whole call, [`READ_INPUTS_MAX_TOTAL`]) lasts, the others without.
@@ -588,8 +605,7 @@ pub(super) fn input_data(inputs: &[Tensor], max_bytes: u64, budget: &mut usize) 
         .collect()
 }
 
-/// An output given by value (`request.set-outputs`, `execute-by-value`'s answer), checked as
-/// `tensor.create-latin1` checks.
+/// An output given by value with `request.set-outputs`, checked as `tensor.create-latin1` checks.
 pub(super) fn output_from_wit(output: wit::OutputData) -> CoreResult<Tensor> {
     let (name, datatype, shape, data_latin1) = output;
     let Some(bytes) = latin1_bytes(&data_latin1) else {
@@ -602,7 +618,7 @@ pub(super) fn output_from_wit(output: wit::OutputData) -> CoreResult<Tensor> {
 
 /// The bytes a latin-1 string stands for (each character one byte), or `None` if a character is
 /// above U+00FF. ASCII text is its own bytes.
-fn latin1_bytes(text: &str) -> Option<Vec<u8>> {
+pub(super) fn latin1_bytes(text: &str) -> Option<Vec<u8>> {
     if text.is_ascii() {
         return Some(text.as_bytes().to_vec());
     }
@@ -1071,6 +1087,36 @@ pub(super) mod tests {
         let again = s.set_outputs(vec![borrow()], vec![vec![output("X", "c")]]).expect("no trap");
         assert!(again[0].is_err(), "a later call cannot give the same name again");
         assert_eq!(s.end_execute()[0].len(), 1);
+    }
+
+    #[test]
+    fn request_at_gives_each_pending_request_of_the_call_once() {
+        let mut s = state(shared(AllowList::Nothing, None));
+        let call = s.begin_execute(2, false);
+        for position in 0..2 {
+            s.pending_requests.push(Some(HostRequest {
+                id: format!("r{position}"),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                parameters: Parameters::default(),
+                responder: Arc::new(Mutex::new(None)),
+                call,
+                position,
+            }));
+        }
+        let second = s.at(1).expect("no trap").expect("the second request");
+        assert_eq!(s.id(Resource::new_borrow(second.rep())).expect("id"), "r1");
+        assert!(s.at(1).expect("no trap").is_none(), "a handle is given once per call");
+        assert!(s.at(2).expect("no trap").is_none(), "past the batch");
+        assert_eq!(s.taken_requests, vec![second.rep()]);
+        // what it is given lands at its position in the batch
+        let given = s.set_outputs(vec![Resource::new_borrow(second.rep())], vec![vec![output("X", "a")]]);
+        assert!(given.expect("no trap")[0].is_ok());
+        let outputs = s.end_execute();
+        assert_eq!((outputs[0].len(), outputs[1].len()), (0, 1));
+        // outside an execute-by-value call there is nothing to take
+        s.pending_requests.clear();
+        assert!(s.at(0).expect("no trap").is_none());
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use wasmtime::component::{Linker, Resource, TypedFunc};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
@@ -14,10 +15,11 @@ use super::engine::EPOCH_TICK;
 use super::engine::{CompileCache, Prepared};
 use super::host::{
     BY_VALUE_INPUT_BYTES, GuestShared, GuestState, HostRequest, HostTensor, READ_INPUTS_MAX_TOTAL, SharedResponder,
-    input_data, named_twice, output_from_wit,
+    latin1_bytes, named_twice,
 };
 use super::live::{LiveSet, Slot};
 use super::outlet::Outlet;
+use super::pack;
 use super::sandbox::{GuestLimiter, Sandbox};
 use super::{bindings, wit};
 use crate::backend::{ExecRequest, ModelInstance};
@@ -35,9 +37,11 @@ pub(super) struct Live {
     _component: Prepared,
 }
 
-/// `execute-by-value: func(requests: list<request>, inputs: list<list<input-tuple>>) -> list<answer>`.
-type ExecuteByValue =
-    TypedFunc<(&'static [Resource<HostRequest>], &'static [Vec<wit::InputTuple>]), (Vec<wit::Answer>,)>;
+/// `execute-by-value: func(requests: list<list<u8>>) -> list<answer>`: each request as a tensor
+/// pack of its inputs ([`super::pack`]). A component built against an earlier `model-by-value`
+/// (whose export took handles and tuples) does not match this type and is called through
+/// `execute`.
+type ExecuteByValue = TypedFunc<(&'static [Vec<u8>],), (Vec<wit::Answer>,)>;
 
 /// What `execute` or `execute-by-value` returned.
 enum Returned {
@@ -230,38 +234,35 @@ impl WasmInstance {
         };
         let count = batch.len();
         let call = live.store.data_mut().begin_execute(count, self.decoupled);
-        // `execute-by-value` takes the small inputs with the call (what `request.read-inputs`
-        // would give with a `max-bytes` of 4 KiB).
+        // `execute-by-value` takes each request's inputs as a pack, small ones with their bytes, and
+        // no handles: the guest asks for a request's handle (`request.at`) when it needs one.
+        let by_value = live.by_value.is_some();
         let mut budget = READ_INPUTS_MAX_TOTAL;
-        let inputs: Vec<Vec<wit::InputTuple>> = match live.by_value {
-            Some(_) => batch
-                .iter()
-                .map(|r| {
-                    let inputs = input_data(&r.inputs, BY_VALUE_INPUT_BYTES, &mut budget);
-                    inputs.into_iter().map(|d| (d.name, d.datatype, d.shape, d.data)).collect()
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        let mut handles = Vec::with_capacity(count);
+        let mut packs = Vec::with_capacity(if by_value { count } else { 0 });
+        let mut handles = Vec::with_capacity(if by_value { 0 } else { count });
         for (position, request) in batch.into_iter().enumerate() {
+            if by_value {
+                packs.push(pack::pack_inputs(&request.inputs, BY_VALUE_INPUT_BYTES, &mut budget));
+            }
             let responder: SharedResponder = Arc::new(Mutex::new(request.responder.map(Outlet::new)));
-            live.store.data_mut().call_responders.push(Arc::clone(&responder));
-            let resource = live
-                .store
-                .data_mut()
-                .table
-                .push(HostRequest {
-                    id: request.id.unwrap_or_default(),
-                    inputs: request.inputs,
-                    outputs: request.outputs,
-                    parameters: request.parameters,
-                    responder,
-                    call,
-                    position,
-                })
-                .map_err(|e| CoreError::internal(format!("resource table: {e}")))?;
-            handles.push(resource);
+            let state = live.store.data_mut();
+            state.call_responders.push(Arc::clone(&responder));
+            let request = HostRequest {
+                id: request.id.unwrap_or_default(),
+                inputs: request.inputs,
+                outputs: request.outputs,
+                parameters: request.parameters,
+                responder,
+                call,
+                position,
+            };
+            if by_value {
+                state.pending_requests.push(Some(request));
+            } else {
+                let resource =
+                    state.table.push(request).map_err(|e| CoreError::internal(format!("resource table: {e}")))?;
+                handles.push(resource);
+            }
         }
         live.store.data_mut().last_log.clear();
         live.store.data_mut().bls_cpu = Duration::ZERO;
@@ -269,9 +270,7 @@ impl WasmInstance {
         live.store.data_mut().execute_deadline = Some(Instant::now() + self.sandbox.max_execute);
         live.store.set_epoch_deadline(ticks.min(HAND_OFF_TICKS));
         let called = match live.by_value {
-            Some(execute) => {
-                execute.call(&mut live.store, (&handles, &inputs)).map(|(answers,)| Returned::ByValue(answers))
-            }
+            Some(execute) => execute.call(&mut live.store, (&packs,)).map(|(answers,)| Returned::ByValue(answers)),
             None => live.model.call_execute(&mut live.store, &handles).map(Returned::Handles),
         };
         live.store.data_mut().execute_deadline = None;
@@ -286,8 +285,13 @@ impl WasmInstance {
         }
         // A request handle the guest kept past its call keeps nothing of the caller's: its inputs
         // would otherwise stay in the server for as long as the instance lives.
-        for handle in &handles {
-            if let Ok(request) = live.store.data_mut().table.get_mut(handle) {
+        let state = live.store.data_mut();
+        state.pending_requests.clear();
+        let taken = std::mem::take(&mut state.taken_requests).into_iter().map(Resource::<HostRequest>::new_borrow);
+        for handle in handles.iter().map(|h| Resource::<HostRequest>::new_borrow(h.rep())).chain(taken) {
+            if let Ok(request) = state.table.get_mut(&handle)
+                && request.call == call
+            {
                 request.inputs = Vec::new();
                 request.parameters = Default::default();
             }
@@ -376,10 +380,14 @@ impl WasmInstance {
                     "decoupled model '{}' answered with outputs; it must send them through response senders",
                     self.shared.model_name
                 ))),
-                Some(wit::Answer::Outputs(outputs)) => {
-                    for output in outputs {
-                        given.push(output_from_wit(output)?);
-                    }
+                Some(wit::Answer::Outputs(pack)) => {
+                    let Some(bytes) = latin1_bytes(&pack) else {
+                        return Err(CoreError::invalid_arg(
+                            "execute-by-value: an answer's outputs hold a character above U+00FF, \
+                             which is not one byte",
+                        ));
+                    };
+                    given.extend(pack::unpack_outputs(Bytes::from(bytes))?);
                     match named_twice(given.iter(), "execute-by-value") {
                         Some(e) => Err(e),
                         None => Ok(given),

@@ -35,6 +35,7 @@ mod instance;
 mod live;
 mod nn;
 mod outlet;
+pub(crate) mod pack;
 mod sandbox;
 
 use std::path::{Path, PathBuf};
