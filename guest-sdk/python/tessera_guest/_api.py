@@ -18,6 +18,7 @@ class _Model:
     """What the glue learned at initialize(): the served model's name and version."""
     name = ""
     version = ""
+    call = 0  # the number of the current execute-by-value call (request.at's positions are its)
 
 
 def _as_triton_error(err):
@@ -158,6 +159,7 @@ class InferenceRequest:
     # All immutable; `__init__` sets every one on the instance.
     _host_request = None  # its handle, once it has one
     _position = None  # an execute-by-value request's position in its batch (request.at)
+    _call = 0  # ... and the number of that call (_Model.call)
     _served = False  # handed to execute() (not a BLS request the model built)
     _model_name = None  # for one handed to execute(): the served model's (model_name())
     _model_version = -1
@@ -206,6 +208,7 @@ class InferenceRequest:
         pack: no handle until one is needed (`_handle`)."""
         r = cls.__new__(cls)
         r._position = position
+        r._call = _Model.call
         r._served = True
         by_name = {}
         ordered = []
@@ -227,10 +230,13 @@ class InferenceRequest:
         """The host's handle of a request handed to execute(), taken when first needed."""
         h = self._host_request
         if h is None and self._position is not None:
-            h = self._host_request = _host.request_at(self._position)
+            # a position is only the current call's: a request kept from an earlier call would
+            # get another request's handle
+            h = None if self._call != _Model.call else _host.request_at(self._position)
             if h is None:
                 raise TritonModelException(
                     "this request's execute() call has returned: the host no longer has it")
+            self._host_request = h
         return h
 
     def _prefetch(self, inputs):

@@ -184,6 +184,7 @@ def _run(requests, by_value=False):
     n = len(requests)
     try:
         if by_value:
+            _api._Model.call += 1
             from_pack = _api.InferenceRequest._from_pack
             reqs = [from_pack(i, pack) for i, pack in enumerate(requests)]
         else:

@@ -260,6 +260,14 @@ def test_request_metadata(probe):
                                    "model_version", "model_name"])
 
 
+def test_a_request_kept_past_its_call_gets_no_other_requests_handle(probe):
+    # execute-by-value passes positions, not handles: a request object kept from an earlier
+    # call must not take the handle of the request now at its position
+    probe.execute([req("keep")])
+    (outs,) = probe.execute([Req([], params={"op": "use_kept"}, id="someone-else")])
+    assert "call has returned" in outs[0].values()[0].decode()
+
+
 def test_logging(probe):
     probe.logs.clear()
     probe.execute([req("log")])

@@ -73,6 +73,20 @@ class TritonPythonModel:
             pb_utils.Tensor("COUNT", [x.element_count()], "INT64"),
         ])
 
+    def keep(self, request):
+        # keeps a request past its call that never took its handle (this probe's execute takes
+        # every request's, to read its op): a copy of it with no handle
+        self.kept = pb_utils.InferenceRequest.__new__(type(request))
+        self.kept._position, self.kept._call, self.kept._served = 0, request._call, True
+        return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", ["kept"], "BYTES")])
+
+    def use_kept(self, request):
+        try:
+            answer = "id " + self.kept.request_id()
+        except pb_utils.TritonModelException as e:
+            answer = e.message()
+        return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", [answer], "BYTES")])
+
     def error(self, request):
         return pb_utils.InferenceResponse(
             error=pb_utils.TritonError("bad input", pb_utils.TritonError.INVALID_ARG))
