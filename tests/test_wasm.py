@@ -489,7 +489,8 @@ class TritonPythonModel:
             elif op in ("keep", "kept"):  # keep this request past its call / ask the kept one
                 if op == "keep":
                     KEPT.append(request)
-                answer = "OK:%d" % len(KEPT[-1]._host_request.inputs()) if KEPT else "ERR:none kept"
+                # its host handle (`request.at` takes it during the call; the kept one keeps it)
+                answer = "OK:%d" % len(KEPT[-1]._handle().inputs()) if KEPT else "ERR:none kept"
                 out = pb_utils.Tensor("RESULT", [answer.encode()], "BYTES", shape=[1])
             else:
                 result = probe(op, text(request, "ARG"))
