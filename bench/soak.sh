@@ -13,6 +13,9 @@
 #
 # Env: MODEL=add_sub_python CONCURRENCY=16 SECS=600 SAMPLE_S=10 TESSERA_BIN=target/release/tessera
 #      ORT_DYLIB_PATH (default: the one scripts/setup-python.sh installs)
+#      COLD=1: start with an empty Wasm compile cache, so every guest compiles at start (after
+#      a cold compile RSS grows, docs/benchmarks.md, issue 15 fifteenth round); default: the
+#      server's usual cache, warm once any server compiled these guests)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -40,6 +43,10 @@ cleanup() {
   if [ -n "$SERVER_PID" ]; then kill -TERM "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
+if [ "${COLD:-0}" = 1 ]; then
+  export TESSERA_WASM_CACHE_DIR=$OUT_DIR/wasm-cache
+  log "cold start: compile cache $TESSERA_WASM_CACHE_DIR"
+fi
 "$TESSERA_BIN" serve --model-repository model-repos/quickstart --http-address 127.0.0.1 --http-port $HTTP \
   --grpc-address 127.0.0.1 --grpc-port $((HTTP + 1)) --metrics-port $((HTTP + 2)) --exit-on-error=false \
   </dev/null >"$OUT_DIR/server.log" 2>&1 &
