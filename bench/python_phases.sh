@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Where a Python guest's request goes, in-process, in batches: three probe guests and
+# Where a Python guest's request goes, in-process, in batches: two probe guests and
 # add_sub_python, each with a dynamic batcher that waits for 8 requests
 # (`max_queue_delay_microseconds: 2000`, `preferred_batch_size: [ 8 ]`), run by
 # `cargo bench --bench guest_call` with 8 requests in flight (CONCURRENCY=8):
 #   p0_prebuilt      returns prebuilt responses and reads nothing: the SDK's and the host's
 #                    share of a request (the pack in, the answer out, the call)
 #   p1_reads_inputs  p0 plus both inputs as lists (get_input_tensor_by_name, as_list)
-#   p2_add_sub       add_sub's own work: the two list comprehensions, two Tensors, a response
-#   add_sub_python   the example guest (p2's work, as Triton's example writes it)
+#   add_sub_python   the example guest: p1 plus add_sub's own work (two list comprehensions,
+#                    two Tensors, a response)
 # Prints guest_call's table: CPU µs per request, a batch's share (docs/benchmarks.md, issue 15,
 # fifteenth round). Needs the release bench build and componentize-py (scripts/setup.sh).
 #
@@ -23,7 +23,7 @@ config() {
     -e "s/^dynamic_batching { }/dynamic_batching { max_queue_delay_microseconds: 2000 preferred_batch_size: [ $CONCURRENCY ] }/" \
     model-repos/quickstart/add_sub_python/config.pbtxt >"$REPO/$1/config.pbtxt"
 }
-for probe in p0_prebuilt p1_reads_inputs p2_add_sub add_sub_python; do
+for probe in p0_prebuilt p1_reads_inputs add_sub_python; do
   mkdir -p "$REPO/$probe/1"
   config "$probe"
   src=bench/python_phases/$probe.py
@@ -38,4 +38,4 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "guest_call" and m.get("executable"):
         print(m["executable"])')
 cd host
-REPO=$REPO CONCURRENCY=$CONCURRENCY MODELS=p0_prebuilt,p1_reads_inputs,p2_add_sub,add_sub_python "$bench" --bench
+REPO=$REPO CONCURRENCY=$CONCURRENCY MODELS=p0_prebuilt,p1_reads_inputs,add_sub_python "$bench" --bench

@@ -74,7 +74,7 @@ pub fn tensor_pack(data: &[u8]) {
     use crate::backend::wasm::pack;
     if let Ok(tensors) = pack::unpack_outputs(Bytes::copy_from_slice(data)) {
         let mut budget = usize::MAX;
-        assert_eq!(pack::pack_inputs(&tensors, usize::MAX, &mut budget), data, "a pack reads back as it was written");
+        assert_eq!(pack::pack_inputs(&tensors, u64::MAX, &mut budget), data, "a pack reads back as it was written");
     }
 }
 
@@ -181,8 +181,8 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
             ];
             let mut budget = usize::MAX;
             vec![
-                crate::backend::wasm::pack::pack_inputs(&outputs, usize::MAX, &mut budget),
-                crate::backend::wasm::pack::pack_inputs(&outputs[..1], usize::MAX, &mut budget),
+                crate::backend::wasm::pack::pack_inputs(&outputs, u64::MAX, &mut budget),
+                crate::backend::wasm::pack::pack_inputs(&outputs[..1], u64::MAX, &mut budget),
             ]
         }
         _ => Vec::new(),

@@ -210,6 +210,8 @@ class InferenceRequest:
         r._position = position
         r._call = _Model.call
         r._served = True
+        # `_prefetch`'s loop over the pack's entries in place: making its (name, datatype, shape,
+        # data) tuples first cost 0.24 µs more per request under native CPython (~0.7 in a guest)
         by_name = {}
         ordered = []
         complete = True

@@ -582,19 +582,25 @@ pub(super) const READ_INPUTS_MAX_TOTAL: usize = 1 << 20;
 
 /// The most bytes of one input `execute-by-value` passes with the call (as `request.read-inputs`
 /// with a `max-bytes` of 4 KiB); larger ones come without their bytes.
-pub(super) const BY_VALUE_INPUT_BYTES: usize = 4 << 10;
+pub(super) const BY_VALUE_INPUT_BYTES: u64 = 4 << 10;
 
-/// A request's inputs as `input-data` records: each up to `max_bytes` with its bytes while
-/// `budget` (bytes of the whole call, [`READ_INPUTS_MAX_TOTAL`]) lasts, the others without.
-pub(super) fn input_data(inputs: &[Tensor], max_bytes: u64, budget: &mut usize) -> Vec<wit::InputData> {
+/// Whether an input of `size` bytes goes to the guest with its bytes: at most `max_bytes`, and
+/// while `budget` (bytes of the whole call, [`READ_INPUTS_MAX_TOTAL`]) lasts, which it then takes.
+pub(super) fn copied_within(size: usize, max_bytes: u64, budget: &mut usize) -> bool {
+    let copy = size as u64 <= max_bytes && size <= *budget;
+    if copy {
+        *budget -= size;
+    }
+    copy
+}
+
+/// A request's inputs as `input-data` records: each with its bytes if [`copied_within`], the
+/// others without.
+fn input_data(inputs: &[Tensor], max_bytes: u64, budget: &mut usize) -> Vec<wit::InputData> {
     inputs
         .iter()
         .map(|t| {
-            let size = t.data.len();
-            let copy = size as u64 <= max_bytes && size <= *budget;
-            if copy {
-                *budget -= size;
-            }
+            let copy = copied_within(t.data.len(), max_bytes, budget);
             wit::InputData {
                 name: t.name.clone(),
                 datatype: datatype_to_wit(t.datatype),
@@ -606,7 +612,7 @@ pub(super) fn input_data(inputs: &[Tensor], max_bytes: u64, budget: &mut usize) 
 }
 
 /// An output given by value with `request.set-outputs`, checked as `tensor.create-latin1` checks.
-pub(super) fn output_from_wit(output: wit::OutputData) -> CoreResult<Tensor> {
+fn output_from_wit(output: wit::OutputData) -> CoreResult<Tensor> {
     let (name, datatype, shape, data_latin1) = output;
     let Some(bytes) = latin1_bytes(&data_latin1) else {
         return Err(CoreError::invalid_arg(format!(
@@ -876,20 +882,22 @@ pub(super) mod tests {
         assert_eq!(read[1][0].data.as_ref().map(Vec::len), Some(size));
     }
 
+    /// A request without inputs of `execute` call `call`, at `position` in its batch.
+    fn host_request(call: u64, position: usize) -> HostRequest {
+        HostRequest {
+            id: format!("r{position}"),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            parameters: Parameters::default(),
+            responder: Arc::new(Mutex::new(None)),
+            call,
+            position,
+        }
+    }
+
     /// A request of the current `execute` call at `position`.
     fn request_at(state: &mut GuestState, call: u64, position: usize) -> Resource<HostRequest> {
-        state
-            .table
-            .push(HostRequest {
-                id: format!("r{position}"),
-                inputs: Vec::new(),
-                outputs: Vec::new(),
-                parameters: Parameters::default(),
-                responder: Arc::new(Mutex::new(None)),
-                call,
-                position,
-            })
-            .expect("push request")
+        state.table.push(host_request(call, position)).expect("push request")
     }
 
     fn output(name: &str, data: &str) -> wit::OutputData {
@@ -1094,15 +1102,7 @@ pub(super) mod tests {
         let mut s = state(shared(AllowList::Nothing, None));
         let call = s.begin_execute(2, false);
         for position in 0..2 {
-            s.pending_requests.push(Some(HostRequest {
-                id: format!("r{position}"),
-                inputs: Vec::new(),
-                outputs: Vec::new(),
-                parameters: Parameters::default(),
-                responder: Arc::new(Mutex::new(None)),
-                call,
-                position,
-            }));
+            s.pending_requests.push(Some(host_request(call, position)));
         }
         let second = s.at(1).expect("no trap").expect("the second request");
         assert_eq!(s.id(Resource::new_borrow(second.rep())).expect("id"), "r1");

@@ -19,6 +19,7 @@
 
 use bytes::Bytes;
 
+use super::host::copied_within;
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::{DataType, Tensor};
 
@@ -26,8 +27,8 @@ use crate::tensor::{DataType, Tensor};
 pub(crate) const NOT_IN_PACK: u32 = u32::MAX;
 
 /// A request's inputs as a pack: each of up to `max_bytes` with its bytes while `budget` (bytes of
-/// the whole call) lasts, the others without.
-pub(crate) fn pack_inputs(inputs: &[Tensor], max_bytes: usize, budget: &mut usize) -> Vec<u8> {
+/// the whole call) lasts, as `request.read-inputs` copies them, the others without.
+pub(crate) fn pack_inputs(inputs: &[Tensor], max_bytes: u64, budget: &mut usize) -> Vec<u8> {
     let mut header = Vec::with_capacity(64);
     let mut data_size = 0;
     put_u32(&mut header, inputs.len());
@@ -35,9 +36,9 @@ pub(crate) fn pack_inputs(inputs: &[Tensor], max_bytes: usize, budget: &mut usiz
         .iter()
         .map(|t| {
             let size = t.data.len();
-            let carry = size <= max_bytes && size <= *budget && u32::try_from(size).is_ok_and(|s| s != NOT_IN_PACK);
+            // a byte-size must fit below NOT_IN_PACK (a 4 GiB input goes as a handle)
+            let carry = size < NOT_IN_PACK as usize && copied_within(size, max_bytes, budget);
             if carry {
-                *budget -= size;
                 data_size += size;
             }
             put_u32(&mut header, t.name.len());
