@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::backend::wasm::WasmOptions;
+use crate::backend::wasm::{Compiler, WasmOptions};
 use crate::grpc::{GrpcOptions, GrpcTls};
 use crate::http::ConnectionLimits;
 use crate::repository::ControlMode;
@@ -36,6 +36,13 @@ pub enum Command {
     /// Work with WebAssembly guests (models written as components).
     #[command(subcommand)]
     Guest(GuestCommand),
+    /// The server's compiler process: a component's bytes on stdin, the compiled artifact to
+    /// `--output` or stdout (see `backend/wasm/compile.rs`).
+    #[command(name = "compile-component", hide = true)]
+    CompileComponent {
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -296,6 +303,11 @@ pub struct ServeArgs {
     /// is needed).
     #[arg(long, env = "TESSERA_WASM_INSTANCE_IDLE_SECS", default_value_t = 0)]
     pub wasm_instance_idle_secs: u64,
+    /// Where `tessera serve` compiles WebAssembly components: `process`, a compiler process of
+    /// their own (its memory leaves with it, and a compile that crashes fails only its model),
+    /// or `in-process`. An embedded server always compiles in-process.
+    #[arg(long, env = "TESSERA_WASM_COMPILER", default_value = "process", value_parser = ["process", "in-process"])]
+    pub wasm_compiler: String,
 
     /// Triton's rate limiter: `execution_count` makes every execution wait until the resources
     /// its instance group lists (`rate_limiter` in config.pbtxt) are free; `off` (default)
@@ -462,6 +474,11 @@ pub fn embedded_server_config(flags: &[String]) -> Result<ServerConfig, String> 
     Ok(config)
 }
 
+/// `tessera compile-component`: the server's compiler process.
+pub fn compile_component(output: Option<&std::path::Path>) -> ExitCode {
+    crate::backend::wasm::compile_component_main(output)
+}
+
 /// `tessera serve`: logging, the runtime, the server, and a graceful stop on SIGINT/SIGTERM.
 pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
     let applier = logging::init(args.log_flags());
@@ -478,6 +495,13 @@ pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
         }
     };
     config.log_applier = Some(applier);
+    if args.wasm_compiler == "process" {
+        // This binary is its own compiler (`tessera compile-component`).
+        match std::env::current_exe() {
+            Ok(exe) => config.wasm.compiler = Compiler::Process(exe),
+            Err(e) => tracing::warn!("compiling WebAssembly components in the server: cannot find this binary ({e})"),
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -554,7 +578,7 @@ mod tests {
         full.extend_from_slice(args);
         Cli::try_parse_from(full).map(|c| match c.command {
             Command::Serve(s) => *s,
-            Command::Guest(_) => unreachable!("parsed a serve command line"),
+            Command::Guest(_) | Command::CompileComponent { .. } => unreachable!("parsed a serve command line"),
         })
     }
 

@@ -14,5 +14,6 @@ fn main() -> std::process::ExitCode {
         tessera::cli::Command::Guest(tessera::cli::GuestCommand::Bindgen { out, root, .. }) => {
             tessera::guest::bindgen_c(&out, root.as_deref())
         }
+        tessera::cli::Command::CompileComponent { output } => tessera::cli::compile_component(output.as_deref()),
     }
 }

@@ -190,3 +190,67 @@ async fn a_bad_config_is_refused_with_the_reason() {
     let err = server.register_model(labelled, Arc::new(doubler(Arc::default()))).await.expect_err("names a file");
     assert!(err.message.contains("cannot name files (label_filename)"), "{}", err.message);
 }
+
+/// `tessera serve` compiles components in a process of its own (`tessera compile-component`,
+/// this package's binary): what it compiles loads in the server, through the compile cache or
+/// handed back on stdout (no cache directory, or one it cannot write), and a component that is not one fails its load with the reason, as an
+/// in-process compile would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_built_by_the_compiler_process_load_and_bad_ones_fail_with_the_reason() {
+    let root = std::env::temp_dir().join(format!("tessera-library-compiler-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let repo = root.join("repo");
+    // The smallest valid component (it implements nothing), and bytes that are not one.
+    for (name, wasm) in [("empty", &b"\0asm\x0d\x00\x01\x00"[..]), ("garbage", &b"garbage"[..])] {
+        std::fs::create_dir_all(repo.join(name).join("1")).unwrap();
+        std::fs::write(repo.join(name).join("1").join("model.wasm"), wasm).unwrap();
+        std::fs::write(
+            repo.join(name).join("config.pbtxt"),
+            format!(
+                r#"name: "{name}" backend: "wasm" max_batch_size: 0
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]"#
+            ),
+        )
+        .unwrap();
+    }
+    // The binary, through a script that leaves a mark for each compile it runs.
+    let compiler = root.join("compiler");
+    let marks = root.join("marks");
+    std::fs::write(
+        &compiler,
+        format!("#!/bin/sh\necho >>{}\nexec {} \"$@\"\n", marks.display(), env!("CARGO_BIN_EXE_tessera")),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&compiler, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cache = root.join("cache");
+    // A cache directory that cannot be made (under a file, which stops root too): the compiler
+    // hands the artifact back on stdout, as with none, and the server still serves.
+    let unwritable = compiler.join("cache");
+    for cache_dir in [None, Some(cache.clone()), Some(unwritable)] {
+        let mut config = ServerConfig::default().repository(&repo).control_mode(tessera::ControlMode::Explicit);
+        config.wasm = tessera::WasmOptions {
+            cache_dir: cache_dir.clone(),
+            compiler: tessera::Compiler::Process(compiler.clone()),
+            ..tessera::WasmOptions::default()
+        };
+        let server = Server::start(config).await.expect("server starts");
+        // Compiled, loaded into the server's engine, then found not to implement the world.
+        let err = server.load_model("empty").await.expect_err("implements nothing");
+        assert!(err.message.contains("does not implement the tessera:model world"), "{cache_dir:?}: {}", err.message);
+        let err = server.load_model("garbage").await.expect_err("not a component");
+        assert!(
+            err.message.contains("is not a valid WebAssembly component: failed to parse WebAssembly module"),
+            "{cache_dir:?}: {}",
+            err.message
+        );
+        server.stop();
+        server.wait().await.expect("stops cleanly");
+    }
+    let compiles = std::fs::read_to_string(&marks).unwrap_or_default().lines().count();
+    assert_eq!(compiles, 6, "every compile ran in the compiler process");
+    let entries: Vec<_> = std::fs::read_dir(&cache).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(entries.len(), 1, "the compiler process wrote the one valid component's cache entry: {entries:?}");
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ProfilingStrategy};
 
+use super::compile::{self, Compiled, Compiler};
 use super::host::GuestState;
 use super::{WasmOptions, bindings};
 use crate::error::{CoreError, CoreResult};
@@ -53,12 +54,24 @@ pub(super) fn build(options: &WasmOptions) -> (Engine, Linker<GuestState>, Optio
 /// How the engine allocates instances: from a pool reserved up front for this many live
 /// instances (fast instantiation), or one by one.
 #[derive(Clone, Copy, Debug)]
-enum Allocation {
+pub(super) enum Allocation {
     Pooling(u32),
     OnDemand,
 }
 
-fn build_engine(allocation: Allocation) -> wasmtime::Result<(Engine, Linker<GuestState>)> {
+pub(super) fn build_engine(allocation: Allocation) -> wasmtime::Result<(Engine, Linker<GuestState>)> {
+    let engine = Engine::new(&engine_config(allocation))?;
+    let mut linker = Linker::new(&engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    super::clocks::add_to_linker(&mut linker)?;
+    bindings::Model::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s)?;
+    super::nn::add_to_linker(&mut linker)?;
+    Ok((engine, linker))
+}
+
+/// The engine's settings: the server's and its compiler process's ([`super::compile`]), whose
+/// artifacts must load in the server's engine.
+pub(super) fn engine_config(allocation: Allocation) -> Config {
     let mut config = Config::new();
     config.epoch_interruption(true);
     config.wasm_component_model(true);
@@ -69,13 +82,7 @@ fn build_engine(allocation: Allocation) -> wasmtime::Result<(Engine, Linker<Gues
     if std::env::var_os("TESSERA_WASM_PERFMAP").is_some_and(|v| v == "1") {
         config.profiler(ProfilingStrategy::PerfMap);
     }
-    let engine = Engine::new(&config)?;
-    let mut linker = Linker::new(&engine);
-    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-    super::clocks::add_to_linker(&mut linker)?;
-    bindings::Model::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s)?;
-    super::nn::add_to_linker(&mut linker)?;
-    Ok((engine, linker))
+    config
 }
 
 fn pool_config(max_instances: u32) -> PoolingAllocationConfig {
@@ -125,6 +132,7 @@ pub(super) type Prepared = Arc<bindings::ModelPre<GuestState>>;
 /// getting one back would mean compiling it again.
 pub(super) struct CompileCache {
     dir: Option<PathBuf>,
+    compiler: Compiler,
     components: Mutex<HashMap<String, Resident>>,
     /// One lock per key being prepared: models loading in parallel with the same component
     /// compile it once.
@@ -137,8 +145,8 @@ enum Resident {
 }
 
 impl CompileCache {
-    pub(super) fn new(dir: Option<PathBuf>) -> Self {
-        Self { dir, components: Mutex::default(), preparing: Mutex::default() }
+    pub(super) fn new(dir: Option<PathBuf>, compiler: Compiler) -> Self {
+        Self { dir, compiler, components: Mutex::default(), preparing: Mutex::default() }
     }
 
     /// Compiles (or loads from the disk cache) and pre-instantiates a component; returns it with
@@ -249,23 +257,28 @@ impl CompileCache {
                 Err(e) => tracing::warn!(file = %file.display(), "ignoring unusable compile cache entry: {e}"),
             }
         }
-        let started = std::time::Instant::now();
-        let component = Component::from_binary(engine, bytes).map_err(|e| {
-            CoreError::invalid_arg(format!("{} is not a valid WebAssembly component: {e:#}", path.display()))
-        })?;
-        tracing::info!(
-            model = %path.display(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "compiled WebAssembly component"
-        );
-        if let Some(file) = &cached {
-            let written =
-                component.serialize().map_err(|e| e.to_string()).and_then(|data| write_atomically(file, &data));
-            if let Err(e) = written {
-                tracing::warn!(file = %file.display(), "could not write the compile cache: {e}");
+        match compile::compile(&self.compiler, engine, bytes, path, cached.as_deref())? {
+            Compiled::File(file) => deserialize_cached(engine, &file).map_err(|e| {
+                CoreError::internal(format!(
+                    "the compiled {} did not load from {}: {e:#}",
+                    path.display(),
+                    file.display()
+                ))
+            }),
+            Compiled::Component(component) => {
+                // An in-process compile, or a compiler process with no cache file to write.
+                if let Some(file) = &cached
+                    && matches!(self.compiler, Compiler::InProcess)
+                {
+                    let written =
+                        component.serialize().map_err(|e| e.to_string()).and_then(|data| write_atomically(file, &data));
+                    if let Err(e) = written {
+                        tracing::warn!(file = %file.display(), "could not write the compile cache: {e}");
+                    }
+                }
+                Ok(component)
             }
         }
-        Ok(component)
     }
 }
 
@@ -290,7 +303,7 @@ fn deserialize_cached(engine: &Engine, file: &Path) -> wasmtime::Result<Componen
 
 /// Writes through a temporary file and a rename, so a concurrent reader (another server sharing
 /// the cache) never sees a half-written entry.
-fn write_atomically(file: &Path, data: &[u8]) -> Result<(), String> {
+pub(super) fn write_atomically(file: &Path, data: &[u8]) -> Result<(), String> {
     let dir = file.parent().ok_or("cache path has no directory")?;
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -385,13 +398,13 @@ pub(super) mod tests {
         let path = tmp.0.join("model.wasm");
         let key = cache_key(&engine, EMPTY_COMPONENT);
 
-        let cache = CompileCache::new(Some(tmp.0.join("cache")));
+        let cache = CompileCache::new(Some(tmp.0.join("cache")), Compiler::InProcess);
         cache.load_component(&engine, EMPTY_COMPONENT, &key, &path).expect("compile");
         let files = cwasm_files(&tmp.0.join("cache"));
         assert_eq!(files, vec![tmp.0.join("cache").join(format!("{key}.cwasm"))]);
 
         // A fresh cache (a restarted server) loads the artifact; a corrupt one is recompiled.
-        let restarted = CompileCache::new(Some(tmp.0.join("cache")));
+        let restarted = CompileCache::new(Some(tmp.0.join("cache")), Compiler::InProcess);
         restarted.load_component(&engine, EMPTY_COMPONENT, &key, &path).expect("load from disk");
         std::fs::write(&files[0], b"not a compiled component").expect("corrupt the entry");
         restarted.load_component(&engine, EMPTY_COMPONENT, &key, &path).expect("recompile");
@@ -401,7 +414,7 @@ pub(super) mod tests {
     #[test]
     fn a_pool_too_large_for_the_address_space_falls_back_to_on_demand_allocation() {
         // 400,000 memories of 4 GiB: far past the 128 TiB a process can map.
-        let options = WasmOptions { cache_dir: None, max_instances: 100_000, idle_timeout: None };
+        let options = WasmOptions { cache_dir: None, max_instances: 100_000, ..WasmOptions::default() };
         assert!(build_engine(Allocation::Pooling(options.max_instances)).is_err(), "the pool cannot be reserved");
         let (engine, linker, error) = build(&options);
         assert_eq!(error, None, "the server still gets a working engine");
@@ -412,7 +425,7 @@ pub(super) mod tests {
     fn prepare_reports_unreadable_invalid_and_incomplete_components() {
         let tmp = TempDir::new("prepare");
         let (engine, linker) = build_engine(Allocation::Pooling(1)).expect("engine");
-        let cache = CompileCache::new(None);
+        let cache = CompileCache::new(None, Compiler::InProcess);
 
         let missing = tmp.0.join("missing.wasm");
         let Err(e) = cache.prepare(&engine, &linker, &missing) else { panic!("a missing file must fail") };

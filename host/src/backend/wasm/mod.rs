@@ -19,7 +19,8 @@
 //! Execution is synchronous on the blocking thread the instance pool runs it on; BLS calls
 //! re-enter the async core through the runtime handle, which blocking threads may block on.
 //!
-//! Files: `engine` (engine, linker, compile cache), `sandbox` (per-model limits and grants),
+//! Files: `engine` (engine, linker, compile cache), `compile` (compiling, in a compiler process
+//! of its own when the server is the `tessera` binary), `sandbox` (per-model limits and grants),
 //! `instance` (one guest instance's life), `host` (the store data and the host side of the WIT
 //! imports), `outlet` (a decoupled request's responses and their buffered bytes), `clocks` (wasi
 //! timers that end by the time limit), `bls` (guests calling models),
@@ -28,6 +29,7 @@
 
 mod bls;
 mod clocks;
+mod compile;
 mod convert;
 mod engine;
 mod host;
@@ -48,6 +50,7 @@ use super::{Backend, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};
 use crate::infer::Infer;
+pub use compile::{Compiler, compile_component_main};
 use engine::CompileCache;
 use host::{GuestShared, GuestState};
 use instance::{ComponentSource, InstanceParts, WasmInstance};
@@ -81,11 +84,14 @@ pub struct WasmOptions {
     pub max_instances: u32,
     /// Instances unused this long are evicted; `None` keeps them until their room is needed.
     pub idle_timeout: Option<std::time::Duration>,
+    /// Where components are compiled: the `tessera` binary compiles in a process of its own
+    /// (see `compile`); an embedder compiles in-process.
+    pub compiler: Compiler,
 }
 
 impl Default for WasmOptions {
     fn default() -> Self {
-        Self { cache_dir: default_cache_dir(), max_instances: 1000, idle_timeout: None }
+        Self { cache_dir: default_cache_dir(), max_instances: 1000, idle_timeout: None, compiler: Compiler::InProcess }
     }
 }
 
@@ -160,7 +166,7 @@ impl WasmBackend {
         Self {
             engine,
             linker: Arc::new(linker),
-            components: Arc::new(CompileCache::new(options.cache_dir)),
+            components: Arc::new(CompileCache::new(options.cache_dir, options.compiler)),
             live_set: LiveSet::new(options.max_instances, options.idle_timeout),
             infer: OnceLock::new(),
             runtime: tokio::runtime::Handle::try_current().ok(),
@@ -248,7 +254,7 @@ mod tests {
     use crate::infer::{InferFuture, InferRequest, InferResponse, ResponseStream};
 
     fn backend() -> WasmBackend {
-        WasmBackend::new(WasmOptions { cache_dir: None, max_instances: 1, idle_timeout: None })
+        WasmBackend::new(WasmOptions { cache_dir: None, max_instances: 1, ..WasmOptions::default() })
     }
 
     fn create(backend: &WasmBackend, dir: &Path) -> CoreResult<Box<dyn ModelInstance>> {

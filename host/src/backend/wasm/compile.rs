@@ -1,0 +1,283 @@
+//! Compiling a component, in this process or in a compiler process of its own.
+//!
+//! Why a process: compiling a Python guest (a ~40 MB component holding an interpreter) peaks
+//! near 500 MB of allocations spread over Cranelift's worker threads. In the server those pages
+//! stayed with the allocator after the compile, and request threads that came and went later
+//! touched them again: RSS grew ~0.4 MiB/s under load for minutes after a cold start, up to
+//! about what the compile had committed (docs/benchmarks.md, the sixteenth round). A compiler
+//! process gives all of it back when it exits, and a compile that crashes or runs out of memory
+//! (a hostile or broken component) fails that model's load, not the server: the compiler asks
+//! the kernel's OOM killer to take it first (`oom_score_adj` 1000).
+//!
+//! The server binary is its own compiler: `tessera compile-component` reads the component's
+//! bytes on stdin (the very bytes the server hashed for the cache key, so a file changed
+//! meanwhile cannot slip into the cache under the old key) and writes the compiled artifact to
+//! `--output` or stdout. Its engine has the server's settings ([`engine_config`]), so the
+//! artifact loads in the server's engine; wasmtime checks that again when loading.
+//!
+//! An embedder (the Python package) has no such binary and compiles in its own process.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+use super::engine::{Allocation, engine_config, write_atomically};
+use crate::error::{CoreError, CoreResult};
+
+/// The subcommand the compiler process runs.
+pub const SUBCOMMAND: &str = "compile-component";
+
+/// The exit status of a compiler process given bytes that are not a valid component (its stderr
+/// says why); any other failure exits 1.
+const INVALID_COMPONENT: i32 = 2;
+
+/// How the server compiles components.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Compiler {
+    /// In this process (an embedded server, tests).
+    #[default]
+    InProcess,
+    /// By running `<program> compile-component`: the `tessera` binary itself.
+    Process(PathBuf),
+}
+
+/// What compiling gave: a component, or an artifact file for the caller to load (the cache
+/// entry a compiler process wrote).
+pub(super) enum Compiled {
+    Component(Component),
+    File(PathBuf),
+}
+
+/// Compiles `bytes` (read from `path`, named in errors). A compiler process writes its artifact
+/// to `cache_file` when there is one; without one, or when it cannot write there (a cache
+/// directory not writable: the server still serves, as an in-process compile would), it hands
+/// the artifact back on stdout.
+pub(super) fn compile(
+    compiler: &Compiler,
+    engine: &Engine,
+    bytes: &[u8],
+    path: &Path,
+    cache_file: Option<&Path>,
+) -> CoreResult<Compiled> {
+    let Compiler::Process(program) = compiler else {
+        return in_process(engine, bytes, path).map(Compiled::Component);
+    };
+    let (stdout, stderr) = match in_child(program, bytes, path, cache_file) {
+        Ok(output) => output,
+        Err(ChildFailure::NotStarted(e)) => {
+            tracing::warn!(
+                program = %program.display(),
+                "could not start the compiler process ({e}); compiling in the server"
+            );
+            return in_process(engine, bytes, path).map(Compiled::Component);
+        }
+        Err(ChildFailure::Failed(e)) => return Err(e),
+    };
+    if let Some(file) = cache_file {
+        if stdout.is_empty() {
+            return Ok(Compiled::File(file.to_path_buf()));
+        }
+        tracing::warn!(file = %file.display(), "could not write the compile cache: {stderr}");
+    }
+    // SAFETY: the bytes are `Component::serialize` output of this server's own binary, compiled
+    // with this engine's settings ([`engine_config`]); wasmtime checks the header and settings
+    // again and refuses a mismatch.
+    #[allow(unsafe_code)]
+    let component = unsafe { Component::deserialize(engine, &stdout) };
+    component.map(Compiled::Component).map_err(|e| {
+        CoreError::internal(format!("the compiler process's artifact for {} did not load: {e:#}", path.display()))
+    })
+}
+
+fn in_process(engine: &Engine, bytes: &[u8], path: &Path) -> CoreResult<Component> {
+    let started = std::time::Instant::now();
+    let component = Component::from_binary(engine, bytes).map_err(|e| invalid_component(path, &format!("{e:#}")))?;
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    tracing::info!(model = %path.display(), elapsed_ms, "compiled WebAssembly component");
+    Ok(component)
+}
+
+fn invalid_component(path: &Path, why: &str) -> CoreError {
+    CoreError::invalid_arg(format!("{} is not a valid WebAssembly component: {why}", path.display()))
+}
+
+enum ChildFailure {
+    /// The process could not be started: compiling in the server still works.
+    NotStarted(std::io::Error),
+    /// It ran and failed: the component is invalid, or compiling it crashed.
+    Failed(CoreError),
+}
+
+/// Runs the compiler process on `bytes`; what it wrote on stdout (the artifact, unless it went
+/// to `output`) and on stderr.
+fn in_child(
+    program: &Path,
+    bytes: &[u8],
+    path: &Path,
+    output: Option<&Path>,
+) -> Result<(Vec<u8>, String), ChildFailure> {
+    let started = std::time::Instant::now();
+    let mut command = Command::new(program);
+    command.arg(SUBCOMMAND);
+    if let Some(output) = output {
+        command.arg("--output").arg(output);
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(ChildFailure::NotStarted)?;
+    // The child reads all of stdin before it writes anything, so this cannot deadlock; a child
+    // that died early shows in its status below, whatever this write says.
+    let fed = child.stdin.take().map(|mut stdin| stdin.write_all(bytes));
+    let finished = child.wait_with_output().map_err(|e| {
+        ChildFailure::Failed(CoreError::internal(format!(
+            "waiting for the compiler process of {}: {e}",
+            path.display()
+        )))
+    })?;
+    let stderr = String::from_utf8_lossy(&finished.stderr);
+    let stderr = stderr.trim();
+    match finished.status.code() {
+        Some(0) => {
+            tracing::info!(
+                model = %path.display(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "compiled WebAssembly component in a compiler process"
+            );
+            Ok((finished.stdout, stderr.to_string()))
+        }
+        Some(INVALID_COMPONENT) => Err(ChildFailure::Failed(invalid_component(path, stderr))),
+        _ => {
+            let fed = match fed {
+                Some(Err(e)) => format!(" (writing its input: {e})"),
+                _ => String::new(),
+            };
+            Err(ChildFailure::Failed(CoreError::internal(format!(
+                "compiling {} failed in its compiler process ({}){fed}: {stderr}",
+                path.display(),
+                finished.status
+            ))))
+        }
+    }
+}
+
+/// The compiler process's side (`tessera compile-component [--output FILE]`): the component's
+/// bytes on stdin, the artifact to `output` (written atomically) or stdout; to stdout also when
+/// `output` cannot be written, saying why on stderr.
+pub fn compile_component_main(output: Option<&Path>) -> ExitCode {
+    // If memory runs out, the kernel's OOM killer is to pick this process, not the server.
+    // Raising one's own score needs no privilege; where /proc is absent it stays as it was.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
+    let mut bytes = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut bytes) {
+        eprintln!("reading the component from stdin: {e}");
+        return ExitCode::FAILURE;
+    }
+    // The server's settings, on demand: instance allocation does not change compiled code (a
+    // unit test checks the compatibility hashes agree), and a pool would reserve address space
+    // for nothing.
+    let engine = match Engine::new(&engine_config(Allocation::OnDemand)) {
+        Ok(engine) => engine,
+        Err(e) => {
+            eprintln!("building the engine: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let artifact = match engine.precompile_component(&bytes) {
+        Ok(artifact) => artifact,
+        Err(e) => {
+            eprintln!("{e:#}");
+            return ExitCode::from(INVALID_COMPONENT as u8);
+        }
+    };
+    if let Some(file) = output {
+        match write_atomically(file, &artifact) {
+            Ok(()) => return ExitCode::SUCCESS,
+            Err(e) => eprintln!("{e}"),
+        }
+    }
+    match std::io::stdout().lock().write_all(&artifact) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("writing the compiled component: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::wasm::engine::build_engine;
+
+    #[test]
+    fn the_compiler_process_engine_makes_artifacts_the_servers_pooled_engine_loads() {
+        let pooled = Engine::new(&engine_config(Allocation::Pooling(4))).expect("pooled engine");
+        let on_demand = Engine::new(&engine_config(Allocation::OnDemand)).expect("on-demand engine");
+        assert_eq!(
+            super::super::engine::cache_key(&pooled, b"x"),
+            super::super::engine::cache_key(&on_demand, b"x"),
+            "instance allocation must not change the compatibility hash"
+        );
+        let artifact =
+            on_demand.precompile_component(super::super::engine::tests::EMPTY_COMPONENT).expect("precompile");
+        let (engine, _linker) = build_engine(Allocation::Pooling(4)).expect("engine");
+        // SAFETY: made just above by an engine with the same settings.
+        #[allow(unsafe_code)]
+        let loaded = unsafe { Component::deserialize(&engine, &artifact) };
+        assert!(loaded.is_ok(), "{:?}", loaded.err());
+    }
+
+    #[test]
+    fn a_compiler_that_cannot_start_leaves_the_compile_to_the_server() {
+        let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
+        let compiler = Compiler::Process(PathBuf::from("/nonexistent/tessera"));
+        let compiled =
+            compile(&compiler, &engine, super::super::engine::tests::EMPTY_COMPONENT, Path::new("m.wasm"), None);
+        assert!(matches!(compiled, Ok(Compiled::Component(_))));
+    }
+
+    /// An executable shell script with this body, in `dir`.
+    fn script(dir: &Path, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let program = dir.join("compiler");
+        std::fs::write(&program, format!("#!/bin/sh\ncat >/dev/null\n{body}\n")).expect("write");
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        // Another test thread forking while the file was open for writing holds it open until
+        // its exec: running it then fails with ETXTBSY, so wait until it runs.
+        while let Err(e) = Command::new(&program).stdin(Stdio::null()).stderr(Stdio::null()).status() {
+            assert_eq!(e.kind(), std::io::ErrorKind::ExecutableFileBusy, "{e}");
+            std::thread::yield_now();
+        }
+        program
+    }
+
+    #[test]
+    fn a_compiler_process_that_fails_fails_the_load_with_its_status_and_stderr() {
+        let tmp = super::super::engine::tests::TempDir::new("compiler");
+        let program = script(&tmp.0, "echo 'out of memory' >&2\nexit 3");
+        let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
+        let Err(e) = compile(&Compiler::Process(program), &engine, b"bytes", Path::new("m.wasm"), None) else {
+            panic!("a failing compiler must fail the compile")
+        };
+        assert_eq!(e.kind, crate::error::ErrorKind::Internal);
+        assert_eq!(e.message, "compiling m.wasm failed in its compiler process (exit status: 3): out of memory");
+    }
+
+    #[test]
+    fn a_compiler_process_given_an_invalid_component_says_why_as_the_server_would() {
+        let tmp = super::super::engine::tests::TempDir::new("invalid");
+        let program = script(&tmp.0, &format!("echo 'bad magic' >&2\nexit {INVALID_COMPONENT}"));
+        let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
+        let Err(e) = compile(&Compiler::Process(program), &engine, b"bytes", Path::new("m.wasm"), None) else {
+            panic!("an invalid component must fail")
+        };
+        assert_eq!(e.kind, crate::error::ErrorKind::InvalidArg);
+        assert_eq!(e.message, "m.wasm is not a valid WebAssembly component: bad magic");
+    }
+}
