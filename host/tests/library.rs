@@ -193,8 +193,8 @@ async fn a_bad_config_is_refused_with_the_reason() {
 
 /// `tessera serve` compiles components in a process of its own (`tessera compile-component`,
 /// this package's binary): what it compiles loads in the server, through the compile cache or
-/// handed back on stdout (no cache directory, or one it cannot write), and a component that is not one fails its load with the reason, as an
-/// in-process compile would.
+/// handed back on stdout (no cache directory, or one it cannot write), and a component that is
+/// not one fails its load with the reason, as an in-process compile would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn components_built_by_the_compiler_process_load_and_bad_ones_fail_with_the_reason() {
     let root = std::env::temp_dir().join(format!("tessera-library-compiler-{}", std::process::id()));
