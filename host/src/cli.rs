@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::backend::wasm::{Compiler, WasmOptions};
+use crate::backend::wasm::{Compiler, CompilerProcess, WasmOptions};
 use crate::grpc::{GrpcOptions, GrpcTls};
 use crate::http::ConnectionLimits;
 use crate::repository::ControlMode;
@@ -308,6 +308,10 @@ pub struct ServeArgs {
     /// or `in-process`. An embedded server always compiles in-process.
     #[arg(long, env = "TESSERA_WASM_COMPILER", default_value = "process", value_parser = ["process", "in-process"])]
     pub wasm_compiler: String,
+    /// With `--wasm-compiler process`: a compile still running after this many seconds is
+    /// stopped and its model fails to load.
+    #[arg(long, env = "TESSERA_WASM_COMPILE_TIMEOUT_SECS", default_value_t = 300)]
+    pub wasm_compile_timeout_secs: u64,
 
     /// Triton's rate limiter: `execution_count` makes every execution wait until the resources
     /// its instance group lists (`rate_limiter` in config.pbtxt) are free; `off` (default)
@@ -498,7 +502,10 @@ pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
     if args.wasm_compiler == "process" {
         // This binary is its own compiler (`tessera compile-component`).
         match std::env::current_exe() {
-            Ok(exe) => config.wasm.compiler = Compiler::Process(exe),
+            Ok(program) => {
+                let timeout = Duration::from_secs(args.wasm_compile_timeout_secs.max(1));
+                config.wasm.compiler = Compiler::Process(CompilerProcess { program, timeout });
+            }
             Err(e) => tracing::warn!("compiling WebAssembly components in the server: cannot find this binary ({e})"),
         }
     }

@@ -232,7 +232,7 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]"#
         let mut config = ServerConfig::default().repository(&repo).control_mode(tessera::ControlMode::Explicit);
         config.wasm = tessera::WasmOptions {
             cache_dir: cache_dir.clone(),
-            compiler: tessera::Compiler::Process(compiler.clone()),
+            compiler: tessera::Compiler::Process(tessera::CompilerProcess::new(&compiler)),
             ..tessera::WasmOptions::default()
         };
         let server = Server::start(config).await.expect("server starts");

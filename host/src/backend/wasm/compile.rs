@@ -19,7 +19,9 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -28,7 +30,7 @@ use super::engine::{Allocation, engine_config, write_atomically};
 use crate::error::{CoreError, CoreResult};
 
 /// The subcommand the compiler process runs.
-pub const SUBCOMMAND: &str = "compile-component";
+const SUBCOMMAND: &str = "compile-component";
 
 /// The exit status of a compiler process given bytes that are not a valid component (its stderr
 /// says why); any other failure exits 1.
@@ -37,11 +39,29 @@ const INVALID_COMPONENT: i32 = 2;
 /// How the server compiles components.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Compiler {
-    /// In this process (an embedded server, tests).
+    /// In this process (an embedded server, tests). Nothing bounds how long a compile takes.
     #[default]
     InProcess,
     /// By running `<program> compile-component`: the `tessera` binary itself.
-    Process(PathBuf),
+    Process(CompilerProcess),
+}
+
+/// The compiler process: which program, and how long a compile may take before it is killed
+/// and the model's load fails (a component made to keep Cranelift busy holds up only its own
+/// load, and not for ever).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompilerProcess {
+    pub program: PathBuf,
+    pub timeout: Duration,
+}
+
+impl CompilerProcess {
+    /// The default time limit: a large Python guest compiles in 5-10 s on two cores.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        Self { program: program.into(), timeout: Self::DEFAULT_TIMEOUT }
+    }
 }
 
 /// What compiling gave: a component, or an artifact file for the caller to load (the cache
@@ -62,14 +82,14 @@ pub(super) fn compile(
     path: &Path,
     cache_file: Option<&Path>,
 ) -> CoreResult<Compiled> {
-    let Compiler::Process(program) = compiler else {
+    let Compiler::Process(process) = compiler else {
         return in_process(engine, bytes, path).map(Compiled::Component);
     };
-    let (stdout, stderr) = match in_child(program, bytes, path, cache_file) {
+    let (stdout, stderr) = match in_child(process, bytes, path, cache_file) {
         Ok(output) => output,
         Err(ChildFailure::NotStarted(e)) => {
             tracing::warn!(
-                program = %program.display(),
+                program = %process.program.display(),
                 "could not start the compiler process ({e}); compiling in the server"
             );
             return in_process(engine, bytes, path).map(Compiled::Component);
@@ -114,13 +134,13 @@ enum ChildFailure {
 /// Runs the compiler process on `bytes`; what it wrote on stdout (the artifact, unless it went
 /// to `output`) and on stderr.
 fn in_child(
-    program: &Path,
+    process: &CompilerProcess,
     bytes: &[u8],
     path: &Path,
     output: Option<&Path>,
 ) -> Result<(Vec<u8>, String), ChildFailure> {
     let started = std::time::Instant::now();
-    let mut command = Command::new(program);
+    let mut command = Command::new(&process.program);
     command.arg(SUBCOMMAND);
     if let Some(output) = output {
         command.arg("--output").arg(output);
@@ -134,22 +154,30 @@ fn in_child(
     // The child reads all of stdin before it writes anything, so this cannot deadlock; a child
     // that died early shows in its status below, whatever this write says.
     let fed = child.stdin.take().map(|mut stdin| stdin.write_all(bytes));
-    let finished = child.wait_with_output().map_err(|e| {
+    let (stdout, stderr, timed_out) = drain_within(&mut child, process.timeout);
+    let status = child.wait().map_err(|e| {
         ChildFailure::Failed(CoreError::internal(format!(
             "waiting for the compiler process of {}: {e}",
             path.display()
         )))
     })?;
-    let stderr = String::from_utf8_lossy(&finished.stderr);
+    if timed_out {
+        return Err(ChildFailure::Failed(CoreError::internal(format!(
+            "compiling {} took longer than {:?} (--wasm-compile-timeout-secs): the compiler process was stopped",
+            path.display(),
+            process.timeout
+        ))));
+    }
+    let stderr = String::from_utf8_lossy(&stderr);
     let stderr = stderr.trim();
-    match finished.status.code() {
+    match status.code() {
         Some(0) => {
             tracing::info!(
                 model = %path.display(),
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "compiled WebAssembly component in a compiler process"
             );
-            Ok((finished.stdout, stderr.to_string()))
+            Ok((stdout, stderr.to_string()))
         }
         Some(INVALID_COMPONENT) => Err(ChildFailure::Failed(invalid_component(path, stderr))),
         _ => {
@@ -160,10 +188,39 @@ fn in_child(
             Err(ChildFailure::Failed(CoreError::internal(format!(
                 "compiling {} failed in its compiler process ({}){fed}: {stderr}",
                 path.display(),
-                finished.status
+                status
             ))))
         }
     }
+}
+
+/// Reads the child's stdout and stderr to their ends (each on a thread of its own, so neither
+/// pipe fills while the other is read), killing the child if that takes longer than `timeout`:
+/// its pipes then close and the reads end. Whether it was killed comes third.
+fn drain_within(child: &mut Child, timeout: Duration) -> (Vec<u8>, Vec<u8>, bool) {
+    fn read_all(pipe: Option<impl Read>) -> Vec<u8> {
+        let mut buf = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut buf);
+        }
+        buf
+    }
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let (done, ended) = mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let out = scope.spawn(move || read_all(stdout));
+        let err = scope.spawn(move || {
+            let read = read_all(stderr);
+            drop(done);
+            read
+        });
+        // The stderr reader's sender drops at the end of the child's stderr: when it exits.
+        let timed_out = ended.recv_timeout(timeout) == Err(RecvTimeoutError::Timeout);
+        if timed_out {
+            let _ = child.kill();
+        }
+        (out.join().unwrap_or_default(), err.join().unwrap_or_default(), timed_out)
+    })
 }
 
 /// The compiler process's side (`tessera compile-component [--output FILE]`): the component's
@@ -236,7 +293,7 @@ mod tests {
     #[test]
     fn a_compiler_that_cannot_start_leaves_the_compile_to_the_server() {
         let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
-        let compiler = Compiler::Process(PathBuf::from("/nonexistent/tessera"));
+        let compiler = Compiler::Process(CompilerProcess::new("/nonexistent/tessera"));
         let compiled =
             compile(&compiler, &engine, super::super::engine::tests::EMPTY_COMPONENT, Path::new("m.wasm"), None);
         assert!(matches!(compiled, Ok(Compiled::Component(_))));
@@ -246,11 +303,12 @@ mod tests {
     fn script(dir: &Path, body: &str) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
         let program = dir.join("compiler");
-        std::fs::write(&program, format!("#!/bin/sh\ncat >/dev/null\n{body}\n")).expect("write");
+        let text = format!("#!/bin/sh\n[ \"$1\" = ready ] && exit 0\ncat >/dev/null\n{body}\n");
+        std::fs::write(&program, text).expect("write");
         std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         // Another test thread forking while the file was open for writing holds it open until
-        // its exec: running it then fails with ETXTBSY, so wait until it runs.
-        while let Err(e) = Command::new(&program).stdin(Stdio::null()).stderr(Stdio::null()).status() {
+        // its exec: running it then fails with ETXTBSY, so wait until it runs (`ready`: at once).
+        while let Err(e) = Command::new(&program).arg("ready").status() {
             assert_eq!(e.kind(), std::io::ErrorKind::ExecutableFileBusy, "{e}");
             std::thread::yield_now();
         }
@@ -262,7 +320,9 @@ mod tests {
         let tmp = super::super::engine::tests::TempDir::new("compiler");
         let program = script(&tmp.0, "echo 'out of memory' >&2\nexit 3");
         let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
-        let Err(e) = compile(&Compiler::Process(program), &engine, b"bytes", Path::new("m.wasm"), None) else {
+        let Err(e) =
+            compile(&Compiler::Process(CompilerProcess::new(program)), &engine, b"bytes", Path::new("m.wasm"), None)
+        else {
             panic!("a failing compiler must fail the compile")
         };
         assert_eq!(e.kind, crate::error::ErrorKind::Internal);
@@ -274,10 +334,31 @@ mod tests {
         let tmp = super::super::engine::tests::TempDir::new("invalid");
         let program = script(&tmp.0, &format!("echo 'bad magic' >&2\nexit {INVALID_COMPONENT}"));
         let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
-        let Err(e) = compile(&Compiler::Process(program), &engine, b"bytes", Path::new("m.wasm"), None) else {
+        let Err(e) =
+            compile(&Compiler::Process(CompilerProcess::new(program)), &engine, b"bytes", Path::new("m.wasm"), None)
+        else {
             panic!("an invalid component must fail")
         };
         assert_eq!(e.kind, crate::error::ErrorKind::InvalidArg);
         assert_eq!(e.message, "m.wasm is not a valid WebAssembly component: bad magic");
+    }
+
+    #[test]
+    fn a_compile_that_takes_too_long_is_stopped_and_fails_its_load() {
+        let tmp = super::super::engine::tests::TempDir::new("slow");
+        // `exec`: the sleep is the compiler process itself, so stopping it closes its pipes.
+        let program = script(&tmp.0, "exec sleep 60");
+        let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
+        let compiler = Compiler::Process(CompilerProcess { program, timeout: Duration::from_millis(100) });
+        let started = std::time::Instant::now();
+        let Err(e) = compile(&compiler, &engine, b"bytes", Path::new("m.wasm"), None) else {
+            panic!("a compile past its time limit must fail")
+        };
+        assert!(started.elapsed() < Duration::from_secs(30), "the compiler was stopped, not waited for");
+        assert_eq!(e.kind, crate::error::ErrorKind::Internal);
+        assert_eq!(
+            e.message,
+            "compiling m.wasm took longer than 100ms (--wasm-compile-timeout-secs): the compiler process was stopped"
+        );
     }
 }

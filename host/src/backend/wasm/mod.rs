@@ -50,7 +50,7 @@ use super::{Backend, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};
 use crate::infer::Infer;
-pub use compile::{Compiler, compile_component_main};
+pub use compile::{Compiler, CompilerProcess, compile_component_main};
 use engine::CompileCache;
 use host::{GuestShared, GuestState};
 use instance::{ComponentSource, InstanceParts, WasmInstance};
