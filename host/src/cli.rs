@@ -308,8 +308,8 @@ pub struct ServeArgs {
     /// or `in-process`. An embedded server always compiles in-process.
     #[arg(long, env = "TESSERA_WASM_COMPILER", default_value = "process", value_parser = ["process", "in-process"])]
     pub wasm_compiler: String,
-    /// With `--wasm-compiler process`: a compile still running after this many seconds is
-    /// stopped and its model fails to load.
+    /// With `--wasm-compiler process`: a compile still running after this many seconds (at
+    /// least 1) is stopped and its model fails to load. An in-process compile has no limit.
     #[arg(long, env = "TESSERA_WASM_COMPILE_TIMEOUT_SECS", default_value_t = 300)]
     pub wasm_compile_timeout_secs: u64,
 
@@ -500,8 +500,12 @@ pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
     };
     config.log_applier = Some(applier);
     if args.wasm_compiler == "process" {
-        // This binary is its own compiler (`tessera compile-component`).
-        match std::env::current_exe() {
+        // This binary is its own compiler (`tessera compile-component`). `/proc/self/exe` is this
+        // very program even after an upgrade replaced the file: a newer binary's artifacts would
+        // not load in this server's engine.
+        let this_program = std::path::Path::new("/proc/self/exe");
+        let program = if this_program.exists() { Ok(this_program.to_path_buf()) } else { std::env::current_exe() };
+        match program {
             Ok(program) => {
                 let timeout = Duration::from_secs(args.wasm_compile_timeout_secs.max(1));
                 config.wasm.compiler = Compiler::Process(CompilerProcess { program, timeout });

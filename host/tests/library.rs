@@ -224,6 +224,14 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]"#
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&compiler, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A thread of this binary forking while the script was open for writing keeps it open until
+    // its exec, and running it meanwhile fails with ETXTBSY: run it once first, then forget the
+    // mark it left.
+    while let Err(e) = std::process::Command::new(&compiler).arg("--version").output() {
+        assert_eq!(e.kind(), std::io::ErrorKind::ExecutableFileBusy, "{e}");
+        std::thread::yield_now();
+    }
+    std::fs::remove_file(&marks).unwrap();
     let cache = root.join("cache");
     // A cache directory that cannot be made (under a file, which stops root too): the compiler
     // hands the artifact back on stdout, as with none, and the server still serves.

@@ -17,7 +17,9 @@
 //!
 //! An embedder (the Python package) has no such binary and compiles in its own process.
 
+use std::io::ErrorKind;
 use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -34,7 +36,8 @@ const SUBCOMMAND: &str = "compile-component";
 
 /// The exit status of a compiler process given bytes that are not a valid component (its stderr
 /// says why); any other failure exits 1.
-const INVALID_COMPONENT: i32 = 2;
+/// Not 2, which is clap's for a command line it cannot parse.
+const INVALID_COMPONENT: i32 = 65;
 
 /// How the server compiles components.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -64,10 +67,13 @@ impl CompilerProcess {
     }
 }
 
-/// What compiling gave: a component, or an artifact file for the caller to load (the cache
-/// entry a compiler process wrote).
+/// What compiling gave.
 pub(super) enum Compiled {
-    Component(Component),
+    /// Compiled in this process: the caller writes the cache entry.
+    InServer(Component),
+    /// Compiled by a compiler process that could not write the cache entry (or had none).
+    FromProcess(Component),
+    /// The cache entry a compiler process wrote, for the caller to load.
     File(PathBuf),
 }
 
@@ -83,7 +89,7 @@ pub(super) fn compile(
     cache_file: Option<&Path>,
 ) -> CoreResult<Compiled> {
     let Compiler::Process(process) = compiler else {
-        return in_process(engine, bytes, path).map(Compiled::Component);
+        return in_process(engine, bytes, path).map(Compiled::InServer);
     };
     let (stdout, stderr) = match in_child(process, bytes, path, cache_file) {
         Ok(output) => output,
@@ -92,7 +98,7 @@ pub(super) fn compile(
                 program = %process.program.display(),
                 "could not start the compiler process ({e}); compiling in the server"
             );
-            return in_process(engine, bytes, path).map(Compiled::Component);
+            return in_process(engine, bytes, path).map(Compiled::InServer);
         }
         Err(ChildFailure::Failed(e)) => return Err(e),
     };
@@ -102,12 +108,13 @@ pub(super) fn compile(
         }
         tracing::warn!(file = %file.display(), "could not write the compile cache: {stderr}");
     }
-    // SAFETY: the bytes are `Component::serialize` output of this server's own binary, compiled
-    // with this engine's settings ([`engine_config`]); wasmtime checks the header and settings
-    // again and refuses a mismatch.
+    // SAFETY: the bytes are `Component::serialize` output of the compiler process: this running
+    // program's own image (`/proc/self/exe`), compiling with this engine's settings
+    // ([`engine_config`]). wasmtime checks the header, version and settings again and refuses a
+    // mismatch; it cannot check the machine code, hence the trust in the program.
     #[allow(unsafe_code)]
     let component = unsafe { Component::deserialize(engine, &stdout) };
-    component.map(Compiled::Component).map_err(|e| {
+    component.map(Compiled::FromProcess).map_err(|e| {
         CoreError::internal(format!("the compiler process's artifact for {} did not load: {e:#}", path.display()))
     })
 }
@@ -125,7 +132,9 @@ fn invalid_component(path: &Path, why: &str) -> CoreError {
 }
 
 enum ChildFailure {
-    /// The process could not be started: compiling in the server still works.
+    /// The program is missing or not executable: compiling in the server still works. (Other
+    /// spawn failures, such as too many processes or no memory, fail the load: compiling in the
+    /// server just then would make things worse.)
     NotStarted(std::io::Error),
     /// It ran and failed: the component is invalid, or compiling it crashed.
     Failed(CoreError),
@@ -141,20 +150,32 @@ fn in_child(
 ) -> Result<(Vec<u8>, String), ChildFailure> {
     let started = std::time::Instant::now();
     let mut command = Command::new(&process.program);
-    command.arg(SUBCOMMAND);
+    // argv[0] `tessera`: a binary copied as `tritonserver` would otherwise take `serve` for granted.
+    command.arg0("tessera").arg(SUBCOMMAND);
+    // SAFETY: `prctl` is async-signal-safe and touches no memory of the parent. The thread that
+    // spawns the child waits for it to end (or kills it), so "the parent thread died" means the
+    // server died: the compiler then stops rather than running on, orphaned.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
     if let Some(output) = output {
         command.arg("--output").arg(output);
     }
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(ChildFailure::NotStarted)?;
-    // The child reads all of stdin before it writes anything, so this cannot deadlock; a child
-    // that died early shows in its status below, whatever this write says.
-    let fed = child.stdin.take().map(|mut stdin| stdin.write_all(bytes));
-    let (stdout, stderr, timed_out) = drain_within(&mut child, process.timeout);
+    let mut child =
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| {
+            match e.kind() {
+                ErrorKind::NotFound | ErrorKind::PermissionDenied => ChildFailure::NotStarted(e),
+                _ => ChildFailure::Failed(CoreError::unavailable(format!(
+                    "could not start the compiler process for {}: {e}",
+                    path.display()
+                ))),
+            }
+        })?;
+    let (fed, stdout, stderr, timed_out) = drain_within(&mut child, bytes, process.timeout);
     let status = child.wait().map_err(|e| {
         ChildFailure::Failed(CoreError::internal(format!(
             "waiting for the compiler process of {}: {e}",
@@ -182,8 +203,8 @@ fn in_child(
         Some(INVALID_COMPONENT) => Err(ChildFailure::Failed(invalid_component(path, stderr))),
         _ => {
             let fed = match fed {
-                Some(Err(e)) => format!(" (writing its input: {e})"),
-                _ => String::new(),
+                Err(e) => format!(" (writing its input: {e})"),
+                Ok(()) => String::new(),
             };
             Err(ChildFailure::Failed(CoreError::internal(format!(
                 "compiling {} failed in its compiler process ({}){fed}: {stderr}",
@@ -194,10 +215,11 @@ fn in_child(
     }
 }
 
-/// Reads the child's stdout and stderr to their ends (each on a thread of its own, so neither
-/// pipe fills while the other is read), killing the child if that takes longer than `timeout`:
-/// its pipes then close and the reads end. Whether it was killed comes third.
-fn drain_within(child: &mut Child, timeout: Duration) -> (Vec<u8>, Vec<u8>, bool) {
+/// Feeds `input` to the child's stdin and reads its stdout and stderr to their ends, each on a
+/// thread of its own (so no pipe waits on another), killing the child if that takes longer than
+/// `timeout`: its pipes then close and the reads end. Returns how the feeding went, stdout,
+/// stderr, and whether the child was killed.
+fn drain_within(child: &mut Child, input: &[u8], timeout: Duration) -> (std::io::Result<()>, Vec<u8>, Vec<u8>, bool) {
     fn read_all(pipe: Option<impl Read>) -> Vec<u8> {
         let mut buf = Vec::new();
         if let Some(mut pipe) = pipe {
@@ -205,9 +227,11 @@ fn drain_within(child: &mut Child, timeout: Duration) -> (Vec<u8>, Vec<u8>, bool
         }
         buf
     }
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let (done, ended) = mpsc::channel::<()>();
     std::thread::scope(|scope| {
+        // Dropping stdin when written tells the child its input is complete.
+        let fed = scope.spawn(move || stdin.map_or(Ok(()), |mut stdin| stdin.write_all(input)));
         let out = scope.spawn(move || read_all(stdout));
         let err = scope.spawn(move || {
             let read = read_all(stderr);
@@ -219,7 +243,8 @@ fn drain_within(child: &mut Child, timeout: Duration) -> (Vec<u8>, Vec<u8>, bool
         if timed_out {
             let _ = child.kill();
         }
-        (out.join().unwrap_or_default(), err.join().unwrap_or_default(), timed_out)
+        let fed = fed.join().unwrap_or_else(|_| Err(std::io::Error::other("the feeding thread panicked")));
+        (fed, out.join().unwrap_or_default(), err.join().unwrap_or_default(), timed_out)
     })
 }
 
@@ -296,7 +321,7 @@ mod tests {
         let compiler = Compiler::Process(CompilerProcess::new("/nonexistent/tessera"));
         let compiled =
             compile(&compiler, &engine, super::super::engine::tests::EMPTY_COMPONENT, Path::new("m.wasm"), None);
-        assert!(matches!(compiled, Ok(Compiled::Component(_))));
+        assert!(matches!(compiled, Ok(Compiled::InServer(_))), "compiled here, so the caller writes the cache");
     }
 
     /// An executable shell script with this body, in `dir`.

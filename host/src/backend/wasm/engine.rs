@@ -265,11 +265,9 @@ impl CompileCache {
                     file.display()
                 ))
             }),
-            Compiled::Component(component) => {
-                // An in-process compile, or a compiler process with no cache file to write.
-                if let Some(file) = &cached
-                    && matches!(self.compiler, Compiler::InProcess)
-                {
+            Compiled::FromProcess(component) => Ok(component),
+            Compiled::InServer(component) => {
+                if let Some(file) = &cached {
                     let written =
                         component.serialize().map_err(|e| e.to_string()).and_then(|data| write_atomically(file, &data));
                     if let Err(e) = written {
@@ -308,10 +306,26 @@ pub(super) fn write_atomically(file: &Path, data: &[u8]) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("entry");
-    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{name}.tmp{}-{n}", std::process::id()));
-    std::fs::write(&tmp, data).map_err(|e| e.to_string())?;
-    std::fs::rename(&tmp, file).map_err(|e| e.to_string())
+    // A temporary file of its own, created new: servers in other containers sharing the cache
+    // may have the same pid (each compiler process counts from 0), and writing into another's
+    // temporary file could publish a torn entry.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let (tmp, mut out) = loop {
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.tmp{}-{nanos}-{n}", std::process::id()));
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            Ok(out) => break (tmp, out),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let written = std::io::Write::write_all(&mut out, data).and_then(|()| out.sync_data());
+    drop(out);
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, file)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.to_string());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -409,6 +423,17 @@ pub(super) mod tests {
         std::fs::write(&files[0], b"not a compiled component").expect("corrupt the entry");
         restarted.load_component(&engine, EMPTY_COMPONENT, &key, &path).expect("recompile");
         assert_ne!(std::fs::read(&files[0]).expect("read entry"), b"not a compiled component");
+    }
+
+    #[test]
+    fn a_component_compiled_in_the_server_for_want_of_a_compiler_is_still_cached() {
+        let tmp = TempDir::new("fallback");
+        let engine = Engine::default();
+        let key = cache_key(&engine, EMPTY_COMPONENT);
+        let compiler = Compiler::Process(compile::CompilerProcess::new("/nonexistent/tessera"));
+        let cache = CompileCache::new(Some(tmp.0.join("cache")), compiler);
+        cache.load_component(&engine, EMPTY_COMPONENT, &key, &tmp.0.join("model.wasm")).expect("compile");
+        assert_eq!(cwasm_files(&tmp.0.join("cache")), vec![tmp.0.join("cache").join(format!("{key}.cwasm"))]);
     }
 
     #[test]
