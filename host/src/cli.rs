@@ -305,7 +305,7 @@ pub struct ServeArgs {
     pub wasm_instance_idle_secs: u64,
     /// Where `tessera serve` compiles WebAssembly components: `process`, a compiler process of
     /// their own (its memory leaves with it, and a compile that crashes fails only its model),
-    /// or `in-process`. An embedded server always compiles in-process.
+    /// or `in-process`. An embedded server started from flags compiles in-process.
     #[arg(long, env = "TESSERA_WASM_COMPILER", default_value = "process", value_parser = ["process", "in-process"])]
     pub wasm_compiler: String,
     /// With `--wasm-compiler process`: a compile still running after this many seconds (at

@@ -5,9 +5,10 @@
 //! stayed with the allocator after the compile, and request threads that came and went later
 //! touched them again: RSS grew ~0.4 MiB/s under load for minutes after a cold start, up to
 //! about what the compile had committed (docs/benchmarks.md, the sixteenth round). A compiler
-//! process gives all of it back when it exits, and a compile that crashes or runs out of memory
-//! (a hostile or broken component) fails that model's load, not the server: the compiler asks
-//! the kernel's OOM killer to take it first (`oom_score_adj` 1000).
+//! process gives all of it back when it exits, and a compile that crashes (a hostile or broken
+//! component) fails that model's load, not the server. Its memory is not capped: the compiler
+//! asks the kernel's OOM killer to take it first (`oom_score_adj` 1000), which a container
+//! OOM-killed as a whole (`memory.oom.group`) does not honour.
 //!
 //! The server binary is its own compiler: `tessera compile-component` reads the component's
 //! bytes on stdin (the very bytes the server hashed for the cache key, so a file changed
@@ -15,7 +16,8 @@
 //! `--output` or stdout. Its engine has the server's settings ([`engine_config`]), so the
 //! artifact loads in the server's engine; wasmtime checks that again when loading.
 //!
-//! An embedder (the Python package) has no such binary and compiles in its own process.
+//! An embedder (the Python package) has no such binary and compiles in its own process unless it
+//! names a compiler (`WasmOptions::compiler`).
 
 use std::io::ErrorKind;
 use std::io::{Read, Write};
@@ -295,19 +297,19 @@ pub fn compile_component_main(output: Option<&Path>) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::wasm::engine::build_engine;
+    use crate::backend::wasm::engine::tests::{EMPTY_COMPONENT, TempDir};
+    use crate::backend::wasm::engine::{build_engine, cache_key};
 
     #[test]
     fn the_compiler_process_engine_makes_artifacts_the_servers_pooled_engine_loads() {
         let pooled = Engine::new(&engine_config(Allocation::Pooling(4))).expect("pooled engine");
         let on_demand = Engine::new(&engine_config(Allocation::OnDemand)).expect("on-demand engine");
         assert_eq!(
-            super::super::engine::cache_key(&pooled, b"x"),
-            super::super::engine::cache_key(&on_demand, b"x"),
+            cache_key(&pooled, b"x"),
+            cache_key(&on_demand, b"x"),
             "instance allocation must not change the compatibility hash"
         );
-        let artifact =
-            on_demand.precompile_component(super::super::engine::tests::EMPTY_COMPONENT).expect("precompile");
+        let artifact = on_demand.precompile_component(EMPTY_COMPONENT).expect("precompile");
         let (engine, _linker) = build_engine(Allocation::Pooling(4)).expect("engine");
         // SAFETY: made just above by an engine with the same settings.
         #[allow(unsafe_code)]
@@ -319,9 +321,17 @@ mod tests {
     fn a_compiler_that_cannot_start_leaves_the_compile_to_the_server() {
         let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
         let compiler = Compiler::Process(CompilerProcess::new("/nonexistent/tessera"));
-        let compiled =
-            compile(&compiler, &engine, super::super::engine::tests::EMPTY_COMPONENT, Path::new("m.wasm"), None);
+        let compiled = compile(&compiler, &engine, EMPTY_COMPONENT, Path::new("m.wasm"), None);
         assert!(matches!(compiled, Ok(Compiled::InServer(_))), "compiled here, so the caller writes the cache");
+    }
+
+    /// `compile` by a stand-in compiler: a shell script with this body, given `timeout`.
+    fn compile_by_script(tag: &str, body: &str, timeout: Duration) -> CoreResult<Compiled> {
+        let tmp = TempDir::new(tag);
+        let program = script(&tmp.0, body);
+        let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
+        let compiler = Compiler::Process(CompilerProcess { program, timeout });
+        compile(&compiler, &engine, b"bytes", Path::new("m.wasm"), None)
     }
 
     /// An executable shell script with this body, in `dir`.
@@ -342,12 +352,8 @@ mod tests {
 
     #[test]
     fn a_compiler_process_that_fails_fails_the_load_with_its_status_and_stderr() {
-        let tmp = super::super::engine::tests::TempDir::new("compiler");
-        let program = script(&tmp.0, "echo 'out of memory' >&2\nexit 3");
-        let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
-        let Err(e) =
-            compile(&Compiler::Process(CompilerProcess::new(program)), &engine, b"bytes", Path::new("m.wasm"), None)
-        else {
+        let body = "echo 'out of memory' >&2\nexit 3";
+        let Err(e) = compile_by_script("compiler", body, CompilerProcess::DEFAULT_TIMEOUT) else {
             panic!("a failing compiler must fail the compile")
         };
         assert_eq!(e.kind, crate::error::ErrorKind::Internal);
@@ -356,12 +362,8 @@ mod tests {
 
     #[test]
     fn a_compiler_process_given_an_invalid_component_says_why_as_the_server_would() {
-        let tmp = super::super::engine::tests::TempDir::new("invalid");
-        let program = script(&tmp.0, &format!("echo 'bad magic' >&2\nexit {INVALID_COMPONENT}"));
-        let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
-        let Err(e) =
-            compile(&Compiler::Process(CompilerProcess::new(program)), &engine, b"bytes", Path::new("m.wasm"), None)
-        else {
+        let body = format!("echo 'bad magic' >&2\nexit {INVALID_COMPONENT}");
+        let Err(e) = compile_by_script("invalid", &body, CompilerProcess::DEFAULT_TIMEOUT) else {
             panic!("an invalid component must fail")
         };
         assert_eq!(e.kind, crate::error::ErrorKind::InvalidArg);
@@ -370,13 +372,9 @@ mod tests {
 
     #[test]
     fn a_compile_that_takes_too_long_is_stopped_and_fails_its_load() {
-        let tmp = super::super::engine::tests::TempDir::new("slow");
-        // `exec`: the sleep is the compiler process itself, so stopping it closes its pipes.
-        let program = script(&tmp.0, "exec sleep 60");
-        let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
-        let compiler = Compiler::Process(CompilerProcess { program, timeout: Duration::from_millis(100) });
         let started = std::time::Instant::now();
-        let Err(e) = compile(&compiler, &engine, b"bytes", Path::new("m.wasm"), None) else {
+        // `exec`: the sleep is the compiler process itself, so stopping it closes its pipes.
+        let Err(e) = compile_by_script("slow", "exec sleep 60", Duration::from_millis(100)) else {
             panic!("a compile past its time limit must fail")
         };
         assert!(started.elapsed() < Duration::from_secs(30), "the compiler was stopped, not waited for");
