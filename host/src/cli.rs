@@ -312,6 +312,12 @@ pub struct ServeArgs {
     /// least 1) is stopped and its model fails to load. An in-process compile has no limit.
     #[arg(long, env = "TESSERA_WASM_COMPILE_TIMEOUT_SECS", default_value_t = 300)]
     pub wasm_compile_timeout_secs: u64,
+    /// With `--wasm-compiler process`: MiB of heap a compile may allocate (`RLIMIT_DATA`; 0: no
+    /// cap). A compile that needs more fails its model's load and names this flag. Each
+    /// model-load thread compiles at once, so the worst case is this times
+    /// `--model-load-thread-count`.
+    #[arg(long, env = "TESSERA_WASM_COMPILE_MEMORY_MIB", default_value_t = 4096)]
+    pub wasm_compile_memory_mib: u64,
 
     /// Triton's rate limiter: `execution_count` makes every execution wait until the resources
     /// its instance group lists (`rate_limiter` in config.pbtxt) are free; `off` (default)
@@ -508,7 +514,9 @@ pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
         match program {
             Ok(program) => {
                 let timeout = Duration::from_secs(args.wasm_compile_timeout_secs.max(1));
-                config.wasm.compiler = Compiler::Process(CompilerProcess { program, timeout });
+                let memory_limit =
+                    (args.wasm_compile_memory_mib > 0).then_some(args.wasm_compile_memory_mib.saturating_mul(1 << 20));
+                config.wasm.compiler = Compiler::Process(CompilerProcess { program, timeout, memory_limit });
             }
             Err(e) => tracing::warn!("compiling WebAssembly components in the server: cannot find this binary ({e})"),
         }

@@ -258,6 +258,19 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]"#
     }
     let compiles = std::fs::read_to_string(&marks).unwrap_or_default().lines().count();
     assert_eq!(compiles, 6, "every compile ran in the compiler process");
+    // A memory cap too small for any compile: that load fails and says which flag to raise.
+    let mut config = ServerConfig::default().repository(&repo).control_mode(tessera::ControlMode::Explicit);
+    let capped = tessera::CompilerProcess {
+        memory_limit: Some(2 << 20),
+        ..tessera::CompilerProcess::new(env!("CARGO_BIN_EXE_tessera"))
+    };
+    config.wasm =
+        tessera::WasmOptions { compiler: tessera::Compiler::Process(capped), ..tessera::WasmOptions::default() };
+    let server = Server::start(config).await.expect("server starts");
+    let err = server.load_model("empty").await.expect_err("no memory to compile in");
+    assert!(err.message.contains("--wasm-compile-memory-mib allows: 2 MiB"), "{}", err.message);
+    server.stop();
+    server.wait().await.expect("stops cleanly");
     let entries: Vec<_> = std::fs::read_dir(&cache).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(entries.len(), 1, "the compiler process wrote the one valid component's cache entry: {entries:?}");
     let _ = std::fs::remove_dir_all(&root);

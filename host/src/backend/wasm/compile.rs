@@ -6,9 +6,14 @@
 //! touched them again: RSS grew ~0.4 MiB/s under load for minutes after a cold start, up to
 //! about what the compile had committed (docs/benchmarks.md, the sixteenth round). A compiler
 //! process gives all of it back when it exits, and a compile that crashes (a hostile or broken
-//! component) fails that model's load, not the server. Its memory is not capped: the compiler
-//! asks the kernel's OOM killer to take it first (`oom_score_adj` 1000), which a container
-//! OOM-killed as a whole (`memory.oom.group`) does not honour.
+//! component) fails that model's load, not the server. Its memory is capped
+//! (`--wasm-compile-memory-mib`, 4 GiB by default: the Python guest needs ~0.6 GiB): a component
+//! made to blow up Cranelift's memory fails its own load when the compiler's allocations hit the
+//! cap (`RLIMIT_DATA`: heap and anonymous mappings), before the kernel's OOM killer has to pick a
+//! victim. The cap is per compile; compiles run on the model-load threads, so
+//! `--model-load-thread-count` of them may be at the cap at once. Should the OOM killer still act,
+//! the compiler asks to be taken first (`oom_score_adj` 1000), which a container OOM-killed as a
+//! whole (`memory.oom.group`) does not honour.
 //!
 //! The server binary is its own compiler: `tessera compile-component` reads the component's
 //! bytes on stdin (the very bytes the server hashed for the cache key, so a file changed
@@ -51,21 +56,27 @@ pub enum Compiler {
     Process(CompilerProcess),
 }
 
-/// The compiler process: which program, and how long a compile may take before it is killed
-/// and the model's load fails (a component made to keep Cranelift busy holds up only its own
-/// load, and not for ever).
+/// The compiler process: which program, how long a compile may take before it is killed and the
+/// model's load fails, and how much memory it may allocate (a component made to keep Cranelift
+/// busy, or to make it allocate without end, fails only its own load).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompilerProcess {
     pub program: PathBuf,
     pub timeout: Duration,
+    /// Bytes of heap and anonymous memory the compiler may map (`RLIMIT_DATA`); `None`: no cap.
+    pub memory_limit: Option<u64>,
 }
 
 impl CompilerProcess {
     /// The default time limit: a large Python guest compiles in 5-10 s on two cores.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+    /// The default memory cap, 4 GiB: compiling the ~20 MB Python guest (an interpreter) on two
+    /// cores needs 0.6-0.7 GiB of it (measured with `prlimit --data`); more cores run more
+    /// Cranelift threads at once, each with its own working memory.
+    pub const DEFAULT_MEMORY_LIMIT: u64 = 4 << 30;
 
     pub fn new(program: impl Into<PathBuf>) -> Self {
-        Self { program: program.into(), timeout: Self::DEFAULT_TIMEOUT }
+        Self { program: program.into(), timeout: Self::DEFAULT_TIMEOUT, memory_limit: Some(Self::DEFAULT_MEMORY_LIMIT) }
     }
 }
 
@@ -154,13 +165,23 @@ fn in_child(
     let mut command = Command::new(&process.program);
     // argv[0] `tessera`: a binary copied as `tritonserver` would otherwise take `serve` for granted.
     command.arg0("tessera").arg(SUBCOMMAND);
-    // SAFETY: `prctl` is async-signal-safe and touches no memory of the parent. The thread that
-    // spawns the child waits for it to end (or kills it), so "the parent thread died" means the
-    // server died: the compiler then stops rather than running on, orphaned.
+    // A panic's backtrace is no use in a load error, and printing one after an allocation failed
+    // (the memory cap) can deadlock the compiler until its time limit.
+    command.env("RUST_BACKTRACE", "0").env("RUST_LIB_BACKTRACE", "0");
+    let memory_limit = process.memory_limit;
+    // SAFETY: `prctl` and `setrlimit` are async-signal-safe and touch no memory of the parent.
+    // The thread that spawns the child waits for it to end (or kills it), so "the parent thread
+    // died" means the server died: the compiler then stops rather than running on, orphaned.
     #[allow(unsafe_code)]
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if let Some(bytes) = memory_limit {
+                let cap = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+                if libc::setrlimit(libc::RLIMIT_DATA, &cap) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             Ok(())
         });
     }
@@ -192,6 +213,10 @@ fn in_child(
         ))));
     }
     let stderr = String::from_utf8_lossy(&stderr);
+    // Rust's hint to set RUST_BACKTRACE after a panic is for the compiler's developers, and the
+    // server sets it to 0 on purpose.
+    let stderr: Vec<&str> = stderr.lines().filter(|line| !line.starts_with("note: run with `RUST_BACKTRACE")).collect();
+    let stderr = stderr.join("\n");
     let stderr = stderr.trim();
     match status.code() {
         Some(0) => {
@@ -208,13 +233,29 @@ fn in_child(
                 Err(e) => format!(" (writing its input: {e})"),
                 Ok(()) => String::new(),
             };
+            let cap = match memory_limit {
+                Some(bytes) if ran_out_of_memory(stderr) => format!(
+                    " (the compile needs more memory than --wasm-compile-memory-mib allows: {} MiB)",
+                    bytes >> 20
+                ),
+                _ => String::new(),
+            };
             Err(ChildFailure::Failed(CoreError::internal(format!(
-                "compiling {} failed in its compiler process ({}){fed}: {stderr}",
+                "compiling {} failed in its compiler process ({}){fed}: {stderr}{cap}",
                 path.display(),
                 status
             ))))
         }
     }
+}
+
+/// Whether a compiler's stderr says an allocation failed: Rust's allocation-failure abort, a
+/// thread that could not get its stack (Cranelift's worker pool), or the loader unable to map a
+/// library's data.
+fn ran_out_of_memory(stderr: &str) -> bool {
+    ["memory allocation of", "Resource temporarily unavailable", "Cannot allocate memory", "cannot map"]
+        .iter()
+        .any(|sign| stderr.contains(sign))
 }
 
 /// Feeds `input` to the child's stdin and reads its stdout and stderr to their ends, each on a
@@ -325,12 +366,13 @@ mod tests {
         assert!(matches!(compiled, Ok(Compiled::InServer(_))), "compiled here, so the caller writes the cache");
     }
 
-    /// `compile` by a stand-in compiler: a shell script with this body, given `timeout`.
+    /// `compile` by a stand-in compiler: a shell script with this body, given `timeout` and a
+    /// memory cap of 32 MiB.
     fn compile_by_script(tag: &str, body: &str, timeout: Duration) -> CoreResult<Compiled> {
         let tmp = TempDir::new(tag);
         let program = script(&tmp.0, body);
         let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
-        let compiler = Compiler::Process(CompilerProcess { program, timeout });
+        let compiler = Compiler::Process(CompilerProcess { program, timeout, memory_limit: Some(32 << 20) });
         compile(&compiler, &engine, b"bytes", Path::new("m.wasm"), None)
     }
 
@@ -358,6 +400,24 @@ mod tests {
         };
         assert_eq!(e.kind, crate::error::ErrorKind::Internal);
         assert_eq!(e.message, "compiling m.wasm failed in its compiler process (exit status: 3): out of memory");
+    }
+
+    #[test]
+    fn the_compiler_runs_under_its_memory_cap_and_an_allocation_failure_names_the_flag() {
+        // The stand-in reports the cap it runs under (`ulimit -d`, in KiB) the way Rust reports a
+        // failed allocation before it aborts.
+        let body = "echo \"memory allocation of 4096 bytes failed under $(ulimit -d) KiB\" >&2
+echo 'note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace' >&2
+exit 134";
+        let Err(e) = compile_by_script("capped", body, CompilerProcess::DEFAULT_TIMEOUT) else {
+            panic!("a compiler out of memory must fail the compile")
+        };
+        assert_eq!(e.kind, crate::error::ErrorKind::Internal);
+        assert_eq!(
+            e.message,
+            "compiling m.wasm failed in its compiler process (exit status: 134): memory allocation of 4096 bytes \
+             failed under 32768 KiB (the compile needs more memory than --wasm-compile-memory-mib allows: 32 MiB)"
+        );
     }
 
     #[test]
