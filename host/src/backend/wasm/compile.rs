@@ -6,11 +6,12 @@
 //! touched them again: RSS grew ~0.4 MiB/s under load for minutes after a cold start, up to
 //! about what the compile had committed (docs/benchmarks.md, the sixteenth round). A compiler
 //! process gives all of it back when it exits, and a compile that crashes (a hostile or broken
-//! component) fails that model's load, not the server. Its memory is capped
-//! (`--wasm-compile-memory-mib`, 4 GiB by default: the Python guest needs ~0.6 GiB): a component
-//! made to blow up Cranelift's memory fails its own load when the compiler's allocations hit the
-//! cap (`RLIMIT_DATA`: heap and anonymous mappings), before the kernel's OOM killer has to pick a
-//! victim. The cap is per compile; compiles run on the model-load threads, so
+//! component) fails that model's load, not the server. Its threads are bounded: compiles running
+//! together share twice the cores, at most 16 threads each ([`compile_threads`]). Its memory is
+//! capped (`--wasm-compile-memory-mib`, 4 GiB by default; the Python guest needs 0.5-1.25 GiB,
+//! more with more threads): a component made to blow up Cranelift's memory fails its own load
+//! when the compiler's allocations hit the cap (`RLIMIT_DATA`: heap and anonymous mappings),
+//! before the kernel's OOM killer has to pick a victim. The cap is per compile; compiles run on the model-load threads, so
 //! `--model-load-thread-count` of them may be at the cap at once. Should the OOM killer still act,
 //! the compiler asks to be taken first (`oom_score_adj` 1000), which a container OOM-killed as a
 //! whole (`memory.oom.group`) does not honour.
@@ -29,6 +30,7 @@ use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
@@ -70,9 +72,9 @@ pub struct CompilerProcess {
 impl CompilerProcess {
     /// The default time limit: a large Python guest compiles in 5-10 s on two cores.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
-    /// The default memory cap, 4 GiB: compiling the ~20 MB Python guest (an interpreter) on two
-    /// cores needs 0.6-0.7 GiB of it (measured with `prlimit --data`); more cores run more
-    /// Cranelift threads at once, each with its own working memory.
+    /// The default memory cap, 4 GiB: compiling the ~20 MB Python guest (an interpreter) needs
+    /// 0.5-0.75 GiB of it on two Cranelift threads and 1-1.25 GiB on sixteen, the most one compile
+    /// gets (measured with `prlimit --data` and `RAYON_NUM_THREADS`).
     pub const DEFAULT_MEMORY_LIMIT: u64 = 4 << 30;
 
     pub fn new(program: impl Into<PathBuf>) -> Self {
@@ -168,6 +170,9 @@ fn in_child(
     // A panic's backtrace is no use in a load error, and printing one after an allocation failed
     // (the memory cap) can deadlock the compiler until its time limit.
     command.env("RUST_BACKTRACE", "0").env("RUST_LIB_BACKTRACE", "0");
+    let running = RunningCompile::start();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    command.env("RAYON_NUM_THREADS", compile_threads(cores, running.count).to_string());
     let memory_limit = process.memory_limit;
     // SAFETY: `prctl` and `setrlimit` are async-signal-safe and touch no memory of the parent.
     // The thread that spawns the child waits for it to end (or kills it), so "the parent thread
@@ -247,6 +252,42 @@ fn in_child(
             ))))
         }
     }
+}
+
+/// Compiler processes running now, this server's.
+static RUNNING_COMPILES: AtomicUsize = AtomicUsize::new(0);
+
+/// One compiler process counted in [`RUNNING_COMPILES`] while this lives.
+struct RunningCompile {
+    /// How many ran when this one started, itself included.
+    count: usize,
+}
+
+impl RunningCompile {
+    fn start() -> Self {
+        Self { count: RUNNING_COMPILES.fetch_add(1, Ordering::SeqCst) + 1 }
+    }
+}
+
+impl Drop for RunningCompile {
+    fn drop(&mut self) {
+        RUNNING_COMPILES.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The most Cranelift threads one compile gets. Each costs ~25 MiB at the Python guest's peak
+/// (measured: ~450 MiB with one thread, 0.9 GiB with 16, 2 GiB with 64), and a compile with
+/// many functions is fast enough on 16.
+const MAX_COMPILE_THREADS: usize = 16;
+
+/// Cranelift threads (`RAYON_NUM_THREADS`) for a compile that starts while `running` compiles
+/// run, itself included: twice the cores shared among them. Without this every compiler process
+/// started a thread per core, so at startup, with a model-load thread per core, the compilers ran
+/// cores² threads and their memory grew with it. Not just the cores: a compile keeps its threads
+/// to the end, and the last one left running would have only its share (on two cores, the
+/// quickstart's cold start took 26 s with one thread each, 22-23 s with two).
+fn compile_threads(cores: usize, running: usize) -> usize {
+    (2 * cores / running.max(1)).clamp(1, MAX_COMPILE_THREADS)
 }
 
 /// Whether a compiler's stderr says an allocation failed: Rust's allocation-failure abort, a
@@ -418,6 +459,26 @@ exit 134";
             "compiling m.wasm failed in its compiler process (exit status: 134): memory allocation of 4096 bytes \
              failed under 32768 KiB (the compile needs more memory than --wasm-compile-memory-mib allows: 32 MiB)"
         );
+    }
+
+    #[test]
+    fn compiles_running_together_share_twice_the_cores_up_to_sixteen_threads_each() {
+        assert_eq!(compile_threads(2, 1), 4, "a lone compile gets twice the cores");
+        assert_eq!(compile_threads(2, 2), 2);
+        assert_eq!(compile_threads(2, 5), 1, "at least one thread");
+        assert_eq!(compile_threads(64, 1), MAX_COMPILE_THREADS);
+        assert_eq!(compile_threads(64, 64), 2, "64 compiles at once run 128 threads, not 4,096");
+    }
+
+    #[test]
+    fn the_compiler_process_is_told_how_many_threads_to_compile_on() {
+        let Err(e) =
+            compile_by_script("threads", "echo \"$RAYON_NUM_THREADS\" >&2\nexit 3", CompilerProcess::DEFAULT_TIMEOUT)
+        else {
+            panic!("the stand-in fails")
+        };
+        let threads = e.message.rsplit(": ").next().and_then(|n| n.parse::<usize>().ok());
+        assert!(threads.is_some_and(|n| (1..=MAX_COMPILE_THREADS).contains(&n)), "{}", e.message);
     }
 
     #[test]
