@@ -11,8 +11,9 @@
 //! capped (`--wasm-compile-memory-mib`, 4 GiB by default; the Python guest needs 0.5-1.25 GiB,
 //! more with more threads): a component made to blow up Cranelift's memory fails its own load
 //! when the compiler's allocations hit the cap (`RLIMIT_DATA`: heap and anonymous mappings),
-//! before the kernel's OOM killer has to pick a victim. The cap is per compile; compiles run on the model-load threads, so
-//! `--model-load-thread-count` of them may be at the cap at once. Should the OOM killer still act,
+//! before the kernel's OOM killer has to pick a victim. The cap is per compile; compiles run on
+//! the model-load threads, so `--model-load-thread-count` of them may be at the cap at once.
+//! Should the OOM killer still act,
 //! the compiler asks to be taken first (`oom_score_adj` 1000), which a container OOM-killed as a
 //! whole (`memory.oom.group`) does not honour.
 //!
