@@ -312,10 +312,10 @@ pub struct ServeArgs {
     /// least 1) is stopped and its model fails to load. An in-process compile has no limit.
     #[arg(long, env = "TESSERA_WASM_COMPILE_TIMEOUT_SECS", default_value_t = 300)]
     pub wasm_compile_timeout_secs: u64,
-    /// With `--wasm-compiler process`: MiB of heap a compile may allocate (`RLIMIT_DATA`; 0: no
-    /// cap). A compile that needs more fails its model's load and names this flag. Each
-    /// model-load thread compiles at once, so the worst case is this times
-    /// `--model-load-thread-count`.
+    /// With `--wasm-compiler process`: MiB of private writable memory a compile may map (its
+    /// `RLIMIT_DATA`: heap, stacks, reserved arenas; 0: no cap). A compile that needs more fails
+    /// its model's load, and the reason names this flag. The model-load threads compile at once,
+    /// so the worst case is this times `--model-load-thread-count`.
     #[arg(long, env = "TESSERA_WASM_COMPILE_MEMORY_MIB", default_value_t = 4096)]
     pub wasm_compile_memory_mib: u64,
 

@@ -1,21 +1,22 @@
 //! Compiling a component, in this process or in a compiler process of its own.
 //!
-//! Why a process: compiling a Python guest (a ~40 MB component holding an interpreter) peaks
+//! Why a process: compiling a Python guest (a ~20 MB component holding an interpreter) peaks
 //! near 500 MB of allocations spread over Cranelift's worker threads. In the server those pages
 //! stayed with the allocator after the compile, and request threads that came and went later
 //! touched them again: RSS grew ~0.4 MiB/s under load for minutes after a cold start, up to
 //! about what the compile had committed (docs/benchmarks.md, the sixteenth round). A compiler
 //! process gives all of it back when it exits, and a compile that crashes (a hostile or broken
-//! component) fails that model's load, not the server. Its threads are bounded: compiles running
-//! together share twice the cores, at most 16 threads each ([`compile_threads`]). Its memory is
-//! capped (`--wasm-compile-memory-mib`, 4 GiB by default; the Python guest needs 0.5-1.25 GiB,
-//! more with more threads): a component made to blow up Cranelift's memory fails its own load
-//! when the compiler's allocations hit the cap (`RLIMIT_DATA`: heap and anonymous mappings),
-//! before the kernel's OOM killer has to pick a victim. The cap is per compile; compiles run on
-//! the model-load threads, so `--model-load-thread-count` of them may be at the cap at once.
-//! Should the OOM killer still act,
-//! the compiler asks to be taken first (`oom_score_adj` 1000), which a container OOM-killed as a
-//! whole (`memory.oom.group`) does not honour.
+//! component) fails that model's load, not the server. Its threads are bounded: each compile
+//! gets twice the cores over the compiles running when it starts, at most 16
+//! ([`compile_threads`]). Its memory is capped (`--wasm-compile-memory-mib`, 4 GiB by default;
+//! the Python guest needs a cap of 0.6-1.25 GiB, more with more threads): a component made to
+//! blow up Cranelift's memory fails its own load when the compiler's allocations hit the cap
+//! (`RLIMIT_DATA`: private writable mappings, heap, stacks and reserved arenas, counted when
+//! mapped rather than when touched), before the kernel's OOM killer has to pick a victim. The
+//! cap is per compile; compiles run on the model-load threads, so `--model-load-thread-count` of
+//! them may be at the cap at once. Should the OOM killer still act, the compiler asks to be taken
+//! first (`oom_score_adj` 1000), which a container OOM-killed as a whole (`memory.oom.group`)
+//! does not honour.
 //!
 //! The server binary is its own compiler: `tessera compile-component` reads the component's
 //! bytes on stdin (the very bytes the server hashed for the cache key, so a file changed
@@ -74,7 +75,7 @@ impl CompilerProcess {
     /// The default time limit: a large Python guest compiles in 5-10 s on two cores.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
     /// The default memory cap, 4 GiB: compiling the ~20 MB Python guest (an interpreter) needs
-    /// 0.5-0.75 GiB of it on two Cranelift threads and 1-1.25 GiB on sixteen, the most one compile
+    /// 0.6-0.75 GiB of it on two Cranelift threads and 1-1.25 GiB on sixteen, the most one compile
     /// gets (measured with `prlimit --data` and `RAYON_NUM_THREADS`).
     pub const DEFAULT_MEMORY_LIMIT: u64 = 4 << 30;
 
@@ -183,9 +184,13 @@ fn in_child(
         command.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             if let Some(bytes) = memory_limit {
-                let cap = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
-                if libc::setrlimit(libc::RLIMIT_DATA, &cap) != 0 {
-                    return Err(std::io::Error::last_os_error());
+                // Only the soft limit, and never above the hard one: raising the hard limit takes
+                // a privilege a container seldom has, and the failure would read as a program that
+                // cannot be started (a silent fallback to compiling in the server, uncapped).
+                let mut cap = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                if libc::getrlimit(libc::RLIMIT_DATA, &mut cap) == 0 {
+                    cap.rlim_cur = bytes.min(cap.rlim_max);
+                    libc::setrlimit(libc::RLIMIT_DATA, &cap);
                 }
             }
             Ok(())
@@ -239,11 +244,13 @@ fn in_child(
                 Err(e) => format!(" (writing its input: {e})"),
                 Ok(()) => String::new(),
             };
+            // A signal with nothing said: the kernel refused the loader a mapping, or the OOM
+            // killer struck; either may be the cap's doing.
+            let silent_signal = status.code().is_none() && stderr.is_empty();
             let cap = match memory_limit {
-                Some(bytes) if ran_out_of_memory(stderr) => format!(
-                    " (the compile needs more memory than --wasm-compile-memory-mib allows: {} MiB)",
-                    bytes >> 20
-                ),
+                Some(bytes) if ran_out_of_memory(stderr) || silent_signal => {
+                    format!(" (it may have run out of memory: --wasm-compile-memory-mib is {} MiB)", bytes >> 20)
+                }
                 _ => String::new(),
             };
             Err(ChildFailure::Failed(CoreError::internal(format!(
@@ -277,12 +284,14 @@ impl Drop for RunningCompile {
 }
 
 /// The most Cranelift threads one compile gets. Each costs ~25 MiB at the Python guest's peak
-/// (measured: ~450 MiB with one thread, 0.9 GiB with 16, 2 GiB with 64), and a compile with
-/// many functions is fast enough on 16.
+/// (measured peak RSS: ~470 MiB with one thread, 0.9 GiB with 16, 2 GiB with 64), and a compile
+/// with many functions is fast enough on 16.
 const MAX_COMPILE_THREADS: usize = 16;
 
-/// Cranelift threads (`RAYON_NUM_THREADS`) for a compile that starts while `running` compiles
-/// run, itself included: twice the cores shared among them. Without this every compiler process
+/// Cranelift threads (`RAYON_NUM_THREADS`, whatever the server's environment says) for a compile
+/// that starts while `running` compiles run, itself included: twice the cores over `running`,
+/// fixed for the compile's life (so N compiles started together run about 2·cores·(1 + ln N)
+/// threads at most, not cores·N). Without this every compiler process
 /// started a thread per core, so at startup, with a model-load thread per core, the compilers ran
 /// cores² threads and their memory grew with it. Not just the cores: a compile keeps its threads
 /// to the end, and the last one left running would have only its share (on two cores, the
@@ -458,17 +467,17 @@ exit 134";
         assert_eq!(
             e.message,
             "compiling m.wasm failed in its compiler process (exit status: 134): memory allocation of 4096 bytes \
-             failed under 32768 KiB (the compile needs more memory than --wasm-compile-memory-mib allows: 32 MiB)"
+             failed under 32768 KiB (it may have run out of memory: --wasm-compile-memory-mib is 32 MiB)"
         );
     }
 
     #[test]
-    fn compiles_running_together_share_twice_the_cores_up_to_sixteen_threads_each() {
+    fn a_compile_gets_twice_the_cores_over_those_running_up_to_sixteen_threads() {
         assert_eq!(compile_threads(2, 1), 4, "a lone compile gets twice the cores");
         assert_eq!(compile_threads(2, 2), 2);
         assert_eq!(compile_threads(2, 5), 1, "at least one thread");
         assert_eq!(compile_threads(64, 1), MAX_COMPILE_THREADS);
-        assert_eq!(compile_threads(64, 64), 2, "64 compiles at once run 128 threads, not 4,096");
+        assert_eq!(compile_threads(64, 64), 2, "the 64th compile running gets 2 threads, not 64");
     }
 
     #[test]
