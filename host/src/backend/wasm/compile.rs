@@ -175,7 +175,7 @@ fn in_child(
     let running = RunningCompile::start();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     command.env("RAYON_NUM_THREADS", compile_threads(cores, running.count).to_string());
-    let memory_limit = process.memory_limit;
+    let memory_limit = process.memory_limit.map(DataLimit::under_this_process);
     // SAFETY: `prctl` and `setrlimit` are async-signal-safe and touch no memory of the parent.
     // The thread that spawns the child waits for it to end (or kills it), so "the parent thread
     // died" means the server died: the compiler then stops rather than running on, orphaned.
@@ -183,15 +183,8 @@ fn in_child(
     unsafe {
         command.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if let Some(bytes) = memory_limit {
-                // Only the soft limit, and never above the hard one: raising the hard limit takes
-                // a privilege a container seldom has, and the failure would read as a program that
-                // cannot be started (a silent fallback to compiling in the server, uncapped).
-                let mut cap = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-                if libc::getrlimit(libc::RLIMIT_DATA, &mut cap) == 0 {
-                    cap.rlim_cur = bytes.min(cap.rlim_max);
-                    libc::setrlimit(libc::RLIMIT_DATA, &cap);
-                }
+            if let Some(limit) = memory_limit {
+                libc::setrlimit(libc::RLIMIT_DATA, &libc::rlimit { rlim_cur: limit.cap, rlim_max: limit.hard });
             }
             Ok(())
         });
@@ -248,9 +241,7 @@ fn in_child(
             // killer struck; either may be the cap's doing.
             let silent_signal = status.code().is_none() && stderr.is_empty();
             let cap = match memory_limit {
-                Some(bytes) if ran_out_of_memory(stderr) || silent_signal => {
-                    format!(" (it may have run out of memory: --wasm-compile-memory-mib is {} MiB)", bytes >> 20)
-                }
+                Some(limit) if ran_out_of_memory(stderr) || silent_signal => format!(" ({})", limit.describe()),
                 _ => String::new(),
             };
             Err(ChildFailure::Failed(CoreError::internal(format!(
@@ -298,6 +289,46 @@ const MAX_COMPILE_THREADS: usize = 16;
 /// quickstart's cold start took 26 s with one thread each, 22-23 s with two).
 fn compile_threads(cores: usize, running: usize) -> usize {
     (2 * cores / running.max(1)).clamp(1, MAX_COMPILE_THREADS)
+}
+
+/// The compiler's `RLIMIT_DATA`: only the soft limit is set, and never above the hard one, which
+/// it inherits. Raising the hard limit takes a privilege a container seldom has, and the failure
+/// would read as a program that cannot be started (a silent fallback to an uncapped compile in
+/// the server).
+#[derive(Clone, Copy)]
+struct DataLimit {
+    /// What `--wasm-compile-memory-mib` asked for.
+    asked: u64,
+    /// The soft limit the compiler gets.
+    cap: u64,
+    /// The hard limit, this process's and so the compiler's.
+    hard: u64,
+}
+
+impl DataLimit {
+    fn under_this_process(asked: u64) -> Self {
+        let mut limit = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+        // SAFETY: `getrlimit` writes only the struct it is given; on failure it is left unlimited.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::getrlimit(libc::RLIMIT_DATA, &mut limit);
+        }
+        Self { asked, cap: asked.min(limit.rlim_max), hard: limit.rlim_max }
+    }
+
+    /// For a load error: what the cap was, and where it came from.
+    fn describe(&self) -> String {
+        if self.cap < self.asked {
+            format!(
+                "it may have run out of memory: its cap is {} MiB, the server's own hard RLIMIT_DATA, below \
+                 --wasm-compile-memory-mib's {} MiB",
+                self.cap >> 20,
+                self.asked >> 20
+            )
+        } else {
+            format!("it may have run out of memory: --wasm-compile-memory-mib is {} MiB", self.asked >> 20)
+        }
+    }
 }
 
 /// Whether a compiler's stderr says an allocation failed: Rust's allocation-failure abort, a
@@ -469,6 +500,18 @@ exit 134";
             "compiling m.wasm failed in its compiler process (exit status: 134): memory allocation of 4096 bytes \
              failed under 32768 KiB (it may have run out of memory: --wasm-compile-memory-mib is 32 MiB)"
         );
+    }
+
+    #[test]
+    fn a_cap_above_the_servers_own_hard_limit_becomes_that_limit_and_says_so() {
+        let limit = DataLimit { asked: 4096 << 20, cap: 200 << 20, hard: 200 << 20 };
+        assert_eq!(
+            limit.describe(),
+            "it may have run out of memory: its cap is 200 MiB, the server's own hard RLIMIT_DATA, below \
+             --wasm-compile-memory-mib's 4096 MiB"
+        );
+        let here = DataLimit::under_this_process(u64::MAX);
+        assert_eq!(here.cap, here.hard, "nothing asks above the hard limit");
     }
 
     #[test]
