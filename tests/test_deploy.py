@@ -556,6 +556,44 @@ def test_modelmesh_container_runs_as_written_and_serves_the_adapters_cycle(tmp_p
 
 
 # ---------------------------------------------------------------------------------------------
+# Every manifest: room for the compiler processes
+# ---------------------------------------------------------------------------------------------
+
+# What the server holds beside its compilers (the quickstart repository, loaded: ~0.25 GiB), and
+# the smallest cap that compiles the example Python guest on the few cores a pod gets (docs/wasm.md).
+SERVER_MIB = 256
+PYTHON_GUEST_CAP_MIB = 768
+
+
+def mebibytes(quantity: str) -> int:
+    units = {"Mi": 1, "Gi": 1024}
+    assert quantity[-2:] in units, f"a memory limit in Mi or Gi: {quantity}"
+    return int(quantity[:-2]) * units[quantity[-2:]]
+
+
+def test_every_manifest_caps_its_compilers_to_fit_the_pod_and_the_example_guests():
+    """A guest made to blow up the compiler must fail its own load, not get the pod OOM-killed:
+    each compile is capped (--wasm-compile-memory-mib), and the caps of the compiles that can run
+    at once, plus the server, fit the container's memory limit. And the cap still compiles the
+    example Python guest."""
+    chart = one(rendered_chart(), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    kserve = one(load_yaml(KSERVE_RUNTIME), "ClusterServingRuntime")["spec"]["containers"][0]
+    modelmesh = one(load_yaml(MODELMESH_RUNTIME), "ServingRuntime")["spec"]["containers"][0]
+    for name, container, argv in [
+        ("helm", chart, chart["args"]),
+        ("kserve", kserve, kserve["args"]),
+        # ModelMesh loads one model per adapter call; its script is one shell string.
+        ("modelmesh", modelmesh, shlex.split(modelmesh["args"][1])),
+    ]:
+        cap = flag(argv, "wasm-compile-memory-mib", 0)
+        at_once = flag(argv, "model-load-thread-count", 1)
+        limit = mebibytes(container["resources"]["limits"]["memory"])
+        assert cap > 0, f"{name}: no compile memory cap"
+        assert cap * at_once + SERVER_MIB <= limit, f"{name}: {at_once} x {cap} MiB + the server > {limit} MiB"
+        assert cap >= PYTHON_GUEST_CAP_MIB, f"{name}: {cap} MiB does not compile the example Python guest"
+
+
+# ---------------------------------------------------------------------------------------------
 # The OCI image under podman
 # ---------------------------------------------------------------------------------------------
 
