@@ -21,6 +21,8 @@ import sys
 import time
 import urllib.request
 
+from server_sample import tree  # bench/ is the script's own directory, so on sys.path
+
 
 def rss_kib(pid):
     try:
@@ -31,21 +33,6 @@ def rss_kib(pid):
     except OSError:
         pass
     return 0
-
-
-def children(pid):
-    found = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                found.extend(int(c) for c in f.read().split())
-        except OSError:
-            pass
-    return found
 
 
 def index(port):
@@ -65,7 +52,7 @@ def main():
     listing = ""
     try:
         while time.monotonic() - started < 600:
-            compilers = children(server.pid)
+            compilers = tree(server.pid) - {server.pid}
             most_compilers = max(most_compilers, len(compilers))
             own = rss_kib(server.pid)
             peak_server = max(peak_server, own)
