@@ -266,8 +266,12 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]"#
         memory_limit: Some(4 << 20),
         ..tessera::CompilerProcess::new(env!("CARGO_BIN_EXE_tessera"))
     };
-    config.wasm =
-        tessera::WasmOptions { compiler: tessera::Compiler::Process(capped), ..tessera::WasmOptions::default() };
+    // No cache: an entry for `empty` in the user's default cache directory would skip the compile.
+    config.wasm = tessera::WasmOptions {
+        cache_dir: None,
+        compiler: tessera::Compiler::Process(capped),
+        ..tessera::WasmOptions::default()
+    };
     let server = Server::start(config).await.expect("server starts");
     let err = server.load_model("empty").await.expect_err("no memory to compile in");
     assert!(err.message.contains("--wasm-compile-memory-mib is 4 MiB"), "{}", err.message);

@@ -282,11 +282,11 @@ const MAX_COMPILE_THREADS: usize = 16;
 /// Cranelift threads (`RAYON_NUM_THREADS`, whatever the server's environment says) for a compile
 /// that starts while `running` compiles run, itself included: twice the cores over `running`,
 /// fixed for the compile's life (so N compiles started together run about 2·cores·(1 + ln N)
-/// threads at most, not cores·N). Without this every compiler process
-/// started a thread per core, so at startup, with a model-load thread per core, the compilers ran
-/// cores² threads and their memory grew with it. Not just the cores: a compile keeps its threads
-/// to the end, and the last one left running would have only its share (on two cores, the
-/// quickstart's cold start took 26 s with one thread each, 22-23 s with two).
+/// threads at most, not cores·N). Without this every compiler process started a thread per core,
+/// so at startup, with a model-load thread per core, the compilers ran cores² threads and their
+/// memory grew with it. Twice the cores, not just the cores: a compile keeps its threads to the
+/// end, and the last one left running would have only its share (on two cores, the quickstart's
+/// cold start took 26 s with one thread each, 22-23 s with two).
 fn compile_threads(cores: usize, running: usize) -> usize {
     (2 * cores / running.max(1)).clamp(1, MAX_COMPILE_THREADS)
 }
