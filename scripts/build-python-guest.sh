@@ -16,13 +16,21 @@
 #                      trap, and `random` replays the seed baked in at build time; print()
 #                      still works (the SDK sends stdout/stderr to the host log).
 #
-# The guest imports `triton_python_backend_utils` from guest-sdk/python (no numpy inside Wasm: see
-# example-guests/README-python.md). Module-level code of model.py runs once, at build time
-# (componentize-py pre-initializes the interpreter and snapshots it).
+# The guest imports `triton_python_backend_utils` from guest-sdk/python. Module-level code of
+# model.py runs once, at build time (componentize-py pre-initializes the interpreter and
+# snapshots it).
+#
+# numpy: when a .py file beside model.py imports numpy (or requirements.txt names it), the numpy
+# that scripts/build-numpy-wasi.sh builds for wasm32-wasi (cached; 3-4 min of CPU the first time)
+# goes into the guest; other guests do not carry it (~18 MB without numpy, ~34 MB with it).
+# requirements.txt beside model.py: its pure-Python wheels (py3-none-any) are installed for the
+# guest's Python 3.14 and bundled, cached by the file's content; a requirement with native code
+# (other than numpy) fails the build with its name.
 #
 # componentize-py comes from $COMPONENTIZE_PY, else <repo>/.venv/bin/componentize-py (installed by
-# scripts/setup-python.sh from tests/requirements.txt), else PATH. About 5-20 s and ~400 MB RAM per
-# build; the output is ~18 MB.
+# scripts/setup-python.sh from tests/requirements.txt), else PATH. About 5-30 s and 0.4-0.7 GB of
+# RAM per build. TESSERA_CACHE_DIR: where numpy and dependency builds are cached (default
+# ${XDG_CACHE_HOME:-~/.cache}/tessera).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -79,6 +87,20 @@ if [ "$(basename "$file")" != model.py ]; then
   paths+=(-p "$stage")
 fi
 paths+=(-p "$model_dir" -p "$SDK")
+PY=$ROOT/.venv/bin/python
+[ -x "$PY" ] || PY=python3
+CACHE=${TESSERA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}
+requirements=$model_dir/requirements.txt
+[ -f "$requirements" ] || requirements=
+if "$PY" "$ROOT/scripts/python_guest_deps.py" uses-numpy "$model_dir" $requirements; then
+  numpy_site=$(bash "$ROOT/scripts/build-numpy-wasi.sh" --print-dir)
+  paths+=(-p "$numpy_site")
+fi
+if [ -n "$requirements" ]; then
+  numpy_version=$(sed -n 's/^NUMPY_VERSION=//p' "$ROOT/scripts/build-numpy-wasi.sh")
+  deps_site=$("$PY" "$ROOT/scripts/python_guest_deps.py" requirements "$requirements" "$CACHE/python-deps" "$numpy_version")
+  paths+=(-p "$deps_site")
+fi
 # Extra pure-Python dependencies: TESSERA_PYTHON_PATH=dir1:dir2 (e.g. a `pip install --target` dir).
 IFS=: read -r -a extra <<< "${TESSERA_PYTHON_PATH:-}"
 for d in "${extra[@]}"; do [ -n "$d" ] && paths+=(-p "$(realpath "$d")"); done

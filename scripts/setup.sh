@@ -8,7 +8,10 @@
 #   3. Builds the server with the TorchScript backend (`--features torch`; LIBTORCH comes from
 #      .cargo/config.toml, pointing at the torch wheel setup-python.sh installs). One shared
 #      target/ dir; dev profile with optimised dependencies.
-#   4. Builds the example WebAssembly guests into the quickstart repository.
+#   4. Builds the example WebAssembly guests into the quickstart repository, numpy for Python
+#      guests (scripts/build-numpy-wasi.sh, cached outside the checkout by version) and the
+#      quickstart's model.py models into the server's cache of built Python guests (`tessera
+#      guest prepare`), so that a first start only loads them.
 #   5. pip-installs the `tessera` Python package (python/, maturin + PyO3, release build) into .venv.
 # Quiet when there is nothing to do. Safe to run repeatedly.
 set -euo pipefail
@@ -42,3 +45,8 @@ if ! out=$(PATH=$ROOT/.venv/bin:$PATH .venv/bin/pip install --quiet --no-build-i
   exit 1
 fi
 bash scripts/build-guests.sh
+bash scripts/build-numpy-wasi.sh
+if ! out=$(target/debug/tessera guest prepare model-repos/quickstart 2>&1); then
+  echo "$out" >&2
+  exit 1
+fi

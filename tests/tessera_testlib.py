@@ -29,7 +29,9 @@ QUICKSTART = REPO_ROOT / "model-repos" / "quickstart"
 DEFAULT_BIN = REPO_ROOT / "target" / "debug" / "tessera"
 
 # Deadlines (seconds). Generous: a debug build on a 2-core machine under load.
-STARTUP_DEADLINE = 60.0
+# A server binds its doors once its startup models are loaded: a cold one compiles its guests
+# first (and builds its model.py models when their cache is cold).
+STARTUP_DEADLINE = 180.0
 SHUTDOWN_DEADLINE = 20.0
 READY_DEADLINE = 60.0
 POLL_MODE_DEADLINE = 45.0
@@ -293,6 +295,7 @@ def start_server(
     wait: bool = True,
     env: dict | None = None,
     name: str = "tessera",
+    deadline: float = STARTUP_DEADLINE,
 ) -> TesseraServer:
     """Start the real binary on free ports and (by default) wait until /v2/health/live answers 200.
 
@@ -318,7 +321,7 @@ def start_server(
         if not wait:
             return srv
         try:
-            srv.wait_live()
+            srv.wait_live(deadline)
             return srv
         except ServerExited as e:
             if re.search(r"address (already )?in use|already in use", e.log, re.I) and attempt < 2:

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::backend::python::PythonOptions;
 use crate::backend::wasm::{Compiler, CompilerProcess, WasmOptions};
 use crate::grpc::{GrpcOptions, GrpcTls};
 use crate::http::ConnectionLimits;
@@ -58,6 +59,17 @@ pub enum GuestCommand {
         /// Checkout holding wit/ and guest-sdk/ (default: the one this binary was built from).
         #[arg(long)]
         root: Option<PathBuf>,
+    },
+    /// Build and compile the model.py models of model repositories (`backend: "python"`, or no
+    /// config) into the caches a server takes them from, as a server does at load, so that its
+    /// first start only loads them. scripts/setup.sh runs it on the quickstart.
+    Prepare {
+        /// Model repositories.
+        #[arg(required = true)]
+        repositories: Vec<PathBuf>,
+        /// As `tessera serve --python-guest-builder`.
+        #[arg(long, env = "TESSERA_PYTHON_GUEST_BUILDER")]
+        python_guest_builder: Option<PathBuf>,
     },
     /// Write a language's generated bindings of the contract (world `model-nn`), for editors or
     /// another build system (then `tessera guest build core.wasm` encodes the result).
@@ -319,6 +331,21 @@ pub struct ServeArgs {
     #[arg(long, env = "TESSERA_WASM_COMPILE_MEMORY_MIB", default_value_t = 4096)]
     pub wasm_compile_memory_mib: u64,
 
+    /// The Python guest builder for models served from `model.py` (`backend: "python"`): run
+    /// as `bash BUILDER VERSION_DIR OUT.wasm`. Default: scripts/build-python-guest.sh of the
+    /// checkout this binary was built in, when it is there.
+    #[arg(long, env = "TESSERA_PYTHON_GUEST_BUILDER")]
+    pub python_guest_builder: Option<PathBuf>,
+    /// A model.py build still running after this many seconds is stopped and its model fails
+    /// to load (a first build with numpy also builds numpy for the guest: minutes).
+    #[arg(long, env = "TESSERA_PYTHON_GUEST_BUILD_TIMEOUT_SECS", default_value_t = 900)]
+    pub python_guest_build_timeout_secs: u64,
+    /// The models that models served from `model.py` may call through BLS (`*`, or a comma
+    /// list), as Triton lets a Python model call any model; a model's own `allowed_models`
+    /// parameter narrows it. Default: only what each model's `allowed_models` lists.
+    #[arg(long, env = "TESSERA_PYTHON_ALLOWED_MODELS", value_name = "MODELS")]
+    pub python_allowed_models: Option<String>,
+
     /// Triton's rate limiter: `execution_count` makes every execution wait until the resources
     /// its instance group lists (`rate_limiter` in config.pbtxt) are free; `off` (default)
     /// ignores them.
@@ -413,6 +440,14 @@ impl ServeArgs {
         if let Some(dir) = &self.wasm_cache_dir {
             wasm.cache_dir = Some(dir.clone());
         }
+        let mut python = PythonOptions {
+            build_timeout: Duration::from_secs(self.python_guest_build_timeout_secs.max(1)),
+            allowed_models: self.python_allowed_models.clone(),
+            ..PythonOptions::default()
+        };
+        if let Some(builder) = &self.python_guest_builder {
+            python.builder = Some(builder.clone());
+        }
         Ok(ServerConfig {
             repositories: self.model_repository.clone(),
             control_mode: self.model_control_mode,
@@ -456,6 +491,7 @@ impl ServeArgs {
             model_load_threads: self.model_load_thread_count.unwrap_or(0) as usize,
             onnxruntime_library: self.onnxruntime_library.clone(),
             wasm,
+            python,
             backends: Vec::new(),
             registered_models: Vec::new(),
             exit_timeout: Duration::from_secs(self.exit_timeout_secs),

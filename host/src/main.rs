@@ -14,6 +14,9 @@ fn main() -> std::process::ExitCode {
         tessera::cli::Command::Guest(tessera::cli::GuestCommand::Bindgen { out, root, .. }) => {
             tessera::guest::bindgen_c(&out, root.as_deref())
         }
+        tessera::cli::Command::Guest(tessera::cli::GuestCommand::Prepare { repositories, python_guest_builder }) => {
+            tessera::guest::prepare(&repositories, python_guest_builder)
+        }
         tessera::cli::Command::CompileComponent { output } => tessera::cli::compile_component(output.as_deref()),
     }
 }

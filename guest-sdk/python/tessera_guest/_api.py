@@ -73,7 +73,8 @@ class InferenceResponse:
 class InferenceResponseSender:
     """A request's response sender (decoupled models): send(response=None, flags=0).
 
-    Every response must be sent before execute() returns (a Wasm guest has no threads).
+    A thread the model starts to send responses runs when execute() returns (before the host
+    gets the call back), or when joined: see tessera_guest._threads.
     """
 
     __slots__ = ("_request", "_sender", "_closed")
@@ -177,6 +178,8 @@ class InferenceRequest:
                  model_version=-1, flags=0, correlation_id=0, parameters=None, timeout=0,
                  request_id="", preferred_memory=None, trace=None):
         self._host_request = None
+        if isinstance(model_name, (bytes, bytearray)):  # e.g. a BYTES input's element, as_numpy()[0]
+            model_name = bytes(model_name).decode("utf-8")
         self._model_name = model_name
         self._model_version = int(model_version) if model_version is not None else -1
         self._inputs = list(inputs) if inputs else []

@@ -1,7 +1,8 @@
 """Datatypes and the byte layout of tensor data (KServe v2 / Triton).
 
 Data is raw little-endian and row-major. BYTES elements are each a 4-byte little-endian length
-followed by that many bytes. Pure Python (``array`` and ``struct`` only): no numpy inside Wasm.
+followed by that many bytes. Pure Python (``array`` and ``struct`` only), for guests with or
+without numpy (``_numpy`` converts arrays).
 """
 
 import array
@@ -78,6 +79,10 @@ def normalize(datatype):
         return datatype
     if datatype is None:
         return None
+    if _is_numpy_dtype(datatype):  # np.float32, np.dtype("f4"), np.object_, ...
+        from . import _numpy
+
+        return _numpy.datatype_of(datatype)
     if isinstance(datatype, type):
         if datatype is bool:
             return "BOOL"
@@ -109,6 +114,14 @@ def normalize(datatype):
     if name.startswith("INT") and name in ITEMSIZE:
         return name
     raise ValueError("unknown datatype %r" % (datatype,))
+
+
+def _is_numpy_dtype(datatype):
+    """A numpy dtype (np.dtype("f4")) or scalar type (np.float32), in a guest that has numpy."""
+    if isinstance(datatype, type):
+        module = datatype.__module__
+        return module == "numpy" or module.startswith("numpy.")
+    return type(datatype).__module__ == "numpy.dtypes"
 
 
 def from_array_code(code):

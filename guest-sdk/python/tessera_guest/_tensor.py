@@ -1,4 +1,4 @@
-"""pb_utils.Tensor without numpy.
+"""pb_utils.Tensor: numpy arrays in guests built with numpy, lists, array.array and bytes in all.
 
 A Tensor is either *local* (data the guest made: a flat list and/or raw bytes in guest memory) or
 a *host* tensor (a handle to bytes that live in the Tessera host: request inputs, BLS outputs).
@@ -12,10 +12,12 @@ from math import prod as _prod
 
 from . import _dtypes
 from . import _host
+from . import _numpy
 from ._errors import TritonModelException
 
 _PACK = _dtypes.PACK
 _UNPACK = _dtypes.UNPACK
+_NP_TYPES = _numpy.ARRAY_TYPES  # () in a guest built without numpy
 
 
 def _host_call(fn, *args):
@@ -54,9 +56,11 @@ class Tensor:
         with datatype BYTES a bytes value is one element instead, see Tensor.from_bytes for raw
         serialized BYTES);
       - another Tensor: the same data under `name` (no copy; a host tensor stays a handle);
-      - a scalar (bool / int / float / bytes / str): a rank-0 tensor, like numpy.
+      - a scalar (bool / int / float / bytes / str): a rank-0 tensor, like numpy;
+      - a numpy array or numpy scalar, in guests built with numpy (Triton's Tensor(name, array)):
+        its dtype gives the datatype (np.object_ / bytes_ / str_ -> BYTES) and its shape the shape.
     datatype: "FP32", "TYPE_FP32", "float32", a TRITONSERVER_DataType code, or what
-    triton_string_to_numpy() returns. When omitted it is inferred like numpy (Python float ->
+    triton_string_to_numpy() returns, or a numpy dtype. When omitted it is inferred like numpy (Python float ->
     FP64, int -> INT64, bool -> BOOL, bytes/str -> BYTES); for a model output whose datatype was
     inferred, the glue converts to the datatype the model config declares for that output.
     """
@@ -93,6 +97,16 @@ class Tensor:
                 except (struct.error, OverflowError, TypeError):
                     pass  # encode's other paths convert or say why
             self._raw = _dtypes.encode(dt, data)
+            return
+
+        if cls in _NP_TYPES or (_NP_TYPES and isinstance(data, _NP_TYPES)):
+            self._dtype, self._shape, self._raw = _numpy.encode(data, dt)
+            # numpy picks a dtype where the model may not have (np.array([0]) is int64): unless
+            # given, it yields to the config's datatype for a declared output (see _conform)
+            self._explicit_shape = True
+            if shape is not None:
+                self._shape = [int(d) for d in shape]
+                self._check_count()
             return
 
         if isinstance(data, Tensor):
@@ -249,9 +263,17 @@ class Tensor:
         return self._raw
 
     def as_numpy(self):
-        raise NotImplementedError(
-            "numpy is not available inside a Wasm guest: use Tensor.as_list() (flat list), "
-            ".tolist() (nested), .as_array() (array.array) or .to_bytes(), and .shape()")
+        """The tensor as a numpy array of its shape: a read-only view over its bytes, without a
+        copy, for the fixed-size datatypes; BYTES as an np.object_ array of bytes (as Triton
+        gives); BF16 as float32."""
+        if _numpy.np is None:
+            raise NotImplementedError(
+                "this guest was built without numpy: numpy is bundled into a Python guest when its "
+                "model code imports it (`import numpy as np` in model.py); otherwise use "
+                "Tensor.as_list() (flat list), .tolist() (nested), .as_array() (array.array) or "
+                ".to_bytes(), and .shape()")
+        raw = self.to_bytes()  # first: it learns the datatype and shape in the same host call
+        return _numpy.decode(self.datatype(), self.shape(), raw)
 
     def to_dlpack(self):
         raise NotImplementedError("DLPack is not available inside a Wasm guest")
@@ -296,7 +318,11 @@ class Tensor:
         if self._handle is not None:
             return
         if datatype and not self._explicit_dtype and datatype != self._dtype:
-            self._raw = _dtypes.encode(datatype, self.as_list())
+            if _numpy.np is not None and "BYTES" not in (datatype, self._dtype):
+                array = _numpy.decode(self._dtype, self._shape, self._raw)
+                self._raw = _numpy.encode(array, datatype)[2]  # as astype(): numpy's casting
+            else:
+                self._raw = _dtypes.encode(datatype, self.as_list())
             self._dtype = datatype
             self._explicit_dtype = True
         if dims is not None and not self._explicit_shape and len(self._shape) <= 1:

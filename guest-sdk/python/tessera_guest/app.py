@@ -13,8 +13,24 @@ import traceback
 
 # _aio (and asyncio) are imported here, at build time: componentize-py bundles only the modules
 # imported while it pre-initializes the guest.
-from . import _aio, _api, _dtypes, _host, _pack
+from . import _aio, _api, _autocomplete, _dtypes, _host, _numpy, _pack, _threads
 from ._errors import TritonError, TritonModelException
+
+_threads.install()  # threading.Thread runs cooperatively: the guest has no OS threads
+
+if _numpy.np is not None:
+    import importlib
+
+    # numpy imports these on first use; only what is imported now, at build time, is in the
+    # component, so an attribute such as np.ma or np.char used later must be loaded here
+    for _name in ("numpy.ma", "numpy.char", "numpy.strings", "numpy.rec", "numpy.polynomial",
+                  "numpy.linalg", "numpy.fft", "numpy.random", "numpy.exceptions", "numpy.dtypes",
+                  "numpy.lib.recfunctions", "numpy.lib.stride_tricks", "numpy.lib.scimath",
+                  "numpy.matlib", "numpy.typing"):
+        try:
+            importlib.import_module(_name)
+        except ImportError:
+            pass
 
 import model as _user_model  # noqa: E402  the user's model.py (the build puts it on the path)
 
@@ -127,6 +143,7 @@ class WitWorld(_WitWorldProtocol):
             init = getattr(_State.model, "initialize", None)
             if init is not None:
                 _await_if_coroutine(init(triton_args))
+            _threads.run_pending()
         except BaseException as e:  # noqa: BLE001  anything, so that the guest never traps here
             _State.model = None
             _log_exception("initialize")
@@ -161,12 +178,27 @@ class WitWorld(_WitWorldProtocol):
             return [_host.answer_error(_host.wit_error(TritonError.INTERNAL, message))] * len(reqs)
         return _answers(reqs, responses)
 
+    def auto_complete_config(self, config):
+        """Triton's auto-complete (world `model-by-value`'s `auto-complete-config`): the model
+        class's static `auto_complete_config`, on an instance never initialized."""
+        try:
+            cls = getattr(_user_model, "TritonPythonModel", None)
+            if cls is None:
+                raise TritonError("model.py defines no class TritonPythonModel", TritonError.NOT_FOUND)
+            return _autocomplete.complete(cls, config)
+        except BaseException as e:  # noqa: BLE001  anything, so that the guest never traps here
+            _log_exception("auto_complete_config")
+            code, message = _error_of(e)
+            raise _host.Err(_host.wit_error(code, message))
+
     def finalize(self):
         fin = getattr(_State.model, "finalize", None)
         if fin is None:
             return
         try:
+            _threads.run_pending()  # threads still queued from execute(), which finalize may wait for
             _await_if_coroutine(fin())
+            _threads.run_pending()
         except BaseException:  # noqa: BLE001
             _log_exception("finalize")
         for stream in (sys.stdout, sys.stderr):
@@ -203,6 +235,7 @@ def _run(requests, by_value=False):
         if _State.model is None:
             raise TritonError("execute() before a successful initialize()", TritonError.UNAVAILABLE)
         responses = _await_if_coroutine(_State.model.execute(reqs))
+        _threads.run_pending()  # threads execute() started, e.g. to send decoupled responses
     except BaseException as e:  # noqa: BLE001
         _log_exception("execute")
         code, message = _error_of(e)

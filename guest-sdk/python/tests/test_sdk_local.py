@@ -1,5 +1,6 @@
 """SDK tests that need no component: codecs and local tensors under plain CPython."""
 
+import json
 import array
 import struct
 import sys
@@ -27,13 +28,38 @@ def test_normalize_rejects():
         _dtypes.normalize("FP8")
 
 
-def test_triton_helpers():
-    assert pb_utils.triton_string_to_numpy("TYPE_FP32") == "FP32"
-    assert pb_utils.numpy_to_triton_type("float32") == 11
-    assert pb_utils.triton_to_numpy_type(13) == "BYTES"
-    raw = pb_utils.serialize_byte_tensor([b"ab", "c"])
-    assert raw == b"\x02\x00\x00\x00ab\x01\x00\x00\x00c"
-    assert pb_utils.deserialize_bytes_tensor(raw) == [b"ab", b"c"]
+def test_triton_helpers_speak_datatype_names_in_a_guest_without_numpy(monkeypatch):
+    import importlib
+
+    from tessera_guest import _numpy
+
+    monkeypatch.setattr(_numpy, "np", None)
+    try:
+        importlib.reload(pb_utils)
+        assert pb_utils.triton_string_to_numpy("TYPE_FP32") == "FP32"
+        assert pb_utils.numpy_to_triton_type("float32") == 11
+        assert pb_utils.triton_to_numpy_type(13) == "BYTES"
+        raw = pb_utils.serialize_byte_tensor([b"ab", "c"])
+        assert raw == b"\x02\x00\x00\x00ab\x01\x00\x00\x00c"
+        assert pb_utils.deserialize_bytes_tensor(raw) == [b"ab", b"c"]
+    finally:
+        monkeypatch.undo()
+        importlib.reload(pb_utils)
+
+
+def test_triton_helpers_speak_numpy_types_with_numpy():
+    np = pytest.importorskip("numpy")
+    assert pb_utils.triton_string_to_numpy("TYPE_FP32") is np.float32
+    assert pb_utils.triton_string_to_numpy("TYPE_STRING") is np.object_
+    assert pb_utils.numpy_to_triton_type(np.float32) == 11 == pb_utils.numpy_to_triton_type("float32")
+    assert pb_utils.numpy_to_triton_type(np.dtype("int64")) == 9
+    assert pb_utils.triton_to_numpy_type(13) is np.object_
+    raw = pb_utils.serialize_byte_tensor(np.array([b"ab", "c"], dtype=np.object_))
+    assert raw.dtype == np.object_ and raw.item() == b"\x02\x00\x00\x00ab\x01\x00\x00\x00c"
+    assert pb_utils.deserialize_bytes_tensor(raw).tolist() == [b"ab", b"c"]
+
+
+def test_triton_config_helpers():
     cfg = {"input": [{"name": "A"}], "output": [{"name": "B"}],
            "model_transaction_policy": {"decoupled": True}}
     assert pb_utils.get_input_config_by_name(cfg, "A") == {"name": "A"}
@@ -164,9 +190,22 @@ def test_responses_and_errors():
         pb_utils.InferenceResponse([[1.0]])
 
 
-def test_as_numpy_explains():
-    with pytest.raises(NotImplementedError, match="as_list"):
+def test_as_numpy_explains_in_a_guest_built_without_numpy(monkeypatch):
+    from tessera_guest import _numpy
+
+    monkeypatch.setattr(_numpy, "np", None)
+    with pytest.raises(NotImplementedError, match="import numpy as np"):
         pb_utils.Tensor("X", [1.0]).as_numpy()
+
+
+def test_as_numpy_with_numpy_gives_the_tensor_as_an_array():
+    np = pytest.importorskip("numpy")
+    t = pb_utils.Tensor("X", [1.0, 2.0, 3.0, 4.0], "FP32", shape=[2, 2])
+    a = t.as_numpy()
+    assert a.dtype == np.float32 and a.shape == (2, 2) and a.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert not a.flags.writeable, "a view over the tensor's bytes"
+    out = pb_utils.Tensor("Y", a * 2)
+    assert (out.datatype(), out.shape(), out.as_list()) == ("FP32", [2, 2], [2.0, 4.0, 6.0, 8.0])
 
 
 def test_fast_enums_keep_enum_semantics():
@@ -192,3 +231,34 @@ def test_fast_enums_keep_enum_semantics():
     with pytest.raises(ValueError):
         Kind("A")
     assert Other(0) is Other.X and Other.X.value == 0
+
+
+def test_auto_complete_model_config_fills_and_refuses_contradictions():
+    from tessera_guest import _autocomplete
+
+    config = pb_utils.ModelConfig('{"name": "m", "input": [{"name": "A", "data_type": "TYPE_FP32"}]}')
+    assert config.as_dict()["output"] == [] and config.as_dict()["max_batch_size"] == 0
+    config.add_input({"name": "A", "data_type": "TYPE_FP32", "dims": [4]})  # fills A's dims
+    config.add_output({"name": "B", "data_type": "TYPE_INT32", "dims": [1]})
+    config.set_max_batch_size(8)
+    config.set_dynamic_batching()
+    config.set_model_transaction_policy({"decoupled": True})
+    assert config.as_dict()["input"] == [{"name": "A", "data_type": "TYPE_FP32", "dims": [4]}]
+    assert config.as_dict()["output"] == [{"name": "B", "data_type": "TYPE_INT32", "dims": [1]}]
+    assert config.as_dict()["dynamic_batching"] == {} and config.as_dict()["model_transaction_policy"] == {
+        "decoupled": True}
+    with pytest.raises(ValueError, match="data_type"):
+        config.add_input({"name": "A", "data_type": "TYPE_INT8", "dims": [4]})
+    with pytest.raises(ValueError, match="max_batch_size"):
+        config.set_max_batch_size(4)
+    with pytest.raises(ValueError, match="missing the 'dims'"):
+        config.add_output({"name": "C", "data_type": "TYPE_FP32"})
+
+    class Model:
+        @staticmethod
+        def auto_complete_config(auto_complete_model_config):
+            auto_complete_model_config.set_max_batch_size(2)
+            return auto_complete_model_config
+
+    assert json.loads(_autocomplete.complete(Model, '{"name": "m"}'))["max_batch_size"] == 2
+    assert _autocomplete.complete(object, '{"name": "m"}') == '{"name": "m"}', "no auto_complete_config"

@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod callable;
 pub mod onnx;
+pub mod python;
 #[cfg(feature = "torch")]
 pub mod torch;
 pub mod unavailable;

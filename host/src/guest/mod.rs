@@ -41,6 +41,35 @@ pub fn build(options: &BuildOptions) -> ExitCode {
     report(build_inner(options))
 }
 
+/// `tessera guest prepare REPO...`: the repositories' model.py models built and compiled into
+/// the caches a server takes them from (see `backend::python::prepare`).
+pub fn prepare(repositories: &[PathBuf], builder: Option<PathBuf>) -> ExitCode {
+    let mut options = crate::backend::python::PythonOptions::default();
+    if builder.is_some() {
+        options.builder = builder;
+    }
+    // Compiled as a server compiles them (the same engine settings and cache), so that its
+    // first start only loads them.
+    let wasm = crate::backend::wasm::WasmBackend::new(crate::backend::wasm::WasmOptions {
+        max_instances: 1,
+        ..Default::default()
+    });
+    let prepared = crate::backend::python::prepare(repositories, &options).and_then(|built| {
+        built.into_iter().try_for_each(|component| {
+            wasm.precompile(&component).map_err(|e| e.message)?;
+            eprintln!("ready {}", component.display());
+            Ok(())
+        })
+    });
+    match prepared {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// `tessera guest bindgen c DIR`: the generated C bindings of the `model-nn` world.
 pub fn bindgen_c(out: &Path, root: Option<&Path>) -> ExitCode {
     let root = root.map(Path::to_path_buf).unwrap_or_else(workspace_root);

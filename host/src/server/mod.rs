@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::backend::onnx::OnnxBackend;
+use crate::backend::python::{PythonBackend, PythonOptions};
 use crate::backend::utility::UtilityBackend;
 use crate::backend::wasm::{WasmBackend, WasmOptions};
 use crate::backend::{Backend, BackendRegistry};
@@ -96,6 +97,8 @@ pub struct ServerConfig {
     /// libonnxruntime.so; `None` searches the usual places.
     pub onnxruntime_library: Option<PathBuf>,
     pub wasm: WasmOptions,
+    /// How models served from `model.py` are built and sandboxed (`backend: "python"`).
+    pub python: PythonOptions,
     /// Backends beyond the built-in ONNX Runtime and Wasm ones, for repository models whose
     /// `backend:` names them (tried after the built-in ones when detecting by file).
     pub backends: Vec<Arc<dyn Backend>>,
@@ -147,6 +150,7 @@ impl Default for ServerConfig {
             model_load_threads: 0,
             onnxruntime_library: None,
             wasm: WasmOptions::default(),
+            python: PythonOptions::default(),
             backends: Vec::new(),
             registered_models: Vec::new(),
             exit_timeout: Duration::from_secs(30),
@@ -239,6 +243,7 @@ impl Server {
         let mut backends = BackendRegistry::new()
             .with(Arc::new(OnnxBackend::new(config.onnxruntime_library.as_deref())))
             .with(Arc::clone(&wasm) as Arc<dyn Backend>)
+            .with(Arc::new(PythonBackend::new(Arc::clone(&wasm), config.python.clone())))
             .with(torch_backend())
             .with(Arc::new(UtilityBackend::identity()))
             .with(Arc::new(UtilityBackend::repeat()))

@@ -116,7 +116,8 @@ impl GuestState {
         Err(CoreError::new(
             ErrorKind::InvalidArg,
             format!(
-                "model '{}' is not allowed to call model '{model}' (add it to the 'allowed_models' parameter)",
+                "model '{}' is not allowed to call model '{model}' (add it to the 'allowed_models' parameter; \
+                 for models served from model.py, the server's --python-allowed-models sets the default)",
                 self.shared.model_name
             ),
         ))
@@ -497,7 +498,8 @@ mod tests {
         assert_eq!(e.code, wit::ErrorCode::InvalidArg);
         assert_eq!(
             e.message,
-            "model 'caller' is not allowed to call model 'target' (add it to the 'allowed_models' parameter)"
+            "model 'caller' is not allowed to call model 'target' (add it to the 'allowed_models' parameter; for \
+             models served from model.py, the server's --python-allowed-models sets the default)"
         );
         assert!(f.infer.seen.lock().expect("lock").is_empty());
         // Even a bad input handle is not looked at first.

@@ -471,7 +471,7 @@ fn ticks_until(deadline: Instant) -> u64 {
 
 /// Epoch ticks for a call that may take `limit`: rounded down to whole ticks (at least one),
 /// plus one because the tick in progress when the call starts may be almost over.
-fn ticks_for(limit: Duration) -> u64 {
+pub(super) fn ticks_for(limit: Duration) -> u64 {
     (limit.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
 }
 
@@ -545,6 +545,10 @@ fn passed_too_much(error: &wasmtime::Error) -> bool {
     error.chain().any(|e| e.to_string() == HOSTCALL_FUEL_EXHAUSTED)
 }
 
+/// The function a Python guest's numpy traps in when its C++ code throws
+/// (scripts/build-numpy-wasi.sh): the guest's libc++abi has no exception support.
+const NUMPY_CXX_EXCEPTION: &str = "tessera_numpy_cxx_exception";
+
 /// Explains a trap: time limit, memory limit, or a guest panic with its last log lines.
 pub(super) fn trap_error(
     model: &str,
@@ -570,6 +574,10 @@ pub(super) fn trap_error(
             let why = grow_refusal(error).unwrap_or_else(|| error.to_string());
             format!("exceeded its memory limit of {} bytes (max_memory_bytes): {why}", sandbox.max_memory)
         }
+        (TrapKind::Fault, Some(trap)) if format!("{error:?}").contains(NUMPY_CXX_EXCEPTION) => format!(
+            "trapped: numpy threw a C++ exception, which a WebAssembly guest cannot catch (numpy raises it \
+             for some invalid arguments, e.g. a zero-length FFT): {trap}\n{error}"
+        ),
         (TrapKind::Fault, Some(trap)) => format!("trapped: {trap}\n{error}"),
         (TrapKind::Fault, None) => format!("trapped: {error:#}"),
     };

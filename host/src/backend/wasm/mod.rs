@@ -27,6 +27,7 @@
 //! `nn` (the standard wasi:nn interfaces over served models), `convert` (core types <-> WIT
 //! types).
 
+mod autocomplete;
 mod bls;
 mod clocks;
 mod compile;
@@ -139,7 +140,8 @@ fn thread_cpu_time() -> std::time::Duration {
     std::time::Duration::new(u64::try_from(ts.tv_sec).unwrap_or(0), u32::try_from(ts.tv_nsec).unwrap_or(0))
 }
 
-fn default_cache_dir() -> Option<PathBuf> {
+/// `$XDG_CACHE_HOME/tessera/wasm`, else `~/.cache/tessera/wasm`.
+pub(crate) fn default_cache_dir() -> Option<PathBuf> {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
@@ -172,6 +174,29 @@ impl WasmBackend {
             runtime: tokio::runtime::Handle::try_current().ok(),
             engine_error,
         }
+    }
+
+    /// Triton's auto-complete by the guest itself: the config the component at `component`
+    /// completes `config` to (see `autocomplete`), or `None` when it takes no part in it.
+    pub fn auto_complete(
+        &self,
+        component: &Path,
+        config: &ModelConfig,
+        version_dir: &Path,
+    ) -> CoreResult<Option<ModelConfig>> {
+        if let Some(e) = &self.engine_error {
+            return Err(CoreError::unavailable(format!("WebAssembly engine unavailable: {e}")));
+        }
+        let (_, pre) = self.components.prepare(&self.engine, &self.linker, component)?;
+        autocomplete::complete(&pre, config, version_dir)
+    }
+
+    /// Compiles the component at `component` into the compile cache, as a load would.
+    pub fn precompile(&self, component: &Path) -> CoreResult<()> {
+        if let Some(e) = &self.engine_error {
+            return Err(CoreError::unavailable(format!("WebAssembly engine unavailable: {e}")));
+        }
+        self.components.prepare(&self.engine, &self.linker, component).map(drop)
     }
 
     /// Lets guests call models (BLS). Called once at startup; a `Weak` so the backend does not
