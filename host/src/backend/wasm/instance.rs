@@ -675,6 +675,21 @@ mod tests {
     }
 
     #[test]
+    fn a_cxx_exception_in_a_guests_numpy_is_named() {
+        let s = sandbox(&[]);
+        // what wasmtime reports when the guest's numpy throws: the trap under its backtrace
+        let thrown = wasmtime::Error::from(Trap::UnreachableCodeReached)
+            .context("error while executing at wasm backtrace:\n    0: 0x1c2d - tessera_numpy_cxx_exception");
+        let e = trap_error("m", "execute", &thrown, &s, &[]);
+        assert_eq!(e.kind, ErrorKind::Internal);
+        assert!(
+            e.message.starts_with("WebAssembly model 'm' execute trapped: numpy threw a C++ exception"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
     fn deadlines_round_down_to_ticks_plus_one() {
         assert_eq!(ticks_for(sandbox(&[("max_execute_ms", "1")]).max_execute), 2, "at least one whole tick");
         assert_eq!(ticks_for(sandbox(&[("max_execute_ms", "12")]).max_execute), 3);
