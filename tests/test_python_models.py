@@ -156,3 +156,8 @@ def test_the_quickstart_numpy_preprocessor_classifies_an_image(server):
     r = infer_json(server, "image_preprocess", [{"name": "IMAGE", "shape": [0, 2, 3], "datatype": "UINT8", "data": []}])
     assert r.status_code == 400 and "non-empty height and width" in r.text, r.text
     assert QUICKSTART.joinpath("image_preprocess", "1", "model.py").is_file()
+    # sandboxed like any guest, and counted as one: its linear memory (CPython and numpy)
+    metrics = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    memory = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+              if line.startswith("tessera_model_memory_bytes{") and 'model="image_preprocess"' in line]
+    assert memory and memory[0] > 16 << 20, memory

@@ -222,7 +222,8 @@ pub fn render(models: &[Arc<LoadedModel>], host: Option<&HostSampler>, gpus: &[G
             counter!("nv_inference_compute_infer_duration_us", &labels).absolute(micros(s.compute_infer.ns));
             counter!("nv_inference_compute_output_duration_us", &labels).absolute(micros(s.compute_output.ns));
             gauge!("nv_inference_pending_request_count", &labels).set(model.stats.pending() as f64);
-            if model.platform == "wasm" {
+            // sandboxed models: Wasm guests, and model.py models (built into guests)
+            if matches!(model.platform, "wasm" | "python") {
                 sandbox_metrics(&model.stats.usage, &labels);
             }
             if model.response_cache_enabled() {
