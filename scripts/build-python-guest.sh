@@ -22,7 +22,7 @@
 #
 # numpy: when a .py file beside model.py imports numpy (or requirements.txt names it), the numpy
 # that scripts/build-numpy-wasi.sh builds for wasm32-wasi (cached; 3-4 min of CPU the first time)
-# goes into the guest; other guests do not carry it (~18 MB without numpy, ~34 MB with it).
+# goes into the guest; other guests do not carry it (~20 MB without numpy, ~41 MB with it).
 # requirements.txt beside model.py: its pure-Python wheels (py3-none-any) are installed for the
 # guest's Python 3.14 and bundled, cached by the file's content; a requirement with native code
 # (other than numpy) fails the build with its name.
