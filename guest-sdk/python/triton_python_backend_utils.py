@@ -31,6 +31,7 @@ from tessera_guest import (  # noqa: F401
 from tessera_guest import _dtypes
 from tessera_guest._autocomplete import ModelConfig  # noqa: F401
 
+from tessera_guest import _numpy
 from tessera_guest._numpy import np
 
 _CONFIG_TYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
@@ -95,8 +96,4 @@ def deserialize_bytes_tensor(encoded_tensor):
     if np is not None and isinstance(encoded_tensor, np.ndarray):
         encoded_tensor = encoded_tensor.item() if encoded_tensor.dtype == np.object_ else encoded_tensor.tobytes()
     elements = _dtypes.decode_bytes(bytes(encoded_tensor))
-    if np is None:
-        return elements
-    out = np.empty(len(elements), dtype=np.object_)
-    out[:] = elements
-    return out
+    return elements if np is None else _numpy.object_array(elements)

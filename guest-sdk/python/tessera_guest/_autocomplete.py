@@ -48,7 +48,7 @@ class ModelConfig:
                 raise ValueError("model transaction property '%s' is not supported (only 'decoupled')" % key)
         policy = self._model_config.setdefault("model_transaction_policy", {})
         decoupled = bool(transaction_policy_dict.get("decoupled", False))
-        if policy.get("decoupled", False) not in (False, decoupled) and "decoupled" in policy:
+        if policy.get("decoupled") and not decoupled:
             raise ValueError("configuration specified decoupled %s, but auto-complete-config set it to %s"
                              % (policy["decoupled"], decoupled))
         policy["decoupled"] = decoupled

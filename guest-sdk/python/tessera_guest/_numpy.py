@@ -77,11 +77,16 @@ def decode(datatype, shape, raw):
     """An array of `shape` over raw tensor bytes: a read-only view without a copy for the
     fixed-size datatypes; BYTES as an np.object_ array of bytes; BF16 as float32 (a copy)."""
     if datatype == "BYTES":
-        elements = _dtypes.decode_bytes(raw)
-        out = np.empty(len(elements), dtype=np.object_)
-        out[:] = elements
-        return out.reshape(shape)
+        return object_array(_dtypes.decode_bytes(raw)).reshape(shape)
     if datatype == "BF16":
         wide = np.frombuffer(raw, dtype="<u2").astype("<u4") << 16
         return wide.view("<f4").reshape(shape)
     return np.frombuffer(raw, dtype=DTYPES[datatype]).reshape(shape)
+
+
+def object_array(elements):
+    """A flat np.object_ array of `elements` (bytes objects stay bytes: np.array would make
+    them a fixed-width bytes_ array)."""
+    out = np.empty(len(elements), dtype=np.object_)
+    out[:] = elements
+    return out

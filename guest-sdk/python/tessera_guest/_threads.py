@@ -48,10 +48,7 @@ def _join(self, timeout=None):
     if state == "running":  # joined from itself, or from a thread it started and joins
         raise RuntimeError("cannot join a running thread (a guest's threads run cooperatively)")
     if state == "queued":
-        try:
-            _pending.remove(self)
-        except ValueError:
-            pass
+        _pending.remove(self)
         _run_one(self)
 
 

@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod callable;
+mod child;
 pub mod onnx;
 pub mod python;
 #[cfg(feature = "torch")]

@@ -14,7 +14,6 @@
 //! narrows it further.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -22,6 +21,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use super::child::drain_within;
 use super::wasm::WasmBackend;
 use super::{Backend, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
@@ -111,19 +111,7 @@ impl PythonGuests {
             Arc::clone(building.entry(key.clone()).or_default())
         };
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mut cache_dir = self.cache_dir.clone();
-        let out = cache_dir.join(format!("{key}.wasm"));
-        if out.is_file() {
-            return Ok(out);
-        }
-        if let Err(e) = std::fs::create_dir_all(&cache_dir) {
-            // a read-only home (a container's): built guests live as long as this process
-            let cache = cache_dir.display();
-            tracing::warn!(%cache, "cannot keep built Python guests there ({e}); using a private directory");
-            cache_dir = private_cache_dir();
-            std::fs::create_dir_all(&cache_dir)
-                .map_err(|e| CoreError::unavailable(format!("failed to create {}: {e}", cache_dir.display())))?;
-        }
+        let cache_dir = self.usable_cache_dir()?;
         let out = cache_dir.join(format!("{key}.wasm"));
         if out.is_file() {
             return Ok(out);
@@ -137,6 +125,20 @@ impl PythonGuests {
             .map_err(|e| CoreError::unavailable(format!("failed to keep the built {}: {e}", out.display())))?;
         tracing::info!(model = %dir.display(), seconds = started.elapsed().as_secs_f64(), "built the Python guest");
         Ok(out)
+    }
+
+    /// The cache directory, made if missing; where it cannot be (a container's read-only home),
+    /// a directory of this process's own: built guests then live as long as the process.
+    fn usable_cache_dir(&self) -> CoreResult<PathBuf> {
+        let Err(e) = std::fs::create_dir_all(&self.cache_dir) else {
+            return Ok(self.cache_dir.clone());
+        };
+        let cache = self.cache_dir.display();
+        tracing::warn!(%cache, "cannot keep built Python guests there ({e}); using a private directory");
+        let private = private_cache_dir();
+        std::fs::create_dir_all(&private)
+            .map_err(|e| CoreError::unavailable(format!("failed to create {}: {e}", private.display())))?;
+        Ok(private)
     }
 }
 
@@ -292,7 +294,8 @@ fn source_hash(dir: &Path, builder_hash: &str) -> CoreResult<String> {
 fn builder_hash(script: &Path) -> String {
     let mut hash = Sha256::new();
     let mut files = vec![script.to_path_buf()];
-    if let Some(root) = script.parent().and_then(Path::parent) {
+    let root = script.parent().and_then(Path::parent);
+    if let Some(root) = root {
         for name in [
             "scripts/python_guest_deps.py",
             "scripts/build-numpy-wasi.sh",
@@ -313,7 +316,7 @@ fn builder_hash(script: &Path) -> String {
         }
     }
     // Paths relative to the checkout: two clones of one commit share their builds.
-    let root = script.parent().and_then(Path::parent).unwrap_or(Path::new("/"));
+    let root = root.unwrap_or(Path::new("/"));
     for file in files {
         hash.update(file.strip_prefix(root).unwrap_or(&file).to_string_lossy().as_bytes());
         if let Ok(bytes) = std::fs::read(&file) {
@@ -344,37 +347,18 @@ fn run_builder(builder: &Path, dir: &Path, out: &Path, timeout: Duration) -> Res
         .process_group(0)
         .spawn()
         .map_err(|e| format!("could not start {}: {e}", builder.display()))?;
-    let pid = child.id() as libc::pid_t;
-    let readers = [
-        child.stdout.take().map(|o| Box::new(o) as Box<dyn Read + Send>),
-        child.stderr.take().map(|e| Box::new(e) as Box<dyn Read + Send>),
-    ]
-    .map(|stream| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            if let Some(mut stream) = stream {
-                let _ = stream.read_to_string(&mut text);
-            }
-            text
-        })
-    });
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let status = child.wait();
-        let _ = done_tx.send(());
-        status
-    });
-    let timed_out = done_rx.recv_timeout(timeout).is_err();
-    if timed_out {
+    let group = child.id() as libc::pid_t;
+    let (_, stdout, stderr, timed_out) = drain_within(&mut child, &[], timeout, |_| {
         // The builder's whole process group (it was started as its leader): componentize-py and
-        // pip run as its children. SAFETY: kill(2) touches no memory of this process.
+        // pip run as its children and hold its pipes. SAFETY: kill(2) touches no memory of this
+        // process.
         #[allow(unsafe_code)]
         unsafe {
-            libc::kill(-pid, libc::SIGKILL);
+            libc::kill(-group, libc::SIGKILL);
         }
-    }
-    let status = waiter.join().map_err(|_| "the builder's waiter panicked".to_string())?;
-    let printed: String = readers.into_iter().filter_map(|r| r.join().ok()).collect::<Vec<_>>().join("");
+    });
+    let status = child.wait();
+    let printed = format!("{}{}", String::from_utf8_lossy(&stdout), String::from_utf8_lossy(&stderr));
     let tail = last_lines(&printed, 30);
     if timed_out {
         let _ = std::fs::remove_file(out);

@@ -8,13 +8,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use wasmtime::Store;
-
 use super::convert::kind_from_wit;
 use super::engine::Prepared;
-use super::host::{GuestShared, GuestState};
-use super::instance::{ticks_for, trap_error};
-use super::sandbox::{AllowList, GuestLimiter, Sandbox};
+use super::host::GuestShared;
+use super::instance::{instantiation_failed, sandboxed_store, trap_error};
+use super::sandbox::{AllowList, Sandbox};
 use super::{ExecutionClock, wit};
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};
@@ -31,17 +29,10 @@ pub(super) fn complete(pre: &Prepared, config: &ModelConfig, version_dir: &Path)
         runtime: None,
         clock: ExecutionClock::Wall,
     });
-    let state = GuestState::new(sandbox.wasi()?, GuestLimiter::new(sandbox.max_memory), Arc::clone(&shared));
-    let mut store = Store::new(pre.engine(), state);
-    store.limiter(|s| &mut s.limits);
-    store.set_hostcall_fuel(sandbox.max_hostcall_bytes());
-    store.set_epoch_deadline(ticks_for(sandbox.max_execute));
+    let mut store = sandboxed_store(pre.engine(), &sandbox, shared)?;
     store.epoch_deadline_trap();
     let model = config.name.as_str();
-    let instance = pre
-        .instance_pre()
-        .instantiate(&mut store)
-        .map_err(|e| CoreError::unavailable(format!("failed to instantiate WebAssembly model '{model}': {e:#}")))?;
+    let instance = pre.instance_pre().instantiate(&mut store).map_err(|e| instantiation_failed(model, e))?;
     // `auto-complete-config: func(config: string) -> result<string, error>`
     let Ok(func) =
         instance.get_typed_func::<(String,), (Result<String, wit::Error>,)>(&mut store, "auto-complete-config")

@@ -31,15 +31,15 @@ use std::io::ErrorKind;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::engine::{Allocation, engine_config, write_atomically};
+use crate::backend::child::drain_within;
 use crate::error::{CoreError, CoreResult};
 
 /// The subcommand the compiler process runs.
@@ -202,7 +202,9 @@ fn in_child(
                 ))),
             }
         })?;
-    let (fed, stdout, stderr, timed_out) = drain_within(&mut child, bytes, process.timeout);
+    let (fed, stdout, stderr, timed_out) = drain_within(&mut child, bytes, process.timeout, |child| {
+        let _ = child.kill();
+    });
     let status = child.wait().map_err(|e| {
         ChildFailure::Failed(CoreError::internal(format!(
             "waiting for the compiler process of {}: {e}",
@@ -338,39 +340,6 @@ fn ran_out_of_memory(stderr: &str) -> bool {
     ["memory allocation of", "Resource temporarily unavailable", "Cannot allocate memory", "cannot map"]
         .iter()
         .any(|sign| stderr.contains(sign))
-}
-
-/// Feeds `input` to the child's stdin and reads its stdout and stderr to their ends, each on a
-/// thread of its own (so no pipe waits on another), killing the child if that takes longer than
-/// `timeout`: its pipes then close and the reads end. Returns how the feeding went, stdout,
-/// stderr, and whether the child was killed.
-fn drain_within(child: &mut Child, input: &[u8], timeout: Duration) -> (std::io::Result<()>, Vec<u8>, Vec<u8>, bool) {
-    fn read_all(pipe: Option<impl Read>) -> Vec<u8> {
-        let mut buf = Vec::new();
-        if let Some(mut pipe) = pipe {
-            let _ = pipe.read_to_end(&mut buf);
-        }
-        buf
-    }
-    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
-    let (done, ended) = mpsc::channel::<()>();
-    std::thread::scope(|scope| {
-        // Dropping stdin when written tells the child its input is complete.
-        let fed = scope.spawn(move || stdin.map_or(Ok(()), |mut stdin| stdin.write_all(input)));
-        let out = scope.spawn(move || read_all(stdout));
-        let err = scope.spawn(move || {
-            let read = read_all(stderr);
-            drop(done);
-            read
-        });
-        // The stderr reader's sender drops at the end of the child's stderr: when it exits.
-        let timed_out = ended.recv_timeout(timeout) == Err(RecvTimeoutError::Timeout);
-        if timed_out {
-            let _ = child.kill();
-        }
-        let fed = fed.join().unwrap_or_else(|_| Err(std::io::Error::other("the feeding thread panicked")));
-        (fed, out.join().unwrap_or_default(), err.join().unwrap_or_default(), timed_out)
-    })
 }
 
 /// The compiler process's side (`tessera compile-component [--output FILE]`): the component's

@@ -152,12 +152,7 @@ impl WasmInstance {
 
     /// Instantiates the component in a fresh store and runs `initialize`.
     fn build(&self, component: Prepared) -> CoreResult<Live> {
-        let state =
-            GuestState::new(self.sandbox.wasi()?, GuestLimiter::new(self.sandbox.max_memory), Arc::clone(&self.shared));
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limits);
-        store.set_hostcall_fuel(self.sandbox.max_hostcall_bytes());
-        store.set_epoch_deadline(ticks_for(self.sandbox.max_execute));
+        let mut store = sandboxed_store(&self.engine, &self.sandbox, Arc::clone(&self.shared))?;
         store.epoch_deadline_callback(|store| {
             // `initialize` and `finalize` have no deadline here: their epoch deadline is the limit.
             let Some(deadline) = store.data().execute_deadline else {
@@ -172,12 +167,7 @@ impl WasmInstance {
             crate::infer::hand_off_worker();
             Ok(UpdateDeadline::Continue(ticks_until(deadline)))
         });
-        let failed = |e: wasmtime::Error| {
-            CoreError::unavailable(format!(
-                "failed to instantiate WebAssembly model '{}': {e:#}",
-                self.shared.model_name
-            ))
-        };
+        let failed = |e| instantiation_failed(&self.shared.model_name, e);
         let instance = component.instance_pre().instantiate(&mut store).map_err(failed)?;
         let model = bindings::Model::new(&mut store, &instance).map_err(failed)?;
         // Absent (or of another type) in components built for world `model`.
@@ -471,7 +461,26 @@ fn ticks_until(deadline: Instant) -> u64 {
 
 /// Epoch ticks for a call that may take `limit`: rounded down to whole ticks (at least one),
 /// plus one because the tick in progress when the call starts may be almost over.
-pub(super) fn ticks_for(limit: Duration) -> u64 {
+/// A fresh store for one guest, within its sandbox: its grants, memory cap, hostcall budget, and
+/// an epoch deadline of one time limit (what happens then is the caller's to set).
+pub(super) fn sandboxed_store(
+    engine: &Engine,
+    sandbox: &Sandbox,
+    shared: Arc<GuestShared>,
+) -> CoreResult<Store<GuestState>> {
+    let state = GuestState::new(sandbox.wasi()?, GuestLimiter::new(sandbox.max_memory), shared);
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limits);
+    store.set_hostcall_fuel(sandbox.max_hostcall_bytes());
+    store.set_epoch_deadline(ticks_for(sandbox.max_execute));
+    Ok(store)
+}
+
+pub(super) fn instantiation_failed(model: &str, e: wasmtime::Error) -> CoreError {
+    CoreError::unavailable(format!("failed to instantiate WebAssembly model '{model}': {e:#}"))
+}
+
+fn ticks_for(limit: Duration) -> u64 {
     (limit.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
 }
 

@@ -184,19 +184,22 @@ impl WasmBackend {
         config: &ModelConfig,
         version_dir: &Path,
     ) -> CoreResult<Option<ModelConfig>> {
-        if let Some(e) = &self.engine_error {
-            return Err(CoreError::unavailable(format!("WebAssembly engine unavailable: {e}")));
-        }
-        let (_, pre) = self.components.prepare(&self.engine, &self.linker, component)?;
+        let (_, pre) = self.prepare(component)?;
         autocomplete::complete(&pre, config, version_dir)
     }
 
     /// Compiles the component at `component` into the compile cache, as a load would.
     pub fn precompile(&self, component: &Path) -> CoreResult<()> {
+        self.prepare(component).map(drop)
+    }
+
+    /// The component at `path`, compiled (or from the cache) and pre-instantiated, with its
+    /// cache key; every use fails with the reason when the engine could not be built.
+    fn prepare(&self, path: &Path) -> CoreResult<(String, engine::Prepared)> {
         if let Some(e) = &self.engine_error {
             return Err(CoreError::unavailable(format!("WebAssembly engine unavailable: {e}")));
         }
-        self.components.prepare(&self.engine, &self.linker, component).map(drop)
+        self.components.prepare(&self.engine, &self.linker, path)
     }
 
     /// Lets guests call models (BLS). Called once at startup; a `Weak` so the backend does not
@@ -231,10 +234,7 @@ impl Backend for WasmBackend {
     }
 
     fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
-        if let Some(e) = &self.engine_error {
-            return Err(CoreError::unavailable(format!("WebAssembly engine unavailable: {e}")));
-        }
-        let (key, pre) = self.components.prepare(&self.engine, &self.linker, ctx.model_path)?;
+        let (key, pre) = self.prepare(ctx.model_path)?;
         let sandbox = Sandbox::from_config(ctx.config, ctx.version_dir)?;
         let shared = Arc::new(GuestShared {
             model_name: ctx.config.name.clone(),
