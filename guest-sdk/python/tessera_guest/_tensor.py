@@ -18,6 +18,7 @@ from ._errors import TritonModelException
 _PACK = _dtypes.PACK
 _UNPACK = _dtypes.UNPACK
 _NP_TYPES = _numpy.ARRAY_TYPES  # () in a guest built without numpy
+_NDARRAY = _NP_TYPES[0] if _NP_TYPES else None
 
 
 def _host_call(fn, *args):
@@ -43,6 +44,7 @@ def assembled(cls, name, dtype, shape, raw, handle=None):
     t._handle_name = None if handle is None else name
     t._explicit_dtype = True
     t._explicit_shape = True
+    t._array = None
     return t
 
 
@@ -66,7 +68,7 @@ class Tensor:
     """
 
     __slots__ = ("_name", "_dtype", "_shape", "_raw", "_handle", "_handle_name",
-                 "_explicit_dtype", "_explicit_shape")
+                 "_explicit_dtype", "_explicit_shape", "_array")
 
     def __init__(self, name, data, datatype=None, shape=None, dtype=None):
         if datatype is None:
@@ -75,11 +77,18 @@ class Tensor:
         self._handle = None
         self._handle_name = None
         self._raw = None
+        self._array = None  # as_numpy()'s array, made once (Triton's as_numpy gives one array)
         self._explicit_dtype = datatype is not None
         self._explicit_shape = shape is not None
+        cls = data.__class__
+        if cls is _NDARRAY and shape is None:
+            # Tensor(name, ndarray), the common case of numpy models, first: one dict lookup
+            # for the datatype and one copy of the bytes (see _numpy.encode_array)
+            self._dtype, self._shape, self._raw = _numpy.encode_array(data, datatype)
+            self._explicit_shape = True
+            return
         dt = _dtypes.normalize(datatype)
 
-        cls = data.__class__
         if (cls is list or cls is tuple) and not (data and isinstance(data[0], (list, tuple))):
             # a flat list, the common case, first: no flattening, no copy, and (each call costs
             # a Python guest a fraction of a microsecond) the cached packer found inline
@@ -272,8 +281,15 @@ class Tensor:
                 "model code imports it (`import numpy as np` in model.py); otherwise use "
                 "Tensor.as_list() (flat list), .tolist() (nested), .as_array() (array.array) or "
                 ".to_bytes(), and .shape()")
-        raw = self.to_bytes()  # first: it learns the datatype and shape in the same host call
-        return _numpy.decode(self.datatype(), self.shape(), raw)
+        array = self._array
+        if array is None:
+            raw = self._raw
+            if raw is None or self._dtype is None or self._shape is None:
+                raw = self.to_bytes()  # first: it learns the datatype and shape in one host call
+                self.datatype()
+                self.shape()
+            array = self._array = _numpy.decode(self._dtype, self._shape, raw)
+        return array
 
     def to_dlpack(self):
         raise NotImplementedError("DLPack is not available inside a Wasm guest")
@@ -317,6 +333,7 @@ class Tensor:
         and give a flat list's inferred shape the config's `dims` (-1 may match one dim)."""
         if self._handle is not None:
             return
+        self._array = None  # the bytes or shape may change
         if datatype and not self._explicit_dtype and datatype != self._dtype:
             if _numpy.np is not None and "BYTES" not in (datatype, self._dtype):
                 array = _numpy.decode(self._dtype, self._shape, self._raw)

@@ -305,7 +305,8 @@ def _pack_response(resp):
                 continue
             if not (t._explicit_dtype and t._explicit_shape):
                 cfg = _State.outputs.get(t._name)
-                if cfg is not None:
+                # a numpy output already of the config's datatype (the common case) needs nothing
+                if cfg is not None and (not t._explicit_shape or (cfg[0] and cfg[0] != t._dtype)):
                     t._conform(cfg[0], cfg[1])
             raw = t._raw
             header.append(entry(t._name, t._dtype, t._shape, len(raw)))

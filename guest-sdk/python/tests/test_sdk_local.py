@@ -207,6 +207,34 @@ def test_as_numpy_with_numpy_gives_the_tensor_as_an_array():
     out = pb_utils.Tensor("Y", a * 2)
     assert (out.datatype(), out.shape(), out.as_list()) == ("FP32", [2, 2], [2.0, 4.0, 6.0, 8.0])
 
+    assert t.as_numpy() is a, "as Triton's, as_numpy() gives the tensor's one array"
+
+
+def test_tensor_from_arrays_of_every_layout_keeps_numpy_values():
+    # Tensor(name, ndarray) copies the bytes of a wire-layout dtype at once; any other dtype,
+    # byte order or memory layout goes through numpy's conversions
+    np = pytest.importorskip("numpy")
+    grid = np.arange(6, dtype=np.int32).reshape(2, 3)
+    cases = [
+        (grid, None, "INT32", [[0, 1, 2], [3, 4, 5]]),
+        (grid.T, None, "INT32", [[0, 3], [1, 4], [2, 5]]),  # not C-contiguous
+        (grid[:, ::2], None, "INT32", [[0, 2], [3, 5]]),  # strided
+        (grid.astype(">i4"), None, "INT32", [[0, 1, 2], [3, 4, 5]]),  # big-endian
+        (grid, "FP32", "FP32", [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]),  # converted, as astype()
+        (grid, np.int64, "INT64", [[0, 1, 2], [3, 4, 5]]),
+        (np.array([b"a", b"bc"], dtype=np.object_), None, "BYTES", [b"a", b"bc"]),
+    ]
+    for array, datatype, want_type, want in cases:
+        t = pb_utils.Tensor("X", array, datatype)
+        assert (t.datatype(), t.shape(), t.as_numpy().tolist()) == (want_type, list(np.shape(want)), want)
+
+
+def test_conforming_an_output_renews_its_array():
+    np = pytest.importorskip("numpy")
+    t = pb_utils.Tensor("Y", np.array([1, 2], dtype=np.int64))
+    assert t.as_numpy().dtype == np.int64
+    t._conform("FP32", [2])  # what the glue does for an output the config declares FP32
+    assert t.as_numpy().dtype == np.float32 and t.as_numpy().tolist() == [1.0, 2.0]
 
 def test_fast_enums_keep_enum_semantics():
     # componentize-py converts WIT enums by calling the class with an int and reading .value;
