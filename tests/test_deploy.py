@@ -242,11 +242,24 @@ def assert_infers_grpc(port: int, model: str = "add_sub", version: str = "") -> 
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected)
 
 
-def small_repository(root: Path) -> Path:
-    """A model repository with the quickstart's add_sub (ONNX) and add_sub_rust (WebAssembly)."""
+def small_repository(root: Path, model_py: bool = False) -> Path:
+    """A model repository with the quickstart's add_sub (ONNX) and add_sub_rust (WebAssembly);
+    with `model_py`, also add_sub_py: a Triton model.py (`backend: "python"`) with the component
+    built from it beside it as model.wasm, which the image (it has no Python builder) serves."""
     root.mkdir(parents=True, exist_ok=True)
     for model in ("add_sub", "add_sub_rust"):
         shutil.copytree(QUICKSTART / model, root / model)
+    if model_py:
+        version = root / "add_sub_py" / "1"
+        version.mkdir(parents=True)
+        shutil.copy(REPO_ROOT / "example-guests" / "add_sub_python" / "model.py", version)
+        # scripts/build-guests.sh built the quickstart's add_sub_python from this model.py
+        shutil.copy(QUICKSTART / "add_sub_python" / "1" / "model.wasm", version)
+        config = (QUICKSTART / "add_sub_python" / "config.pbtxt").read_text()
+        config = config.replace('name: "add_sub_python"', 'name: "add_sub_py"').replace(
+            'backend: "wasm"', 'backend: "python"')
+        assert 'backend: "python"' in config
+        (root / "add_sub_py" / "config.pbtxt").write_text(config)
     return root
 
 
@@ -711,7 +724,7 @@ def test_image_runs_the_chart_container(tmp_path, image):
     ports = container_ports(container)
     require_free(*ports.values())
     pod = one(rendered_chart(), "Deployment")["spec"]["template"]["spec"]
-    repo = small_repository(tmp_path / "repo")
+    repo = small_repository(tmp_path / "repo", model_py=True)
     mounts = manifest_mounts(pod["volumes"], container, {"/models": (repo, True)}, tmp_path)
     run = PodmanContainer(image, container, mounts, "chart")
     try:
@@ -721,6 +734,7 @@ def test_image_runs_the_chart_container(tmp_path, image):
         assert_infers_http(ports["http"])
         assert_infers_grpc(ports["grpc"])
         assert_infers_grpc(ports["grpc"], "add_sub_rust")
+        assert_infers_http(ports["http"], "add_sub_py")  # model.py, served from its prebuilt model.wasm
         # Read-only root and no /dev/shm, as promised.
         assert run.exec(["touch", "/opt/x"], 10).returncode != 0
         assert run.exec(["test", "-e", "/dev/shm"], 10).returncode != 0

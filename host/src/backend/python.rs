@@ -91,14 +91,23 @@ impl PythonGuests {
     }
 
     /// The component built from the version directory holding `model_py`, building it if the
-    /// cache has none.
+    /// cache has none. A server without a builder (the OCI image has none) serves the
+    /// `model.wasm` beside `model.py` instead, built elsewhere by `tessera guest build`: the source
+    /// is the truth wherever it can be built, so a server with a builder ignores that file.
     pub fn component(&self, model_py: &Path) -> CoreResult<PathBuf> {
         let (Some(builder), Some(builder_hash)) = (&self.builder, &self.builder_hash) else {
+            let prebuilt = model_py.with_file_name("model.wasm");
+            if prebuilt.is_file() {
+                tracing::info!(model = %prebuilt.display(), "no Python guest builder: serving the prebuilt component");
+                return Ok(prebuilt);
+            }
             return Err(CoreError::unavailable(format!(
                 "{} is a Python model, and this server has no Python guest builder: start it with \
                  --python-guest-builder <checkout>/scripts/build-python-guest.sh (after that checkout's \
-                 scripts/setup.sh), or build model.wasm with `tessera guest build`",
-                model_py.display()
+                 scripts/setup.sh), or build it beside model.py with `tessera guest build {}` (writes \
+                 model.wasm, which a server without a builder serves)",
+                model_py.display(),
+                model_py.parent().unwrap_or(Path::new(".")).display()
             )));
         };
         if !model_py.is_file() {

@@ -90,6 +90,24 @@ fn a_model_py_without_a_builder_names_the_flag() {
     std::fs::write(dir.0.join("model.py"), "").expect("write");
     let err = guests.component(&dir.0.join("model.py")).expect_err("no builder");
     assert!(err.message.contains("--python-guest-builder"), "{}", err.message);
+    assert!(err.message.contains("tessera guest build"), "{}", err.message);
+}
+
+#[test]
+fn a_server_without_a_builder_serves_the_prebuilt_model_wasm_and_one_with_a_builder_builds() {
+    let dir = TempDir::new("prebuilt");
+    let model = dir.0.join("1");
+    std::fs::create_dir_all(&model).expect("mkdir");
+    std::fs::write(model.join("model.py"), "a = 1\n").expect("write");
+    std::fs::write(model.join("model.wasm"), "prebuilt").expect("write");
+    let without = PythonOptions { builder: None, cache_dir: Some(dir.0.join("cache")), ..PythonOptions::default() };
+    let served = PythonGuests::new(&without).component(&model.join("model.py")).expect("prebuilt");
+    assert_eq!(served, model.join("model.wasm"));
+    let builder = script(&dir.0, "printf 'built' > \"$2\"");
+    let with =
+        PythonOptions { builder: Some(builder), cache_dir: Some(dir.0.join("cache")), ..PythonOptions::default() };
+    let built = PythonGuests::new(&with).component(&model.join("model.py")).expect("built");
+    assert_eq!(std::fs::read_to_string(built).expect("read"), "built", "the source wins where it can be built");
 }
 
 #[test]
