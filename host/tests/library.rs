@@ -281,3 +281,98 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]"#
     assert_eq!(entries.len(), 1, "the compiler process wrote the one valid component's cache entry: {entries:?}");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A backend this build left out, as `UnavailableBackend` is for TorchScript without
+/// `--features torch`.
+struct LeftOut;
+
+impl tessera::Backend for LeftOut {
+    fn name(&self) -> &'static str {
+        "left_out"
+    }
+    fn platforms(&self) -> &'static [&'static str] {
+        &["left_out_platform"]
+    }
+    fn default_model_filename(&self) -> &'static str {
+        "model.bin"
+    }
+    fn missing_from_build(&self) -> Option<&str> {
+        Some("this binary was built without the left_out backend")
+    }
+    fn autocomplete(&self, _: &mut tessera::ModelConfig, _: &Path) -> tessera::CoreResult<()> {
+        Err(tessera::CoreError::unsupported("this binary was built without the left_out backend"))
+    }
+    fn create_instance(
+        &self,
+        _: &tessera::InstanceContext<'_>,
+    ) -> tessera::CoreResult<Box<dyn tessera::ModelInstance>> {
+        Err(tessera::CoreError::unsupported("this binary was built without the left_out backend"))
+    }
+}
+
+fn write_model(repo: &Path, name: &str, config: &str) {
+    std::fs::create_dir_all(repo.join(name).join("1")).unwrap();
+    std::fs::write(repo.join(name).join("config.pbtxt"), config).unwrap();
+}
+
+/// `cargo build --release` leaves TorchScript out, and the quickstart has TorchScript models: a
+/// server with `exit_on_error` serves the rest, while those models (and ensembles over them)
+/// stay unavailable with the reason. A model that is really broken still stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_of_a_backend_left_out_of_the_build_do_not_stop_the_server() {
+    let repo = std::env::temp_dir().join(format!("tessera-library-left-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&repo);
+    let io = r#"max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]"#;
+    write_model(&repo, "needs_it", &format!("name: \"needs_it\" backend: \"left_out\" {io}"));
+    write_model(
+        &repo,
+        "pipeline",
+        &format!(
+            r#"name: "pipeline" platform: "ensemble" {io}
+ensemble_scheduling {{ step [ {{ model_name: "needs_it" model_version: -1
+  input_map {{ key: "INPUT0" value: "INPUT0" }} output_map {{ key: "OUTPUT0" value: "OUTPUT0" }} }} ] }}"#
+        ),
+    );
+    let start = |repo: &Path| {
+        let mut config = ServerConfig::default()
+            .repository(repo)
+            .control_mode(tessera::ControlMode::None)
+            .backend(Arc::new(LeftOut))
+            .http(Listen::new("127.0.0.1", 0));
+        config.registered_models.push(RegisteredModel {
+            config: config_for_test(),
+            version: 1,
+            backend: Arc::new(doubler(Arc::default())),
+        });
+        Server::start(config)
+    };
+    let server = start(&repo).await.expect("starts with exit_on_error: the build, not the repository, lacks them");
+    let infer = server.infer();
+    infer.infer(request("double", &[1.0, 2.0, 3.0, 4.0])).await.expect("the rest is served");
+    let (status, text) = http_post(server.http_address().expect("HTTP is on"), "/v2/repository/index", "{}").await;
+    assert!(status.contains("200"), "{status} {text}");
+    let index: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for model in ["needs_it", "pipeline"] {
+        let entry = index.as_array().unwrap().iter().find(|e| e["name"] == model).expect("in the index");
+        assert_eq!(entry["state"], "UNAVAILABLE", "{entry}");
+        let reason = entry["reason"].as_str().unwrap_or_default();
+        let expected = if model == "needs_it" { "built without the left_out backend" } else { "needs_it" };
+        assert!(reason.contains(expected), "{model}: {reason}");
+        infer.infer(request(model, &[1.0, 2.0, 3.0, 4.0])).await.expect_err("not served");
+    }
+    server.stop();
+    server.wait().await.expect("stops cleanly");
+
+    write_model(&repo, "broken", "name: \"broken\" backend: \"onnxruntime\" input [ { name: \"X\" } ]");
+    match start(&repo).await {
+        Err(tessera::StartError::ModelLoad(failures)) => {
+            let names: Vec<&str> = failures.iter().map(|(name, _)| name.as_str()).collect();
+            assert_eq!(names, ["broken"], "only the broken model counts");
+        }
+        Err(e) => panic!("expected the broken model to stop the start: {e}"),
+        Ok(_) => panic!("a broken model stops a server started with exit_on_error"),
+    }
+    let _ = std::fs::remove_dir_all(&repo);
+}

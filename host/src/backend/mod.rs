@@ -199,6 +199,12 @@ pub trait Backend: Send + Sync {
     fn gpu_support(&self) -> Result<(), String> {
         Err(format!("the {} backend runs on CPU only", self.name()))
     }
+    /// Why this binary cannot serve the backend's models at all (a cargo feature left out of the
+    /// build), or `None`. Such models stay unavailable with this reason without stopping a server
+    /// started with `--exit-on-error`: the build, not the repository, is what lacks them.
+    fn missing_from_build(&self) -> Option<&str> {
+        None
+    }
     /// Fills inputs, outputs and max_batch_size from the model file (Triton's auto-complete).
     fn autocomplete(&self, config: &mut ModelConfig, model_path: &Path) -> CoreResult<()>;
     fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>>;

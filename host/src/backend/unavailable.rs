@@ -44,6 +44,10 @@ impl Backend for UnavailableBackend {
         self.default_model_filename
     }
 
+    fn missing_from_build(&self) -> Option<&str> {
+        Some(&self.reason)
+    }
+
     fn autocomplete(&self, _config: &mut ModelConfig, _model_path: &Path) -> CoreResult<()> {
         Err(CoreError::unsupported(self.reason.clone()))
     }

@@ -41,6 +41,28 @@ fn ensemble_dependencies(dir: &Path, config_override: Option<&str>) -> Vec<Strin
 }
 
 impl ModelManager {
+    /// Why `name` cannot load in this binary whatever its files say: its backend, or for an
+    /// ensemble a composing model's at any depth, was left out of the build
+    /// ([`crate::backend::Backend::missing_from_build`]).
+    pub(super) fn missing_from_build(&self, name: &str) -> Option<String> {
+        self.missing_from_build_within(name, &mut Vec::new())
+    }
+
+    fn missing_from_build_within(&self, name: &str, seen: &mut Vec<String>) -> Option<String> {
+        if seen.iter().any(|s| s == name) {
+            return None; // a cycle, reported as such by the load
+        }
+        seen.push(name.to_string());
+        let dir = self.locate(name).ok()?;
+        let steps = ensemble_dependencies(&dir, None);
+        if !steps.is_empty() {
+            return steps.iter().find_map(|step| self.missing_from_build_within(step, seen));
+        }
+        let path = dir.join("config.pbtxt");
+        let config = config::parse_pbtxt(&std::fs::read_to_string(&path).ok()?, &path).ok()?;
+        self.backends.resolve(&config, None).ok()?.missing_from_build().map(str::to_string)
+    }
+
     fn weak_infer(self: &Arc<Self>) -> Weak<dyn Infer> {
         let strong: Arc<dyn Infer> = Arc::clone(self) as Arc<dyn Infer>;
         Arc::downgrade(&strong)

@@ -112,7 +112,8 @@ impl ModelManager {
     }
 
     /// Loads the models the control mode asks for at startup. Returns the failures, so the
-    /// caller can honour `--exit-on-error`.
+    /// caller can honour `--exit-on-error`; models whose backend this binary was built without
+    /// are not among them (they stay unavailable with that reason, and a warning names them).
     pub async fn load_startup_models(self: &Arc<Self>, explicit: &[String]) -> Vec<(String, String)> {
         let names: Vec<String> = match self.options.control_mode {
             ControlMode::Explicit if !explicit.iter().any(|n| n == "*") => explicit.to_vec(),
@@ -161,6 +162,17 @@ impl ModelManager {
         }
         self.flush_failures();
         failures.sort();
+        let (left_out, failures): (Vec<_>, Vec<_>) =
+            failures.into_iter().partition(|(name, _)| self.missing_from_build(name).is_some());
+        if let Some(reason) = left_out.first().and_then(|(name, _)| self.missing_from_build(name)) {
+            let names: Vec<&str> = left_out.iter().map(|(name, _)| name.as_str()).collect();
+            tracing::warn!(
+                "{} model(s) need a backend this binary was built without and stay unavailable, serving the \
+                 rest: {} ({reason})",
+                names.len(),
+                names.join(", ")
+            );
+        }
         failures
     }
 
