@@ -3,9 +3,8 @@
 //!
 //! Why: on tokio's shared work-stealing runtime a request's wake-ups cross workers (a batch's
 //! replies wake connection tasks that other workers then steal; parked workers are unparked to
-//! search for work), and each crossing costs a futex call and an inter-processor interrupt. On a
-//! 2-core box at the same throughput a second shared worker cost 39 % more CPU per inference than
-//! one (docs/benchmarks.md, issue 15). With a connection pinned to a thread, its request is read,
+//! search for work), and each crossing costs a futex call and an inter-processor interrupt, which
+//! on a small box costs more than a short request's work. With a connection pinned to a thread, its request is read,
 //! executed (inline, when short) and answered on that thread, as on a one-worker server, while
 //! the other threads serve other connections in parallel.
 //!

@@ -4,8 +4,7 @@
 //! The `ort` crate's general path costs about as much as a tiny model's run itself: per call it
 //! copies every input into a new buffer, turns names into C strings, builds a `ValueType` (with
 //! symbolic dimension names) for every output of the graph, and reads each output's type again
-//! to extract it. Measured on add_sub at concurrency 1 (`perf`, docs/benchmarks.md), about a third
-//! of the execution's samples were that wrapping. Here the request's bytes are lent to ONNX
+//! to extract it: a large share of a tiny model's execution. Here the request's bytes are lent to ONNX
 //! Runtime as they are (little-endian numbers, already checked against the config; copied only
 //! when misaligned for their type), names are made once per instance, only the requested outputs
 //! are asked for, and each output is read with one call that borrows its type and shape.

@@ -3,8 +3,8 @@
 //! Why a process: compiling a Python guest (a ~20 MB component holding an interpreter) peaks
 //! near 500 MB of allocations spread over Cranelift's worker threads. In the server those pages
 //! stayed with the allocator after the compile, and request threads that came and went later
-//! touched them again: RSS grew ~0.4 MiB/s under load for minutes after a cold start, up to
-//! about what the compile had committed (docs/benchmarks.md, the sixteenth round). A compiler
+//! touched them again: RSS grew under load for minutes after a cold start, up to about what the
+//! compile had committed. A compiler
 //! process gives all of it back when it exits, and a compile that crashes (a hostile or broken
 //! component) fails that model's load, not the server. Its threads are bounded: each compile
 //! gets twice the cores over the compiles running when it starts, at most 16

@@ -98,11 +98,11 @@ impl Default for WasmOptions {
 
 /// How a Wasm model's executions are timed for its CPU metric and quota.
 ///
-/// Reading a thread's CPU clock is a system call (about 0.5 µs on this project's 2-core VMs), two
-/// per execution: for a Rust guest answering in a few µs that was measurable on the request path
-/// (docs/benchmarks.md). So only a model with a CPU quota, which needs the true figure, pays for
-/// it; the others are timed with the monotonic clock (vDSO, ~20 ns), which counts an execution's
-/// time on its thread, waits included: their `tessera_model_cpu_duration_us` is an upper bound.
+/// Reading a thread's CPU clock is a system call, two per execution: for a guest answering in
+/// microseconds that is measurable on the request path. So only a model with a CPU quota, which
+/// needs the true figure, pays for it; the others are timed with the monotonic clock (vDSO),
+/// which counts an execution's time on its thread, waits included: their
+/// `tessera_model_cpu_duration_us` is an upper bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ExecutionClock {
     /// The calling thread's CPU time: what an execution costs, without the time it spent
