@@ -296,11 +296,16 @@ def start_server(
     env: dict | None = None,
     name: str = "tessera",
     deadline: float = STARTUP_DEADLINE,
+    ready: Sequence[str] = (),
+    ready_deadline: float | None = None,
 ) -> TesseraServer:
-    """Start the real binary on free ports and (by default) wait until /v2/health/live answers 200.
+    """Start the real binary on free ports and (by default) wait until /v2/health/live answers 200,
+    then until each model in `ready` is ready (`ready_deadline`, READY_DEADLINE by default).
 
-    Retries on a different set of ports when the process dies complaining that an address is in use
-    (another process grabbed a port between our probe and the server's bind)."""
+    A server that is not live or whose models are not ready in time is killed before the failure
+    is raised: nothing else would stop it. Retries on a different set of ports when the process
+    dies complaining that an address is in use (another process grabbed a port between our probe
+    and the server's bind)."""
     bin_path = bin_path or tessera_bin()
     log_dir.mkdir(parents=True, exist_ok=True)
     for attempt in range(3):
@@ -322,11 +327,21 @@ def start_server(
             return srv
         try:
             srv.wait_live(deadline)
+            for model in ready:
+                wait_model_ready(srv, model, deadline=ready_deadline or READY_DEADLINE)
             return srv
         except ServerExited as e:
             if re.search(r"address (already )?in use|already in use", e.log, re.I) and attempt < 2:
                 continue
             pytest.fail(f"{e}\nargv={argv}", pytrace=False)
+        except BaseException:
+            # not live or not ready within the deadline (pytest.fail), or the test interrupted:
+            # the server started here must not outlive it
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+            srv.mark_stopped(proc.returncode)
+            raise
     raise AssertionError("unreachable")
 
 

@@ -210,10 +210,8 @@ def nn_server(tmp_path_factory):
     (repo / "nn_forward" / "1").mkdir(parents=True)
     shutil.copy2(wasm, repo / "nn_forward" / "1" / "model.wasm")
     (repo / "nn_forward" / "config.pbtxt").write_text(nn_forward_config("nn_forward", "add_sub", "add_sub,is_greater,nosuch"))
-    srv = start_server(tmp_path_factory.mktemp("nn-server"), [repo], name="nn")
-    for model in ("nn_forward", "add_sub", "is_greater", "simple"):
-        wait_until(lambda m=model: requests.get(srv.http(f"/v2/models/{m}/ready"), timeout=5).status_code == 200,
-                   60, f"{model} ready", srv)
+    srv = start_server(tmp_path_factory.mktemp("nn-server"), [repo], name="nn",
+                       ready=("nn_forward", "add_sub", "is_greater", "simple"))
     yield srv
     srv.stop_and_check()
 

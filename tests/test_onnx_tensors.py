@@ -78,10 +78,8 @@ def pair_server(tmp_path_factory, tessera_binary):
     for datatype in TYPES:
         write_pair_model(repo, datatype)
     write_sum_model(repo)
-    srv = start_server(tmp_path_factory.mktemp("pair-server"), [repo], name="pairs")
-    for datatype in TYPES:
-        wait_model_ready(srv, model_name(datatype))
-    wait_model_ready(srv, "sum_int32")
+    srv = start_server(tmp_path_factory.mktemp("pair-server"), [repo], name="pairs",
+                       ready=[*(model_name(datatype) for datatype in TYPES), "sum_int32"])
     yield srv
     srv.stop_and_check()
 

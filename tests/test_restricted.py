@@ -25,8 +25,7 @@ def server(tmp_path_factory):
         f"--http-restricted-api=statistics,model-config:{HEADER}=secret",
         "--http-restricted-api=model-repository:admin=root",
         "--grpc-restricted-protocol=statistics,inference:tok-name=secret",
-    ])
-    wait_model_ready(srv, "add_sub")
+    ], ready=["add_sub"])
     yield srv
     srv.stop_and_check()
 
@@ -133,8 +132,12 @@ def every_category(tmp_path_factory):
     # Health itself is restricted: readiness is asked with its header.
     srv = start_server(tmp, [repo], flags, wait=False)
     ready = {"key-health": "v-health"}
-    wait_until(lambda: requests.get(srv.http("/v2/models/add_sub/ready"), headers=ready, timeout=5).status_code == 200,
-               READY_DEADLINE, "add_sub is ready", srv)
+    try:
+        wait_until(lambda: requests.get(srv.http("/v2/models/add_sub/ready"), headers=ready,
+                                        timeout=5).status_code == 200, READY_DEADLINE, "add_sub is ready", srv)
+    except BaseException:
+        srv.stop()
+        raise
     yield srv
     srv.stop_and_check()
 
