@@ -23,11 +23,9 @@ OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/tessera-batching.XXXXXX)}
 mkdir -p "$OUT_DIR/raw"
 log() { echo "batching: $*" >&2; }
 
-TRITON_REF_DIR=$ROOT/../shared/reference/triton
-[ -d "$TRITON_REF_DIR" ] || TRITON_REF_DIR=/work/shared/reference/triton
-bash "$TRITON_REF_DIR/setup.sh" >"$OUT_DIR/setup.log" 2>&1 || { tail -20 "$OUT_DIR/setup.log" >&2; exit 1; }
 # shellcheck disable=SC1091
-source /opt/triton-reference/triton/env.sh
+source "$ROOT/bench/lib.sh"
+reference_env
 ORT_DYLIB_PATH=$(scripts/setup-python.sh --print-ort-lib)
 export ORT_DYLIB_PATH
 

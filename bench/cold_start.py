@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.request
 
-from server_sample import tree  # bench/ is the script's own directory, so on sys.path
+from benchlib import tree  # bench/ is the script's own directory, so on sys.path
 
 
 def rss_kib(pid):

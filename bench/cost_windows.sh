@@ -11,13 +11,11 @@
 # request (the statistics extension's success time / count) and executions per inference, all
 # from bench/lib.sh's load_window: a MEASURE_S window that starts WARMUP_S after perf_analyzer
 # does, which only generates the load (at Tessera's c=16 rates its own stabilisation passes can
-# run for minutes while its memory grows: 20 GB once here, with
-# ../shared/reference/triton/cpu_cost.py). Cells run in the order given, round after round, so
+# run for minutes while its memory grows). Cells run in the order given, round after round, so
 # drift hits every server alike.
 #
 # Env: ROUNDS=3 CONCURRENCY="1 16" WARMUP_S=2 MEASURE_S=4 PYTHON=python3
-#      PERF_ANALYZER, PERF_ANALYZER_LD_LIBRARY_PATH (default: /opt/triton-reference/triton/env.sh,
-#      from ../shared/reference/triton/setup.sh)
+#      PERF_ANALYZER, PERF_ANALYZER_LD_LIBRARY_PATH (default: the reference Triton's, bench/lib.sh)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROUNDS=${ROUNDS:-3}
@@ -25,14 +23,10 @@ CONCURRENCY=${CONCURRENCY:-1 16}
 WARMUP_S=${WARMUP_S:-2}
 MEASURE_S=${MEASURE_S:-4}
 PYTHON=${PYTHON:-python3}
-if [ -z "${PERF_ANALYZER:-}" ]; then
-  # shellcheck disable=SC1091
-  source /opt/triton-reference/triton/env.sh
-fi
 [ $# -gt 0 ] || { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2; }
-
 # shellcheck disable=SC1091
 source "$ROOT/bench/lib.sh"
+[ -n "${PERF_ANALYZER:-}" ] || reference_env
 echo "| round | server | model | c | infer/s | server CPU µs / inference | server-side µs / request | executions / inference |"
 echo "|---:|---|---|---:|---:|---:|---:|---:|"
 for round in $(seq "$ROUNDS"); do

@@ -26,35 +26,18 @@ tritonserver); about 4 minutes with the defaults.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
-from server_sample import cpu_seconds  # bench/ is the script's own directory, so on sys.path
-
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "model-repos" / "quickstart"
-REF = next((p for p in (ROOT.parent / "shared" / "reference" / "triton", Path("/work/shared/reference/triton"))
-            if p.is_dir()), None)
+from benchlib import QUICKSTART, REFERENCE, ROOT, cpu_seconds, fmt, perf, reference_env, stats, wait_ready
 # fanout_target: the add_sub graph, ~35 µs a call; fanout_wait: the same, but a call alone waits out
 # a 1 ms batching delay (four together do not), like a model whose calls take time.
 FANOUT_TARGETS = ("fanout_target", "fanout_wait")
-
-
-def env_sh() -> dict:
-    out = {}
-    for line in open("/opt/triton-reference/triton/env.sh"):
-        if line.startswith("export "):
-            k, v = line[7:].strip().split("=", 1)
-            out[k] = v.strip('"')
-    return out
 
 
 def chain_config(name: str, steps: int) -> str:
@@ -109,7 +92,7 @@ def tessera_repo(work: Path) -> Path:
 
 def triton_repo(work: Path) -> Path:
     repo = work / "triton-repo"
-    shutil.copytree(REF / "model_repository", repo)
+    shutil.copytree(REFERENCE / "model_repository", repo)
     for d in repo.iterdir():
         if d.is_dir():
             (d / "1").mkdir(exist_ok=True)  # the reference ens_add_sub has no version directory
@@ -117,66 +100,20 @@ def triton_repo(work: Path) -> Path:
     return repo
 
 
-def wait_ready(port: int, proc: subprocess.Popen | None, what: str, timeout: float = 90) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc is not None and proc.poll() is not None:
-            sys.exit(f"{what} exited with {proc.returncode} before becoming ready")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    sys.exit(f"{what} not ready within {timeout:.0f} s")
-
-
-def stats(port: int, model: str) -> tuple[int, int]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/stats", timeout=10) as r:
-        s = json.load(r)["model_stats"]
-    return (sum(m["inference_stats"]["success"]["count"] for m in s),
-            sum(m["inference_stats"]["success"]["ns"] for m in s))
-
-
-def perf(env: dict, port: int, model: str, conc: int, secs: float, params: list[str]) -> float | None:
-    # perf_analyzer sends request parameters over gRPC only: those runs use the gRPC port (HTTP + 1).
-    protocol, port = ("grpc", port + 1) if params else ("http", port)
-    cmd = [env["PERF_ANALYZER"], "-m", model, "-u", f"127.0.0.1:{port}", "-i", protocol, "-b", "1",
-           "--concurrency-range", str(conc), "--measurement-interval", str(int(secs * 1000)),
-           "--max-trials", "3", "-s", "100"]
-    for p in params:
-        cmd += ["--request-parameter", p]
-    r = subprocess.run(cmd, env=dict(os.environ, LD_LIBRARY_PATH=env["PERF_ANALYZER_LD_LIBRARY_PATH"]),
-                       capture_output=True, text=True, timeout=120)
-    for line in r.stdout.splitlines():
-        if "throughput:" in line.lower():
-            return float(line.lower().split("throughput:")[1].split()[0])
-    print(f"perf_analyzer failed for {model} on {port}: {(r.stdout + r.stderr)[-300:]}", file=sys.stderr)
-    return None
-
-
 def window(env, port, pid, model, steps_model, conc, secs, params=()):
     """One measurement window: (mean request µs of model, mean request µs of steps_model or None,
     CPU µs per request of the whole server, client infer/s)."""
     perf(env, port, model, conc, 1, list(params))  # warm-up
-    n0, ns0 = stats(port, model)
+    n0, ns0, _ = stats(port, model)
     m0 = stats(port, steps_model) if steps_model else (0, 0)
     c0 = cpu_seconds(pid)
     thr = perf(env, port, model, conc, secs, list(params))
     c1 = cpu_seconds(pid)
-    n1, ns1 = stats(port, model)
+    n1, ns1, _ = stats(port, model)
     m1 = stats(port, steps_model) if steps_model else (0, 0)
     n = max(n1 - n0, 1)
     step_us = (m1[1] - m0[1]) / max(m1[0] - m0[0], 1) / 1000 if steps_model else None
     return (ns1 - ns0) / n / 1000, step_us, m1[0] - m0[0], n, (c1 - c0) * 1e6 / n, thr
-
-
-def fmt(values: list[float], digits: int = 1) -> str:
-    if not values:
-        return "n/a"
-    med = statistics.median(values)
-    return f"{med:,.{digits}f} ({min(values):,.{digits}f}-{max(values):,.{digits}f})"
 
 
 def main() -> None:
@@ -187,7 +124,7 @@ def main() -> None:
     ap.add_argument("--conc", type=int, default=1)
     ap.add_argument("--only", choices=["tessera", "triton"])
     args = ap.parse_args()
-    env = env_sh()
+    env = reference_env()
     work = Path(tempfile.mkdtemp(prefix="tessera-bench-ensemble."))
     procs = []
     servers = {}
@@ -206,9 +143,9 @@ def main() -> None:
             wait_ready(18300, p, "tessera")
             servers["tessera"] = (18300, p.pid)
         if args.only != "tessera":
-            if REF is None:
-                sys.exit("../shared/reference/triton not found")
-            out = subprocess.run(["bash", str(REF / "run.sh"), str(triton_repo(work))], capture_output=True, text=True,
+            if not REFERENCE.is_dir():
+                sys.exit(f"{REFERENCE} not found (set TRITON_REFERENCE)")
+            out = subprocess.run(["bash", str(REFERENCE / "run.sh"), str(triton_repo(work))], capture_output=True, text=True,
                                  env=dict(os.environ, HTTP_PORT="18400", GRPC_PORT="18401", METRICS_PORT="18402",
                                           RUN_DIR=str(work / "triton-run")))
             if out.returncode != 0:
@@ -260,7 +197,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 p.kill()
         if "triton" in servers:
-            subprocess.run(["bash", str(REF / "stop.sh")], capture_output=True,
+            subprocess.run(["bash", str(REFERENCE / "stop.sh")], capture_output=True,
                            env=dict(os.environ, RUN_DIR=str(work / "triton-run")))
         print(f"logs: {work}", file=sys.stderr)
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import requests
-from server_sample import cpu_seconds, private_kib  # bench/ is the script's own directory, so on sys.path
+from benchlib import REFERENCE_ENV, cpu_seconds, private_kib, reference_env  # bench/ is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "model-repos" / "quickstart"
@@ -48,7 +48,6 @@ REPEATS = int(os.environ.get("REPEATS", "3"))
 MEASURE_MS = int(os.environ.get("MEASURE_MS", "3000"))
 CALLS = int(os.environ.get("CALLS", "2000"))
 PORT = 18600
-PERF_ENV = Path("/opt/triton-reference/triton/env.sh")
 
 
 def repo_with(model: str, count: int, root: Path) -> Path:
@@ -109,13 +108,9 @@ def stats(model: str) -> tuple[int, int, int, int]:
 
 
 def perf_analyzer() -> tuple[str, dict] | None:
-    if not PERF_ENV.is_file():
+    if not REFERENCE_ENV.is_file():
         return None
-    env = {}
-    for line in PERF_ENV.read_text().splitlines():
-        if line.startswith("export "):
-            k, v = line[7:].strip().split("=", 1)
-            env[k] = v
+    env = reference_env()
     return env["PERF_ANALYZER"], dict(os.environ, LD_LIBRARY_PATH=env["PERF_ANALYZER_LD_LIBRARY_PATH"])
 
 

@@ -1,5 +1,22 @@
 # Shared by the bench scripts (sourced, not run).
 
+# The reference Triton, as bench/benchlib.py finds it: TRITON_REFERENCE, the directory of its
+# scripts (setup.sh, run.sh, stop.sh, model_repository/), and TRITON_REFERENCE_ENV, the
+# environment file its setup.sh writes (PERF_ANALYZER, TRITONSERVER, ...).
+TRITON_REFERENCE=${TRITON_REFERENCE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/../shared/reference/triton}
+TRITON_REFERENCE_ENV=${TRITON_REFERENCE_ENV:-/opt/triton-reference/triton/env.sh}
+
+# reference_env: sources the reference's environment file, setting it up first (idempotent; its
+# log in ${OUT_DIR:-/tmp}/triton-setup.log).
+reference_env() {
+  if [ ! -f "$TRITON_REFERENCE_ENV" ]; then
+    bash "$TRITON_REFERENCE/setup.sh" >"${OUT_DIR:-/tmp}/triton-setup.log" 2>&1 \
+      || { tail -20 "${OUT_DIR:-/tmp}/triton-setup.log" >&2; echo "reference setup failed" >&2; return 1; }
+  fi
+  # shellcheck disable=SC1090
+  source "$TRITON_REFERENCE_ENV"
+}
+
 # wait_models_ready PID HTTP_PORT LOG MODEL...: waits until every MODEL answers ready on
 # 127.0.0.1:HTTP_PORT, READY_TIMEOUT seconds at most (default 60); fails with the log's tail if
 # the server PID exits first. Per model, not /v2/health/ready: a binary built without a backend

@@ -42,8 +42,8 @@
 # the fair figures; client throughput mostly measures the client.
 #   PA_TIMEOUT=60         seconds per perf_analyzer run (one retry after a failure or timeout)
 #   READY_TIMEOUT=60      seconds for each server to become ready
-#   TRITON_REF_DIR=<repo>/../shared/reference/triton   (falls back to /work/shared/reference/triton)
-#   TRITON_REPO=$TRITON_REF_DIR/model_repository   (served from a copy under OUT_DIR)
+#   TRITON_REFERENCE, TRITON_REFERENCE_ENV: the reference Triton (bench/lib.sh)
+#   TRITON_REPO=$TRITON_REFERENCE/model_repository   (served from a copy under OUT_DIR)
 #   OUT_DIR=$(mktemp -d /tmp/tessera-perf-http.XXXXXX)
 #
 # Everything listens on 127.0.0.1. Time: about (REPEATS x servers x concurrencies) x (4-5 windows of
@@ -75,11 +75,7 @@ PA_TIMEOUT=${PA_TIMEOUT:-60}
 READY_TIMEOUT=${READY_TIMEOUT:-60}
 TESSERA_HTTP=18100 TESSERA_GRPC=18101 TESSERA_METRICS=18102
 TRITON_HTTP=18200 TRITON_GRPC=18201 TRITON_METRICS=18202
-if [ -z "${TRITON_REF_DIR:-}" ]; then
-  TRITON_REF_DIR=$ROOT/../shared/reference/triton
-  [ -d "$TRITON_REF_DIR" ] || TRITON_REF_DIR=/work/shared/reference/triton
-fi
-TRITON_REF_DIR=$(cd "$TRITON_REF_DIR" && pwd)
+TRITON_REF_DIR=$(cd "$TRITON_REFERENCE" && pwd)
 TRITON_REPO=${TRITON_REPO:-$TRITON_REF_DIR/model_repository}
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/tessera-perf-$PROTOCOL.XXXXXX)}
 mkdir -p "$OUT_DIR/raw"
@@ -138,8 +134,8 @@ log "reference setup (perf_analyzer, tritonserver) ..."
 if ! bash "$TRITON_REF_DIR/setup.sh" >"$OUT_DIR/setup.log" 2>&1; then
   tail -30 "$OUT_DIR/setup.log" >&2; log "reference setup failed (log: $OUT_DIR/setup.log)"; exit 1
 fi
-# shellcheck disable=SC1091
-source /opt/triton-reference/triton/env.sh
+# shellcheck disable=SC1090
+source "$TRITON_REFERENCE_ENV"
 PA_VERSION=$(LD_LIBRARY_PATH=$PERF_ANALYZER_LD_LIBRARY_PATH "$PERF_ANALYZER" --version 2>&1 | head -1)
 
 for s in "${SERVERS[@]}"; do

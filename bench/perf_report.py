@@ -104,5 +104,5 @@ if os.environ.get("TESSERA_CMD"):
 if "triton" in servers:
     print(f"  - Triton: `{os.environ['TRITON_CMD']}`")
 ports = "18101 Tessera, 18201 Triton" if os.environ["PROTOCOL"] == "grpc" else "18100 Tessera, 18200 Triton"
-print(f"  - each measurement (`source /opt/triton-reference/triton/env.sh` first; PORT {ports}): "
+print(f"  - each measurement (`source $TRITON_REFERENCE_ENV` first, bench/lib.sh; PORT {ports}): "
       f"`{os.environ['PA_EXAMPLE']}`")

@@ -11,8 +11,8 @@
 # window of steady load (perf_analyzer is only the load generator: see below).
 #
 # Env: TESSERA_BIN=target/release/tessera  TESSERA_REPO=model-repos/quickstart  ORT_DYLIB_PATH
-#      PERF_ANALYZER, PERF_ANALYZER_LD_LIBRARY_PATH (default: /opt/triton-reference, from
-#      ../shared/reference/triton/setup.sh)  PROTOCOL=http  REPEATS=3  WARMUP_S=3  MEASURE_S=10
+#      PERF_ANALYZER, PERF_ANALYZER_LD_LIBRARY_PATH (default: the reference Triton's, bench/lib.sh)
+#      PROTOCOL=http  REPEATS=3  WARMUP_S=3  MEASURE_S=10
 #      TESSERA_ARGS (extra serve flags)  PYTHON=python3
 # Listens on 127.0.0.1:18400-18402 only.
 set -euo pipefail
@@ -29,10 +29,9 @@ MEASURE_S=${MEASURE_S:-10}
 TESSERA_BIN=${TESSERA_BIN:-target/release/tessera}
 TESSERA_REPO=${TESSERA_REPO:-model-repos/quickstart}
 PYTHON=${PYTHON:-python3}
-if [ -z "${PERF_ANALYZER:-}" ]; then
-  # shellcheck disable=SC1091
-  source /opt/triton-reference/triton/env.sh
-fi
+# shellcheck disable=SC1091
+source bench/lib.sh
+[ -n "${PERF_ANALYZER:-}" ] || reference_env
 if [ -z "${ORT_DYLIB_PATH:-}" ]; then ORT_DYLIB_PATH=$(scripts/setup-python.sh --print-ort-lib); fi
 export ORT_DYLIB_PATH
 HTTP=18400 GRPC=18401
@@ -47,8 +46,7 @@ taskset -c "$SERVER_CPUS" "$TESSERA_BIN" serve --model-repository "$TESSERA_REPO
   --http-port $HTTP --grpc-address 127.0.0.1 --grpc-port $GRPC --metrics-port 18402 --exit-on-error=false \
   ${TESSERA_ARGS:-} </dev/null >"$OUT_DIR/server.log" 2>&1 &
 SERVER_PID=$!
-# shellcheck disable=SC1091,SC2086
-source bench/lib.sh
+# shellcheck disable=SC2086
 wait_models_ready "$SERVER_PID" $HTTP "$OUT_DIR/server.log" $MODELS || exit 1
 
 # perf_analyzer only generates the load here: at these rates (70-95k infer/s) its stabilisation

@@ -33,12 +33,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchlib import REFERENCE, ROOT  # bench/ is the script's own directory, so on sys.path
+
 BENCH = ROOT / "bench"
 BIN = Path(os.environ.get("TESSERA_BIN", ROOT / "target" / "release" / "tessera"))
 EXAMPLE = ROOT / "tests" / "third_party" / "python_backend" / "examples" / "add_sub"
 QUICKSTART = ROOT / "model-repos" / "quickstart"
-REFERENCE = ROOT.parent / "shared" / "reference" / "triton"
 CACHE = Path(os.environ.get("TESSERA_CACHE_DIR", Path.home() / ".cache" / "tessera"))
 PORTS = {"tessera": 18700, "triton": 18710}
 

@@ -11,7 +11,7 @@ markdown table of medians (min-max) and the Tessera / PyTriton ratios.
 
     python3 bench/pytriton.py [--repeats 3] [--secs 3]
 
-Needs ../shared/reference/triton/setup.sh (PyTriton in /opt/triton-reference/venv, perf_analyzer)
+Needs the reference Triton (bench/benchlib.py: TRITON_REFERENCE, with PyTriton and perf_analyzer)
 and scripts/setup.sh (the tessera package in .venv).
 """
 
@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ensemble import REF, ROOT, cpu_s, env_sh, fmt, stats, tree  # noqa: E402
+from benchlib import REFERENCE, ROOT, cpu_seconds, fmt, reference_env, stats, tree  # noqa: E402
 
 MODEL = "Double"
 PORTS = {"pytriton": 18600, "tessera": 18700}
@@ -73,11 +73,11 @@ def perf(env: dict, port: int, conc: int, secs: float) -> tuple[float | None, fl
 def window(env, name, proc, conc, secs):
     port = PORTS[name]
     perf(env, port, conc, 1)  # warm-up
-    n0, ns0 = stats(port, MODEL)
-    c0 = cpu_s(proc.pid)
+    n0, ns0, _ = stats(port, MODEL)
+    c0 = cpu_seconds(proc.pid)
     thr, p50 = perf(env, port, conc, secs)
-    c1 = cpu_s(proc.pid)
-    n1, ns1 = stats(port, MODEL)
+    c1 = cpu_seconds(proc.pid)
+    n1, ns1, _ = stats(port, MODEL)
     n = max(n1 - n0, 1)
     return thr, p50, (c1 - c0) * 1e6 / n, (ns1 - ns0) / n / 1000
 
@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--secs", type=float, default=3.0)
     ap.add_argument("--starts", type=int, default=3, help="launches per server to time start to ready")
     args = ap.parse_args()
-    env = env_sh()
+    env = reference_env()
     logs = Path(tempfile.mkdtemp(prefix="tessera-pytriton-bench."))
     procs = {}
     ready = {}
@@ -96,7 +96,7 @@ def main() -> None:
     ref_env = dict(os.environ, LD_LIBRARY_PATH=os.path.expandvars(env["TRITON_LD_LIBRARY_PATH"]),
                    PATH=os.path.expandvars(env["TRITON_PATH"]))
     commands = {
-        "pytriton": ([f"{env['TRITON_VENV']}/bin/python", str(REF / "pytriton_double.py"), str(PORTS["pytriton"])],
+        "pytriton": ([f"{env['TRITON_VENV']}/bin/python", str(REFERENCE / "pytriton_double.py"), str(PORTS["pytriton"])],
                      ref_env),
         "tessera": ([str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "bench" / "pytriton_double.py"),
                      str(PORTS["tessera"])], dict(os.environ)),

@@ -18,7 +18,7 @@
 #
 # Env: SERVER_CPU=0  CLIENT_CPU=1  MODELS="add_sub add_sub_rust" (Tessera's)  CONCURRENCY="16 64"
 #      ROUNDS=3  SECS=4 (a window)  WARMUP_S=1  TRITON=1 (0: Tessera only; the reference Triton
-#      comes from ../shared/reference/triton/setup.sh, which runs first, idempotent)
+#      is bench/lib.sh's TRITON_REFERENCE, set up first if it is not)
 #      TRITON_MODEL=add_sub  TESSERA_BIN=target/release/tessera  TESSERA_REPO=model-repos/quickstart
 #      ORT_DYLIB_PATH  TESSERA_ARGS (extra serve flags)  PYTHON=python3  OUT_DIR
 # Needs wrk (apt-get install -y wrk; a benchmark tool only, not installed by the setup scripts).
@@ -45,8 +45,9 @@ command -v wrk >/dev/null || { log "wrk is missing: apt-get install -y wrk"; exi
 [ -x "$TESSERA_BIN" ] || { log "$TESSERA_BIN is not an executable (cargo build --release)"; exit 2; }
 if [ -z "${ORT_DYLIB_PATH:-}" ]; then ORT_DYLIB_PATH=$(scripts/setup-python.sh --print-ort-lib); fi
 export ORT_DYLIB_PATH
-TRITON_REF_DIR=${TRITON_REF_DIR:-$ROOT/../shared/reference/triton}
-[ -d "$TRITON_REF_DIR" ] || TRITON_REF_DIR=/work/shared/reference/triton
+# shellcheck disable=SC1091
+source bench/lib.sh
+TRITON_REF_DIR=$TRITON_REFERENCE
 
 TESSERA_PID= TRITON_PID=
 cleanup() {
@@ -56,8 +57,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# shellcheck disable=SC1091
-source bench/lib.sh
 # ---- servers -------------------------------------------------------------------------------------
 # Both start pinned, so each sizes its thread pools to the one core it sees (tokio: one worker), as
 # in a container given one CPU; pinning a running server instead leaves its pools sized for two.
@@ -71,7 +70,7 @@ wait_models_ready "$TESSERA_PID" $TESSERA_HTTP "$OUT_DIR/tessera.log" $MODELS ||
 TARGETS=()
 for m in $MODELS; do TARGETS+=("tessera:$m"); done
 if [ "$TRITON" = 1 ]; then
-  bash "$TRITON_REF_DIR/setup.sh" >"$OUT_DIR/triton-setup.log" 2>&1 || { tail -20 "$OUT_DIR/triton-setup.log" >&2; exit 1; }
+  reference_env
   mkdir -p "$OUT_DIR/triton-repo"
   cp -r "$TRITON_REF_DIR/model_repository/$TRITON_MODEL" "$OUT_DIR/triton-repo/"
   TRITON_PID=$(HTTP_PORT=$TRITON_HTTP GRPC_PORT=$((TRITON_HTTP + 1)) METRICS_PORT=$((TRITON_HTTP + 2)) \

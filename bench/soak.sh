@@ -30,11 +30,9 @@ OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/tessera-soak.XXXXXX)}
 log() { echo "soak: $*" >&2; }
 
 [ -x "$TESSERA_BIN" ] || { log "$TESSERA_BIN is not an executable (cargo build --release)"; exit 1; }
-bash "$ROOT/../shared/reference/triton/setup.sh" >"$OUT_DIR/setup.log" 2>&1 \
-  || bash /work/shared/reference/triton/setup.sh >"$OUT_DIR/setup.log" 2>&1 \
-  || { log "reference setup failed (perf_analyzer): $OUT_DIR/setup.log"; exit 1; }
 # shellcheck disable=SC1091
-source /opt/triton-reference/triton/env.sh
+source "$ROOT/bench/lib.sh"
+reference_env || { log "reference setup failed (perf_analyzer): $OUT_DIR/triton-setup.log"; exit 1; }
 ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(scripts/setup-python.sh --print-ort-lib)}
 export ORT_DYLIB_PATH
 

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ensemble import QUICKSTART, ROOT, cpu_s, env_sh, fmt, perf, stats, wait_ready  # noqa: E402
+from benchlib import QUICKSTART, ROOT, cpu_seconds, fmt, perf, reference_env, stats, wait_ready  # noqa: E402
 
 MODELS = ("text_scorer", "text_scorer_torch")
 PORT = 18300
@@ -37,11 +37,11 @@ PORT = 18300
 
 def window(env, pid, model, conc, secs):
     perf(env, PORT, model, conc, 1, [])  # warm-up
-    n0, ns0 = stats(PORT, model)
-    c0 = cpu_s(pid)
+    n0, ns0, _ = stats(PORT, model)
+    c0 = cpu_seconds(pid)
     thr = perf(env, PORT, model, conc, secs, [])
-    c1 = cpu_s(pid)
-    n1, ns1 = stats(PORT, model)
+    c1 = cpu_seconds(pid)
+    n1, ns1, _ = stats(PORT, model)
     n = max(n1 - n0, 1)
     return thr, (ns1 - ns0) / n / 1000, (c1 - c0) * 1e6 / n
 
@@ -53,8 +53,7 @@ def main() -> None:
     ap.add_argument("--secs", type=float, default=3.0)
     ap.add_argument("--concurrency", default="1,16")
     args = ap.parse_args()
-    env = env_sh()
-    env.setdefault("PERF_ANALYZER", "/opt/triton-reference/perf_analyzer/perf_analyzer")
+    env = reference_env()
     logdir = Path(tempfile.mkdtemp(prefix="tessera-torch-bench."))
     repo = logdir / "repo"
     for m in MODELS:

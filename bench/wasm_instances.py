@@ -26,17 +26,12 @@ import time
 from pathlib import Path
 
 import requests
-from server_sample import private_kib  # bench/ is the script's own directory, so on sys.path
+from benchlib import QUICKSTART, REFERENCE, REFERENCE_ENV, ROOT, private_kib  # bench/ is on sys.path
 
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "model-repos" / "quickstart"
 BIN = Path(os.environ.get("TESSERA_BIN", ROOT / "target" / "release" / "tessera"))
 N = int(os.environ.get("N", "100"))
 TRITON_N = int(os.environ.get("TRITON_N", "4"))
 REPEATS = int(os.environ.get("REPEATS", "3"))
-TRITON_REF = Path(os.environ.get("TRITON_REF_DIR", ROOT.parent / "shared" / "reference" / "triton"))
-if not TRITON_REF.is_dir():
-    TRITON_REF = Path("/work/shared/reference/triton")
 PORT = 18300
 
 
@@ -91,13 +86,13 @@ def measure_tessera(model: str, count: int, tmp: Path, cache: Path) -> tuple[flo
 
 def measure_triton(count: int, tmp: Path) -> tuple[float, int]:
     repo = tmp / f"triton_{count}"
-    shutil.copytree(TRITON_REF / "model_repository" / "add_sub", repo / "add_sub")
+    shutil.copytree(REFERENCE / "model_repository" / "add_sub", repo / "add_sub")
     cfg = repo / "add_sub" / "config.pbtxt"
     cfg.write_text(cfg.read_text().replace("count: 1", f"count: {count}"))
     run_dir = tmp / f"triton_run_{count}"
     env = dict(os.environ, HTTP_PORT=str(PORT + 10), GRPC_PORT=str(PORT + 11), METRICS_PORT=str(PORT + 12),
                RUN_DIR=str(run_dir))
-    out = subprocess.run(["bash", str(TRITON_REF / "run.sh"), str(repo)], env=env, capture_output=True, text=True)
+    out = subprocess.run(["bash", str(REFERENCE / "run.sh"), str(repo)], env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"triton failed to start: {out.stderr[-2000:]}")
     pid = int(out.stdout.strip().splitlines()[-1])
@@ -106,7 +101,7 @@ def measure_triton(count: int, tmp: Path) -> tuple[float, int]:
         total = private_kib(pid) + sum(private_kib(c) for c in children(pid))
         return ready, total
     finally:
-        subprocess.run(["bash", str(TRITON_REF / "stop.sh")], env=env, capture_output=True)
+        subprocess.run(["bash", str(REFERENCE / "stop.sh")], env=env, capture_output=True)
 
 
 def main() -> int:
@@ -129,7 +124,7 @@ def main() -> int:
             per = (statistics.median(many) - statistics.median(one)) / (N - 1)
             rows.append((f"Tessera {model}", statistics.median(readies), min(readies), max(readies),
                          statistics.median(one), N, statistics.median(many), per))
-        if (TRITON_REF / "run.sh").exists() and Path("/opt/triton-reference/triton/env.sh").exists():
+        if (REFERENCE / "run.sh").exists() and REFERENCE_ENV.exists():
             r1, p1 = measure_triton(1, tmp)
             rn, pn = measure_triton(TRITON_N, tmp)
             rows.append(("Triton 2.51 python add_sub", r1, r1, r1, p1, TRITON_N, pn, (pn - p1) / (TRITON_N - 1)))

@@ -10,7 +10,7 @@
 # /usr/bin/cargo), whose std is compiled from source (rust-web-src, -Zbuild-std) and linked with
 # LLVM 22's wasm-ld (lld-22). wabt provides wasm-objdump, used to check the built modules.
 # The host (the tessera server) keeps building with the normal rustup toolchain; /usr/bin only comes
-# first on PATH inside scripts/build-rust-guest.sh.
+# first on PATH inside `tessera guest build` (host/src/guest/rust.rs).
 #
 # Silent on a no-op run; progress goes to stderr. Installs with apt (needs root), runs
 # `apt-get update` only when something is missing or too old.

@@ -282,31 +282,13 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]"#
     let _ = std::fs::remove_dir_all(&root);
 }
 
-/// A backend this build left out, as `UnavailableBackend` is for TorchScript without
-/// `--features torch`.
-struct LeftOut;
-
-impl tessera::Backend for LeftOut {
-    fn name(&self) -> &'static str {
-        "left_out"
-    }
-    fn platforms(&self) -> &'static [&'static str] {
-        &["left_out_platform"]
-    }
-    fn default_model_filename(&self) -> &'static str {
-        "model.bin"
-    }
-    fn missing_from_build(&self) -> Option<&str> {
-        Some("this binary was built without the left_out backend")
-    }
-    fn autocomplete(&self, _: &mut tessera::ModelConfig, _: &Path) -> tessera::CoreResult<()> {
-        Err(tessera::CoreError::unsupported("this binary was built without the left_out backend"))
-    }
-    fn create_instance(
-        &self,
-        _: &tessera::InstanceContext<'_>,
-    ) -> tessera::CoreResult<Box<dyn tessera::ModelInstance>> {
-        Err(tessera::CoreError::unsupported("this binary was built without the left_out backend"))
+/// A backend this build left out, as TorchScript is without `--features torch`.
+fn left_out() -> tessera::UnavailableBackend {
+    tessera::UnavailableBackend {
+        name: "left_out",
+        platforms: &["left_out_platform"],
+        default_model_filename: "model.bin",
+        reason: "this binary was built without the left_out backend".into(),
     }
 }
 
@@ -339,7 +321,7 @@ ensemble_scheduling {{ step [ {{ model_name: "needs_it" model_version: -1
         let mut config = ServerConfig::default()
             .repository(repo)
             .control_mode(tessera::ControlMode::None)
-            .backend(Arc::new(LeftOut))
+            .backend(Arc::new(left_out()))
             .http(Listen::new("127.0.0.1", 0));
         config.registered_models.push(RegisteredModel {
             config: config_for_test(),

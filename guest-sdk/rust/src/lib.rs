@@ -36,8 +36,8 @@
 //! export_model!(AddOne);
 //! ```
 //!
-//! Build with `scripts/build-rust-guest.sh` (see README.md): the result is a core wasm module
-//! that `tessera guest build` turns into the component a model repository serves.
+//! Build with `tessera guest build` (see README.md): it compiles the crate to a core wasm module
+//! and encodes that as the component a model repository serves.
 
 extern crate self as tessera_guest;
 

@@ -8,7 +8,7 @@ use super::{Backend, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};
 
-#[cfg_attr(feature = "torch", allow(dead_code))]
+/// Also public for embedders that register a backend of their own build's choosing.
 pub struct UnavailableBackend {
     pub name: &'static str,
     pub platforms: &'static [&'static str],

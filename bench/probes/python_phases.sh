@@ -8,12 +8,12 @@
 #   p1_reads_inputs  p0 plus both inputs as lists (get_input_tensor_by_name, as_list)
 #   add_sub_python   the example guest: p1 plus add_sub's own work (two list comprehensions,
 #                    two Tensors, a response)
-# Prints guest_call's table: CPU µs per request, a batch's share (docs/benchmarks.md, issue 15,
-# fifteenth round). Needs the release bench build and componentize-py (scripts/setup.sh).
+# Prints guest_call's table: CPU µs per request, a batch's share. Needs the release bench build
+# and componentize-py (scripts/setup.sh).
 #
-#   usage: bench/python_phases.sh            Env: CONCURRENCY=8 KEEP=1 (keep the repository)
+#   usage: bench/probes/python_phases.sh            Env: CONCURRENCY=8 KEEP=1 (keep the repository)
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 CONCURRENCY=${CONCURRENCY:-8}
 REPO=$(mktemp -d /tmp/tessera-python-phases.XXXXXX)
@@ -26,7 +26,7 @@ config() {
 for probe in p0_prebuilt p1_reads_inputs add_sub_python; do
   mkdir -p "$REPO/$probe/1"
   config "$probe"
-  src=bench/python_phases/$probe.py
+  src=bench/probes/python_phases/$probe.py
   [ "$probe" = add_sub_python ] && src=example-guests/add_sub_python
   bash scripts/build-python-guest.sh "$src" "$REPO/$probe/1/model.wasm" >&2
 done

@@ -1,7 +1,7 @@
 """A decoupled model's per-response cost: wall time and the server's CPU per streamed response.
 
-    usage: .venv/bin/python bench/stream_cost.py NAME=GRPC_PORT:PID [NAME=GRPC_PORT:PID ...]
-    e.g.   .venv/bin/python bench/stream_cost.py old=18501:1234 new=18601:5678
+    usage: .venv/bin/python bench/probes/stream_cost.py NAME=GRPC_PORT:PID [NAME=GRPC_PORT:PID ...]
+    e.g.   .venv/bin/python bench/probes/stream_cost.py old=18501:1234 new=18601:5678
 
 Each server must serve the quickstart `repeat` guest (model-repos/quickstart). One tritonclient
 gRPC stream per cell asks for N=20000 responses; three rounds, interleaved, so drift hits every

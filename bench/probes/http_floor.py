@@ -5,8 +5,8 @@ and for a JSON infer on an add_sub-shaped model, on servers that are already run
 same `wrk` load (apt package wrk; 127.0.0.1 only). The difference between the two rows of a
 server is what its inference path costs over its HTTP door.
 
-usage: bench/http_floor.py NAME=HTTP_PORT:PID[:MODEL] ... [--conc 1] [--secs 4] [--rounds 3]
-  e.g. bench/http_floor.py triton=18200:1234:add_sub tessera=18100:5678:add_sub_rust
+usage: bench/probes/http_floor.py NAME=HTTP_PORT:PID[:MODEL] ... [--conc 1] [--secs 4] [--rounds 3]
+  e.g. bench/probes/http_floor.py triton=18200:1234:add_sub tessera=18100:5678:add_sub_rust
 
 CPU is the server's whole process tree (Triton's python stubs included), as in cpu_cost.py.
 Prints a markdown table: median (min-max) over the rounds, rounds interleaved across servers.
@@ -20,8 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_sample import cpu_seconds  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchlib import cpu_seconds  # noqa: E402
 
 DATA = "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]"
 BODY = ('{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"FP32","data":%s},'
