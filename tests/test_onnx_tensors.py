@@ -12,9 +12,10 @@ import onnx
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 
-from tessera_testlib import start_server, wait_model_ready
+from tessera_testlib import start_server, wait_model_ready, write_string_identity
 
 # Triton datatype -> (ONNX element type, numpy dtype the bytes are made and read with).
 TYPES = {
@@ -168,3 +169,33 @@ def test_grpc_raw_contents_come_back_byte_for_byte(pair_server, datatype):
     same, both = result.as_numpy("SAME"), result.as_numpy("BOTH")
     assert same.shape == (2, 7) and same.tobytes() == a.tobytes()
     assert both.shape == (2, 10) and both.tobytes() == np.concatenate([a, b], axis=1).astype(dtype).tobytes()
+
+
+# Elements that a C-string path would cut or refuse: NUL inside, at either end, alone, non-UTF-8.
+AWKWARD = [b"a\x00b", b"\x00lead", b"trail\x00", b"\x00", b"", b"\xff\xfe\x00\x80", b"plain", b"\x00" * 300]
+
+
+def test_bytes_with_nul_pass_through_onnx_string_tensors(server_factory, repo):
+    write_string_identity(repo)
+    srv = server_factory(repo)
+    wait_model_ready(srv, "strings")
+    sent = np.array(AWKWARD, dtype=np.object_)
+
+    hc = httpclient.InferenceServerClient(f"127.0.0.1:{srv.http_port}")
+    inp = httpclient.InferInput("TEXT", [len(AWKWARD)], "BYTES")
+    inp.set_data_from_numpy(sent, binary_data=True)
+    got = hc.infer("strings", [inp], outputs=[httpclient.InferRequestedOutput("ECHO", binary_data=True)])
+    assert list(got.as_numpy("ECHO")) == AWKWARD
+
+    gc = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
+    ginp = grpcclient.InferInput("TEXT", [len(AWKWARD)], "BYTES")
+    ginp.set_data_from_numpy(sent)
+    assert list(gc.infer("strings", [ginp]).as_numpy("ECHO")) == AWKWARD
+
+    # An empty tensor and one long element with NULs every other byte.
+    for elements in ([], [bytes(range(256)) * 64]):
+        ginp = grpcclient.InferInput("TEXT", [len(elements)], "BYTES")
+        ginp.set_data_from_numpy(np.array(elements, dtype=np.object_).reshape([len(elements)]))
+        assert list(gc.infer("strings", [ginp]).as_numpy("ECHO").reshape(-1)) == elements
+    gc.close()
+    hc.close()

@@ -86,7 +86,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_bad_version_is_kept_as_tritons_not_found() {
-        // ("99999999999999999999", all digits but past i64, is Triton's stol error: tests/test_compat.py.)
+        // ("99999999999999999999", all digits but past i64, is Triton's stol error: tests/test_triton_errors.py.)
         for bad in ["x", "-1", "1.5"] {
             let (status, body) = get_path(&format!("/m/a/v/{bad}")).await;
             assert_eq!(status, StatusCode::OK, "the handler decides: {body}");
