@@ -47,6 +47,8 @@ mod lifecycle;
 mod limits;
 mod metrics;
 mod model;
+/// Types generated from the protobuf schemas in host/proto.
+mod proto;
 mod repository;
 mod restricted;
 mod scheduler;
@@ -60,8 +62,9 @@ pub mod cli;
 /// Entry points for fuzzing the parsers (used by `fuzz/` and by this crate's tests).
 #[doc(hidden)]
 pub mod fuzzing;
-/// `tessera guest build`: source to `model.wasm`.
+/// GPUs found at run time: discovery, CUDA shared memory, NVML metrics.
 pub mod gpu;
+/// `tessera guest build`: source to `model.wasm`.
 pub mod guest;
 
 pub use backend::callable::CallableBackend;
@@ -79,17 +82,3 @@ pub use repository::ControlMode;
 pub use restricted::{ApiCategory, Restrictions};
 pub use server::{Listen, RegisteredModel, Server, ServerConfig, ServerHandle, StartError, StopHandle};
 pub use tensor::{DataType, Tensor};
-
-/// Types generated from the protobuf schemas in host/proto.
-mod proto {
-    /// Package `inference`: Triton's ModelConfig and the KServe v2 / Triton gRPC service.
-    #[allow(clippy::all, clippy::pedantic, missing_docs)]
-    pub mod inference {
-        include!(concat!(env!("OUT_DIR"), "/inference.rs"));
-    }
-    /// Package `grpc.health.v1`: the standard gRPC health service.
-    #[allow(clippy::all, clippy::pedantic, missing_docs)]
-    pub mod health {
-        include!(concat!(env!("OUT_DIR"), "/grpc.health.v1.rs"));
-    }
-}

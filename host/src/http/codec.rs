@@ -69,9 +69,6 @@ impl BinaryOutputs {
     }
 }
 
-pub(super) const ONE_OF_DATA: &str = "Input must set only one of the following fields: 'data', 'binary_data_size' in \
-    'parameters', 'shared_memory_region' in 'parameters'";
-
 fn bad(message: impl Into<String>) -> CoreError {
     CoreError::invalid_arg(message)
 }
@@ -291,8 +288,8 @@ fn one_data_field(input: &JsonInput) -> CoreResult<()> {
     .collect();
     match set.len() {
         1 => Ok(()),
-        0 => Err(bad(format!("{ONE_OF_DATA}. But no field is set"))),
-        _ => Err(bad(format!("{ONE_OF_DATA}. But set {}", set.join(" ")))),
+        0 => Err(bad(format!("{}. But no field is set", super::json_structure::ONE_OF_DATA))),
+        _ => Err(bad(format!("{}. But set {}", super::json_structure::ONE_OF_DATA, set.join(" ")))),
     }
 }
 

@@ -13,6 +13,10 @@ use std::fmt;
 use serde::Deserializer;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
+/// Triton's message for an input with none, or more than one, of its data fields.
+pub(super) const ONE_OF_DATA: &str = "Input must set only one of the following fields: 'data', 'binary_data_size' in \
+    'parameters', 'shared_memory_region' in 'parameters'";
+
 /// A member's JSON type as TritonJson's accessors see it.
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
 enum Member {
@@ -83,10 +87,10 @@ pub fn triton_structure_error(json: &[u8]) -> Option<(bool, String)> {
         .filter_map(|(name, set)| set.then_some(name))
         .collect();
         if !input.is_object || set.is_empty() {
-            return Some((true, format!("{}. But no field is set", super::codec::ONE_OF_DATA)));
+            return Some((true, format!("{}. But no field is set", ONE_OF_DATA)));
         }
         if set.len() > 1 {
-            return Some((true, format!("{}. But set {}", super::codec::ONE_OF_DATA, set.join(" "))));
+            return Some((true, format!("{}. But set {}", ONE_OF_DATA, set.join(" "))));
         }
         for (field, member) in [("name", input.name), ("datatype", input.datatype)] {
             match member {

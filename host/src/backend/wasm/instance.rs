@@ -17,7 +17,7 @@ use super::host::{
     BY_VALUE_INPUT_BYTES, GuestShared, GuestState, HostRequest, HostTensor, READ_INPUTS_MAX_TOTAL, SharedResponder,
     latin1_bytes, named_twice,
 };
-use super::live::{LiveSet, Slot};
+use super::live::{LiveSet, Member, Slot};
 use super::outlet::Outlet;
 use super::pack;
 use super::sandbox::{GuestLimiter, Sandbox};
@@ -51,9 +51,9 @@ enum Returned {
     ByValue(Vec<wit::Answer>),
 }
 
-impl Live {
+impl Member for Live {
     /// Runs the guest's `finalize` within `deadline` and drops the store.
-    pub(super) fn retire(mut self, model: &str, deadline: Duration) {
+    fn retire(mut self, model: &str, deadline: Duration) {
         self.store.set_epoch_deadline(ticks_for(deadline));
         if let Err(e) = self.model.call_finalize(&mut self.store) {
             tracing::warn!(model, "finalize trapped: {e}");
@@ -69,8 +69,8 @@ pub(super) struct WasmInstance {
     args: wit::InitializeArgs,
     decoupled: bool,
     /// The store, when live; see [`LiveSet`].
-    slot: Arc<Slot>,
-    live_set: Arc<LiveSet>,
+    slot: Arc<Slot<Live>>,
+    live_set: Arc<LiveSet<Live>>,
     stats: Arc<ModelStats>,
 }
 
@@ -84,7 +84,7 @@ pub(super) struct InstanceParts {
     /// The component, prepared for the first start.
     pub(super) pre: Prepared,
     pub(super) component: ComponentSource,
-    pub(super) live_set: Arc<LiveSet>,
+    pub(super) live_set: Arc<LiveSet<Live>>,
     pub(super) stats: Arc<ModelStats>,
 }
 

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use super::instance::Live;
 use crate::error::{CoreError, CoreResult};
 use crate::stats::{ModelStats, Quota};
 
@@ -22,21 +21,27 @@ use crate::stats::{ModelStats, Quota};
 /// the room is waiting for it.
 pub(super) const EVICT_FINALIZE: Duration = Duration::from_millis(10);
 
+/// What a live set holds: built when its slot is admitted, and retired (its own cleanup within a
+/// deadline, then dropped) when evicted. The set knows nothing else of it.
+pub(super) trait Member: Send + 'static {
+    fn retire(self, model: &str, deadline: Duration);
+}
+
 /// The live instances of every Wasm model of one engine.
-pub(super) struct LiveSet {
+pub(super) struct LiveSet<T> {
     capacity: usize,
     epoch: Instant,
     /// Reserved or live slots; a slot is here from [`LiveSet::admit`] until it is evicted or
     /// leaves.
-    members: Mutex<Vec<Arc<Slot>>>,
+    members: Mutex<Vec<Arc<Slot<T>>>>,
     /// Stores the idle sweeper took out of the set and has not dropped yet: they still hold
     /// pool slots, so they count against the capacity.
     retiring: AtomicUsize,
 }
 
 /// One instance's place: its live store, if any, and when it was last used.
-pub(super) struct Slot {
-    live: Mutex<Option<Live>>,
+pub(super) struct Slot<T> {
+    live: Mutex<Option<T>>,
     last_used_ms: AtomicU64,
     /// The linear memory this slot's store counts in its model's usage.
     memory: AtomicI64,
@@ -44,7 +49,7 @@ pub(super) struct Slot {
     pub(super) model: String,
 }
 
-impl Slot {
+impl<T> Slot<T> {
     pub(super) fn new(model: String, stats: Arc<ModelStats>) -> Arc<Self> {
         Arc::new(Self {
             live: Mutex::new(None),
@@ -57,23 +62,23 @@ impl Slot {
 
     /// Locks the slot for one call. Only eviction contends (with `try_lock`), never a second
     /// caller: the instance pool runs one batch per instance at a time.
-    pub(super) fn lock(&self) -> CoreResult<MutexGuard<'_, Option<Live>>> {
+    pub(super) fn lock(&self) -> CoreResult<MutexGuard<'_, Option<T>>> {
         self.live.lock().map_err(|_| CoreError::internal(format!("instance of '{}' is poisoned", self.model)))
     }
 
     /// Locks the slot whatever happened before (for dropping the instance).
-    pub(super) fn lock_even_if_poisoned(&self) -> MutexGuard<'_, Option<Live>> {
+    pub(super) fn lock_even_if_poisoned(&self) -> MutexGuard<'_, Option<T>> {
         self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Puts a newly built store in the slot.
-    pub(super) fn put(&self, guard: &mut Option<Live>, live: Live) {
+    pub(super) fn put(&self, guard: &mut Option<T>, live: T) {
         self.stats.usage.instances_live.fetch_add(1, Ordering::Relaxed);
         *guard = Some(live);
     }
 
     /// Takes the store out of the slot (to drop or finalize it).
-    pub(super) fn take(&self, guard: &mut Option<Live>) -> Option<Live> {
+    pub(super) fn take(&self, guard: &mut Option<T>) -> Option<T> {
         let live = guard.take()?;
         self.stats.usage.instances_live.fetch_sub(1, Ordering::Relaxed);
         let memory = self.memory.swap(0, Ordering::Relaxed);
@@ -89,7 +94,7 @@ impl Slot {
     }
 }
 
-impl LiveSet {
+impl<T: Member> LiveSet<T> {
     pub(super) fn new(capacity: u32, idle_after: Option<Duration>) -> Arc<Self> {
         let set = Arc::new(Self {
             capacity: capacity.max(1) as usize,
@@ -108,7 +113,7 @@ impl LiveSet {
     }
 
     /// Marks `slot` used now.
-    pub(super) fn touch(&self, slot: &Slot) {
+    pub(super) fn touch(&self, slot: &Slot<T>) {
         slot.last_used_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 
@@ -117,7 +122,7 @@ impl LiveSet {
     /// used member that is not executing when the set is full. When every member is executing
     /// it waits up to `patience` for one to finish (a load, on a blocking thread, may wait; a
     /// request does not), then fails.
-    pub(super) fn admit(&self, slot: &Arc<Slot>, patience: Duration) -> CoreResult<()> {
+    pub(super) fn admit(&self, slot: &Arc<Slot<T>>, patience: Duration) -> CoreResult<()> {
         let started = Instant::now();
         loop {
             match self.try_admit(slot) {
@@ -133,7 +138,7 @@ impl LiveSet {
         }
     }
 
-    fn try_admit(&self, slot: &Arc<Slot>) -> CoreResult<()> {
+    fn try_admit(&self, slot: &Arc<Slot<T>>) -> CoreResult<()> {
         let evicted = {
             let Ok(mut members) = self.members.lock() else {
                 return Err(CoreError::internal("live instance set poisoned"));
@@ -163,7 +168,7 @@ impl LiveSet {
     }
 
     /// `slot` gives its room back (its store is gone: dropped, or never built).
-    pub(super) fn leave(&self, slot: &Arc<Slot>) {
+    pub(super) fn leave(&self, slot: &Arc<Slot<T>>) {
         if let Ok(mut members) = self.members.lock()
             && let Some(index) = members.iter().position(|m| Arc::ptr_eq(m, slot))
         {
@@ -200,7 +205,7 @@ impl LiveSet {
 }
 
 /// The least recently used member that is not executing, with its store taken out.
-fn take_least_recently_used(members: &[Arc<Slot>]) -> Option<(usize, Option<Live>)> {
+fn take_least_recently_used<T>(members: &[Arc<Slot<T>>]) -> Option<(usize, Option<T>)> {
     let mut order: Vec<(u64, usize)> =
         members.iter().enumerate().map(|(i, m)| (m.last_used_ms.load(Ordering::Relaxed), i)).collect();
     order.sort_unstable();
@@ -212,8 +217,8 @@ fn take_least_recently_used(members: &[Arc<Slot>]) -> Option<(usize, Option<Live
 }
 
 /// Evicts idle members until the set is dropped.
-fn spawn_sweeper(set: &Arc<LiveSet>, idle_after: Duration) {
-    let set: Weak<LiveSet> = Arc::downgrade(set);
+fn spawn_sweeper<T: Member>(set: &Arc<LiveSet<T>>, idle_after: Duration) {
+    let set: Weak<LiveSet<T>> = Arc::downgrade(set);
     let every = (idle_after / 4).clamp(Duration::from_millis(50), Duration::from_secs(10));
     std::thread::Builder::new()
         .name("tessera-wasm-idle".into())

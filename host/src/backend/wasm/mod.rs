@@ -154,7 +154,7 @@ pub struct WasmBackend {
     /// Compiled components, shared by every instance and version.
     components: Arc<CompileCache>,
     /// Which instances hold a store (and a pooling-allocator slot) now.
-    live_set: Arc<LiveSet>,
+    live_set: Arc<LiveSet<instance::Live>>,
     /// Set once the model manager exists: BLS calls go through it.
     infer: OnceLock<Weak<dyn Infer>>,
     runtime: Option<tokio::runtime::Handle>,
