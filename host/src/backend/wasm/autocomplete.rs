@@ -8,8 +8,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::cache::Prepared;
 use super::convert::kind_from_wit;
-use super::engine::Prepared;
 use super::host::GuestShared;
 use super::instance::{instantiation_failed, sandboxed_store, trap_error};
 use super::sandbox::{AllowList, Sandbox};

@@ -10,9 +10,9 @@ use bytes::Bytes;
 use wasmtime::component::{Linker, Resource, TypedFunc};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
+use super::cache::{CompileCache, Prepared};
 use super::convert::kind_from_wit;
 use super::engine::EPOCH_TICK;
-use super::engine::{CompileCache, Prepared};
 use super::host::{
     BY_VALUE_INPUT_BYTES, GuestShared, GuestState, HostRequest, HostTensor, READ_INPUTS_MAX_TOTAL, SharedResponder,
     latin1_bytes, named_twice,

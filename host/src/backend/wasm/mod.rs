@@ -29,6 +29,7 @@
 
 mod autocomplete;
 mod bls;
+mod cache;
 mod clocks;
 mod compile;
 mod convert;
@@ -40,6 +41,9 @@ mod nn;
 mod outlet;
 pub(crate) mod pack;
 mod sandbox;
+mod settings;
+#[cfg(test)]
+mod test_support;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, Weak};
@@ -51,8 +55,8 @@ use super::{Backend, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};
 use crate::infer::Infer;
+use cache::CompileCache;
 pub use compile::{Compiler, CompilerProcess, compile_component_main};
-use engine::CompileCache;
 use host::{GuestShared, GuestState};
 use instance::{ComponentSource, InstanceParts, WasmInstance};
 use live::LiveSet;
@@ -195,7 +199,7 @@ impl WasmBackend {
 
     /// The component at `path`, compiled (or from the cache) and pre-instantiated, with its
     /// cache key; every use fails with the reason when the engine could not be built.
-    fn prepare(&self, path: &Path) -> CoreResult<(String, engine::Prepared)> {
+    fn prepare(&self, path: &Path) -> CoreResult<(String, cache::Prepared)> {
         if let Some(e) = &self.engine_error {
             return Err(CoreError::unavailable(format!("WebAssembly engine unavailable: {e}")));
         }
@@ -273,7 +277,7 @@ impl Backend for WasmBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::engine::tests::{EMPTY_COMPONENT, TempDir};
+    use super::test_support::{EMPTY_COMPONENT, TempDir};
     use super::*;
     use crate::error::ErrorKind;
     use crate::infer::{InferFuture, InferRequest, InferResponse, ResponseStream};

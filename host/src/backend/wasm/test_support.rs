@@ -1,0 +1,27 @@
+//! Test helpers of the Wasm backend's unit tests.
+
+use std::path::PathBuf;
+
+/// The smallest valid component: the preamble (magic, component version 0x0d, layer 1).
+pub(super) const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\x00\x01\x00";
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub(super) struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub(super) fn new(tag: &str) -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("tessera-wasm-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
