@@ -356,9 +356,9 @@ mod tests {
     use bytes::Bytes;
     use wit_host::{Host as _, HostResponseStream as _};
 
-    use super::super::host::tests::{shared, state};
     use super::super::host::{GuestShared, GuestState};
     use super::super::sandbox::AllowList;
+    use super::super::test_support::{shared, state};
     use super::*;
     use crate::infer::{InferFuture, InferResponse, ParamValue};
     use crate::tensor::{DataType, Tensor};

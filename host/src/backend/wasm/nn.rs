@@ -340,8 +340,8 @@ mod tests {
 
     use super::super::ExecutionClock;
     use super::super::host::GuestShared;
-    use super::super::host::tests::state;
     use super::super::sandbox::AllowList;
+    use super::super::test_support::state;
     use super::*;
     use crate::error::CoreResult;
     use crate::infer::{Infer, InferFuture, InferRequest, InferResponse, ResponseStream};

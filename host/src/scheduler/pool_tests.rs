@@ -1,0 +1,277 @@
+use super::*;
+
+const SHORT: Duration = Duration::from_micros(20);
+const AMBIGUOUS: Duration = Duration::from_micros(1_000);
+const LONG: Duration = Duration::from_millis(50);
+
+fn opened_after(gate: &InlineGate, short_runs: u32) -> bool {
+    for _ in 0..short_runs {
+        gate.record(SHORT, false);
+    }
+    gate.open()
+}
+
+#[test]
+fn the_inline_gate_opens_after_a_streak_of_short_executions() {
+    let gate = InlineGate::new();
+    assert!(!opened_after(&gate, FIRST_STREAK - 1), "open before the streak");
+    assert!(opened_after(&gate, 1));
+}
+
+#[test]
+fn an_interpreted_guests_few_hundred_microseconds_open_the_gate() {
+    // A Python guest's add_sub measured ~244 µs handed off: under a 200 µs bound it never
+    // ran inline again.
+    let gate = InlineGate::new();
+    for _ in 0..FIRST_STREAK {
+        gate.record(Duration::from_micros(300), false);
+    }
+    assert!(gate.open(), "300 µs executions stay on hand-offs");
+    for _ in 0..AMBIGUOUS_IN_A_ROW {
+        gate.record(Duration::from_micros(450), true);
+    }
+    assert!(gate.open(), "450 µs inline executions close the gate");
+}
+
+#[test]
+fn a_long_inline_execution_closes_the_gate_and_doubles_the_streak_needed() {
+    let gate = InlineGate::new();
+    assert!(opened_after(&gate, FIRST_STREAK));
+    gate.record(LONG, true);
+    assert!(!gate.open(), "a guest looping to its limit keeps running inline");
+    assert!(!opened_after(&gate, 2 * FIRST_STREAK - 1));
+    assert!(opened_after(&gate, 1));
+    // A long run that was handed off closes the gate but costs no longer streak.
+    gate.record(LONG, false);
+    assert!(!opened_after(&gate, 2 * FIRST_STREAK - 1));
+    assert!(opened_after(&gate, 1));
+}
+
+#[test]
+fn the_longer_streak_decays_after_a_well_behaved_stretch() {
+    let gate = InlineGate::new();
+    assert!(opened_after(&gate, FIRST_STREAK));
+    // A preempted short run: past LONG_EXECUTION, short of HELD_LONG.
+    gate.record(LONG_EXECUTION + Duration::from_millis(1), true);
+    assert!(!opened_after(&gate, 2 * FIRST_STREAK - 1));
+    assert!(opened_after(&gate, 1));
+    assert_eq!(gate.needed.load(Ordering::Relaxed), 2 * FIRST_STREAK);
+    opened_after(&gate, 2 * FIRST_STREAK * DECAY_FACTOR);
+    assert_eq!(gate.needed.load(Ordering::Relaxed), FIRST_STREAK, "the streak needed came back down");
+    assert!(gate.open(), "halving the streak needed must not close the gate");
+    gate.record(LONG_EXECUTION + Duration::from_millis(1), true);
+    assert!(!opened_after(&gate, 2 * FIRST_STREAK - 1), "a later preemption doubles from the decayed value");
+    assert!(opened_after(&gate, 1));
+}
+
+#[test]
+fn a_model_that_held_a_thread_longer_than_any_preemption_does_not_decay_for_a_while() {
+    let gate = InlineGate::new();
+    assert!(opened_after(&gate, FIRST_STREAK));
+    gate.record(HELD_LONG + Duration::from_millis(1), true);
+    assert!(gate.held_long_recently());
+    opened_after(&gate, 100 * FIRST_STREAK * DECAY_FACTOR);
+    assert_eq!(gate.needed.load(Ordering::Relaxed), 2 * FIRST_STREAK, "a looping guest's streak decayed");
+}
+
+#[test]
+fn executions_a_little_long_close_the_gate_only_several_in_a_row() {
+    let gate = InlineGate::new();
+    assert!(opened_after(&gate, FIRST_STREAK));
+    for _ in 0..AMBIGUOUS_IN_A_ROW - 1 {
+        gate.record(AMBIGUOUS, true);
+    }
+    assert!(gate.open(), "a preempted short run closed the gate");
+    gate.record(SHORT, true); // a short run in between starts the count again
+    for _ in 0..AMBIGUOUS_IN_A_ROW - 1 {
+        gate.record(AMBIGUOUS, true);
+    }
+    assert!(gate.open());
+    gate.record(AMBIGUOUS, true);
+    assert!(!gate.open(), "{AMBIGUOUS_IN_A_ROW} ambiguous runs in a row left the gate open");
+}
+
+/// An instance that stays inside execute until `target` executions overlap (or `patience`
+/// passes), counting how many run at once.
+struct GatedInstance {
+    running: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+    target: usize,
+    patience: Duration,
+}
+
+impl ModelInstance for GatedInstance {
+    fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        let deadline = Instant::now() + self.patience;
+        while self.peak.load(Ordering::SeqCst) < self.target && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        batch.into_iter().map(|_| Ok(Vec::new())).collect()
+    }
+}
+
+async fn peak_concurrency(instances: usize, requests: usize, target: usize, patience_ms: u64) -> usize {
+    let (pool, peak) = gated_pool(instances, target, Duration::from_millis(patience_ms));
+    let pool = Arc::new(pool);
+    let tasks: Vec<_> = (0..requests)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.execute_as(vec![ExecRequest::default()], 1, Dispatch::Handed).await })
+        })
+        .collect();
+    for task in tasks {
+        assert!(task.await.unwrap().iter().all(Result::is_ok));
+    }
+    assert_eq!(pool.stats().snapshot().execution_count, requests as u64);
+    peak.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_run_concurrently_but_never_twice_at_once() {
+    // Two instances, two requests that wait for each other: they overlap.
+    assert_eq!(peak_concurrency(2, 2, 2, 5000).await, 2);
+    // One instance, three requests that would wait for an overlap: it never comes.
+    assert_eq!(peak_concurrency(1, 3, 2, 200).await, 1);
+}
+
+struct ShortInstance;
+
+impl ModelInstance for ShortInstance {
+    fn execute(&mut self, _batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+        vec![Ok(Vec::new())]
+    }
+}
+
+#[tokio::test]
+async fn missing_results_fail_their_requests_and_the_execution_is_not_counted() {
+    let pool = InstancePool::new(vec![Box::new(ShortInstance)], Arc::default());
+    let results = pool.execute_as(vec![ExecRequest::default(), ExecRequest::default()], 2, Dispatch::Handed).await;
+    assert!(results[0].is_ok());
+    assert_eq!(results[1].as_ref().err().map(|e| e.message.as_str()), Some("instance returned too few results"));
+    assert_eq!(pool.stats().snapshot().execution_count, 0);
+}
+
+struct SleepyInstance(Duration);
+
+impl ModelInstance for SleepyInstance {
+    fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+        std::thread::sleep(self.0);
+        batch.into_iter().map(|_| Ok(Vec::new())).collect()
+    }
+}
+
+/// After a long execution, arrivals count as load for longer: handing back its answer and
+/// parsing the next request take longer after it too (a Python guest's ~130 µs executions:
+/// 40-80 µs to the next request on a saturated core, against 20-40 after a few-µs ONNX run).
+#[tokio::test]
+async fn a_long_execution_widens_the_back_to_back_window() {
+    let pool = InstancePool::new(vec![Box::new(SleepyInstance(Duration::from_millis(200)))], Arc::default())
+        .with_back_to_back(Duration::ZERO);
+    assert!(!pool.under_load(), "a pool that has not executed is not under load");
+    pool.execute_as(vec![ExecRequest::default()], 1, Dispatch::Handed).await;
+    assert!(pool.under_load(), "a 200 ms execution left no window");
+}
+
+struct PanickingInstance;
+
+impl ModelInstance for PanickingInstance {
+    fn execute(&mut self, _batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+        panic!("backend bug")
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_instance_is_retired_and_later_requests_fail_cleanly() {
+    let pool = InstancePool::new(vec![Box::new(PanickingInstance)], Arc::default());
+    let first = pool.execute_as(vec![ExecRequest::default()], 1, Dispatch::Handed).await;
+    assert!(first[0].as_ref().is_err_and(|e| e.message.contains("failed during execution")));
+    let second = pool.execute_as(vec![ExecRequest::default()], 1, Dispatch::Handed).await;
+    assert!(second[0].as_ref().is_err_and(|e| e.message.contains("no model instance is left")));
+}
+
+#[tokio::test]
+async fn with_a_concurrency_quota_panics_retire_instances_and_then_fail_cleanly() {
+    let instances: Vec<Box<dyn ModelInstance>> = (0..3).map(|_| Box::new(PanickingInstance) as _).collect();
+    let quotas = super::super::Quotas { max_concurrent: Some(1), max_queue: None };
+    let pool = InstancePool::new(instances, Arc::default()).with_quotas("m", quotas);
+    for _ in 0..3 {
+        let r = pool.execute_as(vec![ExecRequest::default()], 1, Dispatch::Handed).await;
+        assert!(r[0].as_ref().is_err_and(|e| e.message.contains("failed during execution")), "{r:?}");
+    }
+    // Three instances, one permit: the permit outlived the first two panics, not the third.
+    let after = tokio::time::timeout(
+        Duration::from_secs(5),
+        pool.execute_as(vec![ExecRequest::default()], 1, Dispatch::Handed),
+    )
+    .await
+    .expect("a request after every instance panicked must fail, not wait");
+    assert!(after[0].as_ref().is_err_and(|e| e.message.contains("no model instance is left")));
+}
+
+fn gated_pool(instances: usize, target: usize, patience: Duration) -> (InstancePool, Arc<AtomicUsize>) {
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let instances = (0..instances)
+        .map(|_| {
+            let instance = GatedInstance { running: running.clone(), peak: peak.clone(), target, patience };
+            Box::new(instance) as Box<dyn ModelInstance>
+        })
+        .collect();
+    (InstancePool::new(instances, Arc::default()), peak)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_concurrency_quota_caps_executions_below_the_instance_count() {
+    let (pool, peak) = gated_pool(4, 4, Duration::from_millis(100));
+    let quotas = super::super::Quotas { max_concurrent: Some(2), max_queue: None };
+    let pool = Arc::new(pool.with_quotas("m", quotas));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.execute_as(vec![ExecRequest::default()], 1, Dispatch::Handed).await })
+        })
+        .collect();
+    for task in tasks {
+        assert!(task.await.unwrap().iter().all(Result::is_ok), "a capped request waits, it is not refused");
+    }
+    assert_eq!(peak.load(Ordering::SeqCst), 2, "4 instances, at most 2 executing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_queue_quota_refuses_what_would_wait_beyond_it() {
+    // One instance that holds its execution until the test lets it go (peak 2 never comes).
+    let (pool, _) = gated_pool(1, 2, Duration::from_millis(300));
+    let quotas = super::super::Quotas { max_concurrent: None, max_queue: Some(1) };
+    let pool = Arc::new(pool.with_quotas("m", quotas));
+    let call = |pool: Arc<InstancePool>| {
+        tokio::spawn(async move {
+            let request = ExecRequest { id: Some("r".into()), ..ExecRequest::default() };
+            pool.execute_as(vec![request], 1, Dispatch::Handed).await
+        })
+    };
+    let executing = call(pool.clone());
+    // Executing: its slot taken and no longer counted as waiting for one (it is counted
+    // between the two, and a second request then would be refused).
+    while pool.available.available_permits() > 0 || pool.stats().pending() > 0 {
+        tokio::task::yield_now().await;
+    }
+    let queued = call(pool.clone());
+    while pool.stats().pending() < 1 {
+        tokio::task::yield_now().await;
+    }
+    let refused = call(pool.clone()).await.unwrap();
+    let message = refused[0].as_ref().err().map(|e| (e.kind, e.message.clone()));
+    assert_eq!(
+        message,
+        Some((
+            crate::error::ErrorKind::Unavailable,
+            "[request id: r] Exceeds maximum queue size (the model's max_queue_size quota is 1)".to_string()
+        ))
+    );
+    assert_eq!(pool.stats().usage.refusals(crate::stats::Quota::Queue), 1);
+    assert!(executing.await.unwrap()[0].is_ok());
+    assert!(queued.await.unwrap()[0].is_ok(), "the one request within the quota waits and runs");
+}
