@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use super::cache::Prepared;
 use super::convert::kind_from_wit;
-use super::host::GuestShared;
 use super::instance::{instantiation_failed, sandboxed_store, trap_error};
 use super::sandbox::{AllowList, Sandbox};
+use super::state::GuestShared;
 use super::{ExecutionClock, wit};
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};

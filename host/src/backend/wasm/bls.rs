@@ -9,7 +9,7 @@ use std::time::Duration;
 use wasmtime::component::Resource;
 
 use super::convert::{params_from_wit, wit_error};
-use super::host::{GuestState, HostTensor, table_error};
+use super::state::{GuestState, HostTensor, table_error};
 use super::{wit, wit_host};
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::infer::{Infer, InferRequest, InferResponse, RequestedOutput, ResponseStream};
@@ -356,8 +356,8 @@ mod tests {
     use bytes::Bytes;
     use wit_host::{Host as _, HostResponseStream as _};
 
-    use super::super::host::{GuestShared, GuestState};
     use super::super::sandbox::AllowList;
+    use super::super::state::{GuestShared, GuestState};
     use super::super::test_support::{shared, state};
     use super::*;
     use crate::infer::{InferFuture, InferResponse, ParamValue};

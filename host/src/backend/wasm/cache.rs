@@ -11,7 +11,7 @@ use wasmtime::component::{Component, Linker};
 
 use super::bindings;
 use super::compile::{self, Compiled, Compiler, write_atomically};
-use super::host::GuestState;
+use super::state::GuestState;
 use crate::error::{CoreError, CoreResult};
 
 /// A compiled, pre-instantiated component.

@@ -15,7 +15,7 @@ use wasmtime_wasi::clocks::WasiClocksCtxView;
 use wasmtime_wasi::p2::DynPollable;
 use wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host as _;
 
-use super::host::GuestState;
+use super::state::GuestState;
 
 /// The interface wasmtime-wasi 48 defines (a guest importing an older 0.2 version is linked to
 /// it by semver), whose two timer functions are replaced here.

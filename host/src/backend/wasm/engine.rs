@@ -6,8 +6,8 @@ use std::time::Duration;
 use wasmtime::Engine;
 use wasmtime::component::{HasSelf, Linker};
 
-use super::host::GuestState;
 use super::settings::{Allocation, engine_config};
+use super::state::GuestState;
 use super::{WasmOptions, bindings};
 
 /// How often the engine's epoch advances: the resolution of `max_execute_ms`.

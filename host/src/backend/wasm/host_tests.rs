@@ -1,10 +1,21 @@
+//! The host side of every WIT interface of `types` and `host` against one guest state: tensors,
+//! requests, response senders, logging and BLS entry points.
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
 use wit::{HostRequest as _, HostResponseSender as _, HostTensor as _};
 use wit_host::Host as _;
 
 use super::*;
-use crate::tensor::DataType;
-
+use crate::backend::wasm::outlet::Outlet;
+use crate::backend::wasm::request::READ_INPUTS_MAX_TOTAL;
+use crate::backend::wasm::sandbox::AllowList;
+use crate::backend::wasm::state::{HostRequest, SharedResponder};
+use crate::backend::wasm::tensor::latin1_bytes;
 use crate::backend::wasm::test_support::{shared, state};
+use crate::infer::Parameters;
+use crate::tensor::{DataType, Tensor};
 
 fn request(
     state: &mut GuestState,

@@ -13,14 +13,13 @@ use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 use super::cache::{CompileCache, Prepared};
 use super::convert::kind_from_wit;
 use super::engine::EPOCH_TICK;
-use super::host::{
-    BY_VALUE_INPUT_BYTES, GuestShared, GuestState, HostRequest, HostTensor, READ_INPUTS_MAX_TOTAL, SharedResponder,
-    latin1_bytes, named_twice,
-};
 use super::live::{LiveSet, Member, Slot};
 use super::outlet::Outlet;
 use super::pack;
+use super::request::{BY_VALUE_INPUT_BYTES, READ_INPUTS_MAX_TOTAL};
 use super::sandbox::{GuestLimiter, Sandbox};
+use super::state::{GuestShared, GuestState, HostRequest, HostTensor, SharedResponder, named_twice};
+use super::tensor::latin1_bytes;
 use super::{bindings, wit};
 use crate::backend::{ExecRequest, ModelInstance};
 use crate::error::{CoreError, CoreResult};

@@ -40,8 +40,12 @@ mod live;
 mod nn;
 mod outlet;
 pub(crate) mod pack;
+mod request;
 mod sandbox;
+mod sender;
 mod settings;
+mod state;
+mod tensor;
 #[cfg(test)]
 mod test_support;
 
@@ -57,25 +61,13 @@ use crate::error::{CoreError, CoreResult};
 use crate::infer::Infer;
 use cache::CompileCache;
 pub use compile::{Compiler, CompilerProcess, compile_component_main};
-use host::{GuestShared, GuestState};
 use instance::{ComponentSource, InstanceParts, WasmInstance};
 use live::LiveSet;
 use sandbox::Sandbox;
+use state::{GuestShared, GuestState};
 
-mod bindings {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "model",
-        with: {
-            "tessera:model/types.tensor": super::host::HostTensor,
-            "tessera:model/types.request": super::host::HostRequest,
-            "tessera:model/types.response-sender": super::host::HostSender,
-            "tessera:model/host.response-stream": super::bls::HostResponseStream,
-            "tessera:model/host.pending-infer": super::bls::HostPendingInfer,
-        },
-        imports: { default: trappable },
-    });
-}
+/// The bindings wasmtime generates from wit/ (world `model`).
+mod bindings;
 
 use bindings::tessera::model::{host as wit_host, types as wit};
 

@@ -25,7 +25,7 @@
 use bytes::Bytes;
 use wasmtime::component::{HasSelf, Linker, Resource};
 
-use super::host::{GuestState, table_error};
+use super::state::{GuestState, table_error};
 use crate::error::{CoreError, ErrorKind};
 use crate::infer::Parameters;
 use crate::tensor::{DataType, Tensor};
@@ -151,7 +151,7 @@ impl GuestState {
     fn nn_error<T>(&mut self, code: ErrorCode, message: impl Into<String>) -> NnResult<T> {
         // Its text may quote the guest (a graph name): cut to 1 KiB, and held on the guest's
         // account until the guest drops the error (never refused: the error must reach it).
-        let message = super::host::cut_text(message.into(), 1 << 10, "wasi:nn error messages keep");
+        let message = super::state::cut_text(message.into(), 1 << 10, "wasi:nn error messages keep");
         self.hold_regardless(message.len());
         let error = self.table.push(NnError { code, message }).map_err(table_error)?;
         Ok(Err(error))
@@ -339,8 +339,8 @@ mod tests {
     use tensor::HostTensor as _;
 
     use super::super::ExecutionClock;
-    use super::super::host::GuestShared;
     use super::super::sandbox::AllowList;
+    use super::super::state::GuestShared;
     use super::super::test_support::state;
     use super::*;
     use crate::error::CoreResult;

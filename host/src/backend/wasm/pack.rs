@@ -19,7 +19,7 @@
 
 use bytes::Bytes;
 
-use super::host::copied_within;
+use super::request::copied_within;
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::{DataType, Tensor};
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use wasmtime_wasi::WasiCtx;
 
 use super::ExecutionClock;
-use super::host::{GuestShared, GuestState};
 use super::sandbox::{AllowList, GuestLimiter};
+use super::state::{GuestShared, GuestState};
 use crate::infer::Infer;
 
 /// The smallest valid component: the preamble (magic, component version 0x0d, layer 1).

@@ -1,0 +1,93 @@
+//! The `response-sender` resource of WIT interface `types`: a decoupled request's responses.
+
+use wasmtime::component::Resource;
+
+use super::convert::{kind_from_wit, wit_error};
+use super::outlet::SendDeadline;
+use super::state::{GuestState, HostSender, HostTensor, table_error};
+use super::wit;
+use crate::backend::Sent;
+use crate::error::{CoreError, CoreResult};
+use crate::infer::RESPONSE_BUFFER;
+use crate::tensor::Tensor;
+
+impl wit::HostResponseSender for GuestState {
+    fn send(
+        &mut self,
+        handle: Resource<HostSender>,
+        outputs: Vec<Resource<HostTensor>>,
+        final_: bool,
+    ) -> wasmtime::Result<Result<(), wit::Error>> {
+        let mut tensors = Vec::with_capacity(outputs.len());
+        for t in outputs {
+            tensors.push(self.take_tensor(t)?);
+        }
+        let limits = self.send_limits();
+        let sender = self.table.get_mut(&handle).map_err(table_error)?;
+        Ok(send_on(sender, Ok(tensors), final_, limits))
+    }
+
+    fn send_error(
+        &mut self,
+        handle: Resource<HostSender>,
+        error: wit::Error,
+        final_: bool,
+    ) -> wasmtime::Result<Result<(), wit::Error>> {
+        let limits = self.send_limits();
+        let sender = self.table.get_mut(&handle).map_err(table_error)?;
+        Ok(send_on(sender, Err(CoreError::new(kind_from_wit(error.code), error.message)), final_, limits))
+    }
+
+    fn drop(&mut self, handle: Resource<HostSender>) -> wasmtime::Result<()> {
+        self.table.delete(handle).map(|_| ()).map_err(table_error)
+    }
+}
+
+impl GuestState {
+    /// How long a send may wait for its reader, and how many bytes of one request's responses
+    /// the server may buffer for it (`max_memory_bytes`; see [`Outlet`]).
+    fn send_limits(&self) -> (SendDeadline, usize) {
+        (self.execute_deadline.zip(self.shared.runtime.clone()), self.limits.max_memory())
+    }
+}
+
+fn send_on(
+    sender: &mut HostSender,
+    item: CoreResult<Vec<Tensor>>,
+    final_: bool,
+    (until, budget): (SendDeadline, usize),
+) -> Result<(), wit::Error> {
+    let Ok(mut slot) = sender.0.lock() else {
+        return Err(wit_error(CoreError::internal("response sender state is poisoned")));
+    };
+    let Some(outlet) = slot.as_ref() else {
+        return Err(wit_error(CoreError::unavailable(
+            "no more responses can be sent for this request \
+             (the final response was sent, or the model is not decoupled)",
+        )));
+    };
+    // An empty final response only carries the final flag (as Triton's repeat sends it).
+    let flag_only = final_ && matches!(&item, Ok(outputs) if outputs.is_empty());
+    if !flag_only {
+        // A gone receiver means the caller stopped listening; that is not the guest's error.
+        // Waits while the caller's buffer is full (the guest runs on a blocking thread), up to
+        // the execution's deadline: a caller that does not read cannot hold the instance longer.
+        if outlet.send(item, final_, budget, &until) == Sent::TimedOut {
+            let error = CoreError::unavailable(format!(
+                "the caller of this request has not read its responses ({RESPONSE_BUFFER} are waiting, or \
+                 max_memory_bytes of them) within the model's time limit (max_execute_ms); the request is closed \
+                 and this response dropped"
+            ));
+            // The request ends after what it buffered, with this error as its final response
+            // once the caller reads again; the guest is free at once.
+            if let (Some(outlet), Some((_, runtime))) = (slot.take(), until) {
+                outlet.fail_when_read(error.clone(), &runtime);
+            }
+            return Err(wit_error(error));
+        }
+    }
+    if final_ {
+        *slot = None;
+    }
+    Ok(())
+}

@@ -1,0 +1,317 @@
+//! The data of a guest's store: its resource table (tensors, requests, response senders, BLS
+//! calls), its limits and what the host holds on its behalf. The WIT interfaces it implements
+//! are one file each: `tensor`, `request`, `sender`, `host` (logging and BLS), `nn`, `clocks`.
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::convert::wit_error;
+use super::outlet::Outlet;
+use super::sandbox::{AllowList, GuestLimiter};
+use super::{ExecutionClock, wit};
+use crate::error::{CoreError, CoreResult};
+use crate::infer::{Infer, Parameters};
+use crate::tensor::Tensor;
+
+/// A tensor resource: the core tensor, whose bytes are shared (`Bytes`), never copied by handles,
+/// and, for bytes held on the guest's behalf (copied out of its memory, or a BLS call's outputs),
+/// their charge on its account, shared by every handle to the same bytes (`tensor.with-name`):
+/// the last one to go gives it back; and the charge of this handle's own name and shape
+/// ([`own_size`]). A request's inputs are the caller's and charge nothing.
+pub struct HostTensor(pub(super) Tensor, pub(super) Option<Arc<usize>>, pub(super) usize);
+
+/// What a handle's name and shape take in the host: a guest could otherwise hold a million
+/// handles of empty tensors with a megabyte name each.
+pub(super) fn own_size(tensor: &Tensor) -> usize {
+    tensor.name.len() + tensor.shape.len() * std::mem::size_of::<i64>()
+}
+
+/// A request resource handed to `execute`.
+pub struct HostRequest {
+    pub(super) id: String,
+    pub(super) inputs: Vec<Tensor>,
+    pub(super) outputs: Vec<String>,
+    pub(super) parameters: Parameters,
+    pub(super) responder: SharedResponder,
+    /// The `execute` call it was handed to ([`GuestState::begin_execute`]'s number) and its
+    /// position in that call's batch: where `request.set-outputs` puts its outputs.
+    pub(super) call: u64,
+    pub(super) position: usize,
+}
+
+/// One request's way out, shared by the request and every sender made from it, so the host can
+/// close it when `execute` returns whatever handles the guest still holds. `None` once closed.
+pub(super) type SharedResponder = Arc<Mutex<Option<Outlet>>>;
+
+/// A decoupled request's response sender.
+pub struct HostSender(pub(super) SharedResponder);
+
+/// What every store of one model shares.
+pub(super) struct GuestShared {
+    pub(super) model_name: String,
+    pub(super) allowed_models: AllowList,
+    pub(super) bls_timeout: Duration,
+    /// Where BLS calls go; `None` if the backend was never connected.
+    pub(super) infer: Option<Weak<dyn Infer>>,
+    pub(super) runtime: Option<tokio::runtime::Handle>,
+    /// How executions (and the BLS calls inside them) are timed.
+    pub(super) clock: ExecutionClock,
+}
+
+/// The data of one guest's store.
+pub struct GuestState {
+    pub(super) table: ResourceTable,
+    pub(super) wasi: WasiCtx,
+    pub(super) limits: GuestLimiter,
+    pub(super) shared: Arc<GuestShared>,
+    /// Log lines the guest wrote during the current call (kept to explain traps).
+    pub(super) last_log: Vec<String>,
+    /// Responders of the current `execute` call, closed when it returns.
+    pub(super) call_responders: Vec<SharedResponder>,
+    /// BLS calls of this store still open (bounded by `bls::MAX_OPEN_CALLS`).
+    pub(super) calls_in_flight: Arc<AtomicUsize>,
+    /// Woken whenever one of this store's `infer-async` calls finishes.
+    pub(super) bls_done: Arc<tokio::sync::Notify>,
+    /// Time (on the model's [`ExecutionClock`]) this thread spent in the models this guest called
+    /// (a BLS callee that runs inline runs on the caller's thread) during the current `execute`:
+    /// not the guest's own.
+    pub(super) bls_cpu: Duration,
+    /// When the current `execute` reaches its time limit (None outside `execute`).
+    pub(super) execute_deadline: Option<std::time::Instant>,
+    /// The number of the current (or last) `execute` call.
+    pub(super) execute_call: u64,
+    /// The outputs `request.set-outputs` gave each request of the current `execute` call, by
+    /// position in its batch; `None` outside `execute` and for a decoupled model.
+    pub(super) given_outputs: Option<Vec<Vec<Tensor>>>,
+    /// The tensors `request.give-tensors` moved to each request of the current call, likewise,
+    /// with the charges they had as handles: they stay on the guest's account until the call
+    /// ends, as handles returned from `execute` do (a request's input passed on charges only its
+    /// name and shape).
+    pub(super) given_tensors: Option<Vec<Vec<HostTensor>>>,
+    /// Whether the current `execute` call is a decoupled model's.
+    pub(super) decoupled_call: bool,
+    /// The requests of the current `execute-by-value` call, by position, until `request.at`
+    /// gives the guest a handle to one (most requests never get one: a handle costs a Python
+    /// guest microseconds to make and to drop).
+    pub(super) pending_requests: Vec<Option<HostRequest>>,
+    /// The table entries of the requests `request.at` gave out during the current call.
+    pub(super) taken_requests: Vec<u32>,
+    /// Bytes the host holds on the guest's behalf ([`held_limit`]): tensors it created or got
+    /// from BLS calls (wasi:nn's too) and still has handles to, and outputs given by value until
+    /// `execute` returns.
+    pub(super) held_bytes: usize,
+}
+
+/// Why a request cannot have these outputs: a name twice, which would reach the response once, the
+/// others dropped unseen.
+pub(super) fn named_twice<'a>(outputs: impl Iterator<Item = &'a Tensor>, call: &str) -> Option<CoreError> {
+    let mut names: Vec<&str> = outputs.map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    let pair = names.windows(2).find(|pair| pair[0] == pair[1])?;
+    Some(CoreError::invalid_arg(format!("{call}: output '{}' given twice for one request", pair[0])))
+}
+
+/// Why the host refuses to hold more bytes for a guest: they would pass [`held_limit`]. Without
+/// it a guest could copy one buffer out again and again (creating tensors and keeping the handles,
+/// or giving outputs), or call a model again and again keeping every output, and grow the
+/// server's memory, where its own cap does not reach.
+fn over_held_limit(held: usize, more: usize, max_memory: usize) -> Option<CoreError> {
+    let limit = held_limit(max_memory);
+    (held.saturating_add(more) > limit).then(|| {
+        CoreError::internal(format!(
+            "the tensors the host holds for this guest already take {held} bytes; {more} more would pass \
+             its limit of {limit} bytes (4 x max_memory_bytes)"
+        ))
+    })
+}
+
+/// How many bytes the host may hold for a guest's tensors: four times its own memory limit, so a
+/// batch's outputs may well outgrow the guest's memory (each is copied out and freed in turn),
+/// but a guest cannot grow the server without bound.
+fn held_limit(max_memory: usize) -> usize {
+    max_memory.saturating_mul(4)
+}
+
+/// `text` cut to `limit` bytes (at a character boundary), saying how much was cut, in a new
+/// allocation: a truncated `String` would keep the whole of the guest's buffer.
+pub(super) fn cut_text(text: String, limit: usize, what: &str) -> String {
+    if text.len() <= limit {
+        return text;
+    }
+    let end = text.floor_char_boundary(limit);
+    format!("{}... ({} more bytes cut; {what} {limit})", &text[..end], text.len() - end)
+}
+
+impl GuestState {
+    pub(super) fn new(wasi: WasiCtx, limits: GuestLimiter, shared: Arc<GuestShared>) -> Self {
+        Self {
+            table: ResourceTable::new(),
+            wasi,
+            limits,
+            shared,
+            last_log: Vec::new(),
+            call_responders: Vec::new(),
+            calls_in_flight: Arc::default(),
+            bls_done: Arc::default(),
+            bls_cpu: Duration::ZERO,
+            execute_deadline: None,
+            execute_call: 0,
+            given_outputs: None,
+            given_tensors: None,
+            decoupled_call: false,
+            pending_requests: Vec::new(),
+            taken_requests: Vec::new(),
+            held_bytes: 0,
+        }
+    }
+
+    /// Starts an `execute` call of `count` requests: its number, for the requests' `call`.
+    /// A decoupled model's requests take no outputs by value.
+    pub(super) fn begin_execute(&mut self, count: usize, decoupled: bool) -> u64 {
+        self.execute_call += 1;
+        self.given_outputs = (!decoupled).then(|| vec![Vec::new(); count]);
+        self.given_tensors = (!decoupled).then(|| std::iter::repeat_with(Vec::new).take(count).collect());
+        self.decoupled_call = decoupled;
+        self.execute_call
+    }
+
+    /// Ends the `execute` call: the outputs each request was given, those of `request.set-outputs`
+    /// (which leave the guest's account) and then those of `request.give-tensors`.
+    pub(super) fn end_execute(&mut self) -> Vec<Vec<Tensor>> {
+        let mut given = self.given_outputs.take().unwrap_or_default();
+        let given_bytes: usize = given.iter().flatten().map(|t| t.data.len() + own_size(t)).sum();
+        self.release(given_bytes);
+        for (outputs, tensors) in given.iter_mut().zip(self.given_tensors.take().unwrap_or_default()) {
+            for held in tensors {
+                outputs.push(self.discharge(held));
+            }
+        }
+        self.decoupled_call = false;
+        given
+    }
+
+    /// Where a request of the current `execute` call keeps what `call` (`request.set-outputs`,
+    /// `request.give-tensors`) gives it: its position in the batch, or why it cannot be given
+    /// anything.
+    pub(super) fn given_position(
+        &self,
+        handle: &Resource<HostRequest>,
+        call: &str,
+    ) -> wasmtime::Result<CoreResult<usize>> {
+        let request = self.table.get(handle).map_err(table_error)?;
+        if self.decoupled_call {
+            return Ok(Err(CoreError::unsupported(format!(
+                "{call}: a decoupled model answers through response senders"
+            ))));
+        }
+        let current = request.call == self.execute_call && self.given_outputs.is_some();
+        if !current {
+            return Ok(Err(CoreError::invalid_arg(format!(
+                "{call}: the request is not one of the current execute call's"
+            ))));
+        }
+        Ok(Ok(request.position))
+    }
+
+    /// Why `more` cannot join what the request at `position` was given ([`named_twice`]).
+    pub(super) fn twice_with_given<'a>(
+        &'a self,
+        position: usize,
+        more: impl Iterator<Item = &'a Tensor>,
+        call: &str,
+    ) -> Option<CoreError> {
+        let by_value = self.given_outputs.as_ref().and_then(|g| g.get(position)).into_iter().flatten();
+        let handles = self.given_tensors.as_ref().and_then(|g| g.get(position)).into_iter().flatten().map(|h| &h.0);
+        named_twice(by_value.chain(handles).chain(more), call)
+    }
+
+    pub(super) fn tensor(&self, handle: &Resource<HostTensor>) -> wasmtime::Result<&Tensor> {
+        self.table.get(handle).map(|t| &t.0).map_err(table_error)
+    }
+
+    /// A handle to a tensor of the caller's (a request's input), on nobody's account.
+    pub(super) fn new_tensor(&mut self, tensor: Tensor) -> wasmtime::Result<Resource<HostTensor>> {
+        self.table.push(HostTensor(tensor, None, 0)).map_err(table_error)
+    }
+
+    /// Puts `size` more bytes the host holds for the guest on its account; refused past
+    /// [`held_limit`].
+    pub(super) fn hold(&mut self, size: usize) -> CoreResult<()> {
+        if let Some(e) = over_held_limit(self.held_bytes, size, self.limits.max_memory()) {
+            return Err(e);
+        }
+        self.held_bytes += size;
+        Ok(())
+    }
+
+    /// Puts `size` bytes on the guest's account whatever its balance, for what WIT gives no way
+    /// to refuse and that is small and bounded (a wasi:nn error's text): later holds see them.
+    pub(super) fn hold_regardless(&mut self, size: usize) {
+        self.held_bytes = self.held_bytes.saturating_add(size);
+    }
+
+    /// [`Self::hold`] for a host call WIT gives no error result: past the limit, `call` traps.
+    pub(super) fn hold_or_trap(&mut self, size: usize, call: &str) -> wasmtime::Result<()> {
+        self.hold(size).map_err(|e| wasmtime::Error::msg(format!("{call}: {}", e.message)))
+    }
+
+    /// Takes `size` bytes the host no longer holds for the guest off its account.
+    pub(super) fn release(&mut self, size: usize) {
+        self.held_bytes = self.held_bytes.saturating_sub(size);
+    }
+
+    /// Handles to tensors held on the guest's account (its own, or a BLS call's outputs): an
+    /// error past its limit, which drops them all.
+    pub(super) fn new_held_tensors(
+        &mut self,
+        tensors: Vec<Tensor>,
+    ) -> wasmtime::Result<Result<Vec<Resource<HostTensor>>, wit::Error>> {
+        if let Err(e) = self.hold(tensors.iter().map(|t| t.data.len() + own_size(t)).sum()) {
+            return Ok(Err(wit_error(e)));
+        }
+        let mut handles = Vec::with_capacity(tensors.len());
+        for tensor in tensors {
+            let (size, own) = (tensor.data.len(), own_size(&tensor));
+            handles.push(self.table.push(HostTensor(tensor, Some(Arc::new(size)), own)).map_err(table_error)?);
+        }
+        Ok(Ok(handles))
+    }
+
+    /// Takes a tensor out of the table (it moves into a response, or is dropped), and off the
+    /// guest's account.
+    pub(super) fn take_tensor(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<Tensor> {
+        let held = self.table.delete(handle).map_err(table_error)?;
+        Ok(self.discharge(held))
+    }
+
+    /// A tensor out of its handle, and the handle's charges off the guest's account.
+    pub(super) fn discharge(&mut self, HostTensor(tensor, charge, own): HostTensor) -> Tensor {
+        self.release(own);
+        if let Some(size) = charge.and_then(Arc::into_inner) {
+            self.release(size);
+        }
+        tensor
+    }
+
+    /// Hands a request's inputs to the guest as new handles.
+    pub(super) fn new_tensors(&mut self, tensors: Vec<Tensor>) -> wasmtime::Result<Vec<Resource<HostTensor>>> {
+        tensors.into_iter().map(|t| self.new_tensor(t)).collect()
+    }
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// A bad handle is the guest's bug: it traps the call rather than returning an error.
+pub(super) fn table_error(e: wasmtime::component::ResourceTableError) -> wasmtime::Error {
+    wasmtime::Error::msg(format!("resource table: {e}"))
+}
+
+impl wit::Host for GuestState {}
