@@ -10,6 +10,7 @@
 
 pub mod codec;
 pub mod limits;
+mod restrict;
 mod status;
 
 use std::collections::BTreeMap;
@@ -37,7 +38,7 @@ use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use crate::proto::inference::infer_parameter::ParameterChoice;
-use crate::restricted::{ApiCategory, Restrictions};
+use crate::restricted::Restrictions;
 use crate::stats::Duration2;
 use codec::parse_version;
 
@@ -194,20 +195,17 @@ pub async fn serve(
     threads: Arc<ConnectionThreads>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let inference = GrpcInferenceServiceServer::new(InferenceService {
-        frontend: Arc::clone(&frontend),
-        restrictions: options.restrictions.clone(),
-        shutdown: stop.clone(),
-    })
-    .max_decoding_message_size(options.max_message_size)
-    .max_encoding_message_size(options.max_message_size)
-    .accept_compressed(CompressionEncoding::Gzip)
-    .accept_compressed(CompressionEncoding::Deflate);
+    let inference =
+        GrpcInferenceServiceServer::new(InferenceService { frontend: Arc::clone(&frontend), shutdown: stop.clone() })
+            .max_decoding_message_size(options.max_message_size)
+            .max_encoding_message_size(options.max_message_size)
+            .accept_compressed(CompressionEncoding::Gzip)
+            .accept_compressed(CompressionEncoding::Deflate);
     let inference = match options.response_compression {
         Some(encoding) => inference.send_compressed(encoding),
         None => inference,
     };
-    let health = HealthServer::new(HealthService { frontend, restrictions: options.restrictions.clone() })
+    let health = HealthServer::new(HealthService { frontend })
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate);
     let services = Services { inference, health, options, budget, stop };
@@ -325,6 +323,8 @@ impl Services {
         builder
             .http2_keepalive_interval(Some(self.options.keepalive_time))
             .http2_keepalive_timeout(Some(self.options.keepalive_timeout))
+            // Restricted calls are refused before their message is read (restrict.rs).
+            .layer(restrict::RestrictionLayer::new(self.options.restrictions.clone()))
             .layer(limits::MessageLimitsLayer::new(self.budget, self.options.max_message_size))
             .add_service(self.inference)
             .add_service(self.health)
@@ -335,30 +335,11 @@ impl Services {
 
 pub struct InferenceService {
     frontend: Arc<Frontend>,
-    /// Triton's `--grpc-restricted-protocol`: checked first in every call.
-    restrictions: Restrictions,
     /// Becomes true when the server shuts down.
     shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;
-
-impl InferenceService {
-    fn allow<T>(&self, request: &Request<T>, category: ApiCategory) -> Result<(), Status> {
-        allow(&self.restrictions, request, category)
-    }
-}
-
-/// Triton's restricted protocols: a call in a restricted category needs metadata
-/// `triton-grpc-protocol-<key>: <value>`, else UNAVAILABLE with Triton's message.
-fn allow<T>(restrictions: &Restrictions, request: &Request<T>, category: ApiCategory) -> Result<(), Status> {
-    let metadata = request.metadata();
-    restrictions
-        .check(category, "triton-grpc-protocol-", |name| metadata.get(name).and_then(|v| v.to_str().ok()))
-        .map_err(|refusal| {
-            Status::unavailable(format!("This protocol is restricted, expecting header '{}'", refusal.expected))
-        })
-}
 
 /// Optional string fields of Triton's messages: empty means "not given" (all models, all regions).
 fn non_empty(s: &str) -> Option<&str> {
@@ -474,28 +455,21 @@ fn reserved_parameters(request: &pb::ModelInferRequest) -> CoreResult<bool> {
 
 #[tonic::async_trait]
 impl GrpcInferenceService for InferenceService {
-    async fn server_live(&self, request: Request<pb::ServerLiveRequest>) -> GrpcResult<pb::ServerLiveResponse> {
-        self.allow(&request, ApiCategory::Health)?;
+    async fn server_live(&self, _: Request<pb::ServerLiveRequest>) -> GrpcResult<pb::ServerLiveResponse> {
         ok(pb::ServerLiveResponse { live: true })
     }
 
-    async fn server_ready(&self, request: Request<pb::ServerReadyRequest>) -> GrpcResult<pb::ServerReadyResponse> {
-        self.allow(&request, ApiCategory::Health)?;
+    async fn server_ready(&self, _: Request<pb::ServerReadyRequest>) -> GrpcResult<pb::ServerReadyResponse> {
         ok(pb::ServerReadyResponse { ready: self.frontend.server_ready() })
     }
 
     async fn model_ready(&self, request: Request<pb::ModelReadyRequest>) -> GrpcResult<pb::ModelReadyResponse> {
-        self.allow(&request, ApiCategory::Health)?;
         let request = request.into_inner();
         let version = parse_version(&request.version)?;
         ok(pb::ModelReadyResponse { ready: self.frontend.model_ready(&request.name, version) })
     }
 
-    async fn server_metadata(
-        &self,
-        request: Request<pb::ServerMetadataRequest>,
-    ) -> GrpcResult<pb::ServerMetadataResponse> {
-        self.allow(&request, ApiCategory::Metadata)?;
+    async fn server_metadata(&self, _: Request<pb::ServerMetadataRequest>) -> GrpcResult<pb::ServerMetadataResponse> {
         ok(pb::ServerMetadataResponse {
             name: self.frontend.server_id.clone(),
             version: self.frontend.version.to_string(),
@@ -507,7 +481,6 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::ModelMetadataRequest>,
     ) -> GrpcResult<pb::ModelMetadataResponse> {
-        self.allow(&request, ApiCategory::Metadata)?;
         let request = request.into_inner();
         let metadata = self.frontend.metadata(&request.name, parse_version(&request.version)?)?;
         let tensors = |ts: Vec<crate::frontend::TensorMetadata>| {
@@ -529,7 +502,6 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_infer(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
-        self.allow(&request, ApiCategory::Inference)?;
         let request = request.into_inner();
         let model = self.frontend.ready_model(&request.model_name, parse_version(&request.model_version)?)?;
         reserved_parameters(&request)?;
@@ -551,7 +523,6 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<Streaming<pb::ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
-        self.allow(&request, ApiCategory::Inference)?;
         let mut incoming = request.into_inner();
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let frontend = Arc::clone(&self.frontend);
@@ -587,7 +558,6 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_config(&self, request: Request<pb::ModelConfigRequest>) -> GrpcResult<pb::ModelConfigResponse> {
-        self.allow(&request, ApiCategory::ModelConfig)?;
         let request = request.into_inner();
         let model = self.frontend.ready_model(&request.name, parse_version(&request.version)?)?;
         ok(pb::ModelConfigResponse { config: Some(model.config.clone()) })
@@ -597,7 +567,6 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::ModelStatisticsRequest>,
     ) -> GrpcResult<pb::ModelStatisticsResponse> {
-        self.allow(&request, ApiCategory::Statistics)?;
         let request = request.into_inner();
         let name = non_empty(&request.name);
         let version = parse_version(&request.version)?;
@@ -609,7 +578,6 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::RepositoryIndexRequest>,
     ) -> GrpcResult<pb::RepositoryIndexResponse> {
-        self.allow(&request, ApiCategory::ModelRepository)?;
         let request = request.into_inner();
         no_repository_name(&request.repository_name)?;
         let models = self
@@ -630,7 +598,6 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::RepositoryModelLoadRequest>,
     ) -> GrpcResult<pb::RepositoryModelLoadResponse> {
-        self.allow(&request, ApiCategory::ModelRepository)?;
         use pb::model_repository_parameter::ParameterChoice as P;
         let request = request.into_inner();
         no_repository_name(&request.repository_name)?;
@@ -665,7 +632,6 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::RepositoryModelUnloadRequest>,
     ) -> GrpcResult<pb::RepositoryModelUnloadResponse> {
-        self.allow(&request, ApiCategory::ModelRepository)?;
         let request = request.into_inner();
         no_repository_name(&request.repository_name)?;
         use pb::model_repository_parameter::ParameterChoice as P;
@@ -692,7 +658,6 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::SystemSharedMemoryStatusRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryStatusResponse> {
-        self.allow(&request, ApiCategory::SharedMemory)?;
         let name = request.into_inner().name;
         let regions = self.frontend.shm.status(non_empty(&name))?;
         ok(pb::SystemSharedMemoryStatusResponse {
@@ -715,7 +680,6 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::SystemSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryRegisterResponse> {
-        self.allow(&request, ApiCategory::SharedMemory)?;
         let r = request.into_inner();
         self.frontend.shm.register(&r.name, &r.key, r.offset, r.byte_size)?;
         ok(pb::SystemSharedMemoryRegisterResponse {})
@@ -725,7 +689,6 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::SystemSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryUnregisterResponse> {
-        self.allow(&request, ApiCategory::SharedMemory)?;
         let name = request.into_inner().name;
         self.frontend.shm.unregister(non_empty(&name))?;
         ok(pb::SystemSharedMemoryUnregisterResponse {})
@@ -735,7 +698,6 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::CudaSharedMemoryStatusRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryStatusResponse> {
-        self.allow(&request, ApiCategory::SharedMemory)?;
         let name = request.into_inner().name;
         let regions = self.frontend.shm.cuda_status(non_empty(&name))?;
         ok(pb::CudaSharedMemoryStatusResponse {
@@ -757,7 +719,6 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::CudaSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryRegisterResponse> {
-        self.allow(&request, ApiCategory::SharedMemory)?;
         let r = request.into_inner();
         self.frontend.shm.register_cuda(&r.name, &r.raw_handle, r.device_id, r.byte_size)?;
         ok(pb::CudaSharedMemoryRegisterResponse {})
@@ -767,14 +728,12 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::CudaSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryUnregisterResponse> {
-        self.allow(&request, ApiCategory::SharedMemory)?;
         let name = request.into_inner().name;
         self.frontend.shm.unregister_cuda(non_empty(&name))?;
         ok(pb::CudaSharedMemoryUnregisterResponse {})
     }
 
     async fn trace_setting(&self, request: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
-        self.allow(&request, ApiCategory::Trace)?;
         let request = request.into_inner();
         let model = non_empty(&request.model_name);
         let settings = if request.settings.is_empty() {
@@ -803,7 +762,6 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn log_settings(&self, request: Request<pb::LogSettingsRequest>) -> GrpcResult<pb::LogSettingsResponse> {
-        self.allow(&request, ApiCategory::Logging)?;
         use pb::log_settings_request::setting_value::ParameterChoice as In;
         use pb::log_settings_response::setting_value::ParameterChoice as Out;
         let request = request.into_inner();
@@ -944,14 +902,11 @@ async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelInferRequest,
 /// named; `Watch` is not implemented.
 pub struct HealthService {
     frontend: Arc<Frontend>,
-    /// Triton restricts `Check` with the `health` category.
-    restrictions: Restrictions,
 }
 
 #[tonic::async_trait]
 impl Health for HealthService {
-    async fn check(&self, request: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
-        allow(&self.restrictions, &request, ApiCategory::Health)?;
+    async fn check(&self, _: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
         let status = if self.frontend.server_ready() { ServingStatus::Serving } else { ServingStatus::NotServing };
         ok(HealthCheckResponse { status: status as i32 })
     }
