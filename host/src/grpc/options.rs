@@ -1,0 +1,82 @@
+//! The gRPC door's settings: message size, keepalive, response compression, restricted
+//! protocols, TLS and the connection cap.
+
+use std::time::Duration;
+
+use tonic::codec::CompressionEncoding;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+
+use crate::restricted::Restrictions;
+
+/// Triton's gRPC message size limit (`MAX_GRPC_MESSAGE_SIZE`, INT32_MAX).
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = i32::MAX as usize;
+
+#[derive(Debug, Clone)]
+pub struct GrpcOptions {
+    /// Largest message accepted or sent, in bytes.
+    pub max_message_size: usize,
+    /// HTTP/2 keepalive ping interval and how long to wait for its acknowledgement.
+    pub keepalive_time: Duration,
+    pub keepalive_timeout: Duration,
+    /// How infer responses are compressed for clients that accept it
+    /// (`--grpc-infer-response-compression-level`: none, low = gzip, medium and high = deflate,
+    /// the algorithms Triton's gRPC core picks for those levels).
+    pub response_compression: Option<CompressionEncoding>,
+    /// Triton's `--grpc-restricted-protocol`.
+    pub restrictions: Restrictions,
+    /// TLS (`--grpc-use-ssl`, `--grpc-use-ssl-mutual`); plaintext when `None`.
+    pub tls: Option<GrpcTls>,
+    /// Most connections open at once (`--grpc-max-connections`).
+    pub max_connections: usize,
+}
+
+impl Default for GrpcOptions {
+    fn default() -> Self {
+        Self {
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            keepalive_time: Duration::from_millis(7_200_000),
+            keepalive_timeout: Duration::from_millis(20_000),
+            response_compression: None,
+            restrictions: Restrictions::default(),
+            tls: None,
+            max_connections: 1024,
+        }
+    }
+}
+
+/// PEM contents for the gRPC door's TLS.
+#[derive(Clone)]
+pub struct GrpcTls {
+    pub certificate: Vec<u8>,
+    pub key: Vec<u8>,
+    /// Set for mutual TLS: client certificates must chain to one of these authorities.
+    pub client_ca: Option<Vec<u8>>,
+}
+
+impl GrpcTls {
+    pub(super) fn server_config(&self) -> ServerTlsConfig {
+        let mut config = ServerTlsConfig::new().identity(Identity::from_pem(&self.certificate, &self.key));
+        if let Some(ca) = &self.client_ca {
+            config = config.client_ca_root(Certificate::from_pem(ca)).client_auth_optional(false);
+        }
+        config
+    }
+
+    /// Fails when the PEM contents do not make a usable server configuration (checked at startup,
+    /// so a bad certificate stops the server instead of its first connection).
+    pub fn validate(&self) -> Result<(), String> {
+        tonic::transport::Server::builder().tls_config(self.server_config()).map(drop).map_err(|e| {
+            format!(
+                "gRPC TLS configuration: {}",
+                std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string())
+            )
+        })
+    }
+}
+
+impl std::fmt::Debug for GrpcTls {
+    // Never prints the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcTls").field("mutual", &self.client_ca.is_some()).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,114 @@
+//! `ModelStreamInfer`'s requests: each runs on its own while the stream reads on, its responses
+//! (and errors, in-stream as Triton sends them) written back in order with the final flag.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::codec::{self, parse_version};
+use super::{FINAL_RESPONSE, bool_param, reserved_parameters};
+use crate::error::CoreError;
+use crate::frontend::Frontend;
+use crate::infer::InferResponse;
+use crate::proto::inference as pb;
+
+/// Resolves once the server is stopping (the `Ref` that `wait_for` yields is not `Send`, so it
+/// is dropped here rather than held by the caller's future).
+pub(super) async fn wait_stop(rx: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+type StreamSender = mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>;
+
+/// An in-stream error: the request's id, model name and version, and the final flag.
+fn stream_error(request: &pb::ModelInferResponse, error: &CoreError, is_final: bool) -> pb::ModelStreamInferResponse {
+    let mut echo = request.clone();
+    echo.parameters.insert(FINAL_RESPONSE.to_string(), bool_param(is_final));
+    pb::ModelStreamInferResponse { error_message: error.message.clone(), infer_response: Some(echo) }
+}
+
+fn stream_response(response: InferResponse, is_final: bool) -> pb::ModelStreamInferResponse {
+    let mut encoded = codec::encode_response(response);
+    encoded.parameters.insert(FINAL_RESPONSE.to_string(), bool_param(is_final));
+    pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(encoded) }
+}
+
+/// Runs one request of a `ModelStreamInfer` stream and sends its responses (or its error).
+pub(super) async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelInferRequest, tx: StreamSender) {
+    let echo = pb::ModelInferResponse {
+        model_name: request.model_name.clone(),
+        model_version: request.model_version.clone(),
+        id: request.id.clone(),
+        ..Default::default()
+    };
+    let fail = |e: CoreError| stream_error(&echo, &e, true);
+    // Before the request reaches a model, Triton echoes only the id.
+    let fail_early = |e: CoreError| pb::ModelStreamInferResponse {
+        error_message: e.message,
+        infer_response: Some(pb::ModelInferResponse { id: echo.id.clone(), ..Default::default() }),
+    };
+    let prepared = (|| {
+        let model = frontend.ready_model(&request.model_name, parse_version(&request.model_version)?)?;
+        let empty_final = reserved_parameters(&request)?;
+        // Shared-memory inputs are read here, so their errors come early too, as decoding errors do.
+        let mut request = frontend.read_shm_inputs(codec::decode_request(request)?)?;
+        request.model_version = Some(model.version);
+        Ok::<_, CoreError>((empty_final, model.is_decoupled(), request))
+    })();
+    let (empty_final, decoupled, request) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = tx.send(Ok(fail_early(e))).await;
+            return;
+        }
+    };
+    if !decoupled {
+        let message = match frontend.infer(request).await {
+            Ok(response) => stream_response(response, true),
+            Err(e) => fail(e),
+        };
+        let _ = tx.send(Ok(message)).await;
+        return;
+    }
+    let mut responses = match frontend.infer_stream(request).await {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = tx.send(Ok(fail(e))).await;
+            return;
+        }
+    };
+    let mut final_sent = false;
+    // An error's final flag is only known once the next item (or the end) arrives.
+    let mut pending_error: Option<CoreError> = None;
+    while let Some(item) = responses.recv().await {
+        if let Some(e) = pending_error.take()
+            && tx.send(Ok(stream_error(&echo, &e, false))).await.is_err()
+        {
+            return;
+        }
+        match item {
+            Ok(response) => {
+                final_sent = response.is_final;
+                if tx.send(Ok(stream_response(response, final_sent))).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => pending_error = Some(e),
+        }
+    }
+    if let Some(e) = pending_error {
+        // A client that asked for the empty final response gets it after the error, as from
+        // Triton; otherwise the error itself carries the final flag.
+        if tx.send(Ok(stream_error(&echo, &e, !empty_final))).await.is_err() || !empty_final {
+            return;
+        }
+    }
+    if !final_sent && empty_final {
+        let mut empty = echo.clone();
+        empty.parameters.insert(FINAL_RESPONSE.to_string(), bool_param(true));
+        let _ = tx
+            .send(Ok(pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(empty) }))
+            .await;
+    }
+}
