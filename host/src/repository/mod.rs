@@ -8,16 +8,26 @@
 //! Ensembles depend on other models: loading one first loads the composing models it needs, a
 //! cycle between ensembles is refused, and after every change ([`ModelManager::refresh_ensembles`])
 //! an ensemble is ready exactly while all of its steps are (the logic is in `dependencies`).
+//!
+//! Files by job: `scan` (where models are on disk) and `layout` (version directories, policy,
+//! fingerprints) read the repositories; this file loads, unloads, polls and registers; `startup`
+//! runs the loads a server starts with; `index` answers readiness and the repository index;
+//! `overrides` holds a load's file overrides.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::UNIX_EPOCH;
 
 mod dependencies;
+mod index;
 mod layout;
+mod overrides;
+mod scan;
+mod startup;
 
 use layout::{fingerprint_dir, select_versions, version_dirs};
+use overrides::OverrideDir;
+use scan::valid_name;
 
 use crate::backend::{Backend, BackendRegistry};
 use crate::cache::ResponseCache;
@@ -109,112 +119,6 @@ impl ModelManager {
 
     pub fn control_mode(&self) -> ControlMode {
         self.options.control_mode
-    }
-
-    /// Loads the models the control mode asks for at startup. Returns the failures, so the
-    /// caller can honour `--exit-on-error`; models whose backend this binary was built without
-    /// are not among them (they stay unavailable with that reason, and a warning names them).
-    pub async fn load_startup_models(self: &Arc<Self>, explicit: &[String]) -> Vec<(String, String)> {
-        let names: Vec<String> = match self.options.control_mode {
-            ControlMode::Explicit if !explicit.iter().any(|n| n == "*") => explicit.to_vec(),
-            _ => self.scan().into_keys().collect(),
-        };
-        let mut failures = Vec::new();
-        let (names, invalid): (Vec<String>, Vec<String>) = names.into_iter().partition(|n| valid_name(n));
-        for name in invalid {
-            failures.push((name.clone(), format!("invalid model name '{name}'")));
-        }
-        // Models that are not ensembles load in parallel (as Triton's model load threads do);
-        // ensembles after them, one by one, each after the composing models it needs.
-        let (ensembles, plain): (Vec<String>, Vec<String>) =
-            names.into_iter().partition(|name| self.locate(name).is_ok_and(|dir| mentions_ensemble(&dir)));
-        if let Ok(mut startup) = self.startup_failures.lock() {
-            *startup = Some(Default::default());
-        }
-        let threads = match self.options.load_threads {
-            0 => std::thread::available_parallelism().map_or(1, usize::from),
-            n => n,
-        };
-        {
-            use futures_util::StreamExt;
-            let _guard = self.control.lock().await;
-            let mut loads = futures_util::stream::iter(plain)
-                .map(|name| async move {
-                    let outcome = self.load_one(&name, None, None).await;
-                    (name, outcome)
-                })
-                .buffer_unordered(threads);
-            while let Some((name, outcome)) = loads.next().await {
-                if let Err(e) = outcome {
-                    failures.push((name, e.message));
-                }
-            }
-        }
-        self.refresh_ensembles(None);
-        for name in ensembles {
-            // Already loaded in this pass as an ensemble's composing model.
-            if self.models.read().is_ok_and(|m| m.contains_key(&name)) {
-                continue;
-            }
-            if let Err(e) = self.load(&name, None).await {
-                failures.push((name, e.message));
-            }
-        }
-        self.flush_failures();
-        failures.sort();
-        let (left_out, failures): (Vec<_>, Vec<_>) =
-            failures.into_iter().partition(|(name, _)| self.missing_from_build(name).is_some());
-        if let Some(reason) = left_out.first().and_then(|(name, _)| self.missing_from_build(name)) {
-            let names: Vec<&str> = left_out.iter().map(|(name, _)| name.as_str()).collect();
-            tracing::warn!(
-                "{} model(s) need a backend this binary was built without and stay unavailable, serving the \
-                 rest: {} ({reason})",
-                names.len(),
-                names.join(", ")
-            );
-        }
-        failures
-    }
-
-    /// Model directories present in the repositories (name -> directory). A name found in two
-    /// repositories maps to the first; `load` reports the conflict.
-    fn scan(&self) -> BTreeMap<String, PathBuf> {
-        let mut found = BTreeMap::new();
-        for repo in &self.options.repositories {
-            let Ok(entries) = std::fs::read_dir(repo) else {
-                tracing::warn!(repository = %repo.display(), "model repository is not readable");
-                continue;
-            };
-            for entry in entries.flatten() {
-                let path = entry.path();
-                let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else { continue };
-                if path.is_dir() && !name.starts_with('.') {
-                    found.entry(name).or_insert(path);
-                }
-            }
-        }
-        found
-    }
-
-    /// Where a load reads the model from: its override directory, else its repository directory.
-    fn source_dir(&self, name: &str, override_dir: Option<&OverrideDir>) -> CoreResult<PathBuf> {
-        match override_dir {
-            Some(o) => Ok(o.path.clone()),
-            None => self.locate(name),
-        }
-    }
-
-    fn locate(&self, name: &str) -> CoreResult<PathBuf> {
-        let dirs: Vec<PathBuf> =
-            self.options.repositories.iter().map(|r| r.join(name)).filter(|p| p.is_dir()).collect();
-        match dirs.as_slice() {
-            [] => Err(CoreError::internal(format!("failed to load '{name}', failed to poll from model repository"))),
-            [one] => Ok(one.clone()),
-            _ => Err(CoreError::invalid_arg(format!(
-                "failed to load '{name}': model appears in more than one model repository ({})",
-                dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
-            ))),
-        }
     }
 
     /// Loads (or reloads) a model with every version its policy selects. `config_override` is
@@ -333,33 +237,6 @@ impl ModelManager {
             Err(e) => self.log_failure(name, &e.message),
         }
         outcome
-    }
-
-    /// Logs a load failure, unless the previous one failed the same way: those are counted, and
-    /// the count is logged with the next different failure or [`Self::flush_failures`].
-    fn log_failure(&self, name: &str, message: &str) {
-        if let Ok(mut startup) = self.startup_failures.lock()
-            && let Some(last) = startup.as_mut()
-        {
-            let reason = message.replace(&format!("'{name}'"), "'<model>'").replace(&format!("/{name}/"), "/<model>/");
-            if last.0 == reason {
-                last.1 += 1;
-                tracing::debug!(model = name, "failed to load model: {message}");
-                return;
-            }
-            log_repeats(last);
-            *last = (reason, 0);
-        }
-        tracing::error!(model = name, "failed to load model: {message}");
-    }
-
-    /// Logs how many startup loads repeated the last failure, and stops counting repeats.
-    fn flush_failures(&self) {
-        if let Ok(mut startup) = self.startup_failures.lock()
-            && let Some(last) = startup.take()
-        {
-            log_repeats(&last);
-        }
     }
 
     /// Unloads a model. Ensembles that use it become unavailable until it is loaded again. With
@@ -618,90 +495,6 @@ fn lookup(models: &BTreeMap<String, ModelEntry>, name: &str, version: Option<i64
     }
 }
 
-impl ModelManager {
-    /// Every ready version, oldest first (for `/v2/models/stats`).
-    pub fn ready_models(&self) -> Vec<Arc<LoadedModel>> {
-        let Ok(models) = self.models.read() else { return Vec::new() };
-        models
-            .values()
-            .flat_map(|e| e.versions.values())
-            .filter_map(|s| match s {
-                VersionState::Ready(m) => Some(Arc::clone(m)),
-                VersionState::Unavailable(_) => None,
-            })
-            .collect()
-    }
-
-    /// Ready versions of one model, oldest first; NotFound for an unknown model.
-    pub fn ready_versions(&self, name: &str) -> CoreResult<Vec<Arc<LoadedModel>>> {
-        let models = self.models.read().map_err(|_| CoreError::internal("model table poisoned"))?;
-        let entry = models.get(name).ok_or_else(|| CoreError::unknown_model(name))?;
-        Ok(entry
-            .versions
-            .values()
-            .filter_map(|s| match s {
-                VersionState::Ready(m) => Some(Arc::clone(m)),
-                VersionState::Unavailable(_) => None,
-            })
-            .collect())
-    }
-
-    /// Triton's strict readiness: every model that was loaded (and not unloaded) has all its
-    /// versions ready.
-    pub fn all_ready(&self) -> bool {
-        let Ok(models) = self.models.read() else { return false };
-        models.values().filter(|e| !e.unloaded).all(|e| {
-            e.error.is_none()
-                && !e.versions.is_empty()
-                && e.versions.values().all(|s| matches!(s, VersionState::Ready(_)))
-        })
-    }
-
-    /// The repository index: every model directory, with the state of each known version.
-    pub fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
-        let on_disk: BTreeSet<String> = self.scan().into_keys().collect();
-        let Ok(models) = self.models.read() else { return Vec::new() };
-        let mut names: BTreeSet<&String> = on_disk.iter().collect();
-        names.extend(models.keys());
-        let mut out = Vec::new();
-        for name in names {
-            let Some(entry) = models.get(name) else {
-                if !ready_only {
-                    out.push(IndexEntry { name: name.clone(), version: None, state: None, reason: String::new() });
-                }
-                continue;
-            };
-            if let Some(error) = &entry.error {
-                if !ready_only {
-                    out.push(IndexEntry {
-                        name: name.clone(),
-                        version: None,
-                        state: Some("UNAVAILABLE"),
-                        reason: error.message.clone(),
-                    });
-                }
-                continue;
-            }
-            for (version, state) in &entry.versions {
-                let (state, reason) = match state {
-                    VersionState::Ready(_) => ("READY", String::new()),
-                    VersionState::Unavailable(reason) => ("UNAVAILABLE", reason.clone()),
-                };
-                if ready_only && state != "READY" {
-                    continue;
-                }
-                out.push(IndexEntry {
-                    name: name.clone(),
-                    version: Some(version.to_string()),
-                    state: Some(state),
-                    reason,
-                });
-            }
-        }
-        out
-    }
-}
-
 impl Infer for ModelManager {
     fn infer(&self, request: InferRequest) -> InferFuture<'_, InferResponse> {
         Box::pin(async move {
@@ -743,24 +536,6 @@ fn file_reference(config: &ModelConfig) -> Option<&'static str> {
     None
 }
 
-/// How many loads repeated a logged failure, if any did.
-fn log_repeats(last: &(String, usize)) {
-    if last.1 > 0 {
-        tracing::error!("{} more model(s) failed to load the same way: {}", last.1, last.0);
-    }
-}
-
-/// A name that can be a model directory's: not empty, no `/`, not `.` or `..`.
-fn valid_name(name: &str) -> bool {
-    !(name.is_empty() || name.contains('/') || name == "." || name == "..")
-}
-
-/// Whether a model directory's config.pbtxt mentions an ensemble (a cheap test that sends every
-/// ensemble, and perhaps a model with "ensemble" in a comment, to the one-by-one startup loads).
-fn mentions_ensemble(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("config.pbtxt")).is_ok_and(|text| text.contains("ensemble"))
-}
-
 fn entry_outcome(name: &str, entry: &ModelEntry) -> CoreResult<()> {
     if let Some(error) = &entry.error {
         return Err(if error.kind == crate::error::ErrorKind::Internal {
@@ -789,76 +564,4 @@ fn entry_outcome(name: &str, entry: &ModelEntry) -> CoreResult<()> {
 
 fn model_filename<'a>(config: &'a ModelConfig, default: &'a str) -> &'a str {
     if config.default_model_filename.is_empty() { default } else { &config.default_model_filename }
-}
-
-/// The temporary directory of a load with file overrides; removed when dropped.
-#[derive(Debug)]
-pub(crate) struct OverrideDir {
-    path: PathBuf,
-}
-
-impl OverrideDir {
-    /// Writes `files` (relative paths) into a new directory under the system's temporary
-    /// directory. The error is Triton's wording for what was wrong.
-    fn create(model: &str, files: &[(String, Vec<u8>)]) -> Result<Self, String> {
-        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let root = std::env::temp_dir();
-        let path = loop {
-            let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let nanos = std::time::SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-            let candidate = root.join(format!("tessera-override-{}-{n}-{nanos:08x}", std::process::id()));
-            match std::fs::create_dir(&candidate) {
-                Ok(()) => break candidate,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(format!("failed to create a directory for model '{model}': {e}")),
-            }
-        };
-        // From here on, a failure removes what was written.
-        let dir = Self { path };
-        for (key, contents) in files {
-            let relative = key.strip_prefix("file:").unwrap_or(key);
-            let target = dir.contained(relative).ok_or_else(|| {
-                format!(
-                    "Invalid file parameter '{key}' with normalized path '{}' must stay within model directory.",
-                    dir.path.join(relative).display()
-                )
-            })?;
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|_| format!("Invalid file parameter '{key}', directory has been created as a file"))?;
-            }
-            std::fs::write(&target, contents).map_err(|e| format!("failed to write file parameter '{key}': {e}"))?;
-        }
-        Ok(dir)
-    }
-
-    /// `relative` under this directory, if it names a file inside it (no `..`, no absolute path).
-    fn contained(&self, relative: &str) -> Option<PathBuf> {
-        use std::path::Component;
-        let mut path = self.path.clone();
-        let mut depth = 0usize;
-        for part in Path::new(relative).components() {
-            match part {
-                Component::Normal(p) => {
-                    path.push(p);
-                    depth += 1;
-                }
-                Component::CurDir => {}
-                Component::ParentDir if depth > 0 => {
-                    path.pop();
-                    depth -= 1;
-                }
-                _ => return None,
-            }
-        }
-        (depth > 0).then_some(path)
-    }
-}
-
-impl Drop for OverrideDir {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.path) {
-            tracing::warn!(path = %self.path.display(), "could not remove a model override directory: {e}");
-        }
-    }
 }

@@ -1,0 +1,63 @@
+//! Where models are on disk: the repositories' model directories, a model's one directory (or
+//! the temporary one of a load with file overrides), and what its files say before it loads.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::ModelManager;
+use super::overrides::OverrideDir;
+use crate::error::{CoreError, CoreResult};
+
+impl ModelManager {
+    /// Model directories present in the repositories (name -> directory). A name found in two
+    /// repositories maps to the first; `load` reports the conflict.
+    pub(super) fn scan(&self) -> BTreeMap<String, PathBuf> {
+        let mut found = BTreeMap::new();
+        for repo in &self.options.repositories {
+            let Ok(entries) = std::fs::read_dir(repo) else {
+                tracing::warn!(repository = %repo.display(), "model repository is not readable");
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else { continue };
+                if path.is_dir() && !name.starts_with('.') {
+                    found.entry(name).or_insert(path);
+                }
+            }
+        }
+        found
+    }
+
+    /// Where a load reads the model from: its override directory, else its repository directory.
+    pub(super) fn source_dir(&self, name: &str, override_dir: Option<&OverrideDir>) -> CoreResult<PathBuf> {
+        match override_dir {
+            Some(o) => Ok(o.path.clone()),
+            None => self.locate(name),
+        }
+    }
+
+    pub(super) fn locate(&self, name: &str) -> CoreResult<PathBuf> {
+        let dirs: Vec<PathBuf> =
+            self.options.repositories.iter().map(|r| r.join(name)).filter(|p| p.is_dir()).collect();
+        match dirs.as_slice() {
+            [] => Err(CoreError::internal(format!("failed to load '{name}', failed to poll from model repository"))),
+            [one] => Ok(one.clone()),
+            _ => Err(CoreError::invalid_arg(format!(
+                "failed to load '{name}': model appears in more than one model repository ({})",
+                dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+            ))),
+        }
+    }
+}
+
+/// A name that can be a model directory's: not empty, no `/`, not `.` or `..`.
+pub(super) fn valid_name(name: &str) -> bool {
+    !(name.is_empty() || name.contains('/') || name == "." || name == "..")
+}
+
+/// Whether a model directory's config.pbtxt mentions an ensemble (a cheap test that sends every
+/// ensemble, and perhaps a model with "ensemble" in a comment, to the one-by-one startup loads).
+pub(super) fn mentions_ensemble(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("config.pbtxt")).is_ok_and(|text| text.contains("ensemble"))
+}

@@ -1,0 +1,108 @@
+//! The loads a server starts with: every model the control mode asks for, in parallel (ensembles
+//! after their steps), their failures logged once per reason and returned for `--exit-on-error`.
+
+use std::sync::Arc;
+
+use super::scan::{mentions_ensemble, valid_name};
+use super::{ControlMode, ModelManager};
+
+impl ModelManager {
+    /// Loads the models the control mode asks for at startup. Returns the failures, so the
+    /// caller can honour `--exit-on-error`; models whose backend this binary was built without
+    /// are not among them (they stay unavailable with that reason, and a warning names them).
+    pub async fn load_startup_models(self: &Arc<Self>, explicit: &[String]) -> Vec<(String, String)> {
+        let names: Vec<String> = match self.options.control_mode {
+            ControlMode::Explicit if !explicit.iter().any(|n| n == "*") => explicit.to_vec(),
+            _ => self.scan().into_keys().collect(),
+        };
+        let mut failures = Vec::new();
+        let (names, invalid): (Vec<String>, Vec<String>) = names.into_iter().partition(|n| valid_name(n));
+        for name in invalid {
+            failures.push((name.clone(), format!("invalid model name '{name}'")));
+        }
+        // Models that are not ensembles load in parallel (as Triton's model load threads do);
+        // ensembles after them, one by one, each after the composing models it needs.
+        let (ensembles, plain): (Vec<String>, Vec<String>) =
+            names.into_iter().partition(|name| self.locate(name).is_ok_and(|dir| mentions_ensemble(&dir)));
+        if let Ok(mut startup) = self.startup_failures.lock() {
+            *startup = Some(Default::default());
+        }
+        let threads = match self.options.load_threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        };
+        {
+            use futures_util::StreamExt;
+            let _guard = self.control.lock().await;
+            let mut loads = futures_util::stream::iter(plain)
+                .map(|name| async move {
+                    let outcome = self.load_one(&name, None, None).await;
+                    (name, outcome)
+                })
+                .buffer_unordered(threads);
+            while let Some((name, outcome)) = loads.next().await {
+                if let Err(e) = outcome {
+                    failures.push((name, e.message));
+                }
+            }
+        }
+        self.refresh_ensembles(None);
+        for name in ensembles {
+            // Already loaded in this pass as an ensemble's composing model.
+            if self.models.read().is_ok_and(|m| m.contains_key(&name)) {
+                continue;
+            }
+            if let Err(e) = self.load(&name, None).await {
+                failures.push((name, e.message));
+            }
+        }
+        self.flush_failures();
+        failures.sort();
+        let (left_out, failures): (Vec<_>, Vec<_>) =
+            failures.into_iter().partition(|(name, _)| self.missing_from_build(name).is_some());
+        if let Some(reason) = left_out.first().and_then(|(name, _)| self.missing_from_build(name)) {
+            let names: Vec<&str> = left_out.iter().map(|(name, _)| name.as_str()).collect();
+            tracing::warn!(
+                "{} model(s) need a backend this binary was built without and stay unavailable, serving the \
+                 rest: {} ({reason})",
+                names.len(),
+                names.join(", ")
+            );
+        }
+        failures
+    }
+
+    /// Logs a load failure, unless the previous one failed the same way: those are counted, and
+    /// the count is logged with the next different failure or [`Self::flush_failures`].
+    pub(super) fn log_failure(&self, name: &str, message: &str) {
+        if let Ok(mut startup) = self.startup_failures.lock()
+            && let Some(last) = startup.as_mut()
+        {
+            let reason = message.replace(&format!("'{name}'"), "'<model>'").replace(&format!("/{name}/"), "/<model>/");
+            if last.0 == reason {
+                last.1 += 1;
+                tracing::debug!(model = name, "failed to load model: {message}");
+                return;
+            }
+            log_repeats(last);
+            *last = (reason, 0);
+        }
+        tracing::error!(model = name, "failed to load model: {message}");
+    }
+
+    /// Logs how many startup loads repeated the last failure, and stops counting repeats.
+    pub(super) fn flush_failures(&self) {
+        if let Ok(mut startup) = self.startup_failures.lock()
+            && let Some(last) = startup.take()
+        {
+            log_repeats(&last);
+        }
+    }
+}
+
+/// How many loads repeated a logged failure, if any did.
+fn log_repeats(last: &(String, usize)) {
+    if last.1 > 0 {
+        tracing::error!("{} more model(s) failed to load the same way: {}", last.1, last.0);
+    }
+}
