@@ -148,8 +148,8 @@ impl BatcherConfig {
 
 /// Sleeps until `deadline` with sub-millisecond precision. tokio's timer wheel has millisecond
 /// granularity, and `max_queue_delay_microseconds` is usually below a millisecond: the coarse part
-/// waits on tokio's timer, the last stretch on a blocking-pool thread (`nanosleep`, ~50-100 µs
-/// precision), which cannot be cancelled but lasts at most 2 ms.
+/// waits on tokio's timer, the last stretch on a blocking-pool thread (`nanosleep`), which cannot
+/// be cancelled but lasts at most 2 ms.
 async fn sleep_until_precise(deadline: Instant) {
     let coarse = Duration::from_millis(2);
     if deadline.saturating_duration_since(Instant::now()) > coarse {
@@ -182,12 +182,9 @@ enum Queue {
 /// worker thread, where the connections and the batches share the thread (a server given one
 /// core, or one of the connection threads, `crate::connection_threads`). An inline execution
 /// has ended before the thread parses its next request, and without gathering every request ran
-/// alone (one core saturated at concurrency 64: 1.2 requests per execution, 6.7 with it). On the
-/// shared runtime with several workers, requests that other workers parse queue while the
-/// instance runs, so batches form by themselves (16-core box, 4 workers, concurrency 64: 7.5
-/// requests per execution without gathering), and gathering only added queue time: at
-/// concurrency 16 add_sub_rust's server-side time rose from 105-125 to 116-160 µs, and
-/// closed-loop throughput fell in seven of eight runs (docs/benchmarks.md).
+/// alone on a saturated core. On the shared runtime with several workers, requests that other
+/// workers parse queue while the instance runs, so batches form by themselves, and gathering
+/// only added queue time.
 fn gathers_under_load() -> bool {
     tokio::runtime::Handle::try_current().is_ok_and(|runtime| runtime.metrics().num_workers() == 1)
 }
@@ -238,16 +235,14 @@ impl DynamicBatcher {
         batch_size: usize,
     ) -> impl std::future::Future<Output = BatchReply> + Send + 'static {
         // Fast path: with no queue delay, nothing queued and an idle instance, the batcher would
-        // dispatch this request alone at once; running it here saves two task hand-offs
-        // (measured: ~40 µs of p50 at concurrency 1). On one worker, not under load: an
-        // execution that runs inline has ended by the time the next connection's request is
-        // parsed, so the instance always looked idle and every request ran alone (one core
-        // saturated at concurrency 64: 1.00 request per execution, 38 µs of CPU per inference
-        // for the ONNX add_sub; queued, 7.8 and 20 µs).
+        // dispatch this request alone at once; running it here saves two task hand-offs. Only
+        // on one worker, not under load: there an execution that runs inline has ended by the
+        // time the next connection's request is parsed, so the instance always looked idle and
+        // every request ran alone, with no batching on a saturated core.
         // A caller about to block its thread on the answer (a guest's BLS call) cannot let
         // others gather behind a yield: when an instance is idle it runs at once, as at low load
         // (else a guest's BLS calls in a loop paid the batcher's hand-offs and a thread wake-up
-        // each: in-process, bls_add_sub took 64 µs a request instead of 13).
+        // each).
         // Only the queue without a task has the fast path (and gathers): the task's configs wait
         // for a fuller batch or keep responses in order.
         let shared = matches!(self.queue, Queue::Shared(_));
@@ -454,13 +449,9 @@ async fn run_batch(
 /// whose execution just ended, or where a request queued while a slot was free. A batcher task
 /// had to be woken for each batch, from the thread that queued the first request or freed the
 /// instance: a futex call and an inter-processor interrupt when that task's thread slept, and a
-/// third busy thread next to the connection threads. Measured against the task (issue 15, tenth
-/// round in docs/benchmarks.md): on the 2-core VM at concurrency 16 the same or slightly less CPU
-/// per inference and 20 % less server-side time; on one saturated core, the ONNX add_sub 17 %
-/// more throughput at concurrency 16. On four device cores (four connection threads) the Rust
-/// guest gained at concurrency 64 but the ONNX add_sub lost 4-17 % at concurrency 16, with more
-/// CPU per inference at the same batch sizes: not explained yet (suspects: four threads on this
-/// one lock, and executions moving between threads).
+/// third busy thread next to the connection threads. On a small box that cost more than the
+/// lock; on four cores one model measured slower at concurrency 16, not explained yet (suspects:
+/// four threads on this one lock, and executions moving between threads).
 ///
 /// No request is left behind: a request is queued and a slot tried under the lock, and a
 /// released slot's hook takes the lock after the slot is free, so either the request finds the
@@ -606,8 +597,7 @@ impl BatcherTask {
             // next slot, ahead of the connections that are readable too. `yield_now` runs after
             // the worker's other ready tasks and an I/O poll, so those parse and queue their
             // requests first. A pass that finds nobody (a busy box that is not saturated) costs
-            // a scheduler round; skipping passes after such a one measured the same at
-            // concurrency 4 on the 2-core VM and lost a third of the batching on a saturated
+            // a scheduler round; skipping passes after such a one lost batching on a saturated
             // core, so every pass is taken.
             if self.gather_under_load && config.max_delay.is_zero() && !self.queues.full() && self.pool.under_load() {
                 tokio::task::yield_now().await;

@@ -92,11 +92,10 @@ pub struct InstancePool {
 /// to a hundred or so microseconds between awaits). On a connection thread (a one-worker
 /// runtime, `crate::connection_threads`) its other connections wait meanwhile; a Wasm guest that
 /// runs on past a few ms hands them to another thread (`crate::infer::hand_off_worker`).
-/// It is not lower because an execution handed off is measured slower than the same execution
-/// inline (a cold thread, caches the client just used): on this project's 2-core VM a Python
-/// guest's add_sub took ~244 µs handed off and ~80-130 µs inline, so a 200 µs bound kept
-/// interpreted guests on hand-offs for good once a slow moment closed the gate, each request
-/// paying the two wake-ups and the cold run. Wall time is what is measured (reading the
+/// It is not lower because an execution handed off runs slower than the same execution inline
+/// (a cold thread, caches the client just used): a bound near an interpreted guest's inline time
+/// would keep it on hand-offs for good once a slow moment closed the gate, each request paying
+/// the two wake-ups and the cold run. Wall time is what is measured (reading the
 /// thread's CPU time costs a system call per reading); since a short execution on a busy box is
 /// sometimes preempted midway, one a little longer ([`SHORT_EXECUTION`] to [`LONG_EXECUTION`])
 /// only counts against the model when [`AMBIGUOUS_IN_A_ROW`] come in a row, while one past
@@ -106,10 +105,9 @@ pub struct InstancePool {
 ///
 /// The longer streak decays: each [`DECAY_FACTOR`] x `needed` short executions in a row halve it
 /// again (down to [`FIRST_STREAK`]). Without that, a busy box ratchets every model shut: a short
-/// inline run preempted for a scheduler slice (2-4 ms; on a 2-core VM shared with the client,
-/// about once every few seconds at 5k requests/s) doubled the streak each time, and after a
-/// minute of load no model ran inline again (measured: server-side time at concurrency 1 went
-/// from 20 to 70 µs). A run longer than [`HELD_LONG`], which no preemption explains, turns the
+/// inline run preempted for a scheduler slice (a few ms, now and then on a small box shared with
+/// its clients) doubled the streak each time, and after a minute of load no model ran inline
+/// again. A run longer than [`HELD_LONG`], which no preemption explains, turns the
 /// decay off for the model for [`HELD_LONG_MEMORY`]: a guest that loops to its time limit holds a
 /// runtime thread a logarithmic number of times per minute at most; one that stays under that
 /// bound holds it at most once per [`DECAY_FACTOR`] x [`FIRST_STREAK`] short runs, for less than
@@ -193,18 +191,15 @@ impl InlineGate {
 }
 
 /// A caller's request runs inline only when no execution ended this recently: closer arrivals
-/// mean load, where handing off is cheaper (see [`Dispatch`]). At concurrency 1 over loopback
-/// a client's next request comes ~150 µs after the last response; at concurrency 16 the gap
-/// is a few tens of µs.
+/// mean load, where handing off is cheaper (see [`Dispatch`]). A lone client's next request comes
+/// well after the last response; under load the gaps are a fraction of this.
 const INLINE_AFTER_IDLE: Duration = Duration::from_micros(100);
 
 /// Requests that reach a model this soon after its last execution ended are arriving back to
 /// back: the dynamic batcher lets them gather into batches instead of running each alone (see
-/// `scheduler::dynamic`). At concurrency 1 a client's next request comes 100+ µs after the last
-/// response, so it never queues. Measured on the 2-core VM (ONNX add_sub, CPU per inference): at
-/// 40 µs, concurrency 4 costs 0-8 % more and a saturated core runs 6-7 requests per execution at
-/// 36-40 % less; at 100 µs, concurrency 4 already queued, in batches that stay small, for 20-35 %
-/// more.
+/// `scheduler::dynamic`). A lone client's next request comes later than this, so it never queues.
+/// A wider window makes light load queue too, in batches that stay small, for more CPU per
+/// inference; this one lets a saturated core batch at little cost to light load.
 const BACK_TO_BACK: Duration = Duration::from_micros(40);
 
 impl InstancePool {
@@ -273,11 +268,9 @@ impl InstancePool {
 
     /// Whether requests are arriving back to back: the last execution ended less than
     /// [`BACK_TO_BACK`] plus half its own duration ago. After a long execution, answering it and
-    /// parsing the next request take longer (cold caches, most likely): on a saturated core the
-    /// next request of a Python guest (~130 µs executions) came 40-80 µs after the execution
-    /// ended, against 20-40 after a few-µs ONNX run, so with the fixed window that guest never
-    /// gathered (one request per execution at concurrency 16, 180 µs of CPU per inference; with
-    /// this, 6.7-6.8 and 117-125 µs). At concurrency 1 its next request comes 90-200 µs after.
+    /// parsing the next request take longer (cold caches, most likely), so with a fixed window a
+    /// slow guest's requests would never gather into batches on a saturated core, while a lone
+    /// client's still come too late to queue.
     pub fn under_load(&self) -> bool {
         let after_long = Duration::from_micros(self.last_took_us.load(Ordering::Relaxed) / 2);
         self.since_last_execution().is_some_and(|since| since < self.back_to_back + after_long)
@@ -537,12 +530,10 @@ enum Dispatch {
     /// The request's own task, for one request (an idle instance, or no batcher): latency-bound
     /// when the instance has been idle a while ([`INLINE_AFTER_IDLE`]), so such an instance
     /// runs on this thread if the task may block (`crate::infer::caller_may_block`: unary door
-    /// calls). Measured with a Python callable at concurrency 1: 104 µs
-    /// server-side per request handed to a blocking thread, 46 µs inline.
+    /// calls), which saves the hand-off's two wake-ups.
     Caller,
     /// A batcher's task: handed to a blocking thread. Under load that is cheaper than inline,
-    /// which moves the dispatching worker's core to another thread at every batch (measured at
-    /// concurrency 16: 42.5 µs of CPU per inference handed off, 47 µs inline).
+    /// which moves the dispatching worker's core to another thread at every batch.
     Handed,
 }
 
