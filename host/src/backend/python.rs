@@ -22,7 +22,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::child::drain_within;
-use super::wasm::WasmBackend;
+use super::wasm::{AllowList, WasmBackend};
 use super::{Backend, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};
@@ -218,17 +218,9 @@ impl PythonBackend {
     }
 }
 
-/// The models both allow-lists allow (`*` allows any).
+/// The models both allow-lists allow (`*` allows any), as an `allowed_models` value.
 fn narrow(server: &str, model: &str) -> String {
-    let list = |s: &str| s.split(',').map(str::trim).filter(|m| !m.is_empty()).map(String::from).collect::<Vec<_>>();
-    match (server.trim(), model.trim()) {
-        ("*", m) => m.to_string(),
-        (s, "*") => s.to_string(),
-        (s, m) => {
-            let model = list(m);
-            list(s).into_iter().filter(|name| model.contains(name)).collect::<Vec<_>>().join(",")
-        }
-    }
+    AllowList::parse(server).narrowed_by(&AllowList::parse(model)).to_parameter()
 }
 
 impl Backend for PythonBackend {

@@ -63,6 +63,7 @@ use cache::CompileCache;
 pub use compile::{Compiler, CompilerProcess, compile_component_main};
 use instance::{ComponentSource, InstanceParts, WasmInstance};
 use live::LiveSet;
+pub(crate) use sandbox::AllowList;
 use sandbox::Sandbox;
 use state::{GuestShared, GuestState};
 

@@ -30,7 +30,7 @@ pub(super) struct Sandbox {
 
 /// The models a guest may call through BLS (`allowed_models`).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(super) enum AllowList {
+pub(crate) enum AllowList {
     #[default]
     Nothing,
     Any,
@@ -38,11 +38,41 @@ pub(super) enum AllowList {
 }
 
 impl AllowList {
+    /// The `allowed_models` parameter's value: empty allows nothing, `*` any model, else a comma
+    /// list of names.
+    pub(crate) fn parse(text: &str) -> Self {
+        match text.trim() {
+            "" => AllowList::Nothing,
+            "*" => AllowList::Any,
+            list => AllowList::Only(list.split(',').map(|m| m.trim().to_string()).filter(|m| !m.is_empty()).collect()),
+        }
+    }
+
     pub(super) fn allows(&self, model: &str) -> bool {
         match self {
             AllowList::Nothing => false,
             AllowList::Any => true,
             AllowList::Only(list) => list.iter().any(|m| m == model),
+        }
+    }
+
+    /// The models both lists allow, in this list's order.
+    pub(crate) fn narrowed_by(&self, other: &AllowList) -> AllowList {
+        match (self, other) {
+            (AllowList::Nothing, _) | (_, AllowList::Nothing) => AllowList::Nothing,
+            (AllowList::Any, list) | (list, AllowList::Any) => list.clone(),
+            (AllowList::Only(mine), theirs) => {
+                AllowList::Only(mine.iter().filter(|m| theirs.allows(m)).cloned().collect())
+            }
+        }
+    }
+
+    /// The list as an `allowed_models` parameter value ([`Self::parse`] reads it back).
+    pub(crate) fn to_parameter(&self) -> String {
+        match self {
+            AllowList::Nothing => String::new(),
+            AllowList::Any => "*".into(),
+            AllowList::Only(list) => list.join(","),
         }
     }
 }
@@ -56,13 +86,7 @@ impl Sandbox {
         if max_memory > MAX_MEMORY_CAP {
             return Err(CoreError::invalid_arg("parameter 'max_memory_bytes' must be at most 4 GiB"));
         }
-        let allowed_models = match param("allowed_models").as_deref() {
-            None | Some("") => AllowList::Nothing,
-            Some("*") => AllowList::Any,
-            Some(list) => {
-                AllowList::Only(list.split(',').map(|m| m.trim().to_string()).filter(|m| !m.is_empty()).collect())
-            }
-        };
+        let allowed_models = AllowList::parse(param("allowed_models").as_deref().unwrap_or(""));
         let read_only_dir = match param("filesystem").as_deref() {
             None | Some("" | "none") => None,
             Some("read-only") => Some(version_dir.to_path_buf()),
