@@ -53,13 +53,11 @@ impl ModelManager {
             return None; // a cycle, reported as such by the load
         }
         seen.push(name.to_string());
-        let dir = self.locate(name).ok()?;
-        let steps = ensemble_dependencies(&dir, None);
-        if !steps.is_empty() {
-            return steps.iter().find_map(|step| self.missing_from_build_within(step, seen));
-        }
-        let path = dir.join("config.pbtxt");
+        let path = self.locate(name).ok()?.join("config.pbtxt");
         let config = config::parse_pbtxt(&std::fs::read_to_string(&path).ok()?, &path).ok()?;
+        if crate::scheduler::ensemble::is_ensemble(&config) {
+            return composing_models(&config).iter().find_map(|step| self.missing_from_build_within(step, seen));
+        }
         self.backends.resolve(&config, None).ok()?.missing_from_build().map(str::to_string)
     }
 

@@ -58,15 +58,22 @@ impl ModelManager {
         }
         self.flush_failures();
         failures.sort();
-        let (left_out, failures): (Vec<_>, Vec<_>) =
-            failures.into_iter().partition(|(name, _)| self.missing_from_build(name).is_some());
-        if let Some(reason) = left_out.first().and_then(|(name, _)| self.missing_from_build(name)) {
-            let names: Vec<&str> = left_out.iter().map(|(name, _)| name.as_str()).collect();
+        let mut left_out = Vec::new();
+        let mut reason = None;
+        failures.retain(|(name, _)| match self.missing_from_build(name) {
+            Some(why) => {
+                left_out.push(name.clone());
+                reason.get_or_insert(why);
+                false
+            }
+            None => true,
+        });
+        if let Some(reason) = reason {
             tracing::warn!(
                 "{} model(s) need a backend this binary was built without and stay unavailable, serving the \
                  rest: {} ({reason})",
-                names.len(),
-                names.join(", ")
+                left_out.len(),
+                left_out.join(", ")
             );
         }
         failures
