@@ -743,21 +743,22 @@ def grpc_stream_responses(url: str, model: str, inputs, outputs: Sequence[str], 
 
 
 # ---------------------------------------------------------------------------------------------
-# ONNX identity models of one datatype
+# One-node ONNX models of one datatype
 # ---------------------------------------------------------------------------------------------
 
-def write_onnx_identity(repo, name: str, dtype: str, dims: list[int], *, max_batch_size: int = 0,
-                        inp: str = "TEXT", out: str = "ECHO") -> None:
-    """An ONNX Identity model `inp` -> `out` of one datatype (TYPE_STRING, TYPE_FP32 or
-    TYPE_INT32), with its config."""
+def write_onnx_model(repo, name: str, dtype: str, dims: list[int], *, max_batch_size: int = 0,
+                     inp: str = "TEXT", out: str = "ECHO", op: str = "Identity") -> Path:
+    """An ONNX model of one node `out = op(inp)` (`op(inp, inp)` for a binary op such as "Add")
+    of one datatype (TYPE_STRING, TYPE_FP32 or TYPE_INT32), with its config; its directory."""
     import onnx
     from onnx import TensorProto, helper
 
     onnx_type = {"TYPE_STRING": TensorProto.STRING, "TYPE_FP32": TensorProto.FLOAT,
                  "TYPE_INT32": TensorProto.INT32}[dtype]
     onnx_dims = ([None] if max_batch_size else []) + [None if d < 0 else d for d in dims]
+    operands = [inp] if op == "Identity" else [inp, inp]
     graph = helper.make_graph(
-        [helper.make_node("Identity", [inp], [out])], name,
+        [helper.make_node(op, operands, [out])], name,
         [helper.make_tensor_value_info(inp, onnx_type, onnx_dims)],
         [helper.make_tensor_value_info(out, onnx_type, onnx_dims)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -770,8 +771,9 @@ def write_onnx_identity(repo, name: str, dtype: str, dims: list[int], *, max_bat
         f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: {max_batch_size}\n'
         f'input [ {{ name: "{inp}" data_type: {dtype} dims: [ {dims_text} ] }} ]\n'
         f'output [ {{ name: "{out}" data_type: {dtype} dims: [ {dims_text} ] }} ]\n')
+    return d
 
 
 def write_string_identity(repo, name: str = "strings") -> None:
     """An ONNX Identity over a STRING tensor [-1] (no batching)."""
-    write_onnx_identity(repo, name, "TYPE_STRING", [-1])
+    write_onnx_model(repo, name, "TYPE_STRING", [-1])

@@ -25,6 +25,7 @@ from tessera_testlib import (
     sse_events,
     wait_model_not_ready,
     wait_model_ready,
+    write_onnx_model,
 )
 
 QUICKSTART_ENSEMBLE = "text_pipeline"
@@ -66,22 +67,9 @@ def add_sub_twice(repo: Path, name: str = "ens_twice", model: str = "add_sub") -
 
 
 def int_model(repo: Path, name: str, *, dims: list[int], batching: bool, op: str = "Add") -> Path:
-    """An ONNX model Y = X op X on INT32 (generated here with the `onnx` package)."""
-    shape = (["N"] if batching else []) + dims
-    x = helper.make_tensor_value_info("X", TensorProto.INT32, shape)
-    y = helper.make_tensor_value_info("Y", TensorProto.INT32, shape)
-    graph = helper.make_graph([helper.make_node(op, ["X", "X"], ["Y"])], name, [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    d = repo / name
-    (d / "1").mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(d / "1" / "model.onnx"))
-    dims_text = ", ".join(str(x) for x in dims)
-    (d / "config.pbtxt").write_text(
-        f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: {8 if batching else 0}\n'
-        f'input [ {{ name: "X" data_type: TYPE_INT32 dims: [ {dims_text} ] }} ]\n'
-        f'output [ {{ name: "Y" data_type: TYPE_INT32 dims: [ {dims_text} ] }} ]\n')
-    return d
+    """An ONNX model Y = X op X on INT32."""
+    return write_onnx_model(repo, name, "TYPE_INT32", dims, max_batch_size=8 if batching else 0,
+                               inp="X", out="Y", op=op)
 
 
 def join_model(repo: Path, name: str) -> Path:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import requests
 
-from tessera_testlib import copy_model, wait_model_ready, write_onnx_identity
+from tessera_testlib import copy_model, wait_model_ready, write_onnx_model
 
 
 def raw_post(srv, model: str, body: bytes) -> requests.Response:
@@ -25,11 +25,11 @@ def binary_outputs(r: requests.Response) -> tuple[dict, bytes]:
 
 @pytest.fixture
 def raw_server(server_factory, repo):
-    write_onnx_identity(repo, "raw_fp32", "TYPE_FP32", [-1], max_batch_size=4, inp="IN", out="OUT")
-    write_onnx_identity(repo, "raw_fixed", "TYPE_INT32", [2, 3], inp="IN", out="OUT")
-    write_onnx_identity(repo, "raw_two_vars", "TYPE_FP32", [-1, -1], inp="IN", out="OUT")
-    write_onnx_identity(repo, "raw_text", "TYPE_STRING", [1], inp="IN", out="OUT")
-    write_onnx_identity(repo, "raw_texts", "TYPE_STRING", [-1], inp="IN", out="OUT")
+    write_onnx_model(repo, "raw_fp32", "TYPE_FP32", [-1], max_batch_size=4, inp="IN", out="OUT")
+    write_onnx_model(repo, "raw_fixed", "TYPE_INT32", [2, 3], inp="IN", out="OUT")
+    write_onnx_model(repo, "raw_two_vars", "TYPE_FP32", [-1, -1], inp="IN", out="OUT")
+    write_onnx_model(repo, "raw_text", "TYPE_STRING", [1], inp="IN", out="OUT")
+    write_onnx_model(repo, "raw_texts", "TYPE_STRING", [-1], inp="IN", out="OUT")
     copy_model(repo, "simple")
     srv = server_factory(repo)
     for m in ("raw_fp32", "raw_fixed", "raw_two_vars", "raw_text", "raw_texts", "simple"):

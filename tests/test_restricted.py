@@ -11,7 +11,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tessera_testlib import READY_DEADLINE, copy_model, run_cli, start_server, wait_model_ready, wait_until
+from tessera_testlib import READY_DEADLINE, copy_model, run_cli, start_server, wait_until
 
 HEADER = "Tok-Name"
 
