@@ -163,6 +163,11 @@ pub struct ServeArgs {
     /// Triton's `--http-thread-count` is the same flag.
     #[arg(long = "connection-thread-count", alias = "http-thread-count", env = "TESSERA_CONNECTION_THREAD_COUNT")]
     pub connection_thread_count: Option<usize>,
+    /// Turns off every fast path of request execution (inline and in-place executions, the
+    /// batcher's shortcut, connection threads, repolls), for debugging: each request is queued
+    /// and run on a blocking thread. Answers are the same, at more CPU per request. Process-wide.
+    #[arg(long, env = "TESSERA_NO_FAST_PATHS")]
+    pub no_fast_paths: bool,
 
     /// Address the gRPC server binds.
     #[arg(long, default_value = "0.0.0.0", env = "TESSERA_GRPC_ADDRESS")]
@@ -469,6 +474,7 @@ impl ServeArgs {
             },
             http_restrictions: Restrictions::parse("http-restricted-api", &self.http_restricted_api)?,
             connection_threads: self.connection_thread_count.unwrap_or_else(default_connection_threads),
+            fast_paths: !self.no_fast_paths,
             grpc: self.allow_grpc.then(|| Listen::new(&self.grpc_address, self.grpc_port)),
             grpc_options: GrpcOptions {
                 max_message_size: self.grpc_max_message_size,

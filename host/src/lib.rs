@@ -37,8 +37,8 @@
 mod backend;
 mod cache;
 mod config;
-mod connection_threads;
 mod error;
+mod execution;
 mod frontend;
 mod grpc;
 mod http;

@@ -45,7 +45,7 @@ pub fn send_blocking(responder: &Responder, response: RawResponse) -> bool {
         Ok(()) => true,
         Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => false,
         Err(tokio::sync::mpsc::error::TrySendError::Full(response)) => {
-            crate::infer::blocking(|| responder.blocking_send(response).is_ok())
+            crate::execution::blocking(|| responder.blocking_send(response).is_ok())
         }
     }
 }
@@ -76,7 +76,7 @@ pub fn send_blocking_until(
             let deadline = tokio::time::Instant::from_std(deadline);
             // An async block: the timer is made at the first poll, inside the runtime's context.
             let wait = async { tokio::time::timeout_at(deadline, responder.send(response)).await };
-            match crate::infer::wait_for(runtime, wait) {
+            match crate::execution::wait_for(runtime, wait) {
                 Ok(Ok(())) => Sent::Delivered,
                 Ok(Err(_)) => Sent::Gone,
                 Err(_) => Sent::TimedOut,
@@ -98,6 +98,8 @@ pub struct ExecRequest {
     /// Where the scheduler adds the compute time of the execution(s) that served this request,
     /// so a caller (an ensemble summing its steps) learns it whatever batch the request joined.
     pub compute: Option<Arc<ComputeTime>>,
+    /// Who waits for the answer (from [`crate::infer::InferRequest::caller`]).
+    pub caller: crate::execution::Caller,
 }
 
 /// Compute time spent for one request, in nanoseconds (added to from the scheduler's tasks).
@@ -163,7 +165,7 @@ pub trait ModelInstance: Send {
     fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>>;
 
     /// Whether a request dispatched by its own task (an idle instance, or no batcher; a unary
-    /// door call, see `crate::infer::with_caller_blocking`) should run on that task's thread
+    /// door call, see `crate::execution::Caller`) should run on that task's thread
     /// (tokio's `block_in_place`, which moves the worker's other tasks elsewhere) instead of
     /// being handed to a blocking thread; batches a batcher forms are always handed off. Worth
     /// it when one execution costs about as much as two thread wake-ups (an embedded Python
@@ -174,7 +176,7 @@ pub trait ModelInstance: Send {
     }
 
     /// Whether `execute` only computes: it never waits on other threads, locks, I/O or timers,
-    /// except through [`crate::infer::blocking`] (which a BLS call or a full response buffer
+    /// except through [`crate::execution::blocking`] (which a BLS call or a full response buffer
     /// goes through). Such an instance's executions run on the async runtime's own thread, with
     /// no hand-off at all, once the scheduler has measured them short (see
     /// `scheduler::pool::InlineGate`): for a few-microsecond model the hand-off to a blocking

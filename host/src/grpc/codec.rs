@@ -257,6 +257,8 @@ pub fn decode_request(request: ModelInferRequest) -> CoreResult<DecodedRequest> 
         outputs,
         parameters,
         unknown_datatype_inputs: unknown_datatypes,
+        // A stream's requests stay so; the unary door says its caller may block.
+        caller: crate::execution::Caller::Detached,
     };
     Ok(DecodedRequest { request, shm_inputs })
 }

@@ -33,6 +33,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{CoreError, CoreResult};
+use crate::execution::Caller;
 use crate::frontend::{EXTENSIONS, Frontend, SettingValue};
 use crate::infer::check_string_correlation_id;
 use crate::model::LoadedModel;
@@ -236,7 +237,8 @@ impl GrpcInferenceService for InferenceService {
         // The version checked above serves it, even if a newer one turns ready meanwhile.
         request.model_version = Some(model.version);
         // A unary call is its own task: an inline execution may block it.
-        let response = crate::infer::with_caller_blocking(true, self.frontend.infer(request)).await?;
+        request.caller = Caller::Task;
+        let response = self.frontend.infer(request).await?;
         ok(codec::encode_response(response))
     }
 

@@ -12,7 +12,7 @@ use tonic::codec::CompressionEncoding;
 use super::health::HealthService;
 use super::options::GrpcOptions;
 use super::{InferenceService, limits, restrict};
-use crate::connection_threads::{ConnectionThreads, OpenConnection};
+use crate::execution::connection_threads::{ConnectionThreads, OpenConnection};
 use crate::frontend::Frontend;
 use crate::proto::health::health_server::HealthServer;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;

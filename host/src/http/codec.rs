@@ -228,6 +228,8 @@ pub fn decode_request(
         outputs,
         parameters: request_params,
         unknown_datatype_inputs: unknown_datatypes,
+        // The infer handler says its caller may block.
+        caller: crate::execution::Caller::Detached,
     };
     Ok(HttpInferRequest {
         request: DecodedRequest { request, shm_inputs },

@@ -11,7 +11,6 @@ pub(crate) mod json_data;
 mod json_structure;
 mod json_syntax;
 mod path;
-mod repoll;
 mod response;
 mod serve;
 
@@ -36,6 +35,7 @@ pub use self::path::ModelPath;
 use self::response::{empty_ok, error_json, ok_json};
 pub use self::serve::{ConnectionLimits, serve};
 use crate::error::{CoreError, CoreResult, ErrorKind};
+use crate::execution::Caller;
 use crate::frontend::{EXTENSIONS, Frontend, SettingValue, TensorMetadata};
 use crate::model::LoadedModel;
 use crate::restricted::{ApiCategory, Restrictions};
@@ -206,8 +206,7 @@ async fn infer(
     request: Request,
 ) -> HttpResult {
     let version = version?;
-    // One request per task: an inline execution may block it.
-    let result = crate::infer::with_caller_blocking(true, infer_model(&state, &model, version, request)).await;
+    let result = infer_model(&state, &model, version, request).await;
     result.map_err(|error| {
         // Like Triton, an unsupported Content-Encoding also says which encodings are accepted.
         let unsupported_encoding = error.message.starts_with(UNSUPPORTED_COMPRESSION);
@@ -240,6 +239,8 @@ async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, reque
     let mut request = state.frontend.read_shm_inputs(decoded.request)?;
     // The version checked above serves it, even if a newer one turns ready meanwhile.
     request.model_version = Some(serving);
+    // One request per task: an inline execution may block it.
+    request.caller = Caller::Task;
     let response = state.frontend.infer(request).await?;
     let (body, header_length) = codec::encode_response(&response, &decoded.binary_outputs)?;
     let mut http = Response::new(Body::from(body));

@@ -30,8 +30,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tower::ServiceExt;
 
-use super::repoll::RepollOnSelfWake;
-use crate::connection_threads::ConnectionThreads;
+use crate::execution::connection_threads::ConnectionThreads;
+use crate::execution::repoll::RepollOnSelfWake;
 
 /// Connection limits and timeouts of the HTTP door.
 #[derive(Debug, Clone)]

@@ -195,7 +195,7 @@ impl ModelIo {
         if batching && batch_size == 0 {
             return Err(invalid(format!("inference request batch-size must be >= 1 for '{model}'")));
         }
-        let InferRequest { id, mut inputs, parameters, .. } = request;
+        let InferRequest { id, mut inputs, parameters, caller, .. } = request;
         for (position, shape) in reshaped {
             inputs[position].shape = shape;
         }
@@ -204,6 +204,7 @@ impl ModelIo {
             inputs,
             outputs: wanted.iter().map(|o| o.name.clone()).collect(),
             parameters,
+            caller,
             ..Default::default()
         };
         let batch_size = if batching { batch_size as usize } else { 1 };

@@ -180,7 +180,7 @@ enum Queue {
 
 /// Whether a batcher on this runtime should gather requests under load: on a runtime with one
 /// worker thread, where the connections and the batches share the thread (a server given one
-/// core, or one of the connection threads, `crate::connection_threads`). An inline execution
+/// core, or one of the connection threads, `crate::execution::connection_threads`). An inline execution
 /// has ended before the thread parses its next request, and without gathering every request ran
 /// alone on a saturated core. On the shared runtime with several workers, requests that other
 /// workers parse queue while the instance runs, so batches form by themselves, and gathering
@@ -248,8 +248,9 @@ impl DynamicBatcher {
         let shared = matches!(self.queue, Queue::Shared(_));
         let gather = shared && gathers_under_load();
         let idle_instance = if shared
+            && crate::execution::fast_paths()
             && self.stats.pending() == 0
-            && (!gather || !self.pool.under_load() || crate::infer::caller_waits_in_place())
+            && (!gather || !self.pool.under_load() || exec.caller.waits_in_place())
         {
             self.pool.try_acquire()
         } else {

@@ -4,6 +4,7 @@ use bytes::Bytes;
 
 use super::*;
 use crate::backend::ModelInstance;
+use crate::execution::Caller;
 use crate::tensor::DataType;
 
 type Gate = Arc<(Mutex<bool>, Condvar)>;
@@ -165,26 +166,31 @@ async fn requests_arriving_back_to_back_gather_into_one_batch() {
     assert_eq!(batches[1], (0..8).map(|i| format!("c{i}")).collect::<Vec<_>>());
 }
 
-/// A caller that waits in place for its answer (a guest's BLS call, `infer::wait_for`) keeps
+/// A caller that waits in place for its answer (a guest's BLS call, `Caller::Thread`) keeps
 /// the fast path under load: it blocks its thread, so nothing can gather behind a yield, and
-/// the batcher's hand-offs would only add a thread wake-up per call.
+/// the batcher's hand-offs would only add a thread wake-up per call. The request says so, not
+/// the thread: the same calls from the same thread marked `Detached` go through the queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_caller_waiting_in_place_keeps_the_fast_path_under_load() {
-    let h = Harness::always_under_load(8);
-    h.open();
-    let batcher = Arc::new(h.batcher);
-    let runtime = tokio::runtime::Handle::current();
-    let caller = tokio::task::spawn_blocking(move || {
-        for i in 0..4u8 {
-            let exec = request(&format!("s{i}"), i, 1, &[]);
-            crate::infer::wait_for(&runtime, async { batcher.submit(exec, 1).await }).unwrap();
-        }
-    });
-    caller.await.unwrap();
-    assert_eq!(h.batches.lock().unwrap().len(), 4);
-    let stats = h.stats.snapshot();
-    // The fast path records no queue time; the batcher's queue records each request's wait.
-    assert_eq!((stats.queue.count, stats.queue.ns), (4, 0), "a request went through the batcher's queue");
+    for (caller, queued) in [(Caller::Thread, false), (Caller::Detached, true)] {
+        let h = Harness::always_under_load(8);
+        h.open();
+        let batcher = Arc::new(h.batcher);
+        let runtime = tokio::runtime::Handle::current();
+        let calls = tokio::task::spawn_blocking(move || {
+            for i in 0..4u8 {
+                let exec = ExecRequest { caller, ..request(&format!("s{i}"), i, 1, &[]) };
+                let out = crate::execution::wait_for(&runtime, async { batcher.submit(exec, 1).await }).unwrap();
+                assert_eq!(&out[0].data[..], &[i]);
+            }
+        });
+        calls.await.unwrap();
+        assert_eq!(h.batches.lock().unwrap().len(), 4);
+        let stats = h.stats.snapshot();
+        // The fast path records no queue time; the batcher's queue records each request's wait.
+        assert_eq!(stats.queue.count, 4);
+        assert_eq!(stats.queue.ns > 0, queued, "{caller:?}: queued {}", stats.queue.ns > 0);
+    }
 }
 
 /// With several workers, requests under load keep the fast path: batches form by themselves

@@ -147,8 +147,9 @@ impl Scheduler {
             }
             Self::Ensemble(ensemble) => {
                 let sink = exec.compute.clone();
-                // Its steps run concurrently within this task: none may block it.
-                let (outputs, compute) = crate::infer::with_caller_blocking(false, ensemble.execute(exec)).await?;
+                // Its steps are requests of their own, which run concurrently within this task
+                // and so may not block it (`Caller::Detached`, their default).
+                let (outputs, compute) = ensemble.execute(exec).await?;
                 if let Some(sink) = sink {
                     sink.add(compute);
                 }

@@ -4,7 +4,7 @@
 //! scheduler formed the batch.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::rate_limit::{Claim, RateLimiter};
 use crate::backend::{ExecRequest, ModelInstance};
 use crate::error::{CoreError, CoreResult};
+use crate::execution::{Caller, InlineGate};
 use crate::stats::ModelStats;
 use crate::tensor::Tensor;
 
@@ -80,114 +81,6 @@ pub struct InstancePool {
     max_queue: Option<usize>,
     /// Called whenever a slot is given back (see [`InstanceSlot`]).
     on_release: OnceLock<ReleaseHook>,
-}
-
-/// Whether a model's executions run on the calling task's own thread, decided by measuring them.
-///
-/// Handing an execution to a blocking thread and back costs two thread wake-ups: on this kind of
-/// box tens of microseconds of CPU and of latency, more than a small ONNX model or a Rust guest
-/// takes to run. So an instance that [`ModelInstance::only_computes`] runs its executions inline,
-/// on the async runtime's thread, once the last [`FIRST_STREAK`] executions of its model each took
-/// at most [`SHORT_EXECUTION`]. A runtime thread may be held that long (tokio's guidance is tens
-/// to a hundred or so microseconds between awaits). On a connection thread (a one-worker
-/// runtime, `crate::connection_threads`) its other connections wait meanwhile; a Wasm guest that
-/// runs on past a few ms hands them to another thread (`crate::infer::hand_off_worker`).
-/// It is not lower because an execution handed off runs slower than the same execution inline
-/// (a cold thread, caches the client just used): a bound near an interpreted guest's inline time
-/// would keep it on hand-offs for good once a slow moment closed the gate, each request paying
-/// the two wake-ups and the cold run. Wall time is what is measured (reading the
-/// thread's CPU time costs a system call per reading); since a short execution on a busy box is
-/// sometimes preempted midway, one a little longer ([`SHORT_EXECUTION`] to [`LONG_EXECUTION`])
-/// only counts against the model when [`AMBIGUOUS_IN_A_ROW`] come in a row, while one past
-/// [`LONG_EXECUTION`] (a guest looping to its time limit) closes the gate at once. After holding a
-/// runtime thread long the model goes back to hand-offs and must show a streak twice as long as
-/// before to run inline again.
-///
-/// The longer streak decays: each [`DECAY_FACTOR`] x `needed` short executions in a row halve it
-/// again (down to [`FIRST_STREAK`]). Without that, a busy box ratchets every model shut: a short
-/// inline run preempted for a scheduler slice (a few ms, now and then on a small box shared with
-/// its clients) doubled the streak each time, and after a minute of load no model ran inline
-/// again. A run longer than [`HELD_LONG`], which no preemption explains, turns the
-/// decay off for the model for [`HELD_LONG_MEMORY`]: a guest that loops to its time limit holds a
-/// runtime thread a logarithmic number of times per minute at most; one that stays under that
-/// bound holds it at most once per [`DECAY_FACTOR`] x [`FIRST_STREAK`] short runs, for less than
-/// [`HELD_LONG`].
-struct InlineGate {
-    /// Executions in a row no longer than [`SHORT_EXECUTION`].
-    streak: AtomicU32,
-    /// Executions in a row between [`SHORT_EXECUTION`] and [`LONG_EXECUTION`].
-    ambiguous: AtomicU32,
-    /// The streak that opens the gate.
-    needed: AtomicU32,
-    /// When an inline run last took longer than [`HELD_LONG`] (ms since `epoch`, 0: never):
-    /// the needed streak does not decay for [`HELD_LONG_MEMORY`] after it.
-    held_long_ms: AtomicU64,
-    epoch: Instant,
-}
-
-const SHORT_EXECUTION: Duration = Duration::from_micros(500);
-const LONG_EXECUTION: Duration = Duration::from_millis(2);
-const AMBIGUOUS_IN_A_ROW: u32 = 4;
-const FIRST_STREAK: u32 = 8;
-const LONGEST_STREAK: u32 = 1 << 20;
-const DECAY_FACTOR: u32 = 16;
-const HELD_LONG: Duration = Duration::from_millis(50);
-const HELD_LONG_MEMORY: Duration = Duration::from_secs(60);
-
-impl InlineGate {
-    fn new() -> Self {
-        Self {
-            streak: AtomicU32::new(0),
-            ambiguous: AtomicU32::new(0),
-            needed: AtomicU32::new(FIRST_STREAK),
-            held_long_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
-        }
-    }
-
-    fn open(&self) -> bool {
-        self.streak.load(Ordering::Relaxed) >= self.needed.load(Ordering::Relaxed)
-    }
-
-    fn held_long_recently(&self) -> bool {
-        let at = self.held_long_ms.load(Ordering::Relaxed);
-        at != 0 && self.epoch.elapsed().saturating_sub(Duration::from_millis(at)) < HELD_LONG_MEMORY
-    }
-
-    fn record(&self, took: Duration, inline: bool) {
-        if took <= SHORT_EXECUTION {
-            self.ambiguous.store(0, Ordering::Relaxed);
-            let streak = self
-                .streak
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1))
-                .map_or(u32::MAX, |n| n + 1);
-            let needed = self.needed.load(Ordering::Relaxed);
-            if needed > FIRST_STREAK && streak >= needed.saturating_mul(DECAY_FACTOR) && !self.held_long_recently() {
-                let halved = (needed / 2).max(FIRST_STREAK);
-                // Compare-and-swap: a long run that doubled `needed` meanwhile is not undone, and
-                // a streak it reset to 0 stays 0 (the gate stays closed).
-                if self.needed.compare_exchange(needed, halved, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-                    // Still open: the streak counts towards the next halving from here.
-                    let _ =
-                        self.streak.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| (s != 0).then_some(halved));
-                }
-            }
-            return;
-        }
-        if took <= LONG_EXECUTION && self.ambiguous.fetch_add(1, Ordering::Relaxed) + 1 < AMBIGUOUS_IN_A_ROW {
-            return;
-        }
-        self.ambiguous.store(0, Ordering::Relaxed);
-        self.streak.store(0, Ordering::Relaxed);
-        if inline {
-            let _ =
-                self.needed.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some((n * 2).min(LONGEST_STREAK)));
-            if took > HELD_LONG {
-                let now_ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX).max(1);
-                self.held_long_ms.store(now_ms, Ordering::Relaxed);
-            }
-        }
-    }
 }
 
 /// A caller's request runs inline only when no execution ended this recently: closer arrivals
@@ -409,6 +302,28 @@ impl InstancePool {
         results
     }
 
+    /// Where a batch for `instance` runs (see `crate::execution`): inline with no hand-off when
+    /// the instance only computes and the gate is open; in place for a lone request whose
+    /// caller may block, to an instance that [`ModelInstance::runs_inline`]; otherwise handed to
+    /// a blocking thread, as every batch is with the fast paths off.
+    fn placement(&self, instance: &dyn ModelInstance, dispatch: Dispatch, caller: Caller, fast: bool) -> Placement {
+        if !fast {
+            return Placement::Handed;
+        }
+        if instance.only_computes()
+            && self.gate.open()
+            && let Some(runtime) = crate::execution::multi_thread_runtime()
+        {
+            return Placement::Inline(runtime);
+        }
+        let in_place = matches!(dispatch, Dispatch::Caller)
+            && caller.may_block()
+            && self.since_last_execution().is_none_or(|idle_for| idle_for >= INLINE_AFTER_IDLE)
+            && instance.runs_inline()
+            && crate::execution::on_multi_thread_runtime();
+        if in_place { Placement::InPlace } else { Placement::Handed }
+    }
+
     /// Runs the batch on an idle instance: inline with no hand-off when the instance only
     /// computes and the gate is open; in place on the caller's thread (`block_in_place`) for a
     /// lone request to an instance that [`ModelInstance::runs_inline`]; otherwise on a blocking
@@ -433,16 +348,9 @@ impl InstancePool {
         let Some(instance) = borrowed.pooled.as_ref().map(|p| &p.instance) else {
             return Err(CoreError::internal("no idle model instance despite a free slot"));
         };
-        // The runtime whose worker runs the execution inline, when it does.
-        let inline_on =
-            (instance.only_computes() && self.gate.open()).then(crate::infer::multi_thread_runtime).flatten();
-        let direct = inline_on.is_some();
-        let in_place = !direct
-            && matches!(dispatch, Dispatch::Caller)
-            && crate::infer::caller_may_block()
-            && self.since_last_execution().is_none_or(|idle_for| idle_for >= INLINE_AFTER_IDLE)
-            && instance.runs_inline()
-            && crate::infer::on_multi_thread_runtime();
+        let caller = batch.first().map_or(Caller::Detached, |exec| exec.caller);
+        let placement = self.placement(instance.as_ref(), dispatch, caller, crate::execution::fast_paths());
+        let direct = matches!(placement, Placement::Inline(_));
         let alive = Arc::clone(&self.alive);
         let slots = Arc::clone(&self.slots);
         let available = Arc::clone(&self.available);
@@ -482,12 +390,10 @@ impl InstancePool {
                 }
             }
         };
-        let joined = if let Some(runtime) = inline_on {
-            Ok(crate::infer::run_inline(runtime, work))
-        } else if in_place {
-            Ok(tokio::task::block_in_place(work))
-        } else {
-            tokio::task::spawn_blocking(work).await
+        let joined = match placement {
+            Placement::Inline(runtime) => Ok(crate::execution::run_inline(runtime, work)),
+            Placement::InPlace => Ok(tokio::task::block_in_place(work)),
+            Placement::Handed => tokio::task::spawn_blocking(work).await,
         };
         match joined {
             Ok(Some((results, took))) => Ok((results, took, direct)),
@@ -524,12 +430,22 @@ impl Drop for Borrowed {
     }
 }
 
+/// Where an execution runs ([`InstancePool::placement`]).
+enum Placement {
+    /// On this async runtime worker's thread, which it may hand over if the run goes long.
+    Inline(tokio::runtime::Handle),
+    /// On the caller's thread, its worker's other tasks moved elsewhere first.
+    InPlace,
+    /// On a blocking-pool thread.
+    Handed,
+}
+
 /// Who runs a batch, which decides whether an instance that [`ModelInstance::runs_inline`] does.
 #[derive(Clone, Copy)]
 enum Dispatch {
     /// The request's own task, for one request (an idle instance, or no batcher): latency-bound
     /// when the instance has been idle a while ([`INLINE_AFTER_IDLE`]), so such an instance
-    /// runs on this thread if the task may block (`crate::infer::caller_may_block`: unary door
+    /// runs on this thread if the task may block ([`crate::execution::Caller::may_block`]: unary door
     /// calls), which saves the hand-off's two wake-ups.
     Caller,
     /// A batcher's task: handed to a blocking thread. Under load that is cheaper than inline,

@@ -1,96 +1,5 @@
 use super::*;
 
-const SHORT: Duration = Duration::from_micros(20);
-const AMBIGUOUS: Duration = Duration::from_micros(1_000);
-const LONG: Duration = Duration::from_millis(50);
-
-fn opened_after(gate: &InlineGate, short_runs: u32) -> bool {
-    for _ in 0..short_runs {
-        gate.record(SHORT, false);
-    }
-    gate.open()
-}
-
-#[test]
-fn the_inline_gate_opens_after_a_streak_of_short_executions() {
-    let gate = InlineGate::new();
-    assert!(!opened_after(&gate, FIRST_STREAK - 1), "open before the streak");
-    assert!(opened_after(&gate, 1));
-}
-
-#[test]
-fn an_interpreted_guests_few_hundred_microseconds_open_the_gate() {
-    // A Python guest's add_sub measured ~244 µs handed off: under a 200 µs bound it never
-    // ran inline again.
-    let gate = InlineGate::new();
-    for _ in 0..FIRST_STREAK {
-        gate.record(Duration::from_micros(300), false);
-    }
-    assert!(gate.open(), "300 µs executions stay on hand-offs");
-    for _ in 0..AMBIGUOUS_IN_A_ROW {
-        gate.record(Duration::from_micros(450), true);
-    }
-    assert!(gate.open(), "450 µs inline executions close the gate");
-}
-
-#[test]
-fn a_long_inline_execution_closes_the_gate_and_doubles_the_streak_needed() {
-    let gate = InlineGate::new();
-    assert!(opened_after(&gate, FIRST_STREAK));
-    gate.record(LONG, true);
-    assert!(!gate.open(), "a guest looping to its limit keeps running inline");
-    assert!(!opened_after(&gate, 2 * FIRST_STREAK - 1));
-    assert!(opened_after(&gate, 1));
-    // A long run that was handed off closes the gate but costs no longer streak.
-    gate.record(LONG, false);
-    assert!(!opened_after(&gate, 2 * FIRST_STREAK - 1));
-    assert!(opened_after(&gate, 1));
-}
-
-#[test]
-fn the_longer_streak_decays_after_a_well_behaved_stretch() {
-    let gate = InlineGate::new();
-    assert!(opened_after(&gate, FIRST_STREAK));
-    // A preempted short run: past LONG_EXECUTION, short of HELD_LONG.
-    gate.record(LONG_EXECUTION + Duration::from_millis(1), true);
-    assert!(!opened_after(&gate, 2 * FIRST_STREAK - 1));
-    assert!(opened_after(&gate, 1));
-    assert_eq!(gate.needed.load(Ordering::Relaxed), 2 * FIRST_STREAK);
-    opened_after(&gate, 2 * FIRST_STREAK * DECAY_FACTOR);
-    assert_eq!(gate.needed.load(Ordering::Relaxed), FIRST_STREAK, "the streak needed came back down");
-    assert!(gate.open(), "halving the streak needed must not close the gate");
-    gate.record(LONG_EXECUTION + Duration::from_millis(1), true);
-    assert!(!opened_after(&gate, 2 * FIRST_STREAK - 1), "a later preemption doubles from the decayed value");
-    assert!(opened_after(&gate, 1));
-}
-
-#[test]
-fn a_model_that_held_a_thread_longer_than_any_preemption_does_not_decay_for_a_while() {
-    let gate = InlineGate::new();
-    assert!(opened_after(&gate, FIRST_STREAK));
-    gate.record(HELD_LONG + Duration::from_millis(1), true);
-    assert!(gate.held_long_recently());
-    opened_after(&gate, 100 * FIRST_STREAK * DECAY_FACTOR);
-    assert_eq!(gate.needed.load(Ordering::Relaxed), 2 * FIRST_STREAK, "a looping guest's streak decayed");
-}
-
-#[test]
-fn executions_a_little_long_close_the_gate_only_several_in_a_row() {
-    let gate = InlineGate::new();
-    assert!(opened_after(&gate, FIRST_STREAK));
-    for _ in 0..AMBIGUOUS_IN_A_ROW - 1 {
-        gate.record(AMBIGUOUS, true);
-    }
-    assert!(gate.open(), "a preempted short run closed the gate");
-    gate.record(SHORT, true); // a short run in between starts the count again
-    for _ in 0..AMBIGUOUS_IN_A_ROW - 1 {
-        gate.record(AMBIGUOUS, true);
-    }
-    assert!(gate.open());
-    gate.record(AMBIGUOUS, true);
-    assert!(!gate.open(), "{AMBIGUOUS_IN_A_ROW} ambiguous runs in a row left the gate open");
-}
-
 /// An instance that stays inside execute until `target` executions overlap (or `patience`
 /// passes), counting how many run at once.
 struct GatedInstance {
@@ -164,8 +73,8 @@ impl ModelInstance for SleepyInstance {
 }
 
 /// After a long execution, arrivals count as load for longer: handing back its answer and
-/// parsing the next request take longer after it too (a Python guest's ~130 µs executions:
-/// 40-80 µs to the next request on a saturated core, against 20-40 after a few-µs ONNX run).
+/// parsing the next request take longer after it too (an interpreted guest's execution against
+/// a small ONNX model's).
 #[tokio::test]
 async fn a_long_execution_widens_the_back_to_back_window() {
     let pool = InstancePool::new(vec![Box::new(SleepyInstance(Duration::from_millis(200)))], Arc::default())
@@ -274,4 +183,53 @@ async fn the_queue_quota_refuses_what_would_wait_beyond_it() {
     assert_eq!(pool.stats().usage.refusals(crate::stats::Quota::Queue), 1);
     assert!(executing.await.unwrap()[0].is_ok());
     assert!(queued.await.unwrap()[0].is_ok(), "the one request within the quota waits and runs");
+}
+
+/// An instance that asks to run in place ([`ModelInstance::runs_inline`]) or only computes.
+struct Placed {
+    in_place: bool,
+    computes: bool,
+}
+
+impl ModelInstance for Placed {
+    fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
+        batch.into_iter().map(|_| Ok(Vec::new())).collect()
+    }
+    fn runs_inline(&self) -> bool {
+        self.in_place
+    }
+    fn only_computes(&self) -> bool {
+        self.computes
+    }
+}
+
+fn placed(pool: &InstancePool, instance: &Placed, dispatch: Dispatch, caller: Caller, fast: bool) -> &'static str {
+    match pool.placement(instance, dispatch, caller, fast) {
+        Placement::Inline(_) => "inline",
+        Placement::InPlace => "in place",
+        Placement::Handed => "handed",
+    }
+}
+
+/// The request's caller decides whether its execution may block the caller's thread, and the
+/// fast-path switch sends every execution to a blocking thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn the_request_caller_and_the_switch_decide_where_an_execution_runs() {
+    let pool = InstancePool::new(Vec::new(), Arc::default());
+    let in_place = Placed { in_place: true, computes: false };
+    assert_eq!(placed(&pool, &in_place, Dispatch::Caller, Caller::Task, true), "in place");
+    assert_eq!(placed(&pool, &in_place, Dispatch::Caller, Caller::Detached, true), "handed", "a stream was blocked");
+    assert_eq!(placed(&pool, &in_place, Dispatch::Caller, Caller::Thread, true), "handed");
+    assert_eq!(placed(&pool, &in_place, Dispatch::Handed, Caller::Task, true), "handed", "a batcher ran in place");
+    assert_eq!(placed(&pool, &in_place, Dispatch::Caller, Caller::Task, false), "handed", "the switch was ignored");
+
+    let computes = Placed { in_place: false, computes: true };
+    assert_eq!(placed(&pool, &computes, Dispatch::Handed, Caller::Detached, true), "handed", "the gate opened alone");
+    for _ in 0..64 {
+        pool.gate.record(Duration::ZERO, false);
+    }
+    for caller in [Caller::Detached, Caller::Task, Caller::Thread] {
+        assert_eq!(placed(&pool, &computes, Dispatch::Handed, caller, true), "inline");
+        assert_eq!(placed(&pool, &computes, Dispatch::Handed, caller, false), "handed", "the switch was ignored");
+    }
 }

@@ -19,8 +19,8 @@ use crate::backend::wasm::{WasmBackend, WasmOptions};
 use crate::backend::{Backend, BackendRegistry};
 use crate::cache::ResponseCache;
 use crate::config::ModelConfig;
-use crate::connection_threads::ConnectionThreads;
 use crate::error::CoreResult;
+use crate::execution::connection_threads::ConnectionThreads;
 use crate::frontend::{Frontend, LogApplier, SettingValue};
 use crate::grpc::GrpcOptions;
 use crate::http::{ConnectionLimits, HttpState, router};
@@ -74,9 +74,12 @@ pub struct ServerConfig {
     pub max_inflight_request_bytes: usize,
     /// The HTTP door's connection cap and timeouts.
     pub http_connections: ConnectionLimits,
-    /// Threads that run both doors' connections (`crate::connection_threads`); 0: the server's
+    /// Threads that run both doors' connections (`crate::execution::connection_threads`); 0: the server's
     /// shared runtime runs them.
     pub connection_threads: usize,
+    /// Whether requests may take the execution fast paths (see `crate::execution`; off only to
+    /// debug them). Process-wide: the last server started decides.
+    pub fast_paths: bool,
     /// Triton's `--http-restricted-api` (gRPC's are in `grpc_options`).
     pub http_restrictions: Restrictions,
     pub grpc: Option<Listen>,
@@ -139,6 +142,7 @@ impl Default for ServerConfig {
             max_inflight_request_bytes: 1 << 30,
             http_connections: ConnectionLimits::default(),
             connection_threads: 0,
+            fast_paths: true,
             http_restrictions: Restrictions::default(),
             grpc: None,
             grpc_options: GrpcOptions::default(),
@@ -313,7 +317,15 @@ impl Server {
         let mut addresses = Addresses::default();
         // One budget of request bytes in flight for both doors.
         let request_budget = RequestBudget::new(config.max_inflight_request_bytes);
-        let threads = ConnectionThreads::start(config.connection_threads)
+        crate::execution::set_fast_paths(config.fast_paths);
+        if !config.fast_paths {
+            tracing::warn!(
+                "execution fast paths are off (--no-fast-paths): every request is queued and run on a blocking \
+                 thread, and connections stay on the shared runtime"
+            );
+        }
+        let connection_threads = if config.fast_paths { config.connection_threads } else { 0 };
+        let threads = ConnectionThreads::start(connection_threads)
             .map(Arc::new)
             .map_err(|e| StartError::Config(format!("failed to start the connection threads: {e}")))?;
         if let Some(listen) = &config.http {

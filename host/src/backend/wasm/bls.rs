@@ -12,6 +12,7 @@ use super::convert::{params_from_wit, wit_error};
 use super::state::{GuestState, HostTensor, table_error};
 use super::{wit, wit_host};
 use crate::error::{CoreError, CoreResult, ErrorKind};
+use crate::execution::Caller;
 use crate::infer::{Infer, InferRequest, InferResponse, RequestedOutput, ResponseStream};
 
 /// Responses of a BLS `infer-stream` call (which the callee buffers up to 64 of), open until
@@ -152,34 +153,37 @@ impl GuestState {
             outputs: outputs.into_iter().map(RequestedOutput::named).collect(),
             parameters,
             unknown_datatype_inputs: Vec::new(),
+            caller: Caller::Detached,
         };
         Ok(BlsCall { infer, runtime, request, timeout: self.shared.bls_timeout })
     }
 
-    /// BLS: runs `model` to its end on this thread (see [`crate::infer::wait_for`]: no thread
+    /// BLS: runs `model` to its end on this thread (see [`crate::execution::wait_for`]: no thread
     /// hop when the callee runs inline). `call` (infer or infer_stream) runs bounded by the
     /// caller's time limit.
     pub(super) fn bls<T, Fut>(
-        bls: BlsCall,
+        mut bls: BlsCall,
         call: impl FnOnce(Arc<dyn Infer>, InferRequest) -> Fut,
     ) -> Result<T, wit::Error>
     where
         Fut: Future<Output = CoreResult<T>>,
     {
         let runtime = bls.runtime.clone();
-        crate::infer::wait_for(&runtime, bls.run(call)).map_err(wit_error)
+        bls.request.caller = Caller::Thread;
+        crate::execution::wait_for(&runtime, bls.run(call)).map_err(wit_error)
     }
 
     /// [`Self::bls`] on core errors, telling a timeout apart.
     pub(super) fn bls_bounded<T, Fut>(
-        bls: BlsCall,
+        mut bls: BlsCall,
         call: impl FnOnce(Arc<dyn Infer>, InferRequest) -> Fut,
     ) -> Result<CoreResult<T>, TimedOut>
     where
         Fut: Future<Output = CoreResult<T>>,
     {
         let runtime = bls.runtime.clone();
-        crate::infer::wait_for(&runtime, bls.run_bounded(call))
+        bls.request.caller = Caller::Thread;
+        crate::execution::wait_for(&runtime, bls.run_bounded(call))
     }
 
     /// `infer-async`: checks the call like `infer`, then runs it on the runtime and returns at once.
@@ -237,7 +241,7 @@ impl GuestState {
         let Some(runtime) = self.shared.runtime.clone() else { return Ok(None) };
         let done = Arc::clone(&self.bls_done);
         let deadline = tokio::time::Instant::now() + self.shared.bls_timeout;
-        crate::infer::blocking(|| {
+        crate::execution::blocking(|| {
             runtime.block_on(async {
                 loop {
                     // Registered before checking, so a call finishing in between still wakes us.
@@ -326,7 +330,7 @@ impl wit_host::HostResponseStream for GuestState {
         let timeout = self.shared.bls_timeout;
         let stream = self.table.get_mut(&handle).map_err(table_error)?;
         // An async block: the timer is made at the first poll, inside the runtime's context.
-        let item = crate::infer::wait_for(&runtime, async { tokio::time::timeout(timeout, stream.0.recv()).await });
+        let item = crate::execution::wait_for(&runtime, async { tokio::time::timeout(timeout, stream.0.recv()).await });
         match item {
             Ok(None) => Ok(None),
             // Copied: the guest may keep them as long as it likes, on its own account, while the

@@ -163,7 +163,7 @@ impl WasmInstance {
             // Still running after its first ticks: if this execution holds an async runtime's
             // worker (an inline run on a connection thread), hand the worker's other tasks to
             // another thread first, so a guest that loops stalls its own request only.
-            crate::infer::hand_off_worker();
+            crate::execution::hand_off_worker();
             Ok(UpdateDeadline::Continue(ticks_until(deadline)))
         });
         let failed = |e| instantiation_failed(&self.shared.model_name, e);
@@ -499,7 +499,7 @@ impl ModelInstance for WasmInstance {
     }
 
     /// A guest only computes; its host calls that wait (BLS, a full response buffer) go through
-    /// `crate::infer::blocking`, and the epoch deadline bounds a loop.
+    /// `crate::execution::blocking`, and the epoch deadline bounds a loop.
     fn only_computes(&self) -> bool {
         true
     }

@@ -137,7 +137,7 @@ impl Outlet {
         };
         // An async block: the timer is made at the first poll, inside the runtime's context.
         let deadline = tokio::time::Instant::from_std(deadline);
-        crate::infer::wait_for(runtime, async { tokio::time::timeout_at(deadline, wait).await }).is_ok()
+        crate::execution::wait_for(runtime, async { tokio::time::timeout_at(deadline, wait).await }).is_ok()
     }
 }
 

@@ -331,6 +331,8 @@ impl<'a> Run<'a> {
             // Sequence ids and flags, priorities, timeouts: every composing request gets them.
             parameters: self.exec.parameters.clone(),
             unknown_datatype_inputs: Vec::new(),
+            // The steps run concurrently on the ensemble's task: none may block it.
+            caller: crate::execution::Caller::Detached,
         };
         if !spec.decoupled && plan.max_inflight > 0 && self.active >= plan.max_inflight {
             self.waiting.push_back(Waiting { step, request, key });

@@ -83,7 +83,9 @@ impl<F: Future> Future for RepollOnSelfWake<F> {
         }
         drop(outer);
         let mut inner_cx = Context::from_waker(&this.waker);
-        for _ in 0..MAX_REPOLLS {
+        // With the fast paths off, a self-wake goes to the runtime at once, as without this.
+        let polls = if super::fast_paths() { MAX_REPOLLS } else { 1 };
+        for _ in 0..polls {
             this.state.woken.store(false, Ordering::SeqCst);
             this.state.polling.store(true, Ordering::SeqCst);
             let polled = this.inner.as_mut().poll(&mut inner_cx);
