@@ -395,3 +395,33 @@ def test_a_guest_that_loops_on_a_connection_thread_stalls_only_its_own_request(s
     assert loop_result["status"] == 500 and "time limit of 3000 ms" in loop_result["text"], loop_result
     assert loop_result["ended"] - loop_result["started"] >= 2.5, "faulty did not loop to its limit"
     assert slowest < 1.0, f"a neighbour waited {slowest:.3f} s behind the looping guest ({answered} answered)"
+
+
+def test_a_version_unloaded_mid_request_is_unloading_until_the_request_ends(server_factory, tmp_path, wasm_cache):
+    """Triton's model lifecycle: an unload takes the version out of service at once, but a request
+    already running on it finishes there, and the index says UNLOADING until it has."""
+    repo = tmp_path / "repo"
+    # One live instance for two models: faulty's turns live only when its request executes.
+    faulty_with(repo, "faulty", ONE_INSTANCE + 'parameters { key: "max_execute_ms" value: { string_value: "2000" } }\n')
+    faulty_with(repo, "other", ONE_INSTANCE)
+    srv = server_factory(repo, ["--wasm-cache-dir", str(wasm_cache), "--wasm-max-instances", "1",
+                                "--model-control-mode", "explicit", "--load-model", "faulty", "--load-model", "other"])
+    wait_model_ready(srv, "faulty")
+    assert faulty_call(srv, "other", "ok")[0] == 200, "other evicts faulty's idle instance"
+    looping = {}
+    busy = threading.Thread(target=lambda: looping.update(result=faulty_call(srv, "faulty", "loop")))
+    busy.start()
+    try:
+        wait_until(lambda: metric(scrape(srv), "tessera_model_instances_live", "faulty") == 1, 10,
+                   "faulty's instance is executing", srv, interval=0.005)
+        r = requests.post(f"{srv.base_url}/v2/repository/models/faulty/unload", timeout=10)
+        assert r.status_code == 200, r.text
+        states = {(e["name"], e.get("version"), e.get("state")) for e in repository_index(srv)}
+        assert ("faulty", "1", "UNLOADING") in states, states
+        assert requests.get(f"{srv.base_url}/v2/models/faulty/ready", timeout=10).status_code != 200
+    finally:
+        busy.join()
+    status, message, _ = looping["result"]
+    assert status != 200 and "time limit" in message, (status, message)
+    entry = [e for e in repository_index(srv) if e["name"] == "faulty"]
+    assert entry == [{"name": "faulty", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}], entry

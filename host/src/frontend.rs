@@ -2,12 +2,18 @@
 //! metadata, statistics, repository control, trace/log settings and inference with the
 //! shared-memory extension. The doors reach the models only through these calls: they translate
 //! their wire format and map [`CoreError`] to their status; no inference logic lives in a door.
+//!
+//! A request resolves its model once: a door asks for the [`ServedModel`] (the ready version the
+//! request names), reads the request against it and runs it there. The version is held until the
+//! request ends, as the manager's requests in flight hold theirs, so a reload or unload meanwhile
+//! never changes what a request already checked runs on.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use crate::config::IoSpec;
 use crate::error::{CoreError, CoreResult};
-use crate::infer::{Infer, InferRequest, InferResponse, ShmTarget};
+use crate::infer::{InferRequest, InferResponse, ShmTarget};
 use crate::lifecycle::{Lifecycle, TrackedStream};
 use crate::model::LoadedModel;
 use crate::repository::{ControlMode, IndexEntry, ModelManager};
@@ -30,6 +36,58 @@ pub const EXTENSIONS: &[&str] = &[
     "trace",
     "logging",
 ];
+
+/// A ready model version resolved for one request ([`Frontend::model`]): what a door reads the
+/// request against, and where [`Frontend::infer`] runs it.
+#[derive(Clone)]
+pub struct ServedModel(Arc<LoadedModel>);
+
+impl ServedModel {
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    pub fn version(&self) -> i64 {
+        self.0.version
+    }
+
+    pub fn is_decoupled(&self) -> bool {
+        self.0.is_decoupled()
+    }
+
+    /// 0: the model does not batch (its inputs have no batch dimension).
+    pub fn max_batch_size(&self) -> i64 {
+        self.0.max_batch_size()
+    }
+
+    /// The inputs the config declares, in its order.
+    pub fn inputs(&self) -> &[IoSpec] {
+        &self.0.io.inputs
+    }
+
+    /// The config, as gRPC's `ModelConfig` returns it.
+    pub fn config(&self) -> &crate::config::ModelConfig {
+        &self.0.config
+    }
+
+    /// The config as HTTP's `/config` returns it.
+    pub fn config_json(&self) -> &serde_json::Value {
+        &self.0.config_json
+    }
+}
+
+/// One ready version's statistics, for both doors' statistics answers.
+pub struct VersionStats {
+    pub name: String,
+    pub version: i64,
+    pub stats: Arc<crate::stats::ModelStats>,
+}
+
+impl VersionStats {
+    fn of(model: &LoadedModel) -> Self {
+        Self { name: model.name.clone(), version: model.version, stats: Arc::clone(&model.stats) }
+    }
+}
 
 /// A tensor as model metadata describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,10 +256,9 @@ impl Frontend {
     }
 
     /// The ready model version a request for `name` / `version` runs on (the newest ready one when
-    /// `version` is `None`), or Triton's error for it. For reading its config, inputs and
-    /// statistics; inference goes through [`Frontend::infer`].
-    pub fn ready_model(&self, name: &str, version: Option<i64>) -> CoreResult<Arc<LoadedModel>> {
-        self.manager.get(name, version)
+    /// `version` is `None`), or Triton's error for it.
+    pub fn model(&self, name: &str, version: Option<i64>) -> CoreResult<ServedModel> {
+        self.manager.get(name, version).map(ServedModel)
     }
 
     /// Model metadata for one version, or for every ready version when `version` is `None`.
@@ -222,7 +279,7 @@ impl Frontend {
             return Err(CoreError::internal("no versions"));
         };
         let batching = newest.max_batch_size() > 0;
-        let io = |specs: &[crate::model::IoSpec]| -> Vec<TensorMetadata> {
+        let io = |specs: &[IoSpec]| -> Vec<TensorMetadata> {
             specs
                 .iter()
                 .map(|s| TensorMetadata {
@@ -247,17 +304,18 @@ impl Frontend {
 
     /// The versions whose statistics are asked for: all ready models (no name), all ready
     /// versions of one model, or one version.
-    pub fn stats_models(&self, name: Option<&str>, version: Option<i64>) -> CoreResult<Vec<Arc<LoadedModel>>> {
-        match (name, version) {
-            (None, _) => Ok(self.manager.ready_models()),
+    pub fn statistics(&self, name: Option<&str>, version: Option<i64>) -> CoreResult<Vec<VersionStats>> {
+        let models = match (name, version) {
+            (None, _) => self.manager.ready_models(),
             (Some(name), None) => match self.manager.ready_versions(name) {
-                Ok(versions) if !versions.is_empty() => Ok(versions),
-                _ => Err(CoreError::invalid_arg(format!("requested model '{name}' is not available"))),
+                Ok(versions) if !versions.is_empty() => versions,
+                _ => return Err(CoreError::invalid_arg(format!("requested model '{name}' is not available"))),
             },
             (Some(name), Some(v)) => self.manager.get(name, Some(v)).map(|m| vec![m]).map_err(|_| {
                 CoreError::invalid_arg(format!("requested model version is not available for model '{name}'"))
-            }),
-        }
+            })?,
+        };
+        Ok(models.iter().map(|m| VersionStats::of(m)).collect())
     }
 
     fn explicit_only(&self) -> CoreResult<()> {
@@ -365,11 +423,11 @@ impl Frontend {
         Ok(())
     }
 
-    /// Runs one request on a (non-decoupled) model, with shared-memory outputs written.
-    pub async fn infer(&self, request: InferRequest) -> CoreResult<InferResponse> {
+    /// Runs one request on `model` (not decoupled), with shared-memory outputs written.
+    pub async fn infer(&self, model: &ServedModel, request: InferRequest) -> CoreResult<InferResponse> {
         let _in_flight = self.lifecycle.start_request();
         let shm_outputs = self.shm_outputs(&request)?;
-        let mut response = self.manager.infer(request).await?;
+        let mut response = model.0.infer(request).await?;
         Self::write_shm_outputs(&shm_outputs, &mut response)?;
         Ok(response)
     }
@@ -377,10 +435,10 @@ impl Frontend {
     /// Runs one request and streams its responses (0..n for a decoupled model), each with its
     /// shared-memory outputs written.
     /// The request counts as in flight until the stream is dropped.
-    pub async fn infer_stream(&self, request: InferRequest) -> CoreResult<TrackedStream> {
+    pub async fn infer_stream(&self, model: &ServedModel, request: InferRequest) -> CoreResult<TrackedStream> {
         let in_flight = self.lifecycle.start_request();
         let shm_outputs = self.shm_outputs(&request)?;
-        let mut inner = self.manager.infer_stream(request).await?;
+        let mut inner = model.0.infer_stream(request).await?;
         if shm_outputs.0.is_empty() {
             return Ok(TrackedStream::new(inner, in_flight));
         }

@@ -30,7 +30,7 @@ pub fn http_infer(data: &[u8]) {
         }
         _ => {
             if let Some(io) = raw_model() {
-                drop(crate::http::codec::decode_raw(body, &io));
+                drop(crate::http::codec::decode_raw_for(body, &io.name, io.max_batch_size > 0, &io.inputs));
             }
         }
     }

@@ -120,6 +120,36 @@ macro_rules! tensor_config {
 tensor_config!(pb::ModelInput);
 tensor_config!(pb::ModelOutput);
 
+/// An input or output as the config declares it.
+#[derive(Debug, Clone)]
+pub struct IoSpec {
+    pub name: String,
+    pub datatype: DataType,
+    /// Dims without the batch dimension, as written in the config.
+    pub dims: Vec<i64>,
+    /// The shape the model itself uses, when the config reshapes.
+    pub reshape: Option<Vec<i64>>,
+    pub optional: bool,
+}
+
+impl IoSpec {
+    pub fn from_config(tensor: &impl TensorConfig, optional: bool) -> crate::error::CoreResult<Self> {
+        Ok(Self {
+            name: tensor.name().to_string(),
+            datatype: config_datatype(tensor.name(), tensor.data_type())?,
+            dims: tensor.dims().to_vec(),
+            reshape: tensor.reshape().map(|r| r.shape.clone()),
+            optional,
+        })
+    }
+}
+
+/// A config datatype as a tensor datatype, or the error naming the tensor.
+pub fn config_datatype(name: &str, value: i32) -> crate::error::CoreResult<DataType> {
+    datatype_from_config(value)
+        .ok_or_else(|| crate::error::CoreError::invalid_arg(format!("tensor '{name}' has no valid data_type")))
+}
+
 /// Maps Triton's config enum (`TYPE_FP32`) to the protocol datatype (`FP32`).
 pub fn datatype_from_config(value: i32) -> Option<DataType> {
     use pb::DataType as C;

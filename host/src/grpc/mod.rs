@@ -34,9 +34,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{CoreError, CoreResult};
 use crate::execution::Caller;
-use crate::frontend::{EXTENSIONS, Frontend, SettingValue};
+use crate::frontend::{EXTENSIONS, Frontend, SettingValue, VersionStats};
 use crate::infer::check_string_correlation_id;
-use crate::model::LoadedModel;
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use crate::proto::inference::infer_parameter::ParameterChoice;
@@ -91,7 +90,7 @@ fn duration(d: Duration2) -> Option<pb::StatisticDuration> {
     Some(pb::StatisticDuration { count: d.count, ns: d.ns })
 }
 
-fn model_statistics(model: &LoadedModel) -> pb::ModelStatistics {
+fn model_statistics(model: &VersionStats) -> pb::ModelStatistics {
     let s = model.stats.snapshot();
     pb::ModelStatistics {
         name: model.name.clone(),
@@ -227,18 +226,18 @@ impl GrpcInferenceService for InferenceService {
 
     async fn model_infer(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
         let request = request.into_inner();
-        let model = self.frontend.ready_model(&request.model_name, parse_version(&request.model_version)?)?;
+        // Resolved once: the request runs on this version, even if another turns ready meanwhile.
+        let model = self.frontend.model(&request.model_name, parse_version(&request.model_version)?)?;
         reserved_parameters(&request)?;
         if model.is_decoupled() {
             let message = "ModelInfer RPC doesn't support models with decoupled transaction policy";
             return Err(CoreError::unsupported(message).into());
         }
         let mut request = self.frontend.read_shm_inputs(codec::decode_request(request)?)?;
-        // The version checked above serves it, even if a newer one turns ready meanwhile.
-        request.model_version = Some(model.version);
+        request.model_version = Some(model.version());
         // A unary call is its own task: an inline execution may block it.
         request.caller = Caller::Task;
-        let response = self.frontend.infer(request).await?;
+        let response = self.frontend.infer(&model, request).await?;
         ok(codec::encode_response(response))
     }
 
@@ -284,8 +283,8 @@ impl GrpcInferenceService for InferenceService {
 
     async fn model_config(&self, request: Request<pb::ModelConfigRequest>) -> GrpcResult<pb::ModelConfigResponse> {
         let request = request.into_inner();
-        let model = self.frontend.ready_model(&request.name, parse_version(&request.version)?)?;
-        ok(pb::ModelConfigResponse { config: Some(model.config.clone()) })
+        let model = self.frontend.model(&request.name, parse_version(&request.version)?)?;
+        ok(pb::ModelConfigResponse { config: Some(model.config().clone()) })
     }
 
     async fn model_statistics(
@@ -295,8 +294,8 @@ impl GrpcInferenceService for InferenceService {
         let request = request.into_inner();
         let name = non_empty(&request.name);
         let version = parse_version(&request.version)?;
-        let models = self.frontend.stats_models(name, version)?;
-        ok(pb::ModelStatisticsResponse { model_stats: models.iter().map(|m| model_statistics(m)).collect() })
+        let models = self.frontend.statistics(name, version)?;
+        ok(pb::ModelStatisticsResponse { model_stats: models.iter().map(model_statistics).collect() })
     }
 
     async fn repository_index(

@@ -49,29 +49,29 @@ pub(super) async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelIn
         infer_response: Some(pb::ModelInferResponse { id: echo.id.clone(), ..Default::default() }),
     };
     let prepared = (|| {
-        let model = frontend.ready_model(&request.model_name, parse_version(&request.model_version)?)?;
+        let model = frontend.model(&request.model_name, parse_version(&request.model_version)?)?;
         let empty_final = reserved_parameters(&request)?;
         // Shared-memory inputs are read here, so their errors come early too, as decoding errors do.
         let mut request = frontend.read_shm_inputs(codec::decode_request(request)?)?;
-        request.model_version = Some(model.version);
-        Ok::<_, CoreError>((empty_final, model.is_decoupled(), request))
+        request.model_version = Some(model.version());
+        Ok::<_, CoreError>((empty_final, model, request))
     })();
-    let (empty_final, decoupled, request) = match prepared {
+    let (empty_final, model, request) = match prepared {
         Ok(p) => p,
         Err(e) => {
             let _ = tx.send(Ok(fail_early(e))).await;
             return;
         }
     };
-    if !decoupled {
-        let message = match frontend.infer(request).await {
+    if !model.is_decoupled() {
+        let message = match frontend.infer(&model, request).await {
             Ok(response) => stream_response(response, true),
             Err(e) => fail(e),
         };
         let _ = tx.send(Ok(message)).await;
         return;
     }
-    let mut responses = match frontend.infer_stream(request).await {
+    let mut responses = match frontend.infer_stream(&model, request).await {
         Ok(r) => r,
         Err(e) => {
             let _ = tx.send(Ok(fail(e))).await;

@@ -6,10 +6,11 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::json_data::{self, Bounded, JsonParameters, MAX_DIMS, MAX_INPUTS, MAX_OUTPUTS, ShapeDim};
+use crate::config::IoSpec;
 use crate::error::{CoreError, CoreResult};
 use crate::frontend::DecodedRequest;
+use crate::frontend::ServedModel;
 use crate::infer::{InferRequest, InferResponse, ParamValue, RequestedOutput};
-use crate::model::io::ModelIo;
 use crate::shm::ShmInput;
 use crate::tensor::{DataType, Tensor, bytes_elements};
 
@@ -342,16 +343,21 @@ fn request_parameters(params: Option<JsonParameters>) -> CoreResult<crate::infer
 /// from the byte count. A BYTES input must have shape [1]: the whole body is its one element.
 /// Every output of the config comes back, in binary. Errors are Triton's, word for word
 /// (including the name `raw_input` Triton gives the input in a size mismatch).
-pub fn decode_raw(body: Bytes, io: &ModelIo) -> CoreResult<HttpInferRequest> {
+pub fn decode_raw(body: Bytes, model: &ServedModel) -> CoreResult<HttpInferRequest> {
+    decode_raw_for(body, model.name(), model.max_batch_size() > 0, model.inputs())
+}
+
+/// [`decode_raw`] for a model named `model` with these inputs (batching: with a batch dimension).
+pub fn decode_raw_for(body: Bytes, model: &str, batching: bool, inputs: &[IoSpec]) -> CoreResult<HttpInferRequest> {
     let refuse = |message: String| bad(format!("[request id: <id_unknown>] {message}"));
-    let [input] = io.inputs.as_slice() else {
+    let [input] = inputs else {
         return Err(refuse(format!(
-            "Raw request must only have 1 input (found 1) to be deduced but got {} inputs in '{}' model configuration",
-            io.inputs.len(),
-            io.name
+            "Raw request must only have 1 input (found 1) to be deduced but got {} inputs in '{model}' model \
+            configuration",
+            inputs.len(),
         )));
     };
-    let mut shape: Vec<i64> = if io.max_batch_size > 0 { vec![1] } else { Vec::new() };
+    let mut shape: Vec<i64> = if batching { vec![1] } else { Vec::new() };
     let mut variable = None;
     let mut fixed: i64 = 1;
     for &dim in &input.dims {
@@ -392,15 +398,15 @@ pub fn decode_raw(body: Bytes, io: &ModelIo) -> CoreResult<HttpInferRequest> {
             let expected = shape.iter().try_fold(size, |acc, &d| acc.checked_mul(d)).unwrap_or(i64::MAX);
             if expected != total {
                 return Err(refuse(format!(
-                    "input byte size mismatch for input 'raw_input' for model '{}'. Expected {expected}, got {total}",
-                    io.name
+                    "input byte size mismatch for input 'raw_input' for model '{model}'. Expected {expected}, got \
+                    {total}"
                 )));
             }
             body
         }
     };
     let request = InferRequest {
-        model_name: io.name.clone(),
+        model_name: model.to_string(),
         inputs: vec![Tensor::new(input.name.clone(), input.datatype, shape, data)?],
         ..Default::default()
     };

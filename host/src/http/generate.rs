@@ -16,20 +16,22 @@ use serde_json::{Map, Value, json};
 use super::codec::{json_to_bytes, tensor_to_json};
 use super::response::ok_json;
 use crate::error::{CoreError, CoreResult};
-use crate::frontend::Frontend;
+use crate::frontend::{Frontend, ServedModel};
 use crate::infer::{InferRequest, InferResponse, ParamValue};
-use crate::model::LoadedModel;
 use crate::tensor::Tensor;
 
 /// Decodes a generate request for `model` (the ready version it will run on: its inputs say which
 /// keys are tensors and their datatypes).
-pub fn decode(model: &LoadedModel, body: &[u8]) -> CoreResult<InferRequest> {
+pub fn decode(model: &ServedModel, body: &[u8]) -> CoreResult<InferRequest> {
     let object: Map<String, Value> = serde_json::from_slice(body)
         .map_err(|e| CoreError::invalid_arg(format!("failed to parse the generate request JSON: {e}")))?;
-    let mut request =
-        InferRequest { model_name: model.name.clone(), model_version: Some(model.version), ..Default::default() };
+    let mut request = InferRequest {
+        model_name: model.name().to_string(),
+        model_version: Some(model.version()),
+        ..Default::default()
+    };
     for (key, value) in object {
-        if let Some(spec) = model.io.inputs.iter().find(|s| s.name == key) {
+        if let Some(spec) = model.inputs().iter().find(|s| s.name == key) {
             let mut shape = if model.max_batch_size() > 0 { vec![1] } else { Vec::new() };
             shape.extend(json_shape(&value));
             let data = json_to_bytes(&key, spec.datatype, &shape, &value)?;
@@ -51,7 +53,7 @@ pub fn decode(model: &LoadedModel, body: &[u8]) -> CoreResult<InferRequest> {
                     return Err(CoreError::invalid_arg(format!(
                         "generate request key '{key}' is neither an input of model '{}' nor a scalar parameter \
                         ({other})",
-                        model.name
+                        model.name()
                     )));
                 }
             };
@@ -94,8 +96,8 @@ pub fn encode(response: &InferResponse) -> Value {
 }
 
 /// Server-sent events: one `data:` event per response, an error event if a response fails.
-pub async fn stream(frontend: &Frontend, request: InferRequest) -> CoreResult<Response> {
-    let responses = frontend.infer_stream(request).await?;
+pub async fn stream(frontend: &Frontend, model: &ServedModel, request: InferRequest) -> CoreResult<Response> {
+    let responses = frontend.infer_stream(model, request).await?;
     let events = futures_util::stream::unfold(responses, |mut responses| async move {
         let item = responses.recv().await?;
         let value = match item {
@@ -110,9 +112,9 @@ pub async fn stream(frontend: &Frontend, request: InferRequest) -> CoreResult<Re
 }
 
 /// Exactly one response, as JSON.
-pub async fn single(frontend: &Frontend, request: InferRequest) -> CoreResult<Response> {
+pub async fn single(frontend: &Frontend, served: &ServedModel, request: InferRequest) -> CoreResult<Response> {
     let model = request.model_name.clone();
-    let mut responses = frontend.infer_stream(request).await?;
+    let mut responses = frontend.infer_stream(served, request).await?;
     let mut collected = Vec::new();
     while let Some(item) = responses.recv().await {
         collected.push(item?);

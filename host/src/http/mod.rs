@@ -36,8 +36,7 @@ use self::response::{empty_ok, error_json, ok_json};
 pub use self::serve::{ConnectionLimits, serve};
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::execution::Caller;
-use crate::frontend::{EXTENSIONS, Frontend, SettingValue, TensorMetadata};
-use crate::model::LoadedModel;
+use crate::frontend::{EXTENSIONS, Frontend, SettingValue, TensorMetadata, VersionStats};
 use crate::restricted::{ApiCategory, Restrictions};
 
 #[derive(Clone)]
@@ -182,22 +181,22 @@ async fn model_ready(State(state): State<HttpState>, ModelPath { model, version 
 }
 
 async fn model_config(State(state): State<HttpState>, ModelPath { model, version }: ModelPath) -> HttpResult {
-    Ok(ok_json(&state.frontend.ready_model(&model, version?)?.config_json))
+    Ok(ok_json(state.frontend.model(&model, version?)?.config_json()))
 }
 
-fn stats_json(models: &[Arc<LoadedModel>]) -> Response {
+fn stats_json(models: &[VersionStats]) -> Response {
     ok_json(&json!({ "model_stats": models.iter().map(|m| m.stats.to_json(&m.name, m.version)).collect::<Vec<_>>() }))
 }
 
 async fn all_stats(State(state): State<HttpState>) -> HttpResult {
-    Ok(stats_json(&state.frontend.stats_models(None, None)?))
+    Ok(stats_json(&state.frontend.statistics(None, None)?))
 }
 
 async fn model_stats(State(state): State<HttpState>, ModelPath { model, version }: ModelPath) -> HttpResult {
     // Triton's statistics answer a segment that is not a version as a version that is not there.
     let version = version
         .map_err(|_| CoreError::invalid_arg(format!("requested model version is not available for model '{model}'")))?;
-    Ok(stats_json(&state.frontend.stats_models(Some(&model), version)?))
+    Ok(stats_json(&state.frontend.statistics(Some(&model), version)?))
 }
 
 async fn infer(
@@ -220,28 +219,25 @@ async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, reque
     // Read as Triton reads it (C's atoi): "12abc" is 12 and "abc" is 0, a raw binary request.
     let header_length = parts.headers.get("inference-header-content-length").map(|v| atoi(v.as_bytes()));
     // As Triton does, the model is looked up (and a decoupled one refused) before the body is read.
-    if state.frontend.ready_model(model, version)?.is_decoupled() {
+    // The request runs on this version, even if another turns ready meanwhile.
+    let served = state.frontend.model(model, version)?;
+    if served.is_decoupled() {
         return Err(CoreError::unsupported("HTTP end point doesn't support models with decoupled transaction policy"));
     }
     // Held until the response is built: the request's bytes count against the server's budget.
     let (body, _reservation) = body::read(&parts.headers, body, state.max_input_size, &state.body_budget).await?;
-    // Again: the model may have been unloaded while the body arrived.
-    let loaded = state.frontend.ready_model(model, version)?;
-    let serving = loaded.version;
     let decoded = match header_length {
         // Triton's raw binary request: the body is the model's one input. An empty body without
         // the header is one too (Triton takes the header length to be the body's).
-        Some(0) => codec::decode_raw(body, &loaded.io)?,
-        None if body.is_empty() => codec::decode_raw(body, &loaded.io)?,
+        Some(0) => codec::decode_raw(body, &served)?,
+        None if body.is_empty() => codec::decode_raw(body, &served)?,
         _ => codec::decode_request(body, header_length, model, version)?,
     };
-    drop(loaded);
     let mut request = state.frontend.read_shm_inputs(decoded.request)?;
-    // The version checked above serves it, even if a newer one turns ready meanwhile.
-    request.model_version = Some(serving);
+    request.model_version = Some(served.version());
     // One request per task: an inline execution may block it.
     request.caller = Caller::Task;
-    let response = state.frontend.infer(request).await?;
+    let response = state.frontend.infer(&served, request).await?;
     let (body, header_length) = codec::encode_response(&response, &decoded.binary_outputs)?;
     let mut http = Response::new(Body::from(body));
     let headers = http.headers_mut();
@@ -269,12 +265,12 @@ async fn generate_model(state: &HttpState, path: ModelPath, request: Request, st
     let version = path.version?;
     let (parts, body) = request.into_parts();
     let (body, _reservation) = body::read(&parts.headers, body, state.max_input_size, &state.body_budget).await?;
-    let model = state.frontend.ready_model(&path.model, version)?;
+    let model = state.frontend.model(&path.model, version)?;
     let request = generate::decode(&model, &body)?;
     let response = if streaming {
-        generate::stream(&state.frontend, request).await?
+        generate::stream(&state.frontend, &model, request).await?
     } else {
-        generate::single(&state.frontend, request).await?
+        generate::single(&state.frontend, &model, request).await?
     };
     Ok(response)
 }

@@ -8,38 +8,10 @@ use std::sync::Arc;
 use super::classify::classify;
 use super::triton_order::triton_input_order;
 use crate::backend::ExecRequest;
-use crate::config::{ModelConfig, TensorConfig, datatype_from_config};
+use crate::config::{IoSpec, ModelConfig};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{InferRequest, RequestedOutput};
 use crate::tensor::{DataType, Tensor, format_shape};
-
-/// An input or output as the config declares it.
-#[derive(Debug, Clone)]
-pub struct IoSpec {
-    pub name: String,
-    pub datatype: DataType,
-    /// Dims without the batch dimension, as written in the config.
-    pub dims: Vec<i64>,
-    /// The shape the model itself uses, when the config reshapes.
-    pub reshape: Option<Vec<i64>>,
-    pub optional: bool,
-}
-
-impl IoSpec {
-    pub fn from_config(tensor: &impl TensorConfig, optional: bool) -> CoreResult<Self> {
-        Ok(Self {
-            name: tensor.name().to_string(),
-            datatype: config_datatype(tensor.name(), tensor.data_type())?,
-            dims: tensor.dims().to_vec(),
-            reshape: tensor.reshape().map(|r| r.shape.clone()),
-            optional,
-        })
-    }
-}
-
-pub fn config_datatype(name: &str, value: i32) -> CoreResult<DataType> {
-    datatype_from_config(value).ok_or_else(|| CoreError::invalid_arg(format!("tensor '{name}' has no valid data_type")))
-}
 
 /// The tensor side of a model version: what requests are checked against.
 #[derive(Debug, Clone)]

@@ -24,7 +24,7 @@ use crate::scheduler::Scheduler;
 use crate::scheduler::ensemble::EnsembleScheduler;
 use crate::scheduler::rate_limit::{Claim, RateLimiter};
 use crate::stats::{FailureReason, ModelStats};
-pub use io::{IoSpec, ModelIo};
+pub use io::ModelIo;
 
 pub struct LoadedModel {
     pub name: String,

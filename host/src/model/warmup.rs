@@ -46,7 +46,7 @@ fn request(io: &ModelIo, sample: &ModelWarmup, model_dir: &Path) -> CoreResult<I
         seed.wrapping_mul(0x2545_f491_4f6c_dd1d)
     };
     for (name, input) in &sample.inputs {
-        let datatype = super::io::config_datatype(name, input.data_type)?;
+        let datatype = crate::config::config_datatype(name, input.data_type)?;
         let mut shape = if io.max_batch_size > 0 { vec![i64::from(sample.batch_size.max(1))] } else { Vec::new() };
         shape.extend(&input.dims);
         let count = crate::tensor::element_count(&shape)?;

@@ -67,7 +67,7 @@ impl ModelManager {
     }
 
     fn is_loaded(&self, name: &str) -> bool {
-        self.models.read().is_ok_and(|m| m.get(name).is_some_and(|e| !e.unloaded && e.error.is_none()))
+        self.models.read().is_ok_and(|m| m.get(name).is_some_and(|e| e.state.is_loaded()))
     }
 
     /// The composing models (recursively: ensembles of ensembles) that must load before `name`,
@@ -125,12 +125,15 @@ impl ModelManager {
         let mut frontier = steps_of(name);
         while let Some(model) = frontier.pop() {
             let Some(entry) = models.get(&model) else { continue };
-            if !entry.as_dependency || entry.unloaded || going.contains(&model) {
+            if !entry.as_dependency || entry.state.is_unloaded() || going.contains(&model) {
                 continue;
             }
             // Another loaded ensemble, not itself going away, still uses it.
             let used_elsewhere = models.iter().any(|(other, e)| {
-                !e.unloaded && !going.contains(other) && e.ensemble.is_some() && steps_of(other).contains(&model)
+                !e.state.is_unloaded()
+                    && !going.contains(other)
+                    && e.ensemble.is_some()
+                    && steps_of(other).contains(&model)
             });
             if used_elsewhere {
                 continue;
@@ -188,7 +191,7 @@ impl ModelManager {
         let ensembles: Vec<(String, EnsembleSource, Vec<i64>)> = match self.models.read() {
             Ok(models) => models
                 .iter()
-                .filter(|(_, e)| !e.unloaded && e.error.is_none())
+                .filter(|(_, e)| e.state.is_loaded())
                 .filter_map(|(n, e)| e.ensemble.clone().map(|s| (n.clone(), s, e.versions.keys().copied().collect())))
                 .collect(),
             Err(_) => return,
@@ -211,7 +214,7 @@ impl ModelManager {
                         let ready = models
                             .get(&name)
                             .and_then(|e| e.versions.get(&version))
-                            .is_some_and(|s| matches!(s, VersionState::Ready(_)));
+                            .is_some_and(|s| s.ready().is_some());
                         let catalog = Catalog(&models);
                         let steps =
                             crate::scheduler::ensemble::plan::ensemble_steps(&source.config).unwrap_or_default();
@@ -228,11 +231,9 @@ impl ModelManager {
                     continue;
                 }
                 let state = self.build_ensemble(&source, version);
-                match &state {
-                    VersionState::Ready(_) => tracing::info!(model = name.as_str(), version, "ensemble ready"),
-                    VersionState::Unavailable(reason) => {
-                        tracing::warn!(model = name.as_str(), version, "ensemble unavailable: {reason}")
-                    }
+                match state.reported() {
+                    ("READY", _) => tracing::info!(model = name.as_str(), version, "ensemble ready"),
+                    (_, reason) => tracing::warn!(model = name.as_str(), version, "ensemble unavailable: {reason}"),
                 }
                 if let Ok(mut models) = self.models.write()
                     && let Some(entry) = models.get_mut(&name)

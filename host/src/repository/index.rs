@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::{IndexEntry, ModelManager, VersionState};
+use super::state::ModelState;
+use super::{IndexEntry, ModelManager};
 use crate::error::{CoreError, CoreResult};
 use crate::model::LoadedModel;
 
@@ -12,39 +13,24 @@ impl ModelManager {
     /// Every ready version, oldest first (for `/v2/models/stats`).
     pub fn ready_models(&self) -> Vec<Arc<LoadedModel>> {
         let Ok(models) = self.models.read() else { return Vec::new() };
-        models
-            .values()
-            .flat_map(|e| e.versions.values())
-            .filter_map(|s| match s {
-                VersionState::Ready(m) => Some(Arc::clone(m)),
-                VersionState::Unavailable(_) => None,
-            })
-            .collect()
+        models.values().flat_map(|e| e.versions.values()).filter_map(|s| s.ready().cloned()).collect()
     }
 
     /// Ready versions of one model, oldest first; NotFound for an unknown model.
     pub fn ready_versions(&self, name: &str) -> CoreResult<Vec<Arc<LoadedModel>>> {
         let models = self.models.read().map_err(|_| CoreError::internal("model table poisoned"))?;
         let entry = models.get(name).ok_or_else(|| CoreError::unknown_model(name))?;
-        Ok(entry
-            .versions
-            .values()
-            .filter_map(|s| match s {
-                VersionState::Ready(m) => Some(Arc::clone(m)),
-                VersionState::Unavailable(_) => None,
-            })
-            .collect())
+        Ok(entry.versions.values().filter_map(|s| s.ready().cloned()).collect())
     }
 
     /// Triton's strict readiness: every model that was loaded (and not unloaded) has all its
     /// versions ready.
     pub fn all_ready(&self) -> bool {
         let Ok(models) = self.models.read() else { return false };
-        models.values().filter(|e| !e.unloaded).all(|e| {
-            e.error.is_none()
-                && !e.versions.is_empty()
-                && e.versions.values().all(|s| matches!(s, VersionState::Ready(_)))
-        })
+        models
+            .values()
+            .filter(|e| !e.state.is_unloaded())
+            .all(|e| e.state.is_loaded() && !e.versions.is_empty() && e.versions.values().all(|s| s.ready().is_some()))
     }
 
     /// The repository index: every model directory, with the state of each known version.
@@ -61,22 +47,20 @@ impl ModelManager {
                 }
                 continue;
             };
-            if let Some(error) = &entry.error {
+            // A model that failed as a whole, or is loading for the first time, has one entry.
+            let whole = match &entry.state {
+                ModelState::Failed(error) => Some(("UNAVAILABLE", error.message.clone())),
+                ModelState::Loading => Some(("LOADING", String::new())),
+                ModelState::Loaded | ModelState::Unloaded => None,
+            };
+            if let Some((state, reason)) = whole {
                 if !ready_only {
-                    out.push(IndexEntry {
-                        name: name.clone(),
-                        version: None,
-                        state: Some("UNAVAILABLE"),
-                        reason: error.message.clone(),
-                    });
+                    out.push(IndexEntry { name: name.clone(), version: None, state: Some(state), reason });
                 }
                 continue;
             }
             for (version, state) in &entry.versions {
-                let (state, reason) = match state {
-                    VersionState::Ready(_) => ("READY", String::new()),
-                    VersionState::Unavailable(reason) => ("UNAVAILABLE", reason.clone()),
-                };
+                let (state, reason) = state.reported();
                 if ready_only && state != "READY" {
                     continue;
                 }

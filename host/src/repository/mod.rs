@@ -24,10 +24,13 @@ mod layout;
 mod overrides;
 mod scan;
 mod startup;
+mod state;
 
 use layout::{fingerprint_dir, select_versions, version_dirs};
 use overrides::OverrideDir;
 use scan::valid_name;
+use state::ModelState;
+pub use state::VersionState;
 
 use crate::backend::{Backend, BackendRegistry};
 use crate::cache::ResponseCache;
@@ -59,12 +62,6 @@ pub struct RepositoryOptions {
     pub load_threads: usize,
 }
 
-#[derive(Clone)]
-pub enum VersionState {
-    Ready(Arc<LoadedModel>),
-    Unavailable(String),
-}
-
 /// What the repository index reports for one model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {
@@ -76,11 +73,8 @@ pub struct IndexEntry {
 
 #[derive(Clone, Default)]
 struct ModelEntry {
+    state: ModelState,
     versions: BTreeMap<i64, VersionState>,
-    /// Set when the model as a whole failed (bad config, no versions): reported as UNAVAILABLE.
-    error: Option<CoreError>,
-    /// Set after an explicit unload: the model stays in the index as UNAVAILABLE "unloaded".
-    unloaded: bool,
     /// Registered through the library API rather than found in a repository: polling keeps it.
     registered: bool,
     fingerprint: u64,
@@ -182,8 +176,11 @@ impl ModelManager {
         let dir = self.source_dir(name, override_dir.as_deref())?;
         let mut order = Vec::new();
         if let Err(cycle) = self.missing_dependencies(name, &dir, config_override.as_deref(), &mut order) {
-            let entry =
-                ModelEntry { error: Some(cycle.clone()), fingerprint: fingerprint_dir(&dir), ..Default::default() };
+            let entry = ModelEntry {
+                state: ModelState::Failed(cycle.clone()),
+                fingerprint: fingerprint_dir(&dir),
+                ..Default::default()
+            };
             if let Ok(mut models) = self.models.write() {
                 models.insert(name.to_string(), entry);
             }
@@ -210,21 +207,25 @@ impl ModelManager {
         override_dir: Option<Arc<OverrideDir>>,
     ) -> CoreResult<()> {
         let dir = self.source_dir(name, override_dir.as_deref())?;
+        self.mark_loading(name);
         let this = Arc::clone(self);
         let model_name = name.to_string();
-        let mut entry =
-            tokio::task::spawn_blocking(move || this.build_entry(&model_name, &dir, config_override.as_deref()))
-                .await
-                .map_err(|e| CoreError::internal(format!("model load task failed: {e}")))?;
+        let fingerprint = fingerprint_dir(&dir);
+        let built =
+            tokio::task::spawn_blocking(move || this.build_entry(&model_name, &dir, config_override.as_deref())).await;
+        // Swapped in whatever happened, so the model never stays LOADING.
+        let mut entry = built.unwrap_or_else(|e| ModelEntry {
+            state: ModelState::Failed(CoreError::internal(format!("model load task failed: {e}"))),
+            fingerprint,
+            ..Default::default()
+        });
         entry.override_dir = override_dir;
         let outcome = entry_outcome(name, &entry);
         if let Ok(mut models) = self.models.write() {
             match models.get_mut(name) {
                 // As Triton: a failed reload leaves the versions already serving in place. The new
                 // fingerprint is kept so polling does not retry the same broken files forever.
-                Some(current)
-                    if outcome.is_err() && current.versions.values().any(|s| matches!(s, VersionState::Ready(_))) =>
-                {
+                Some(current) if outcome.is_err() && current.versions.values().any(|s| s.ready().is_some()) => {
                     current.fingerprint = entry.fingerprint;
                 }
                 _ => {
@@ -255,10 +256,9 @@ impl ModelManager {
                 // Triton answers 200 for unloading a model that is not loaded.
                 let Some(entry) = models.get_mut(name) else { continue };
                 for state in entry.versions.values_mut() {
-                    *state = VersionState::Unavailable("unloaded".into());
+                    *state = state.unloaded();
                 }
-                entry.error = None;
-                entry.unloaded = true;
+                entry.state = ModelState::Unloaded;
                 // The versions are gone: so are the files an override load wrote for them.
                 entry.override_dir = None;
                 tracing::info!(model = name.as_str(), "model unloaded");
@@ -313,7 +313,7 @@ impl ModelManager {
             let mut models = self.models.write().map_err(|_| CoreError::internal("model table poisoned"))?;
             match models.get_mut(&name) {
                 // Another version of a registered model: served beside the ones already there.
-                Some(entry) if entry.registered && !entry.unloaded => {
+                Some(entry) if entry.registered && !entry.state.is_unloaded() => {
                     entry.versions.insert(version, ready);
                 }
                 _ => {
@@ -363,7 +363,7 @@ impl ModelManager {
         let (config, versions) = match self.prepare_config(name, dir, config_override) {
             Ok(prepared) => prepared,
             Err(e) => {
-                entry.error = Some(e);
+                entry.state = ModelState::Failed(e);
                 return entry;
             }
         };
@@ -378,7 +378,7 @@ impl ModelManager {
         let backend = match self.backends.resolve(&config, None) {
             Ok(b) => b,
             Err(e) => {
-                entry.error = Some(e);
+                entry.state = ModelState::Failed(e);
                 return entry;
             }
         };
@@ -459,6 +459,16 @@ impl ModelManager {
         Ok((config, versions))
     }
 
+    /// A load starts: a model with no version serving is LOADING until the new versions swap in;
+    /// one with versions serving keeps serving them meanwhile (a reload).
+    fn mark_loading(&self, name: &str) {
+        let Ok(mut models) = self.models.write() else { return };
+        let entry = models.entry(name.to_string()).or_default();
+        if !entry.versions.values().any(|s| s.ready().is_some()) {
+            entry.state = ModelState::Loading;
+        }
+    }
+
     /// The model version to serve a request: the given version, or the newest ready one.
     pub fn get(&self, name: &str, version: Option<i64>) -> CoreResult<Arc<LoadedModel>> {
         let models = self.models.read().map_err(|_| CoreError::internal("model table poisoned"))?;
@@ -470,27 +480,22 @@ impl ModelManager {
 fn lookup(models: &BTreeMap<String, ModelEntry>, name: &str, version: Option<i64>) -> CoreResult<Arc<LoadedModel>> {
     {
         let entry = models.get(name).ok_or_else(|| CoreError::unknown_model(name))?;
+        if matches!(entry.state, ModelState::Loading) {
+            return Err(CoreError::unknown_model(name));
+        }
         match version {
             Some(v) => match entry.versions.get(&v) {
                 Some(VersionState::Ready(model)) => Ok(Arc::clone(model)),
-                Some(VersionState::Unavailable(_)) => Err(CoreError::unavailable(format!(
-                    "Request for unknown model: '{name}' version {v} is not at ready state"
-                ))),
+                Some(VersionState::Unloading(_) | VersionState::Unavailable(_)) => Err(CoreError::unavailable(
+                    format!("Request for unknown model: '{name}' version {v} is not at ready state"),
+                )),
                 None => {
                     Err(CoreError::not_found(format!("Request for unknown model: '{name}' version {v} is not found")))
                 }
             },
-            None => entry
-                .versions
-                .values()
-                .rev()
-                .find_map(|s| match s {
-                    VersionState::Ready(m) => Some(Arc::clone(m)),
-                    VersionState::Unavailable(_) => None,
-                })
-                .ok_or_else(|| {
-                    CoreError::not_found(format!("Request for unknown model: '{name}' has no available versions"))
-                }),
+            None => entry.versions.values().rev().find_map(|s| s.ready().cloned()).ok_or_else(|| {
+                CoreError::not_found(format!("Request for unknown model: '{name}' has no available versions"))
+            }),
         }
     }
 }
@@ -537,22 +542,15 @@ fn file_reference(config: &ModelConfig) -> Option<&'static str> {
 }
 
 fn entry_outcome(name: &str, entry: &ModelEntry) -> CoreResult<()> {
-    if let Some(error) = &entry.error {
-        return Err(if error.kind == crate::error::ErrorKind::Internal {
-            CoreError::internal(format!(
-                "failed to load '{name}', failed to poll from model repository: {}",
-                error.message
-            ))
-        } else {
-            CoreError::invalid_arg(format!("load failed for model '{name}': {}", error.message))
-        });
+    if let Some(error) = entry.state.load_error(name) {
+        return Err(error);
     }
     let failures: Vec<String> = entry
         .versions
         .iter()
-        .filter_map(|(v, s)| match s {
-            VersionState::Unavailable(reason) => Some(format!("version {v} is at UNAVAILABLE state: {reason}")),
-            VersionState::Ready(_) => None,
+        .filter_map(|(v, s)| match s.reported() {
+            ("READY", _) => None,
+            (state, reason) => Some(format!("version {v} is at {state} state: {reason}")),
         })
         .collect();
     if failures.is_empty() {
