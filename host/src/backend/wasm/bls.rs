@@ -9,7 +9,7 @@ use std::time::Duration;
 use wasmtime::component::Resource;
 
 use super::convert::{params_from_wit, wit_error};
-use super::state::{GuestState, HostTensor, table_error};
+use super::state::{HostTensor, HostView, table_error};
 use super::{wit, wit_host};
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::execution::Caller;
@@ -87,7 +87,7 @@ impl BlsCall {
     }
 }
 
-impl GuestState {
+impl HostView<'_> {
     /// Checks a BLS call (allowed model, input handles, a live server) and builds its request,
     /// for [`Self::bls`] or [`Self::bls_start`] to run. `Ok(Err(_))` is the guest's error; `Err(_)`
     /// traps (a bad handle).
@@ -104,7 +104,7 @@ impl GuestState {
         }
         let mut tensors = Vec::with_capacity(inputs.len());
         for handle in &inputs {
-            tensors.push(self.tensor(handle)?.clone());
+            tensors.push(self.handles.tensor(handle)?.clone());
         }
         Ok(self.bls_request(model, version, tensors, outputs, params_from_wit(parameters)).map_err(wit_error))
     }
@@ -198,7 +198,7 @@ impl GuestState {
         let running = Arc::clone(&open);
         let slot = Arc::new(Mutex::new(None));
         let filled = Arc::clone(&slot);
-        let done = Arc::clone(&self.bls_done);
+        let done = Arc::clone(&self.bls.done);
         bls.runtime.clone().spawn(async move {
             // Open while it runs, even if the guest drops its handle meanwhile; closed before
             // the result shows, so a guest that saw it finish can start the next call at once
@@ -211,12 +211,12 @@ impl GuestState {
             done.notify_waiters();
         });
         let pending = HostPendingInfer { slot, taken: false, open: Some(open) };
-        Ok(Ok(self.table.push(pending).map_err(table_error)?))
+        Ok(Ok(self.handles.table.push(pending).map_err(table_error)?))
     }
 
     /// Counts one more open call, or refuses past [`MAX_OPEN_CALLS`].
     pub(super) fn open_call(&self) -> Result<Arc<OpenCall>, wit::Error> {
-        let counter = Arc::clone(&self.calls_in_flight);
+        let counter = Arc::clone(&self.bls.in_flight);
         if counter.fetch_add(1, Ordering::SeqCst) >= MAX_OPEN_CALLS {
             counter.fetch_sub(1, Ordering::SeqCst);
             return Err(wit_error(CoreError::unavailable(format!(
@@ -229,7 +229,7 @@ impl GuestState {
     }
 
     fn pending(&self, handle: &Resource<HostPendingInfer>) -> wasmtime::Result<&HostPendingInfer> {
-        self.table.get(handle).map_err(table_error)
+        self.handles.table.get(handle).map_err(table_error)
     }
 
     /// Blocks until `finished` says yes or the BLS time limit passes; woken by every call that
@@ -239,7 +239,7 @@ impl GuestState {
             return Ok(Some(found));
         }
         let Some(runtime) = self.shared.runtime.clone() else { return Ok(None) };
-        let done = Arc::clone(&self.bls_done);
+        let done = Arc::clone(&self.bls.done);
         let deadline = tokio::time::Instant::now() + self.shared.bls_timeout;
         crate::execution::blocking(|| {
             runtime.block_on(async {
@@ -266,7 +266,7 @@ impl HostPendingInfer {
     }
 }
 
-impl wit_host::HostPendingInfer for GuestState {
+impl wit_host::HostPendingInfer for HostView<'_> {
     fn ready(&mut self, handle: Resource<HostPendingInfer>) -> wasmtime::Result<bool> {
         Ok(self.pending(&handle)?.is_ready())
     }
@@ -283,7 +283,7 @@ impl wit_host::HostPendingInfer for GuestState {
         // The spawned call is itself bounded by the time limit, so it always fills the slot; the
         // wait's own limit only guards against a runtime that stopped.
         let taken = self.wait_until(take)?;
-        let pending = self.table.get_mut(&handle).map_err(table_error)?;
+        let pending = self.handles.table.get_mut(&handle).map_err(table_error)?;
         pending.taken = true;
         if taken.is_some() {
             // The result left the slot: nothing of the call stays with the handle.
@@ -293,19 +293,22 @@ impl wit_host::HostPendingInfer for GuestState {
         // stays counted with the handle until the handle is dropped.
         let result = taken.unwrap_or_else(|| Err(CoreError::unavailable("the server is shutting down")));
         match result {
-            Ok(response) => self.new_held_tensors(response.outputs),
+            Ok(response) => self.handles.new_held_tensors(response.outputs),
             Err(e) => Ok(Err(wit_error(e))),
         }
     }
 
     fn drop(&mut self, handle: Resource<HostPendingInfer>) -> wasmtime::Result<()> {
         // A call the guest no longer waits for runs to its end (bounded by the time limit).
-        self.table.delete(handle).map(|_| ()).map_err(table_error)
+        self.handles.table.delete(handle).map(|_| ()).map_err(table_error)
     }
 }
 
 /// `wait-any`: the index of a finished call among `calls`.
-pub(super) fn wait_any(state: &mut GuestState, calls: &[Resource<HostPendingInfer>]) -> wasmtime::Result<Option<u32>> {
+pub(super) fn wait_any(
+    state: &mut HostView<'_>,
+    calls: &[Resource<HostPendingInfer>],
+) -> wasmtime::Result<Option<u32>> {
     let mut slots = Vec::with_capacity(calls.len());
     for call in calls {
         let pending = state.pending(call)?;
@@ -315,11 +318,11 @@ pub(super) fn wait_any(state: &mut GuestState, calls: &[Resource<HostPendingInfe
         return Ok(None);
     }
     let finished =
-        |_: &GuestState| slots.iter().position(|(taken, slot)| *taken || slot.lock().is_ok_and(|s| s.is_some()));
+        |_: &HostView<'_>| slots.iter().position(|(taken, slot)| *taken || slot.lock().is_ok_and(|s| s.is_some()));
     Ok(state.wait_until(finished)?.and_then(|i| u32::try_from(i).ok()))
 }
 
-impl wit_host::HostResponseStream for GuestState {
+impl wit_host::HostResponseStream for HostView<'_> {
     fn next(
         &mut self,
         handle: Resource<HostResponseStream>,
@@ -328,7 +331,7 @@ impl wit_host::HostResponseStream for GuestState {
             return Ok(None);
         };
         let timeout = self.shared.bls_timeout;
-        let stream = self.table.get_mut(&handle).map_err(table_error)?;
+        let stream = self.handles.table.get_mut(&handle).map_err(table_error)?;
         // An async block: the timer is made at the first poll, inside the runtime's context.
         let item = crate::execution::wait_for(&runtime, async { tokio::time::timeout(timeout, stream.0.recv()).await });
         match item {
@@ -337,7 +340,7 @@ impl wit_host::HostResponseStream for GuestState {
             // callee's count of the bytes it buffers for this stream drains (see outlet.rs).
             Ok(Some(Ok(response))) => {
                 let outputs = response.outputs.into_iter().map(crate::tensor::Tensor::with_own_bytes).collect();
-                Ok(Some(self.new_held_tensors(outputs)?))
+                Ok(Some(self.handles.new_held_tensors(outputs)?))
             }
             Ok(Some(Err(e))) => Ok(Some(Err(wit_error(e)))),
             Err(_) => Ok(Some(Err(wit_error(CoreError::unavailable(format!(
@@ -348,7 +351,7 @@ impl wit_host::HostResponseStream for GuestState {
     }
 
     fn drop(&mut self, handle: Resource<HostResponseStream>) -> wasmtime::Result<()> {
-        self.table.delete(handle).map(|_| ()).map_err(table_error)
+        self.handles.table.delete(handle).map(|_| ()).map_err(table_error)
     }
 }
 
@@ -442,13 +445,14 @@ mod tests {
 
     fn input(s: &mut GuestState) -> Resource<HostTensor> {
         let t = Tensor::new("IN", DataType::Uint8, vec![2], Bytes::from_static(&[4, 5])).expect("tensor");
-        s.new_tensor(t).expect("push")
+        s.handles.new_tensor(t).expect("push")
     }
 
     fn call(s: &mut GuestState, model: &str) -> Result<Vec<Resource<HostTensor>>, wit::Error> {
         let t = input(s);
         let params = vec![wit::Parameter { key: "p".into(), value: wit::ParamValue::Bool(true) }];
-        s.infer(model.into(), Some(2), vec![Resource::new_borrow(t.rep())], vec!["OUT".into()], params)
+        s.host()
+            .infer(model.into(), Some(2), vec![Resource::new_borrow(t.rep())], vec!["OUT".into()], params)
             .expect("no trap")
     }
 
@@ -458,7 +462,7 @@ mod tests {
         let mut s = f.state(AllowList::Any);
         let outputs = call(&mut s, "target").expect("answered");
         assert_eq!(outputs.len(), 1);
-        let out = s.tensor(&outputs[0]).expect("output tensor");
+        let out = s.handles.tensor(&outputs[0]).expect("output tensor");
         assert_eq!((out.name.as_str(), out.data.as_ref()), ("OUT", &[4u8, 5][..]));
 
         let seen = f.infer.seen.lock().expect("lock");
@@ -481,15 +485,17 @@ mod tests {
         // Each output's name and shape ("OUT", one dimension) count too: 11 bytes.
         let n = (1 << 20) - 11;
         let mib = Tensor::new("IN", DataType::Uint8, vec![n as i64], Bytes::from(vec![7u8; n])).expect("tensor");
-        let big = s.new_tensor(mib).expect("push");
+        let big = s.handles.new_tensor(mib).expect("push");
         let run = |s: &mut GuestState| {
-            s.infer("m".into(), None, vec![Resource::new_borrow(big.rep())], Vec::new(), Vec::new()).expect("no trap")
+            s.host()
+                .infer("m".into(), None, vec![Resource::new_borrow(big.rep())], Vec::new(), Vec::new())
+                .expect("no trap")
         };
         let mut held: Vec<_> = (0..4).flat_map(|_| run(&mut s).expect("within the limit")).collect();
         let refused = run(&mut s).expect_err("a fifth MiB passes the limit");
         assert_eq!(refused.code, wit::ErrorCode::Internal);
         assert!(refused.message.contains("already take 4194304 bytes; 1048576 more would pass"), "{}", refused.message);
-        wit::HostTensor::drop(&mut s, held.pop().expect("four")).expect("drop");
+        wit::HostTensor::drop(&mut s.types(), held.pop().expect("four")).expect("drop");
         held.extend(run(&mut s).expect("a dropped output gave its bytes back"));
         assert_eq!(held.len(), 4);
     }
@@ -507,7 +513,7 @@ mod tests {
         );
         assert!(f.infer.seen.lock().expect("lock").is_empty());
         // Even a bad input handle is not looked at first.
-        let refused = s.infer("target".into(), None, vec![Resource::new_borrow(999)], vec![], vec![]);
+        let refused = s.host().infer("target".into(), None, vec![Resource::new_borrow(999)], vec![], vec![]);
         assert!(refused.expect("no trap").is_err());
     }
 
@@ -515,7 +521,7 @@ mod tests {
     fn a_bad_input_handle_traps() {
         let f = Fixture::new();
         let mut s = f.state(AllowList::Any);
-        let trap = s.infer("target".into(), None, vec![Resource::new_borrow(999)], vec![], vec![]);
+        let trap = s.host().infer("target".into(), None, vec![Resource::new_borrow(999)], vec![], vec![]);
         assert!(trap.is_err());
     }
 
@@ -565,23 +571,25 @@ mod tests {
         use wit_host::HostPendingInfer as _;
         let f = Fixture::new();
         let mut s = f.state(AllowList::Any);
-        let start = |s: &mut GuestState| s.infer_async("m".into(), None, vec![], vec![], vec![]).expect("no trap");
+        let start =
+            |s: &mut GuestState| s.host().infer_async("m".into(), None, vec![], vec![], vec![]).expect("no trap");
         let mut calls: Vec<_> = (0..MAX_OPEN_CALLS).map(|_| start(&mut s).expect("open")).collect();
         // Finished, but with results nobody took: still open (the host keeps their outputs).
         for call in &calls {
-            assert_eq!(wait_any(&mut s, &[Resource::new_borrow(call.rep())]).expect("no trap"), Some(0));
+            assert_eq!(wait_any(&mut s.host(), &[Resource::new_borrow(call.rep())]).expect("no trap"), Some(0));
         }
         let refused = start(&mut s).expect_err("one call too many");
         assert_eq!(refused.code, wit::ErrorCode::Unavailable);
         assert!(refused.message.contains("has 64 BLS calls open"), "{}", refused.message);
         // Taking a result closes its call; so does dropping a handle.
-        s.get(Resource::new_borrow(calls[0].rep())).expect("no trap").expect("outputs");
+        s.host().get(Resource::new_borrow(calls[0].rep())).expect("no trap").expect("outputs");
         calls.push(start(&mut s).expect("room for one"));
-        wit_host::HostPendingInfer::drop(&mut s, calls.swap_remove(1)).expect("drop");
+        wit_host::HostPendingInfer::drop(&mut s.host(), calls.swap_remove(1)).expect("drop");
         // A stream is open until dropped.
-        let stream = s.infer_stream("target".into(), None, vec![], vec![], vec![]).expect("no trap").expect("open");
+        let stream =
+            s.host().infer_stream("target".into(), None, vec![], vec![], vec![]).expect("no trap").expect("open");
         assert!(start(&mut s).is_err(), "the stream took the last room");
-        wit_host::HostResponseStream::drop(&mut s, stream).expect("drop");
+        wit_host::HostResponseStream::drop(&mut s.host(), stream).expect("drop");
         assert!(start(&mut s).is_ok(), "a dropped stream gave its room back");
     }
 
@@ -591,18 +599,19 @@ mod tests {
         let mut s = f.state(AllowList::Any);
         let t = input(&mut s);
         let stream = s
+            .host()
             .infer_stream("target".into(), None, vec![Resource::new_borrow(t.rep())], vec![], vec![])
             .expect("no trap")
             .expect("started");
-        let next = |s: &mut GuestState| s.next(Resource::new_borrow(stream.rep())).expect("no trap");
+        let next = |s: &mut GuestState| s.host().next(Resource::new_borrow(stream.rep())).expect("no trap");
         for _ in 0..2 {
             let outputs = next(&mut s).expect("a response").expect("outputs");
-            assert_eq!(s.tensor(&outputs[0]).expect("tensor").name, "OUT");
+            assert_eq!(s.handles.tensor(&outputs[0]).expect("tensor").name, "OUT");
         }
         let e = next(&mut s).expect("an error response").expect_err("error");
         assert_eq!((e.code, e.message.as_str()), (wit::ErrorCode::Internal, "stream broke"));
         assert!(next(&mut s).is_none());
-        wit_host::HostResponseStream::drop(&mut s, stream).expect("drop");
+        wit_host::HostResponseStream::drop(&mut s.host(), stream).expect("drop");
         assert_eq!(f.infer.seen.lock().expect("lock")[0].model_version, None);
     }
 
@@ -610,10 +619,11 @@ mod tests {
     fn a_silent_stream_times_out_per_response() {
         let f = Fixture::new();
         let mut s = f.state(AllowList::Any);
-        let stream = s.infer_stream("slow".into(), None, vec![], vec![], vec![]).expect("no trap").expect("started");
+        let stream =
+            s.host().infer_stream("slow".into(), None, vec![], vec![], vec![]).expect("no trap").expect("started");
         let borrow = || Resource::<HostResponseStream>::new_borrow(stream.rep());
-        assert!(s.next(borrow()).expect("no trap").expect("first").is_ok());
-        let e = s.next(borrow()).expect("no trap").expect("an error").expect_err("timed out");
+        assert!(s.host().next(borrow()).expect("no trap").expect("first").is_ok());
+        let e = s.host().next(borrow()).expect("no trap").expect("an error").expect_err("timed out");
         assert_eq!(e.code, wit::ErrorCode::Unavailable);
         assert_eq!(e.message, "no response from the streaming BLS call within 100 ms");
     }
@@ -622,7 +632,7 @@ mod tests {
     fn a_stream_start_error_is_returned() {
         let f = Fixture::new();
         let mut s = f.state(AllowList::Any);
-        let Err(e) = s.infer_stream("missing".into(), None, vec![], vec![], vec![]).expect("no trap") else {
+        let Err(e) = s.host().infer_stream("missing".into(), None, vec![], vec![], vec![]).expect("no trap") else {
             panic!("must fail");
         };
         assert_eq!(e.code, wit::ErrorCode::NotFound);

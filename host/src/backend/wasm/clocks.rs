@@ -39,13 +39,13 @@ pub(super) fn add_to_linker(linker: &mut Linker<GuestState>) -> wasmtime::Result
 
 impl GuestState {
     fn clocks(&mut self) -> WasiClocksCtxView<'_> {
-        WasiClocksCtxView { ctx: self.wasi.clocks(), table: &mut self.table }
+        WasiClocksCtxView { ctx: self.wasi.clocks(), table: &mut self.handles.table }
     }
 
     /// A timer of `nanos`, cut to the time left until the execution's deadline (outside
     /// `execute`: one time limit from now).
     fn timer(&mut self, nanos: u64) -> wasmtime::Result<Resource<DynPollable>> {
-        let deadline = self.execute_deadline.unwrap_or_else(|| Instant::now() + self.shared.bls_timeout);
+        let deadline = self.call.deadline.unwrap_or_else(|| Instant::now() + self.shared.bls_timeout);
         self.clocks().subscribe_duration(capped(nanos, deadline))
     }
 }

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use wasmtime::Engine;
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::Linker;
 
 use super::settings::{Allocation, engine_config};
-use super::state::GuestState;
+use super::state::{GuestState, HostCalls, Types};
 use super::{WasmOptions, bindings};
 
 /// How often the engine's epoch advances: the resolution of `max_execute_ms`.
@@ -51,7 +51,9 @@ pub(super) fn build_engine(allocation: Allocation) -> wasmtime::Result<(Engine, 
     let mut linker = Linker::new(&engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
     super::clocks::add_to_linker(&mut linker)?;
-    bindings::Model::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s)?;
+    // One interface at a time, each on the view of the store it needs (see `state`).
+    bindings::tessera::model::types::add_to_linker::<GuestState, Types>(&mut linker, GuestState::types)?;
+    bindings::tessera::model::host::add_to_linker::<GuestState, HostCalls>(&mut linker, GuestState::host)?;
     super::nn::add_to_linker(&mut linker)?;
     Ok((engine, linker))
 }

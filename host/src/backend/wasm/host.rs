@@ -4,7 +4,7 @@
 use wasmtime::component::Resource;
 
 use super::bls::{HostPendingInfer, HostResponseStream};
-use super::state::{GuestState, HostTensor, cut_text, table_error};
+use super::state::{HostTensor, HostView, cut_text, table_error};
 use super::{wit, wit_host};
 
 /// How many of the guest's last log lines a trap message can quote from.
@@ -19,7 +19,7 @@ fn log_line(message: String) -> String {
     cut_text(message, LOG_LINE_BYTES, "log lines keep")
 }
 
-impl wit_host::Host for GuestState {
+impl wit_host::Host for HostView<'_> {
     fn log(&mut self, level: wit_host::LogLevel, message: String) -> wasmtime::Result<()> {
         let message = log_line(message);
         let model = self.shared.model_name.as_str();
@@ -51,9 +51,9 @@ impl wit_host::Host for GuestState {
         let clock = self.shared.clock;
         let started = clock.now();
         let called = Self::bls(call, |infer, request| async move { infer.infer(request).await });
-        self.bls_cpu += clock.now().saturating_sub(started);
+        self.bls.cpu += clock.now().saturating_sub(started);
         match called {
-            Ok(response) => self.new_held_tensors(response.outputs),
+            Ok(response) => self.handles.new_held_tensors(response.outputs),
             Err(e) => Ok(Err(e)),
         }
     }
@@ -95,9 +95,9 @@ impl wit_host::Host for GuestState {
         let clock = self.shared.clock;
         let started = clock.now();
         let called = Self::bls(call, |infer, request| async move { infer.infer_stream(request).await });
-        self.bls_cpu += clock.now().saturating_sub(started);
+        self.bls.cpu += clock.now().saturating_sub(started);
         match called {
-            Ok(stream) => Ok(Ok(self.table.push(HostResponseStream(stream, open)).map_err(table_error)?)),
+            Ok(stream) => Ok(Ok(self.handles.table.push(HostResponseStream(stream, open)).map_err(table_error)?)),
             Err(e) => Ok(Err(e)),
         }
     }

@@ -11,7 +11,7 @@ use super::*;
 use crate::backend::wasm::outlet::Outlet;
 use crate::backend::wasm::request::READ_INPUTS_MAX_TOTAL;
 use crate::backend::wasm::sandbox::AllowList;
-use crate::backend::wasm::state::{HostRequest, SharedResponder};
+use crate::backend::wasm::state::{GuestState, HostRequest, SharedResponder};
 use crate::backend::wasm::tensor::latin1_bytes;
 use crate::backend::wasm::test_support::{shared, state};
 use crate::infer::Parameters;
@@ -25,6 +25,7 @@ fn request(
     let input =
         Tensor::new("IN", DataType::Int32, vec![2], Bytes::from_static(&[1, 0, 0, 0, 2, 0, 0, 0])).expect("tensor");
     let handle = state
+        .handles
         .table
         .push(HostRequest {
             id: "req-1".into(),
@@ -32,7 +33,7 @@ fn request(
             outputs: vec!["OUT".into()],
             parameters: Parameters::from([("k".into(), crate::infer::ParamValue::Int(3))]),
             responder: Arc::clone(&responder),
-            call: state.execute_call,
+            call: state.call.number,
             position: 0,
         })
         .expect("push request");
@@ -42,21 +43,22 @@ fn request(
 #[test]
 fn tensors() {
     let mut s = state(shared(AllowList::Nothing, None));
-    let t = s.create("X".into(), wit::DataType::Uint8, vec![3], vec![1, 2, 3]).expect("no trap").expect("valid");
-    assert_eq!(s.name(Resource::new_borrow(t.rep())).expect("name"), "X");
-    assert_eq!(s.datatype(Resource::new_borrow(t.rep())).expect("datatype"), wit::DataType::Uint8);
-    assert_eq!(s.shape(Resource::new_borrow(t.rep())).expect("shape"), vec![3]);
-    assert_eq!(s.byte_size(Resource::new_borrow(t.rep())).expect("size"), 3);
-    assert_eq!(s.data(Resource::new_borrow(t.rep())).expect("data"), vec![1, 2, 3]);
-    let renamed = s.with_name(Resource::new_borrow(t.rep()), "Y".into()).expect("renamed");
-    assert_eq!(s.tensor(&renamed).expect("renamed tensor").name, "Y");
-    assert_eq!(s.tensor(&t).expect("original").name, "X", "renaming makes a new tensor");
+    let t =
+        s.types().create("X".into(), wit::DataType::Uint8, vec![3], vec![1, 2, 3]).expect("no trap").expect("valid");
+    assert_eq!(s.types().name(Resource::new_borrow(t.rep())).expect("name"), "X");
+    assert_eq!(s.types().datatype(Resource::new_borrow(t.rep())).expect("datatype"), wit::DataType::Uint8);
+    assert_eq!(s.types().shape(Resource::new_borrow(t.rep())).expect("shape"), vec![3]);
+    assert_eq!(s.types().byte_size(Resource::new_borrow(t.rep())).expect("size"), 3);
+    assert_eq!(s.types().data(Resource::new_borrow(t.rep())).expect("data"), vec![1, 2, 3]);
+    let renamed = s.types().with_name(Resource::new_borrow(t.rep()), "Y".into()).expect("renamed");
+    assert_eq!(s.handles.tensor(&renamed).expect("renamed tensor").name, "Y");
+    assert_eq!(s.handles.tensor(&t).expect("original").name, "X", "renaming makes a new tensor");
     // Data that does not fit the shape is the guest's error, not a trap.
-    let bad = s.create("X".into(), wit::DataType::Int32, vec![2], vec![0; 3]).expect("no trap");
+    let bad = s.types().create("X".into(), wit::DataType::Int32, vec![2], vec![0; 3]).expect("no trap");
     assert!(bad.is_err());
-    wit::HostTensor::drop(&mut s, t).expect("drop");
-    wit::HostTensor::drop(&mut s, renamed).expect("drop");
-    assert!(s.table.is_empty());
+    wit::HostTensor::drop(&mut s.types(), t).expect("drop");
+    wit::HostTensor::drop(&mut s.types(), renamed).expect("drop");
+    assert!(s.handles.table.is_empty());
 }
 
 #[test]
@@ -65,7 +67,7 @@ fn read_inputs_copies_small_inputs_of_each_request_once() {
     let (a, _) = request(&mut s, None);
     let (b, _) = request(&mut s, None);
     let borrow = |r: &Resource<HostRequest>| Resource::<HostRequest>::new_borrow(r.rep());
-    let read = s.read_inputs(vec![borrow(&a), borrow(&b)], 8).expect("no trap");
+    let read = s.types().read_inputs(vec![borrow(&a), borrow(&b)], 8).expect("no trap");
     assert_eq!(read.len(), 2, "one list per request, in order");
     for inputs in &read {
         assert_eq!(inputs.len(), 1);
@@ -77,10 +79,10 @@ fn read_inputs_copies_small_inputs_of_each_request_once() {
         assert_eq!(input.data.as_deref(), Some(&[1u8, 0, 0, 0, 2, 0, 0, 0][..]));
     }
     // Above max-bytes an input comes without its bytes (the guest reads it as a handle).
-    let read = s.read_inputs(vec![borrow(&a)], 7).expect("no trap");
+    let read = s.types().read_inputs(vec![borrow(&a)], 7).expect("no trap");
     assert!(read[0][0].data.is_none());
     // The same request twice would let a guest make the host copy without bound: a trap.
-    let twice = s.read_inputs(vec![borrow(&a), borrow(&a)], 8);
+    let twice = s.types().read_inputs(vec![borrow(&a), borrow(&a)], 8);
     assert!(twice.is_err_and(|e| e.to_string().contains("passed twice")));
 }
 
@@ -92,7 +94,8 @@ fn read_inputs_copies_at_most_its_budget_per_call() {
         .map(|i| {
             let input =
                 Tensor::new("IN", DataType::Uint8, vec![size as i64], Bytes::from(vec![i; size])).expect("tensor");
-            s.table
+            s.handles
+                .table
                 .push(HostRequest {
                     id: format!("r{i}"),
                     inputs: vec![input],
@@ -106,7 +109,7 @@ fn read_inputs_copies_at_most_its_budget_per_call() {
         })
         .collect();
     let borrows = handles.iter().map(|r| Resource::<HostRequest>::new_borrow(r.rep())).collect();
-    let read = s.read_inputs(borrows, u64::MAX).expect("no trap");
+    let read = s.types().read_inputs(borrows, u64::MAX).expect("no trap");
     let copied: Vec<bool> = read.iter().map(|inputs| inputs[0].data.is_some()).collect();
     assert_eq!(copied, vec![true, true, false], "the third input would pass the per-call budget");
     assert_eq!(read[1][0].data.as_ref().map(Vec::len), Some(size));
@@ -127,7 +130,7 @@ fn host_request(call: u64, position: usize) -> HostRequest {
 
 /// A request of the current `execute` call at `position`.
 fn request_at(state: &mut GuestState, call: u64, position: usize) -> Resource<HostRequest> {
-    state.table.push(host_request(call, position)).expect("push request")
+    state.handles.table.push(host_request(call, position)).expect("push request")
 }
 
 fn output(name: &str, data: &str) -> wit::OutputData {
@@ -143,12 +146,13 @@ fn set_outputs_gives_each_request_of_the_call_its_outputs() {
     let borrow = |r: &Resource<HostRequest>| Resource::<HostRequest>::new_borrow(r.rep());
     // Out of order, a byte above 0x7f, and a bad output that fails only its own request.
     let results = s
+        .types()
         .set_outputs(vec![borrow(&b), borrow(&a)], vec![vec![output("Y", "\u{ff}\u{1}")], vec![output("X", "ab")]])
         .expect("no trap");
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     let mut bad = output("Z", "abc");
     bad.2 = vec![2];
-    let results = s.set_outputs(vec![borrow(&a)], vec![vec![output("X2", "c"), bad]]).expect("no trap");
+    let results = s.types().set_outputs(vec![borrow(&a)], vec![vec![output("X2", "c"), bad]]).expect("no trap");
     let message = results[0].as_ref().map_err(|e| e.message.clone()).expect_err("Z does not fit");
     assert_eq!(message, "output byte size mismatch for output 'Z'. Expected 2, got 3");
     let given = s.end_execute();
@@ -166,48 +170,48 @@ fn give_tensors_moves_handles_after_the_outputs_given_by_value() {
     let (a, b) = (request_at(&mut s, call, 0), request_at(&mut s, call, 1));
     let borrow = |r: &Resource<HostRequest>| Resource::<HostRequest>::new_borrow(r.rep());
     let made = |s: &mut GuestState, name: &str| {
-        wit::HostTensor::create(s, name.into(), wit::DataType::Uint8, vec![2], b"xy".to_vec())
+        wit::HostTensor::create(&mut s.types(), name.into(), wit::DataType::Uint8, vec![2], b"xy".to_vec())
             .expect("no trap")
             .expect("created")
     };
-    let results = s.set_outputs(vec![borrow(&a)], vec![vec![output("V", "v")]]).expect("no trap");
+    let results = s.types().set_outputs(vec![borrow(&a)], vec![vec![output("V", "v")]]).expect("no trap");
     assert!(results[0].is_ok());
-    let held = s.held_bytes;
+    let held = s.handles.held_bytes;
     let h2 = made(&mut s, "H2");
-    let one = s.held_bytes - held;
+    let one = s.handles.held_bytes - held;
     let (h1, h3) = (made(&mut s, "H1"), made(&mut s, "V"));
     let reps = [h1.rep(), h2.rep(), h3.rep()];
     assert!(one > 0, "created tensors are on the guest's account");
-    let results = s.give_tensors(vec![borrow(&a), borrow(&b)], vec![vec![h1, h3], vec![h2]]).expect("no trap");
+    let results = s.types().give_tensors(vec![borrow(&a), borrow(&b)], vec![vec![h1, h3], vec![h2]]).expect("no trap");
     // a name given twice (V, by value and as a handle) fails that request only
     let message = results[0].as_ref().map_err(|e| e.message.clone()).expect_err("V twice");
     assert_eq!(message, "request.give-tensors: output 'V' given twice for one request");
     assert!(results[1].is_ok());
     // H2 stays on the guest's account until the call ends (a guest giving one buffer again
     // and again must meet the limit); the refused H1 and V left it at once
-    assert_eq!(s.held_bytes, held + one);
+    assert_eq!(s.handles.held_bytes, held + one);
     for rep in reps {
-        assert!(s.tensor(&Resource::new_borrow(rep)).is_err(), "the handle left the table");
+        assert!(s.handles.tensor(&Resource::new_borrow(rep)).is_err(), "the handle left the table");
     }
     let given = s.end_execute();
     let names = |ts: &Vec<Tensor>| ts.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
     assert_eq!(names(&given[0]), vec!["V"], "the refused handles were not given");
     assert_eq!(names(&given[1]), vec!["H2"]);
-    assert_eq!(s.held_bytes, 0);
+    assert_eq!(s.handles.held_bytes, 0);
     // Outside the call, and for a decoupled model, a request gets an error; the handle still moves.
     let h = made(&mut s, "H");
-    let results = s.give_tensors(vec![borrow(&a)], vec![vec![h]]).expect("no trap");
+    let results = s.types().give_tensors(vec![borrow(&a)], vec![vec![h]]).expect("no trap");
     assert!(results[0].as_ref().is_err_and(|e| e.message.contains("not one of the current")));
     let call = s.begin_execute(1, true);
     let r = request_at(&mut s, call, 0);
     let h = made(&mut s, "H");
-    let results = s.give_tensors(vec![borrow(&r)], vec![vec![h]]).expect("no trap");
+    let results = s.types().give_tensors(vec![borrow(&r)], vec![vec![h]]).expect("no trap");
     assert!(results[0].as_ref().is_err_and(|e| e.message.contains("decoupled")));
-    assert_eq!(s.held_bytes, 0);
+    assert_eq!(s.handles.held_bytes, 0);
     // Guest bugs trap: lists of different lengths, a request twice.
     s.begin_execute(1, false);
-    assert!(s.give_tensors(vec![borrow(&r)], Vec::new()).is_err());
-    let twice = s.give_tensors(vec![borrow(&r), borrow(&r)], vec![Vec::new(), Vec::new()]);
+    assert!(s.types().give_tensors(vec![borrow(&r)], Vec::new()).is_err());
+    let twice = s.types().give_tensors(vec![borrow(&r), borrow(&r)], vec![Vec::new(), Vec::new()]);
     assert!(twice.is_err_and(|e| e.to_string().contains("passed twice")));
 }
 
@@ -222,21 +226,26 @@ fn tensors_given_stay_on_the_guests_account_until_the_call_ends() {
     let chunk = vec![7u8; 64 << 10];
     let mut given = 0;
     let refused = loop {
-        let created =
-            wit::HostTensor::create(&mut s, format!("T{given}"), wit::DataType::Uint8, vec![64 << 10], chunk.clone())
-                .expect("no trap");
+        let created = wit::HostTensor::create(
+            &mut s.types(),
+            format!("T{given}"),
+            wit::DataType::Uint8,
+            vec![64 << 10],
+            chunk.clone(),
+        )
+        .expect("no trap");
         let h = match created {
             Ok(h) => h,
             Err(e) => break e,
         };
-        let results = s.give_tensors(vec![borrow(&r)], vec![vec![h]]).expect("no trap");
+        let results = s.types().give_tensors(vec![borrow(&r)], vec![vec![h]]).expect("no trap");
         assert!(results[0].is_ok());
         given += 1;
         assert!(given < 100, "4 MiB of 64 KiB tensors is 64");
     };
     assert!(refused.message.contains("4 x max_memory_bytes"), "{}", refused.message);
     assert_eq!(s.end_execute()[0].len(), given);
-    assert_eq!(s.held_bytes, 0, "the call's end gives it all back");
+    assert_eq!(s.handles.held_bytes, 0, "the call's end gives it all back");
 }
 
 #[test]
@@ -248,21 +257,21 @@ fn set_outputs_refuses_requests_of_another_call_and_decoupled_models() {
     // A guest that kept a request from an earlier call cannot answer the new call's first.
     s.begin_execute(1, false);
     let borrow = |r: &Resource<HostRequest>| Resource::<HostRequest>::new_borrow(r.rep());
-    let results = s.set_outputs(vec![borrow(&kept)], vec![vec![output("X", "a")]]).expect("no trap");
+    let results = s.types().set_outputs(vec![borrow(&kept)], vec![vec![output("X", "a")]]).expect("no trap");
     assert!(results[0].as_ref().is_err_and(|e| e.message.contains("not one of the current")));
     assert!(s.end_execute()[0].is_empty());
     // Outside execute (a handle kept until finalize) likewise.
-    let results = s.set_outputs(vec![borrow(&kept)], vec![vec![output("X", "a")]]).expect("no trap");
+    let results = s.types().set_outputs(vec![borrow(&kept)], vec![vec![output("X", "a")]]).expect("no trap");
     assert!(results[0].as_ref().is_err_and(|e| e.message.contains("not one of the current")));
     let call = s.begin_execute(1, true);
     let r = request_at(&mut s, call, 0);
-    let results = s.set_outputs(vec![borrow(&r)], vec![vec![output("X", "a")]]).expect("no trap");
+    let results = s.types().set_outputs(vec![borrow(&r)], vec![vec![output("X", "a")]]).expect("no trap");
     assert!(results[0].as_ref().is_err_and(|e| e.message.contains("decoupled")));
     // Guest bugs trap: lists of different lengths, a request twice.
     let call = s.begin_execute(1, false);
     let r = request_at(&mut s, call, 0);
-    assert!(s.set_outputs(vec![borrow(&r)], Vec::new()).is_err());
-    let twice = s.set_outputs(vec![borrow(&r), borrow(&r)], vec![Vec::new(), Vec::new()]);
+    assert!(s.types().set_outputs(vec![borrow(&r)], Vec::new()).is_err());
+    let twice = s.types().set_outputs(vec![borrow(&r), borrow(&r)], vec![Vec::new(), Vec::new()]);
     assert!(twice.is_err_and(|e| e.to_string().contains("passed twice")));
 }
 
@@ -274,37 +283,37 @@ fn bytes_a_guest_made_are_held_up_to_four_times_its_memory_limit() {
     // Each handle's name and shape count too: 9 bytes here, so four of these leave room for
     // a renamed handle's own 9.
     let n = mib - 18;
-    let make = |s: &mut GuestState| s.create("T".into(), wit::DataType::Uint8, vec![n as i64], vec![0; n]);
+    let make = |s: &mut GuestState| s.types().create("T".into(), wit::DataType::Uint8, vec![n as i64], vec![0; n]);
     let held: Vec<_> = (0..4).map(|_| make(&mut s).expect("no trap").expect("within the limit")).collect();
     let refused = make(&mut s).expect("no trap").expect_err("past the limit");
     assert!(refused.message.contains("4 x max_memory_bytes"), "{}", refused.message);
     assert_eq!(refused.code, wit::ErrorCode::Internal);
-    let long_name = s.with_name(Resource::new_borrow(held[1].rep()), "N".repeat(mib));
+    let long_name = s.types().with_name(Resource::new_borrow(held[1].rep()), "N".repeat(mib));
     assert!(long_name.is_err(), "a renamed handle's megabyte name past the limit traps");
     // A renamed handle shares the bytes and their charge: dropping the original gives
     // nothing back while the rename holds them (else create, rename, drop would grow the
     // host without bound).
-    let renamed = s.with_name(Resource::new_borrow(held[0].rep()), "U".into()).expect("with-name");
+    let renamed = s.types().with_name(Resource::new_borrow(held[0].rep()), "U".into()).expect("with-name");
     let mut held = held.into_iter();
     let first = held.next().expect("four");
-    wit::HostTensor::drop(&mut s, first).expect("drop");
+    wit::HostTensor::drop(&mut s.types(), first).expect("drop");
     assert!(make(&mut s).expect("no trap").is_err(), "the rename still holds the bytes");
-    wit::HostTensor::drop(&mut s, renamed).expect("drop");
+    wit::HostTensor::drop(&mut s.types(), renamed).expect("drop");
     let again = make(&mut s).expect("no trap").expect("the last handle gave the bytes back");
     // Given outputs count until execute returns.
     let call = s.begin_execute(1, false);
     let r = request_at(&mut s, call, 0);
     let big = (String::from("Y"), wit::DataType::Uint8, vec![mib as i64], "a".repeat(mib));
-    let give = |s: &mut GuestState, what| s.set_outputs(vec![Resource::new_borrow(r.rep())], vec![vec![what]]);
+    let give = |s: &mut GuestState, what| s.types().set_outputs(vec![Resource::new_borrow(r.rep())], vec![vec![what]]);
     let results = give(&mut s, big.clone()).expect("no trap");
     assert!(results[0].as_ref().is_err_and(|e| e.message.contains("max_memory_bytes")), "{results:?}");
-    s.take_tensor(again).expect("moves into a response");
+    s.handles.take_tensor(again).expect("moves into a response");
     assert!(give(&mut s, big).expect("no trap")[0].is_ok());
     assert!(make(&mut s).expect("no trap").is_err(), "the given output still counts");
     assert_eq!(s.end_execute()[0].len(), 1);
     assert!(make(&mut s).expect("no trap").is_ok(), "it left with the response");
     for t in held {
-        wit::HostTensor::drop(&mut s, t).expect("drop");
+        wit::HostTensor::drop(&mut s.types(), t).expect("drop");
     }
 }
 
@@ -314,10 +323,10 @@ fn set_outputs_refuses_an_output_given_twice() {
     let call = s.begin_execute(1, false);
     let r = request_at(&mut s, call, 0);
     let borrow = || Resource::<HostRequest>::new_borrow(r.rep());
-    let twice = s.set_outputs(vec![borrow()], vec![vec![output("X", "a"), output("X", "b")]]).expect("no trap");
+    let twice = s.types().set_outputs(vec![borrow()], vec![vec![output("X", "a"), output("X", "b")]]).expect("no trap");
     assert!(twice[0].as_ref().is_err_and(|e| e.message.contains("'X' given twice")), "{twice:?}");
-    assert!(s.set_outputs(vec![borrow()], vec![vec![output("X", "a")]]).expect("no trap")[0].is_ok());
-    let again = s.set_outputs(vec![borrow()], vec![vec![output("X", "c")]]).expect("no trap");
+    assert!(s.types().set_outputs(vec![borrow()], vec![vec![output("X", "a")]]).expect("no trap")[0].is_ok());
+    let again = s.types().set_outputs(vec![borrow()], vec![vec![output("X", "c")]]).expect("no trap");
     assert!(again[0].is_err(), "a later call cannot give the same name again");
     assert_eq!(s.end_execute()[0].len(), 1);
 }
@@ -327,21 +336,21 @@ fn request_at_gives_each_pending_request_of_the_call_once() {
     let mut s = state(shared(AllowList::Nothing, None));
     let call = s.begin_execute(2, false);
     for position in 0..2 {
-        s.pending_requests.push(Some(host_request(call, position)));
+        s.call.pending_requests.push(Some(host_request(call, position)));
     }
-    let second = s.at(1).expect("no trap").expect("the second request");
-    assert_eq!(s.id(Resource::new_borrow(second.rep())).expect("id"), "r1");
-    assert!(s.at(1).expect("no trap").is_none(), "a handle is given once per call");
-    assert!(s.at(2).expect("no trap").is_none(), "past the batch");
-    assert_eq!(s.taken_requests, vec![second.rep()]);
+    let second = s.types().at(1).expect("no trap").expect("the second request");
+    assert_eq!(s.types().id(Resource::new_borrow(second.rep())).expect("id"), "r1");
+    assert!(s.types().at(1).expect("no trap").is_none(), "a handle is given once per call");
+    assert!(s.types().at(2).expect("no trap").is_none(), "past the batch");
+    assert_eq!(s.call.taken_requests, vec![second.rep()]);
     // what it is given lands at its position in the batch
-    let given = s.set_outputs(vec![Resource::new_borrow(second.rep())], vec![vec![output("X", "a")]]);
+    let given = s.types().set_outputs(vec![Resource::new_borrow(second.rep())], vec![vec![output("X", "a")]]);
     assert!(given.expect("no trap")[0].is_ok());
     let outputs = s.end_execute();
     assert_eq!((outputs[0].len(), outputs[1].len()), (0, 1));
     // outside an execute-by-value call there is nothing to take
-    s.pending_requests.clear();
-    assert!(s.at(0).expect("no trap").is_none());
+    s.call.pending_requests.clear();
+    assert!(s.types().at(0).expect("no trap").is_none());
 }
 
 #[test]
@@ -349,15 +358,15 @@ fn requests() {
     let mut s = state(shared(AllowList::Nothing, None));
     let (r, _) = request(&mut s, None);
     let borrow = || Resource::<HostRequest>::new_borrow(r.rep());
-    assert_eq!(s.id(borrow()).expect("id"), "req-1");
-    assert_eq!(s.requested_outputs(borrow()).expect("outputs"), vec!["OUT".to_string()]);
-    let params = s.parameters(borrow()).expect("parameters");
+    assert_eq!(s.types().id(borrow()).expect("id"), "req-1");
+    assert_eq!(s.types().requested_outputs(borrow()).expect("outputs"), vec!["OUT".to_string()]);
+    let params = s.types().parameters(borrow()).expect("parameters");
     assert_eq!(params.len(), 1);
     assert!(matches!(params[0].value, wit::ParamValue::Int(3)));
-    let found = s.input(borrow(), "IN".into()).expect("input").expect("present");
-    assert_eq!(s.tensor(&found).expect("tensor").shape, vec![2]);
-    assert!(s.input(borrow(), "NOPE".into()).expect("input").is_none());
-    assert_eq!(s.inputs(borrow()).expect("inputs").len(), 1);
+    let found = s.types().input(borrow(), "IN".into()).expect("input").expect("present");
+    assert_eq!(s.handles.tensor(&found).expect("tensor").shape, vec![2]);
+    assert!(s.types().input(borrow(), "NOPE".into()).expect("input").is_none());
+    assert_eq!(s.types().inputs(borrow()).expect("inputs").len(), 1);
 }
 
 #[test]
@@ -365,14 +374,14 @@ fn senders_close_after_the_final_response() {
     let mut s = state(shared(AllowList::Nothing, None));
     let (tx, mut rx) = crate::backend::responder();
     let (r, _) = request(&mut s, Some(tx));
-    let sender = s.sender(Resource::new_borrow(r.rep())).expect("sender");
-    let out = s.create("OUT".into(), wit::DataType::Uint8, vec![1], vec![7]).expect("no trap").expect("valid");
-    s.send(Resource::new_borrow(sender.rep()), vec![out], false).expect("no trap").expect("sent");
+    let sender = s.types().sender(Resource::new_borrow(r.rep())).expect("sender");
+    let out = s.types().create("OUT".into(), wit::DataType::Uint8, vec![1], vec![7]).expect("no trap").expect("valid");
+    s.types().send(Resource::new_borrow(sender.rep()), vec![out], false).expect("no trap").expect("sent");
     let error = wit::Error { code: wit::ErrorCode::NotFound, message: "nope".into() };
-    s.send_error(Resource::new_borrow(sender.rep()), error, false).expect("no trap").expect("sent");
+    s.types().send_error(Resource::new_borrow(sender.rep()), error, false).expect("no trap").expect("sent");
     // An empty final response carries only the flag.
-    s.send(Resource::new_borrow(sender.rep()), vec![], true).expect("no trap").expect("sent");
-    let late = s.send(Resource::new_borrow(sender.rep()), vec![], true).expect("no trap").expect_err("closed");
+    s.types().send(Resource::new_borrow(sender.rep()), vec![], true).expect("no trap").expect("sent");
+    let late = s.types().send(Resource::new_borrow(sender.rep()), vec![], true).expect("no trap").expect_err("closed");
     assert_eq!(late.code, wit::ErrorCode::Unavailable);
     assert_eq!(
         late.message,
@@ -394,15 +403,15 @@ fn senders_close_after_the_final_response() {
 fn a_non_decoupled_request_has_a_closed_sender() {
     let mut s = state(shared(AllowList::Nothing, None));
     let (r, _) = request(&mut s, None);
-    let sender = s.sender(Resource::new_borrow(r.rep())).expect("sender");
-    let refused = s.send(sender, vec![], false).expect("no trap").expect_err("closed");
+    let sender = s.types().sender(Resource::new_borrow(r.rep())).expect("sender");
+    let refused = s.types().send(sender, vec![], false).expect("no trap").expect_err("closed");
     assert_eq!(refused.code, wit::ErrorCode::Unavailable);
 }
 
 #[test]
 fn bad_handles_trap() {
     let mut s = state(shared(AllowList::Nothing, None));
-    let e = s.name(Resource::new_borrow(12345)).expect_err("a trap");
+    let e = s.types().name(Resource::new_borrow(12345)).expect_err("a trap");
     assert!(e.to_string().starts_with("resource table: "), "{e}");
 }
 
@@ -413,10 +422,10 @@ fn latin1_strings_are_their_bytes() {
     assert_eq!(latin1_bytes(&all), Some((0u8..=255).collect()));
     assert_eq!(latin1_bytes("\u{100}"), None);
     let mut s = state(shared(AllowList::Nothing, None));
-    let t = s.create_latin1("t".into(), wit::DataType::Uint8, vec![2], "\u{ff}\u{0}".into());
+    let t = s.types().create_latin1("t".into(), wit::DataType::Uint8, vec![2], "\u{ff}\u{0}".into());
     let t = t.expect("no trap").expect("valid");
-    assert_eq!(s.tensor(&t).expect("tensor").data.as_ref(), &[255u8, 0]);
-    let bad = s.create_latin1("t".into(), wit::DataType::Uint8, vec![1], "\u{263a}".into()).expect("no trap");
+    assert_eq!(s.handles.tensor(&t).expect("tensor").data.as_ref(), &[255u8, 0]);
+    let bad = s.types().create_latin1("t".into(), wit::DataType::Uint8, vec![1], "\u{263a}".into()).expect("no trap");
     assert!(bad.is_err_and(|e| e.message.contains("above U+00FF")));
 }
 
@@ -424,7 +433,7 @@ fn latin1_strings_are_their_bytes() {
 fn log_keeps_the_last_lines() {
     let mut s = state(shared(AllowList::Nothing, None));
     for i in 0..20 {
-        s.log(wit_host::LogLevel::Info, format!("line {i}")).expect("log");
+        s.host().log(wit_host::LogLevel::Info, format!("line {i}")).expect("log");
     }
     assert_eq!(s.last_log.len(), LOG_LINES_KEPT);
     assert_eq!(s.last_log.first().map(String::as_str), Some("line 4"));
@@ -434,13 +443,13 @@ fn log_keeps_the_last_lines() {
 #[test]
 fn log_lines_are_cut_at_eight_kib() {
     let mut s = state(shared(AllowList::Nothing, None));
-    s.log(wit_host::LogLevel::Error, "\u{e9}".repeat(5000)).expect("log");
+    s.host().log(wit_host::LogLevel::Error, "\u{e9}".repeat(5000)).expect("log");
     let kept = s.last_log.last().expect("a line");
     // 4096 two-byte characters fill 8 KiB exactly; the other 904 are cut.
     assert_eq!(kept, &format!("{}... (1808 more bytes cut; log lines keep 8192)", "\u{e9}".repeat(4096)));
-    s.log(wit_host::LogLevel::Error, "y".repeat(1 << 20)).expect("log");
+    s.host().log(wit_host::LogLevel::Error, "y".repeat(1 << 20)).expect("log");
     let kept = s.last_log.last().map_or(0, String::capacity);
     assert!(kept < 32 << 10, "a megabyte line keeps a new small buffer, not the guest's: {kept}");
-    s.log(wit_host::LogLevel::Info, "x".repeat(LOG_LINE_BYTES)).expect("log");
+    s.host().log(wit_host::LogLevel::Info, "x".repeat(LOG_LINE_BYTES)).expect("log");
     assert_eq!(s.last_log.last().map(String::len), Some(LOG_LINE_BYTES), "a line of the limit is whole");
 }

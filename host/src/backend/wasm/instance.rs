@@ -154,7 +154,7 @@ impl WasmInstance {
         let mut store = sandboxed_store(&self.engine, &self.sandbox, Arc::clone(&self.shared))?;
         store.epoch_deadline_callback(|store| {
             // `initialize` and `finalize` have no deadline here: their epoch deadline is the limit.
-            let Some(deadline) = store.data().execute_deadline else {
+            let Some(deadline) = store.data().call.deadline else {
                 return Err(Trap::Interrupt.into());
             };
             if Instant::now() >= deadline {
@@ -235,7 +235,7 @@ impl WasmInstance {
             }
             let responder: SharedResponder = Arc::new(Mutex::new(request.responder.map(Outlet::new)));
             let state = live.store.data_mut();
-            state.call_responders.push(Arc::clone(&responder));
+            state.call.responders.push(Arc::clone(&responder));
             let request = HostRequest {
                 id: request.id.unwrap_or_default(),
                 inputs: request.inputs,
@@ -246,28 +246,31 @@ impl WasmInstance {
                 position,
             };
             if by_value {
-                state.pending_requests.push(Some(request));
+                state.call.pending_requests.push(Some(request));
             } else {
-                let resource =
-                    state.table.push(request).map_err(|e| CoreError::internal(format!("resource table: {e}")))?;
+                let resource = state
+                    .handles
+                    .table
+                    .push(request)
+                    .map_err(|e| CoreError::internal(format!("resource table: {e}")))?;
                 handles.push(resource);
             }
         }
         live.store.data_mut().last_log.clear();
-        live.store.data_mut().bls_cpu = Duration::ZERO;
+        live.store.data_mut().bls.cpu = Duration::ZERO;
         // The limit is wall time from here, host calls included (the callback checks the clock).
-        live.store.data_mut().execute_deadline = Some(Instant::now() + self.sandbox.max_execute);
+        live.store.data_mut().call.deadline = Some(Instant::now() + self.sandbox.max_execute);
         live.store.set_epoch_deadline(ticks.min(HAND_OFF_TICKS));
         let called = match live.by_value {
             Some(execute) => execute.call(&mut live.store, (&packs,)).map(|(answers,)| Returned::ByValue(answers)),
             None => live.model.call_execute(&mut live.store, &handles).map(Returned::Handles),
         };
-        live.store.data_mut().execute_deadline = None;
+        live.store.data_mut().call.deadline = None;
         let given = live.store.data_mut().end_execute();
-        *callees = live.store.data().bls_cpu;
+        *callees = live.store.data().bls.cpu;
         // The contract: when execute returns, every request's stream is final, whatever
         // request or sender handles the guest kept.
-        for responder in live.store.data_mut().call_responders.drain(..) {
+        for responder in live.store.data_mut().call.responders.drain(..) {
             if let Ok(mut r) = responder.lock() {
                 r.take();
             }
@@ -275,10 +278,10 @@ impl WasmInstance {
         // A request handle the guest kept past its call keeps nothing of the caller's: its inputs
         // would otherwise stay in the server for as long as the instance lives.
         let state = live.store.data_mut();
-        state.pending_requests.clear();
-        let taken = std::mem::take(&mut state.taken_requests).into_iter().map(Resource::<HostRequest>::new_borrow);
+        state.call.pending_requests.clear();
+        let taken = std::mem::take(&mut state.call.taken_requests).into_iter().map(Resource::<HostRequest>::new_borrow);
         for handle in handles.iter().map(|h| Resource::<HostRequest>::new_borrow(h.rep())).chain(taken) {
-            if let Ok(request) = state.table.get_mut(&handle)
+            if let Ok(request) = state.handles.table.get_mut(&handle)
                 && request.call == call
             {
                 request.inputs = Vec::new();
@@ -426,7 +429,7 @@ impl WasmInstance {
                     // Every handle leaves the table (and the guest's account), even after a bad one.
                     let mut bad = None;
                     for t in tensors {
-                        match state.take_tensor(t) {
+                        match state.handles.take_tensor(t) {
                             Ok(tensor) => outputs.push(tensor),
                             Err(e) => bad = bad.or(Some(e)),
                         }
@@ -540,7 +543,7 @@ fn grow_refusal(error: &wasmtime::Error) -> Option<String> {
 /// account), whatever becomes of the batch.
 fn drop_returned(state: &mut GuestState, results: Vec<Result<Vec<Resource<HostTensor>>, wit::Error>>) {
     for tensor in results.into_iter().flatten().flatten() {
-        let _ = state.take_tensor(tensor);
+        let _ = state.handles.take_tensor(tensor);
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Sandbox, per model, from config `parameters` (string values):
 //! - `max_memory_bytes` (default 256 MiB): linear memory cap; growing past it traps. It also
-//!   bounds the host's side: the tensors held for the guest (4x, `host::held_limit`) and what
+//!   bounds the host's side: the tensors held for the guest (4x, `state::held_limit`) and what
 //!   one call may make the host copy (2x, `Sandbox::max_hostcall_bytes`).
 //! - `max_execute_ms` (default 10000): wall time per `execute` (epoch interruption), and the
 //!   bound on each BLS call the guest makes.
@@ -16,16 +16,19 @@
 //! memory limit) fails only that batch's requests; the instance is then rebuilt from the
 //! pre-instantiated component and re-initialised, and the model stays ready.
 //!
-//! Execution is synchronous on the blocking thread the instance pool runs it on; BLS calls
-//! re-enter the async core through the runtime handle, which blocking threads may block on.
+//! Execution is synchronous on the thread the instance pool runs it on (see `crate::execution`);
+//! BLS calls re-enter the async core through the runtime handle.
 //!
-//! Files: `engine` (engine, linker, compile cache), `compile` (compiling, in a compiler process
-//! of its own when the server is the `tessera` binary), `sandbox` (per-model limits and grants),
-//! `instance` (one guest instance's life), `host` (the store data and the host side of the WIT
-//! imports), `outlet` (a decoupled request's responses and their buffered bytes), `clocks` (wasi
-//! timers that end by the time limit), `bls` (guests calling models),
-//! `nn` (the standard wasi:nn interfaces over served models), `convert` (core types <-> WIT
-//! types).
+//! Files, shaped like wasmtime-wasi: `bindings` (what wasmtime generates from `wit/`); `state`
+//! (the store's data in parts by concern, and the views each WIT interface is implemented on,
+//! projected in `engine`'s `add_to_linker` calls); one file per interface or resource: `tensor`,
+//! `request`, `sender` (interface `types`), `host` and `bls` (interface `host`: logging, guests
+//! calling models), `nn` (the standard wasi:nn interfaces over served models), `clocks` (wasi
+//! timers that end by the time limit); `engine`, `settings`, `cache` and `compile` (the engine,
+//! its settings, the compile cache, compiling in a process of its own); `sandbox` (per-model
+//! limits and grants); `instance` and `live` (one guest instance's life, and the live set that
+//! bounds them); `outlet` (a decoupled request's buffered responses); `convert` (core types <->
+//! WIT types); `pack` (the tensor pack of `execute-by-value`) and `autocomplete` (config completion).
 
 mod autocomplete;
 mod bls;

@@ -20,12 +20,12 @@
 //! caller would get.
 //!
 //! The host functions are synchronous, like the rest of the guest's imports: `compute` blocks
-//! the guest's thread while the model runs (see `GuestState::bls`).
+//! the guest's thread while the model runs (see `HostView::bls`).
 
 use bytes::Bytes;
-use wasmtime::component::{HasSelf, Linker, Resource};
+use wasmtime::component::{Linker, Resource};
 
-use super::state::{GuestState, table_error};
+use super::state::{GuestState, HostCalls, HostView, table_error};
 use crate::error::{CoreError, ErrorKind};
 use crate::infer::Parameters;
 use crate::tensor::{DataType, Tensor};
@@ -51,11 +51,15 @@ use bindings::wasi::nn::{errors, graph, inference, tensor};
 
 /// Adds the wasi:nn interfaces to a guest linker.
 pub(super) fn add_to_linker(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
-    bindings::Ml::add_to_linker::<GuestState, HasSelf<GuestState>>(linker, |s| s)
+    // On the view of interface `host`: `compute` is a BLS call.
+    errors::add_to_linker::<GuestState, HostCalls>(linker, GuestState::host)?;
+    tensor::add_to_linker::<GuestState, HostCalls>(linker, GuestState::host)?;
+    graph::add_to_linker::<GuestState, HostCalls>(linker, GuestState::host)?;
+    inference::add_to_linker::<GuestState, HostCalls>(linker, GuestState::host)
 }
 
 /// A wasi:nn tensor: no name (it gets one in `compute`), its bytes shared, never copied by handles,
-/// and held on the guest's account (`GuestState::hold`) until it leaves the table.
+/// and held on the guest's account (`Handles::hold`) until it leaves the table.
 pub struct NnTensor {
     dimensions: Vec<u32>,
     ty: TensorType,
@@ -69,11 +73,11 @@ impl NnTensor {
     }
 }
 
-impl GuestState {
+impl HostView<'_> {
     /// Takes a wasi:nn tensor out of the table, and off the guest's account.
     fn take_nn_tensor(&mut self, handle: Resource<NnTensor>) -> wasmtime::Result<NnTensor> {
-        let tensor = self.table.delete(handle).map_err(table_error)?;
-        self.release(tensor.held_size());
+        let tensor = self.handles.table.delete(handle).map_err(table_error)?;
+        self.handles.release(tensor.held_size());
         Ok(tensor)
     }
 }
@@ -147,13 +151,13 @@ fn parse_graph_name(name: &str) -> (String, Option<i64>) {
     (name.to_string(), None)
 }
 
-impl GuestState {
+impl HostView<'_> {
     fn nn_error<T>(&mut self, code: ErrorCode, message: impl Into<String>) -> NnResult<T> {
         // Its text may quote the guest (a graph name): cut to 1 KiB, and held on the guest's
         // account until the guest drops the error (never refused: the error must reach it).
         let message = super::state::cut_text(message.into(), 1 << 10, "wasi:nn error messages keep");
-        self.hold_regardless(message.len());
-        let error = self.table.push(NnError { code, message }).map_err(table_error)?;
+        self.handles.hold_regardless(message.len());
+        let error = self.handles.table.push(NnError { code, message }).map_err(table_error)?;
         Ok(Err(error))
     }
 
@@ -185,38 +189,38 @@ impl GuestState {
             };
             converted.push((output.name, NnTensor { dimensions, ty, data: output.data }));
         }
-        if let Err(e) = self.hold(converted.iter().map(|(_, t)| t.held_size()).sum()) {
+        if let Err(e) = self.handles.hold(converted.iter().map(|(_, t)| t.held_size()).sum()) {
             return self.nn_core_error(e);
         }
         let mut handles = Vec::with_capacity(converted.len());
         for (name, tensor) in converted {
-            handles.push((name, self.table.push(tensor).map_err(table_error)?));
+            handles.push((name, self.handles.table.push(tensor).map_err(table_error)?));
         }
         Ok(Ok(handles))
     }
 }
 
-impl tensor::Host for GuestState {}
+impl tensor::Host for HostView<'_> {}
 
-impl tensor::HostTensor for GuestState {
+impl tensor::HostTensor for HostView<'_> {
     fn new(&mut self, dimensions: Vec<u32>, ty: TensorType, data: Vec<u8>) -> wasmtime::Result<Resource<NnTensor>> {
         // The WIT constructor cannot fail: a length that does not fit is reported by `compute`,
         // and past the guest's limit of held bytes it traps.
         let tensor = NnTensor { dimensions, ty, data: Bytes::from(data) };
-        self.hold_or_trap(tensor.held_size(), "wasi:nn tensor")?;
-        self.table.push(tensor).map_err(table_error)
+        self.handles.hold_or_trap(tensor.held_size(), "wasi:nn tensor")?;
+        self.handles.table.push(tensor).map_err(table_error)
     }
 
     fn dimensions(&mut self, handle: Resource<NnTensor>) -> wasmtime::Result<Vec<u32>> {
-        Ok(self.table.get(&handle).map_err(table_error)?.dimensions.clone())
+        Ok(self.handles.table.get(&handle).map_err(table_error)?.dimensions.clone())
     }
 
     fn ty(&mut self, handle: Resource<NnTensor>) -> wasmtime::Result<TensorType> {
-        Ok(self.table.get(&handle).map_err(table_error)?.ty)
+        Ok(self.handles.table.get(&handle).map_err(table_error)?.ty)
     }
 
     fn data(&mut self, handle: Resource<NnTensor>) -> wasmtime::Result<Vec<u8>> {
-        Ok(self.table.get(&handle).map_err(table_error)?.data.to_vec())
+        Ok(self.handles.table.get(&handle).map_err(table_error)?.data.to_vec())
     }
 
     fn drop(&mut self, handle: Resource<NnTensor>) -> wasmtime::Result<()> {
@@ -224,7 +228,7 @@ impl tensor::HostTensor for GuestState {
     }
 }
 
-impl graph::Host for GuestState {
+impl graph::Host for HostView<'_> {
     fn load(
         &mut self,
         _builder: Vec<Vec<u8>>,
@@ -248,33 +252,33 @@ impl graph::Host for GuestState {
             Err(e) => return self.nn_core_error(e),
         };
         match infer.check_ready(&model, version) {
-            Ok(()) => Ok(Ok(self.table.push(NnGraph { model, version }).map_err(table_error)?)),
+            Ok(()) => Ok(Ok(self.handles.table.push(NnGraph { model, version }).map_err(table_error)?)),
             Err(e) => self.nn_error(ErrorCode::NotFound, e.message),
         }
     }
 }
 
-impl graph::HostGraph for GuestState {
+impl graph::HostGraph for HostView<'_> {
     fn init_execution_context(&mut self, handle: Resource<NnGraph>) -> NnResult<Resource<NnContext>> {
-        let graph = self.table.get(&handle).map_err(table_error)?;
+        let graph = self.handles.table.get(&handle).map_err(table_error)?;
         let context = NnContext { model: graph.model.clone(), version: graph.version };
-        Ok(Ok(self.table.push(context).map_err(table_error)?))
+        Ok(Ok(self.handles.table.push(context).map_err(table_error)?))
     }
 
     fn drop(&mut self, handle: Resource<NnGraph>) -> wasmtime::Result<()> {
-        self.table.delete(handle).map(|_| ()).map_err(table_error)
+        self.handles.table.delete(handle).map(|_| ()).map_err(table_error)
     }
 }
 
-impl inference::Host for GuestState {}
+impl inference::Host for HostView<'_> {}
 
-impl inference::HostGraphExecutionContext for GuestState {
+impl inference::HostGraphExecutionContext for HostView<'_> {
     fn compute(
         &mut self,
         handle: Resource<NnContext>,
         inputs: Vec<(String, Resource<NnTensor>)>,
     ) -> NnResult<Vec<(String, Resource<NnTensor>)>> {
-        let context = self.table.get(&handle).map_err(table_error)?;
+        let context = self.handles.table.get(&handle).map_err(table_error)?;
         let (model, version) = (context.model.clone(), context.version);
         // The inputs are owned: they leave the guest's table whatever happens next.
         let mut taken = Vec::with_capacity(inputs.len());
@@ -297,7 +301,7 @@ impl inference::HostGraphExecutionContext for GuestState {
         let clock = self.shared.clock;
         let started = clock.now();
         let called = Self::bls_bounded(call, |infer, request| async move { infer.infer(request).await });
-        self.bls_cpu += clock.now().saturating_sub(started);
+        self.bls.cpu += clock.now().saturating_sub(started);
         match called {
             Ok(Ok(response)) => self.nn_outputs(&model, response.outputs),
             Ok(Err(e)) => self.nn_core_error(e),
@@ -306,24 +310,24 @@ impl inference::HostGraphExecutionContext for GuestState {
     }
 
     fn drop(&mut self, handle: Resource<NnContext>) -> wasmtime::Result<()> {
-        self.table.delete(handle).map(|_| ()).map_err(table_error)
+        self.handles.table.delete(handle).map(|_| ()).map_err(table_error)
     }
 }
 
-impl errors::Host for GuestState {}
+impl errors::Host for HostView<'_> {}
 
-impl errors::HostError for GuestState {
+impl errors::HostError for HostView<'_> {
     fn code(&mut self, handle: Resource<NnError>) -> wasmtime::Result<ErrorCode> {
-        Ok(self.table.get(&handle).map_err(table_error)?.code)
+        Ok(self.handles.table.get(&handle).map_err(table_error)?.code)
     }
 
     fn data(&mut self, handle: Resource<NnError>) -> wasmtime::Result<String> {
-        Ok(self.table.get(&handle).map_err(table_error)?.message.clone())
+        Ok(self.handles.table.get(&handle).map_err(table_error)?.message.clone())
     }
 
     fn drop(&mut self, handle: Resource<NnError>) -> wasmtime::Result<()> {
-        let error = self.table.delete(handle).map_err(table_error)?;
-        self.release(error.message.len());
+        let error = self.handles.table.delete(handle).map_err(table_error)?;
+        self.handles.release(error.message.len());
         Ok(())
     }
 }
@@ -395,24 +399,24 @@ mod tests {
 
     fn error_of(s: &mut GuestState, e: Resource<NnError>) -> (ErrorCode, String) {
         let rep = e.rep();
-        let code = s.code(Resource::new_borrow(rep)).expect("code");
-        let data = errors::HostError::data(s, Resource::new_borrow(rep)).expect("data");
-        errors::HostError::drop(s, e).expect("drop");
+        let code = s.host().code(Resource::new_borrow(rep)).expect("code");
+        let data = errors::HostError::data(&mut s.host(), Resource::new_borrow(rep)).expect("data");
+        errors::HostError::drop(&mut s.host(), e).expect("drop");
         (code, data)
     }
 
     fn context(s: &mut GuestState, name: &str) -> Result<Resource<NnContext>, (ErrorCode, String)> {
-        let graph = match s.load_by_name(name.into()).expect("no trap") {
+        let graph = match s.host().load_by_name(name.into()).expect("no trap") {
             Ok(g) => g,
             Err(e) => return Err(error_of(s, e)),
         };
-        let context = s.init_execution_context(Resource::new_borrow(graph.rep())).expect("no trap").ok();
-        graph::HostGraph::drop(s, graph).expect("drop");
+        let context = s.host().init_execution_context(Resource::new_borrow(graph.rep())).expect("no trap").ok();
+        graph::HostGraph::drop(&mut s.host(), graph).expect("drop");
         Ok(context.expect("a context"))
     }
 
     fn f32_input(s: &mut GuestState, dims: Vec<u32>, bytes: usize) -> (String, Resource<NnTensor>) {
-        ("IN".to_string(), s.new(dims, TensorType::Fp32, vec![0; bytes]).expect("tensor"))
+        ("IN".to_string(), s.host().new(dims, TensorType::Fp32, vec![0; bytes]).expect("tensor"))
     }
 
     #[test]
@@ -429,7 +433,7 @@ mod tests {
         assert_eq!(code, ErrorCode::NotFound);
         assert!(data.contains("'missing' is not found"), "{data}");
         assert_eq!(context(&mut s, "add:2").expect_err("no version 2").0, ErrorCode::NotFound);
-        let graph = s.load(vec![vec![1, 2, 3]], GraphEncoding::Onnx, ExecutionTarget::Cpu).expect("no trap");
+        let graph = s.host().load(vec![vec![1, 2, 3]], GraphEncoding::Onnx, ExecutionTarget::Cpu).expect("no trap");
         let (code, data) = error_of(&mut s, graph.expect_err("graph bytes are refused"));
         assert_eq!(code, ErrorCode::UnsupportedOperation);
         assert!(data.contains("load-by-name"), "{data}");
@@ -443,30 +447,32 @@ mod tests {
         let ctx = context(&mut s, "add").expect("context");
         // Two elements: only SUM comes back (FP32, as sent).
         let input = f32_input(&mut s, vec![2], 8);
-        let outputs = s.compute(Resource::new_borrow(ctx.rep()), vec![input]).expect("no trap").expect("computed");
+        let outputs =
+            s.host().compute(Resource::new_borrow(ctx.rep()), vec![input]).expect("no trap").expect("computed");
         assert_eq!(outputs.len(), 1);
         let (name, sum) = &outputs[0];
         assert_eq!(name, "SUM");
-        assert_eq!(s.dimensions(Resource::new_borrow(sum.rep())).expect("dims"), vec![2]);
-        assert_eq!(s.ty(Resource::new_borrow(sum.rep())).expect("ty"), TensorType::Fp32);
-        assert_eq!(tensor::HostTensor::data(&mut s, Resource::new_borrow(sum.rep())).expect("data"), vec![0; 8]);
+        assert_eq!(s.host().dimensions(Resource::new_borrow(sum.rep())).expect("dims"), vec![2]);
+        assert_eq!(s.host().ty(Resource::new_borrow(sum.rep())).expect("ty"), TensorType::Fp32);
+        assert_eq!(tensor::HostTensor::data(&mut s.host(), Resource::new_borrow(sum.rep())).expect("data"), vec![0; 8]);
         // One element: the model also answers a BOOL output, which wasi:nn has no type for.
         let input = f32_input(&mut s, vec![1], 4);
-        let e = s.compute(Resource::new_borrow(ctx.rep()), vec![input]).expect("no trap").expect_err("BOOL");
+        let e = s.host().compute(Resource::new_borrow(ctx.rep()), vec![input]).expect("no trap").expect_err("BOOL");
         let (code, data) = error_of(&mut s, e);
         assert_eq!(code, ErrorCode::UnsupportedOperation);
         assert!(data.contains("output 'POSITIVE' is BOOL"), "{data}");
         // SUM, converted before POSITIVE was refused, is not left in the table: only the context
         // and the first call's SUM are there (compute took both inputs).
-        assert_eq!(s.table.iter_mut().count(), 2, "an output of the refused compute stayed behind");
+        assert_eq!(s.handles.table.iter_mut().count(), 2, "an output of the refused compute stayed behind");
         // Bytes that do not fit the dimensions: invalid-argument, and the input is gone either way.
         let (name, bad) = f32_input(&mut s, vec![3], 8);
         let bad_rep = bad.rep();
-        let e = s.compute(Resource::new_borrow(ctx.rep()), vec![(name, bad)]).expect("no trap").expect_err("size");
+        let e =
+            s.host().compute(Resource::new_borrow(ctx.rep()), vec![(name, bad)]).expect("no trap").expect_err("size");
         let (code, data) = error_of(&mut s, e);
         assert_eq!(code, ErrorCode::InvalidArgument);
         assert!(data.contains("input 'IN'"), "{data}");
-        assert!(s.dimensions(Resource::new_borrow(bad_rep)).is_err(), "compute takes its inputs");
+        assert!(s.host().dimensions(Resource::new_borrow(bad_rep)).is_err(), "compute takes its inputs");
     }
 
     #[test]
@@ -478,7 +484,8 @@ mod tests {
         // Its one dimension counts too: 4 bytes, so each of these holds 1 MiB.
         let n = (1 << 18) - 1;
         let mut held: Vec<_> = (0..4).map(|_| f32_input(&mut s, vec![n], 4 * n as usize).1).collect();
-        let trap = s.new(vec![1], TensorType::Fp32, vec![0; 4]).expect_err("past the limit: the constructor traps");
+        let trap =
+            s.host().new(vec![1], TensorType::Fp32, vec![0; 4]).expect_err("past the limit: the constructor traps");
         assert!(
             format!("{trap:#}").starts_with(
                 "wasi:nn tensor: the tensors the host holds for this guest already take 4194304 bytes; 8 more"
@@ -488,11 +495,11 @@ mod tests {
         // `compute` takes its input off the account and puts its output on.
         let ctx = context(&mut s, "add").expect("context");
         let input = held.pop().expect("four");
-        let outputs = s.compute(Resource::new_borrow(ctx.rep()), vec![("IN".into(), input)]).expect("no trap");
+        let outputs = s.host().compute(Resource::new_borrow(ctx.rep()), vec![("IN".into(), input)]).expect("no trap");
         let [(_, sum)]: [_; 1] = outputs.expect("computed").try_into().expect("SUM only");
-        assert!(s.new(vec![1], TensorType::Fp32, vec![0; 4]).is_err(), "SUM holds the MiB its input gave back");
-        tensor::HostTensor::drop(&mut s, sum).expect("drop");
-        held.push(s.new(vec![1], TensorType::Fp32, vec![0; 4]).expect("a dropped tensor gave its bytes back"));
+        assert!(s.host().new(vec![1], TensorType::Fp32, vec![0; 4]).is_err(), "SUM holds the MiB its input gave back");
+        tensor::HostTensor::drop(&mut s.host(), sum).expect("drop");
+        held.push(s.host().new(vec![1], TensorType::Fp32, vec![0; 4]).expect("a dropped tensor gave its bytes back"));
     }
 
     #[test]
@@ -502,7 +509,8 @@ mod tests {
         let mut s = guest(&rt, &infer);
         let ctx = context(&mut s, "slow").expect("context");
         let input = f32_input(&mut s, vec![2], 8);
-        let e = s.compute(Resource::new_borrow(ctx.rep()), vec![input]).expect("no trap").expect_err("timed out");
+        let e =
+            s.host().compute(Resource::new_borrow(ctx.rep()), vec![input]).expect("no trap").expect_err("timed out");
         let (code, data) = error_of(&mut s, e);
         assert_eq!(code, ErrorCode::Timeout);
         assert!(data.contains("timed out after 200 ms"), "{data}");

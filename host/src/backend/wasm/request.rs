@@ -7,25 +7,26 @@ use bytes::Bytes;
 use wasmtime::component::Resource;
 
 use super::convert::{datatype_from_wit, datatype_to_wit, params_to_wit, wit_error};
-use super::state::{GuestState, HostRequest, HostSender, HostTensor, own_size, table_error};
+use super::state::{HostRequest, HostSender, HostTensor, TypesView, own_size, table_error};
 use super::tensor::latin1_bytes;
 use super::wit;
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::Tensor;
 
-impl wit::HostRequest for GuestState {
+impl wit::HostRequest for TypesView<'_> {
     fn id(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<String> {
-        Ok(self.table.get(&handle).map_err(table_error)?.id.clone())
+        Ok(self.handles.table.get(&handle).map_err(table_error)?.id.clone())
     }
 
     fn input(&mut self, handle: Resource<HostRequest>, name: String) -> wasmtime::Result<Option<Resource<HostTensor>>> {
-        let found = self.table.get(&handle).map_err(table_error)?.inputs.iter().find(|t| t.name == name).cloned();
-        found.map(|t| self.new_tensor(t)).transpose()
+        let found =
+            self.handles.table.get(&handle).map_err(table_error)?.inputs.iter().find(|t| t.name == name).cloned();
+        found.map(|t| self.handles.new_tensor(t)).transpose()
     }
 
     fn inputs(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<Vec<Resource<HostTensor>>> {
-        let inputs = self.table.get(&handle).map_err(table_error)?.inputs.clone();
-        self.new_tensors(inputs)
+        let inputs = self.handles.table.get(&handle).map_err(table_error)?.inputs.clone();
+        self.handles.new_tensors(inputs)
     }
 
     fn read_inputs(
@@ -37,7 +38,7 @@ impl wit::HostRequest for GuestState {
         let mut budget = READ_INPUTS_MAX_TOTAL;
         let mut out = Vec::with_capacity(requests.len());
         for handle in &requests {
-            let request = self.table.get(handle).map_err(table_error)?;
+            let request = self.handles.table.get(handle).map_err(table_error)?;
             out.push(input_data(&request.inputs, max_bytes, &mut budget));
         }
         Ok(out)
@@ -57,13 +58,13 @@ impl wit::HostRequest for GuestState {
                 if let Some(e) = self.twice_with_given(position, tensors.iter(), CALL) {
                     return Err(e);
                 }
-                self.hold(tensors.iter().map(|t| t.data.len() + own_size(t)).sum())?;
+                self.handles.hold(tensors.iter().map(|t| t.data.len() + own_size(t)).sum())?;
                 Ok((position, tensors))
             });
             results.push(
                 given
                     .map(|(position, tensors)| {
-                        if let Some(slot) = self.given_outputs.as_mut().and_then(|g| g.get_mut(position)) {
+                        if let Some(slot) = self.call.given_outputs.as_mut().and_then(|g| g.get_mut(position)) {
                             slot.extend(tensors);
                         }
                     })
@@ -86,7 +87,7 @@ impl wit::HostRequest for GuestState {
             // the guest's account until the call ends, one refused leaves it now.
             let moved = handles
                 .into_iter()
-                .map(|h| self.table.delete(h).map_err(table_error))
+                .map(|h| self.handles.table.delete(h).map_err(table_error))
                 .collect::<Result<Vec<_>, _>>()?;
             let given = self.given_position(handle, CALL)?.and_then(|position| {
                 match self.twice_with_given(position, moved.iter().map(|h| &h.0), CALL) {
@@ -94,7 +95,7 @@ impl wit::HostRequest for GuestState {
                     None => Ok(position),
                 }
             });
-            let slot = given.as_ref().ok().and_then(|&p| self.given_tensors.as_mut()?.get_mut(p));
+            let slot = given.as_ref().ok().and_then(|&p| self.call.given_tensors.as_mut()?.get_mut(p));
             match (slot, given) {
                 (Some(slot), Ok(_)) => {
                     slot.extend(moved);
@@ -102,7 +103,7 @@ impl wit::HostRequest for GuestState {
                 }
                 (_, given) => {
                     for held in moved {
-                        self.discharge(held);
+                        self.handles.discharge(held);
                     }
                     let e = given.err().unwrap_or_else(|| CoreError::internal(format!("{CALL}: no such request")));
                     results.push(Err(wit_error(e)));
@@ -113,29 +114,29 @@ impl wit::HostRequest for GuestState {
     }
 
     fn at(&mut self, position: u32) -> wasmtime::Result<Option<Resource<HostRequest>>> {
-        let Some(request) = self.pending_requests.get_mut(position as usize).and_then(Option::take) else {
+        let Some(request) = self.call.pending_requests.get_mut(position as usize).and_then(Option::take) else {
             return Ok(None);
         };
-        let handle = self.table.push(request).map_err(table_error)?;
-        self.taken_requests.push(handle.rep());
+        let handle = self.handles.table.push(request).map_err(table_error)?;
+        self.call.taken_requests.push(handle.rep());
         Ok(Some(handle))
     }
 
     fn requested_outputs(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<Vec<String>> {
-        Ok(self.table.get(&handle).map_err(table_error)?.outputs.clone())
+        Ok(self.handles.table.get(&handle).map_err(table_error)?.outputs.clone())
     }
 
     fn parameters(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<Vec<wit::Parameter>> {
-        Ok(params_to_wit(&self.table.get(&handle).map_err(table_error)?.parameters))
+        Ok(params_to_wit(&self.handles.table.get(&handle).map_err(table_error)?.parameters))
     }
 
     fn sender(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<Resource<HostSender>> {
-        let responder = Arc::clone(&self.table.get(&handle).map_err(table_error)?.responder);
-        self.table.push(HostSender(responder)).map_err(table_error)
+        let responder = Arc::clone(&self.handles.table.get(&handle).map_err(table_error)?.responder);
+        self.handles.table.push(HostSender(responder)).map_err(table_error)
     }
 
     fn drop(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<()> {
-        self.table.delete(handle).map(|_| ()).map_err(table_error)
+        self.handles.table.delete(handle).map(|_| ()).map_err(table_error)
     }
 }
 

@@ -4,14 +4,14 @@ use wasmtime::component::Resource;
 
 use super::convert::{kind_from_wit, wit_error};
 use super::outlet::SendDeadline;
-use super::state::{GuestState, HostSender, HostTensor, table_error};
+use super::state::{HostSender, HostTensor, TypesView, table_error};
 use super::wit;
 use crate::backend::Sent;
 use crate::error::{CoreError, CoreResult};
 use crate::infer::RESPONSE_BUFFER;
 use crate::tensor::Tensor;
 
-impl wit::HostResponseSender for GuestState {
+impl wit::HostResponseSender for TypesView<'_> {
     fn send(
         &mut self,
         handle: Resource<HostSender>,
@@ -20,10 +20,10 @@ impl wit::HostResponseSender for GuestState {
     ) -> wasmtime::Result<Result<(), wit::Error>> {
         let mut tensors = Vec::with_capacity(outputs.len());
         for t in outputs {
-            tensors.push(self.take_tensor(t)?);
+            tensors.push(self.handles.take_tensor(t)?);
         }
         let limits = self.send_limits();
-        let sender = self.table.get_mut(&handle).map_err(table_error)?;
+        let sender = self.handles.table.get_mut(&handle).map_err(table_error)?;
         Ok(send_on(sender, Ok(tensors), final_, limits))
     }
 
@@ -34,20 +34,20 @@ impl wit::HostResponseSender for GuestState {
         final_: bool,
     ) -> wasmtime::Result<Result<(), wit::Error>> {
         let limits = self.send_limits();
-        let sender = self.table.get_mut(&handle).map_err(table_error)?;
+        let sender = self.handles.table.get_mut(&handle).map_err(table_error)?;
         Ok(send_on(sender, Err(CoreError::new(kind_from_wit(error.code), error.message)), final_, limits))
     }
 
     fn drop(&mut self, handle: Resource<HostSender>) -> wasmtime::Result<()> {
-        self.table.delete(handle).map(|_| ()).map_err(table_error)
+        self.handles.table.delete(handle).map(|_| ()).map_err(table_error)
     }
 }
 
-impl GuestState {
+impl TypesView<'_> {
     /// How long a send may wait for its reader, and how many bytes of one request's responses
     /// the server may buffer for it (`max_memory_bytes`; see [`Outlet`]).
     fn send_limits(&self) -> (SendDeadline, usize) {
-        (self.execute_deadline.zip(self.shared.runtime.clone()), self.limits.max_memory())
+        (self.call.deadline.zip(self.shared.runtime.clone()), self.handles.max_memory())
     }
 }
 

@@ -1,12 +1,14 @@
 //! The data of a guest's store: its resource table (tensors, requests, response senders, BLS
-//! calls), its limits and what the host holds on its behalf. The WIT interfaces it implements
-//! are one file each: `tensor`, `request`, `sender`, `host` (logging and BLS), `nn`, `clocks`.
+//! calls), its limits and what the host holds on its behalf, in parts by concern, and the views
+//! of those parts that the WIT interfaces are implemented on. The interfaces are one file each:
+//! `tensor`, `request`, `sender` (interface `types`), `host` and `bls` (interface `host`), `nn`,
+//! `clocks`.
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use wasmtime::component::{Resource, ResourceTable};
+use wasmtime::component::{HasData, Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::convert::wit_error;
@@ -62,28 +64,50 @@ pub(super) struct GuestShared {
     pub(super) clock: ExecutionClock,
 }
 
-/// The data of one guest's store.
+/// The data of one guest's store, in parts by concern. Each WIT interface is implemented on a
+/// view of the parts it needs ([`TypesView`], [`HostView`]), projected by the getter its
+/// `add_to_linker` is given (`engine.rs`), as wasmtime-wasi's `WasiCtxView` is.
 pub struct GuestState {
-    pub(super) table: ResourceTable,
     pub(super) wasi: WasiCtx,
     pub(super) limits: GuestLimiter,
     pub(super) shared: Arc<GuestShared>,
+    /// Every handle the guest holds, and the bytes held on its behalf.
+    pub(super) handles: Handles,
+    /// The current `execute` call.
+    pub(super) call: ExecuteCall,
+    /// The store's BLS calls.
+    pub(super) bls: BlsCalls,
     /// Log lines the guest wrote during the current call (kept to explain traps).
     pub(super) last_log: Vec<String>,
+}
+
+/// The resource table, and the bytes the host holds for the guest's tensors.
+pub struct Handles {
+    pub(super) table: ResourceTable,
+    /// Bytes the host holds on the guest's behalf ([`held_limit`]): tensors it created or got
+    /// from BLS calls (wasi:nn's too) and still has handles to, and outputs given by value until
+    /// `execute` returns.
+    pub(super) held_bytes: usize,
+    /// The guest's memory limit, which [`held_limit`] is a multiple of.
+    max_memory: usize,
+}
+
+impl Handles {
+    /// The guest's memory limit (`max_memory_bytes`).
+    pub(super) fn max_memory(&self) -> usize {
+        self.max_memory
+    }
+}
+
+/// What the host keeps for the current `execute` call.
+#[derive(Default)]
+pub struct ExecuteCall {
     /// Responders of the current `execute` call, closed when it returns.
-    pub(super) call_responders: Vec<SharedResponder>,
-    /// BLS calls of this store still open (bounded by `bls::MAX_OPEN_CALLS`).
-    pub(super) calls_in_flight: Arc<AtomicUsize>,
-    /// Woken whenever one of this store's `infer-async` calls finishes.
-    pub(super) bls_done: Arc<tokio::sync::Notify>,
-    /// Time (on the model's [`ExecutionClock`]) this thread spent in the models this guest called
-    /// (a BLS callee that runs inline runs on the caller's thread) during the current `execute`:
-    /// not the guest's own.
-    pub(super) bls_cpu: Duration,
+    pub(super) responders: Vec<SharedResponder>,
     /// When the current `execute` reaches its time limit (None outside `execute`).
-    pub(super) execute_deadline: Option<std::time::Instant>,
+    pub(super) deadline: Option<std::time::Instant>,
     /// The number of the current (or last) `execute` call.
-    pub(super) execute_call: u64,
+    pub(super) number: u64,
     /// The outputs `request.set-outputs` gave each request of the current `execute` call, by
     /// position in its batch; `None` outside `execute` and for a decoupled model.
     pub(super) given_outputs: Option<Vec<Vec<Tensor>>>,
@@ -93,17 +117,55 @@ pub struct GuestState {
     /// name and shape).
     pub(super) given_tensors: Option<Vec<Vec<HostTensor>>>,
     /// Whether the current `execute` call is a decoupled model's.
-    pub(super) decoupled_call: bool,
+    pub(super) decoupled: bool,
     /// The requests of the current `execute-by-value` call, by position, until `request.at`
     /// gives the guest a handle to one (most requests never get one: a handle costs a Python
     /// guest microseconds to make and to drop).
     pub(super) pending_requests: Vec<Option<HostRequest>>,
     /// The table entries of the requests `request.at` gave out during the current call.
     pub(super) taken_requests: Vec<u32>,
-    /// Bytes the host holds on the guest's behalf ([`held_limit`]): tensors it created or got
-    /// from BLS calls (wasi:nn's too) and still has handles to, and outputs given by value until
-    /// `execute` returns.
-    pub(super) held_bytes: usize,
+}
+
+/// The store's BLS calls.
+#[derive(Default)]
+pub struct BlsCalls {
+    /// Calls still open (bounded by `bls::MAX_OPEN_CALLS`).
+    pub(super) in_flight: Arc<AtomicUsize>,
+    /// Woken whenever one of this store's `infer-async` calls finishes.
+    pub(super) done: Arc<tokio::sync::Notify>,
+    /// Time (on the model's [`ExecutionClock`]) this thread spent in the models this guest called
+    /// (a BLS callee that runs inline runs on the caller's thread) during the current `execute`:
+    /// not the guest's own.
+    pub(super) cpu: Duration,
+}
+
+/// What WIT interface `types` (tensors, requests, response senders) works on.
+pub struct TypesView<'a> {
+    pub(super) handles: &'a mut Handles,
+    pub(super) call: &'a mut ExecuteCall,
+    pub(super) shared: &'a GuestShared,
+}
+
+/// What WIT interface `host` (logging, BLS) and wasi:nn (whose `compute` is a BLS call) work on.
+pub struct HostView<'a> {
+    pub(super) handles: &'a mut Handles,
+    pub(super) bls: &'a mut BlsCalls,
+    pub(super) shared: &'a GuestShared,
+    pub(super) last_log: &'a mut Vec<String>,
+}
+
+/// [`HasData`] for interface `types`: its `add_to_linker` gets a [`TypesView`].
+pub struct Types;
+
+impl HasData for Types {
+    type Data<'a> = TypesView<'a>;
+}
+
+/// [`HasData`] for interface `host` and wasi:nn: their `add_to_linker` gets a [`HostView`].
+pub struct HostCalls;
+
+impl HasData for HostCalls {
+    type Data<'a> = HostView<'a>;
 }
 
 /// Why a request cannot have these outputs: a name twice, which would reach the response once, the
@@ -148,52 +210,56 @@ pub(super) fn cut_text(text: String, limit: usize, what: &str) -> String {
 
 impl GuestState {
     pub(super) fn new(wasi: WasiCtx, limits: GuestLimiter, shared: Arc<GuestShared>) -> Self {
+        let handles = Handles { table: ResourceTable::new(), held_bytes: 0, max_memory: limits.max_memory() };
         Self {
-            table: ResourceTable::new(),
             wasi,
             limits,
             shared,
+            handles,
+            call: ExecuteCall::default(),
+            bls: BlsCalls::default(),
             last_log: Vec::new(),
-            call_responders: Vec::new(),
-            calls_in_flight: Arc::default(),
-            bls_done: Arc::default(),
-            bls_cpu: Duration::ZERO,
-            execute_deadline: None,
-            execute_call: 0,
-            given_outputs: None,
-            given_tensors: None,
-            decoupled_call: false,
-            pending_requests: Vec::new(),
-            taken_requests: Vec::new(),
-            held_bytes: 0,
         }
+    }
+
+    /// The view interface `types` works on.
+    pub(super) fn types(&mut self) -> TypesView<'_> {
+        TypesView { handles: &mut self.handles, call: &mut self.call, shared: &self.shared }
+    }
+
+    /// The view interface `host` and wasi:nn work on.
+    pub(super) fn host(&mut self) -> HostView<'_> {
+        HostView { handles: &mut self.handles, bls: &mut self.bls, shared: &self.shared, last_log: &mut self.last_log }
     }
 
     /// Starts an `execute` call of `count` requests: its number, for the requests' `call`.
     /// A decoupled model's requests take no outputs by value.
     pub(super) fn begin_execute(&mut self, count: usize, decoupled: bool) -> u64 {
-        self.execute_call += 1;
-        self.given_outputs = (!decoupled).then(|| vec![Vec::new(); count]);
-        self.given_tensors = (!decoupled).then(|| std::iter::repeat_with(Vec::new).take(count).collect());
-        self.decoupled_call = decoupled;
-        self.execute_call
+        let call = &mut self.call;
+        call.number += 1;
+        call.given_outputs = (!decoupled).then(|| vec![Vec::new(); count]);
+        call.given_tensors = (!decoupled).then(|| std::iter::repeat_with(Vec::new).take(count).collect());
+        call.decoupled = decoupled;
+        call.number
     }
 
     /// Ends the `execute` call: the outputs each request was given, those of `request.set-outputs`
     /// (which leave the guest's account) and then those of `request.give-tensors`.
     pub(super) fn end_execute(&mut self) -> Vec<Vec<Tensor>> {
-        let mut given = self.given_outputs.take().unwrap_or_default();
+        let mut given = self.call.given_outputs.take().unwrap_or_default();
         let given_bytes: usize = given.iter().flatten().map(|t| t.data.len() + own_size(t)).sum();
-        self.release(given_bytes);
-        for (outputs, tensors) in given.iter_mut().zip(self.given_tensors.take().unwrap_or_default()) {
+        self.handles.release(given_bytes);
+        for (outputs, tensors) in given.iter_mut().zip(self.call.given_tensors.take().unwrap_or_default()) {
             for held in tensors {
-                outputs.push(self.discharge(held));
+                outputs.push(self.handles.discharge(held));
             }
         }
-        self.decoupled_call = false;
+        self.call.decoupled = false;
         given
     }
+}
 
+impl TypesView<'_> {
     /// Where a request of the current `execute` call keeps what `call` (`request.set-outputs`,
     /// `request.give-tensors`) gives it: its position in the batch, or why it cannot be given
     /// anything.
@@ -202,13 +268,13 @@ impl GuestState {
         handle: &Resource<HostRequest>,
         call: &str,
     ) -> wasmtime::Result<CoreResult<usize>> {
-        let request = self.table.get(handle).map_err(table_error)?;
-        if self.decoupled_call {
+        let request = self.handles.table.get(handle).map_err(table_error)?;
+        if self.call.decoupled {
             return Ok(Err(CoreError::unsupported(format!(
                 "{call}: a decoupled model answers through response senders"
             ))));
         }
-        let current = request.call == self.execute_call && self.given_outputs.is_some();
+        let current = request.call == self.call.number && self.call.given_outputs.is_some();
         if !current {
             return Ok(Err(CoreError::invalid_arg(format!(
                 "{call}: the request is not one of the current execute call's"
@@ -224,11 +290,14 @@ impl GuestState {
         more: impl Iterator<Item = &'a Tensor>,
         call: &str,
     ) -> Option<CoreError> {
-        let by_value = self.given_outputs.as_ref().and_then(|g| g.get(position)).into_iter().flatten();
-        let handles = self.given_tensors.as_ref().and_then(|g| g.get(position)).into_iter().flatten().map(|h| &h.0);
+        let by_value = self.call.given_outputs.as_ref().and_then(|g| g.get(position)).into_iter().flatten();
+        let handles =
+            self.call.given_tensors.as_ref().and_then(|g| g.get(position)).into_iter().flatten().map(|h| &h.0);
         named_twice(by_value.chain(handles).chain(more), call)
     }
+}
 
+impl Handles {
     pub(super) fn tensor(&self, handle: &Resource<HostTensor>) -> wasmtime::Result<&Tensor> {
         self.table.get(handle).map(|t| &t.0).map_err(table_error)
     }
@@ -241,7 +310,7 @@ impl GuestState {
     /// Puts `size` more bytes the host holds for the guest on its account; refused past
     /// [`held_limit`].
     pub(super) fn hold(&mut self, size: usize) -> CoreResult<()> {
-        if let Some(e) = over_held_limit(self.held_bytes, size, self.limits.max_memory()) {
+        if let Some(e) = over_held_limit(self.held_bytes, size, self.max_memory) {
             return Err(e);
         }
         self.held_bytes += size;
@@ -305,7 +374,7 @@ impl GuestState {
 
 impl WasiView for GuestState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.handles.table }
     }
 }
 
@@ -314,4 +383,4 @@ pub(super) fn table_error(e: wasmtime::component::ResourceTableError) -> wasmtim
     wasmtime::Error::msg(format!("resource table: {e}"))
 }
 
-impl wit::Host for GuestState {}
+impl wit::Host for TypesView<'_> {}

@@ -4,12 +4,12 @@ use bytes::Bytes;
 use wasmtime::component::Resource;
 
 use super::convert::{datatype_from_wit, datatype_to_wit, wit_error};
-use super::state::{GuestState, HostTensor, own_size, table_error};
+use super::state::{HostTensor, TypesView, own_size, table_error};
 use super::wit;
 use crate::error::CoreError;
 use crate::tensor::Tensor;
 
-impl wit::HostTensor for GuestState {
+impl wit::HostTensor for TypesView<'_> {
     fn create(
         &mut self,
         name: String,
@@ -18,7 +18,7 @@ impl wit::HostTensor for GuestState {
         data: Vec<u8>,
     ) -> wasmtime::Result<Result<Resource<HostTensor>, wit::Error>> {
         match Tensor::new_as("tensor", name, datatype_from_wit(datatype), shape, Bytes::from(data)) {
-            Ok(t) => Ok(self.new_held_tensors(vec![t])?.map(|mut handles| handles.remove(0))),
+            Ok(t) => Ok(self.handles.new_held_tensors(vec![t])?.map(|mut handles| handles.remove(0))),
             Err(e) => Ok(Err(wit_error(e))),
         }
     }
@@ -39,44 +39,44 @@ impl wit::HostTensor for GuestState {
     }
 
     fn name(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<String> {
-        Ok(self.tensor(&handle)?.name.clone())
+        Ok(self.handles.tensor(&handle)?.name.clone())
     }
 
     fn datatype(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<wit::DataType> {
-        Ok(datatype_to_wit(self.tensor(&handle)?.datatype))
+        Ok(datatype_to_wit(self.handles.tensor(&handle)?.datatype))
     }
 
     fn shape(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<Vec<i64>> {
-        Ok(self.tensor(&handle)?.shape.clone())
+        Ok(self.handles.tensor(&handle)?.shape.clone())
     }
 
     fn byte_size(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<u64> {
-        Ok(self.tensor(&handle)?.data.len() as u64)
+        Ok(self.handles.tensor(&handle)?.data.len() as u64)
     }
 
     fn data(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<Vec<u8>> {
-        Ok(self.tensor(&handle)?.data.to_vec())
+        Ok(self.handles.tensor(&handle)?.data.to_vec())
     }
 
     fn read(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<wit::TensorData> {
-        let t = self.tensor(&handle)?;
+        let t = self.handles.tensor(&handle)?;
         Ok(wit::TensorData { datatype: datatype_to_wit(t.datatype), shape: t.shape.clone(), data: t.data.to_vec() })
     }
 
     fn with_name(&mut self, handle: Resource<HostTensor>, name: String) -> wasmtime::Result<Resource<HostTensor>> {
-        let HostTensor(tensor, charge, _) = self.table.get(&handle).map_err(table_error)?;
+        let HostTensor(tensor, charge, _) = self.handles.table.get(&handle).map_err(table_error)?;
         let mut tensor = tensor.clone();
         tensor.name = name;
         // The same bytes: the same charge, given back when the last handle to them goes. The
         // new name is this handle's own; WIT gives `with-name` no error, so past the limit it traps.
         let charge = charge.clone();
         let own = own_size(&tensor);
-        self.hold_or_trap(own, "tensor.with-name")?;
-        self.table.push(HostTensor(tensor, charge, own)).map_err(table_error)
+        self.handles.hold_or_trap(own, "tensor.with-name")?;
+        self.handles.table.push(HostTensor(tensor, charge, own)).map_err(table_error)
     }
 
     fn drop(&mut self, handle: Resource<HostTensor>) -> wasmtime::Result<()> {
-        self.take_tensor(handle).map(|_| ())
+        self.handles.take_tensor(handle).map(|_| ())
     }
 }
 
