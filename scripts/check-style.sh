@@ -11,6 +11,9 @@ cargo clippy --workspace --all-targets --features torch --quiet -- -D warnings
 # The default build (no libtorch) must keep compiling and stay lint-clean too.
 cargo clippy --workspace --lib --quiet -- -D warnings
 
+# The layers of host/src, as a crate split would enforce them.
+bash scripts/check-layers.sh
+
 max_width=$(sed -n 's/^max_width *= *\([0-9]*\).*/\1/p' rustfmt.toml)
 too_long=$(find host python/src -name '*.rs' -not -path '*/target/*' -print0 \
   | xargs -0 awk -v max="$max_width" 'length($0) > max { printf "%s:%d: %d characters\n", FILENAME, FNR, length($0) }')
