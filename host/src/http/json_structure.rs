@@ -116,6 +116,32 @@ pub fn triton_structure_error(json: &[u8]) -> Option<(bool, String)> {
     }
 }
 
+/// The visitor methods for booleans, numbers and null, each answering `$value`: a structure
+/// check learns from them only that the member is not a string, an array or an object.
+macro_rules! other_scalars {
+    ($ty:ty = $value:expr) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<$ty, E> {
+            Ok($value)
+        }
+
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<$ty, E> {
+            Ok($value)
+        }
+
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<$ty, E> {
+            Ok($value)
+        }
+
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<$ty, E> {
+            Ok($value)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<$ty, E> {
+            Ok($value)
+        }
+    };
+}
+
 /// Reads a member's JSON type and skips its value.
 struct TypeOf;
 
@@ -148,25 +174,7 @@ impl<'de> Visitor<'de> for TypeOf {
         Ok(Member::Other)
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
+    other_scalars!(Member = Member::Other);
 }
 
 struct RootVisitor<'a>(&'a mut RequestFacts);
@@ -202,25 +210,7 @@ impl<'de> Visitor<'de> for RootVisitor<'_> {
         Ok(())
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
+    other_scalars!(() = ());
 }
 
 /// The `inputs` member: its type, and the first input Triton would refuse.
@@ -264,25 +254,7 @@ impl<'de> Visitor<'de> for Inputs<'_> {
         Ok(Member::Other)
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
+    other_scalars!(Member = Member::Other);
 }
 
 /// One element of `inputs`.
@@ -335,25 +307,7 @@ impl<'de> Visitor<'de> for OneInput {
         Ok(InputFacts::default())
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<InputFacts, E> {
-        Ok(InputFacts::default())
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<InputFacts, E> {
-        Ok(InputFacts::default())
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<InputFacts, E> {
-        Ok(InputFacts::default())
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<InputFacts, E> {
-        Ok(InputFacts::default())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<InputFacts, E> {
-        Ok(InputFacts::default())
-    }
+    other_scalars!(InputFacts = InputFacts::default());
 }
 
 /// An input's `parameters`: whether it names `binary_data_size` and `shared_memory_region`.
@@ -395,25 +349,7 @@ impl<'de> Visitor<'de> for DataParameters {
         Ok((false, false))
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(bool, bool), E> {
-        Ok((false, false))
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(bool, bool), E> {
-        Ok((false, false))
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(bool, bool), E> {
-        Ok((false, false))
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(bool, bool), E> {
-        Ok((false, false))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<(bool, bool), E> {
-        Ok((false, false))
-    }
+    other_scalars!((bool, bool) = (false, false));
 }
 
 /// The `outputs` member: its type, and whether some output lacks a string `name`.
@@ -451,25 +387,7 @@ impl<'de> Visitor<'de> for Outputs<'_> {
         Ok(Member::Other)
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
+    other_scalars!(Member = Member::Other);
 }
 
 /// One element of `outputs`: the type of its `name` (Missing when it is not an object).
@@ -510,25 +428,7 @@ impl<'de> Visitor<'de> for OutputName {
         Ok(Member::Missing)
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Member, E> {
-        Ok(Member::Missing)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Member, E> {
-        Ok(Member::Missing)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Member, E> {
-        Ok(Member::Missing)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Member, E> {
-        Ok(Member::Missing)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Member, E> {
-        Ok(Member::Missing)
-    }
+    other_scalars!(Member = Member::Missing);
 }
 
 #[cfg(test)]

@@ -173,6 +173,23 @@ impl HostView<'_> {
         crate::execution::wait_for(&runtime, bls.run(call)).map_err(wit_error)
     }
 
+    /// [`Self::bls`], counting the time it takes on this thread as the callee's, not the guest's
+    /// (see [`BlsCalls::cpu`](super::state::BlsCalls)).
+    pub(super) fn bls_timed<T, Fut>(
+        &mut self,
+        bls: BlsCall,
+        call: impl FnOnce(Arc<dyn Infer>, InferRequest) -> Fut,
+    ) -> Result<T, wit::Error>
+    where
+        Fut: Future<Output = CoreResult<T>>,
+    {
+        let clock = self.shared.clock;
+        let started = clock.now();
+        let called = Self::bls(bls, call);
+        self.bls.cpu += clock.now().saturating_sub(started);
+        called
+    }
+
     /// [`Self::bls`] on core errors, telling a timeout apart.
     pub(super) fn bls_bounded<T, Fut>(
         mut bls: BlsCall,

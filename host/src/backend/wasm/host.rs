@@ -48,11 +48,7 @@ impl wit_host::Host for HostView<'_> {
             Ok(call) => call,
             Err(e) => return Ok(Err(e)),
         };
-        let clock = self.shared.clock;
-        let started = clock.now();
-        let called = Self::bls(call, |infer, request| async move { infer.infer(request).await });
-        self.bls.cpu += clock.now().saturating_sub(started);
-        match called {
+        match self.bls_timed(call, |infer, request| async move { infer.infer(request).await }) {
             Ok(response) => self.handles.new_held_tensors(response.outputs),
             Err(e) => Ok(Err(e)),
         }
@@ -92,11 +88,7 @@ impl wit_host::Host for HostView<'_> {
             Ok(open) => open,
             Err(e) => return Ok(Err(e)),
         };
-        let clock = self.shared.clock;
-        let started = clock.now();
-        let called = Self::bls(call, |infer, request| async move { infer.infer_stream(request).await });
-        self.bls.cpu += clock.now().saturating_sub(started);
-        match called {
+        match self.bls_timed(call, |infer, request| async move { infer.infer_stream(request).await }) {
             Ok(stream) => Ok(Ok(self.handles.table.push(HostResponseStream(stream, open)).map_err(table_error)?)),
             Err(e) => Ok(Err(e)),
         }
