@@ -169,6 +169,27 @@ pub struct ServeArgs {
     #[arg(long, env = "TESSERA_NO_FAST_PATHS")]
     pub no_fast_paths: bool,
 
+    /// Request tracing, as Triton: `<setting>=<value>` (`mode`, `level`, `rate`, `count`) or
+    /// `<mode>,<setting>=<value>` (`triton,file=`, `triton,log-frequency=`, `opentelemetry,...`).
+    /// Repeatable.
+    #[arg(long)]
+    pub trace_config: Vec<String>,
+    /// Deprecated as in Triton: `--trace-config triton,file=`.
+    #[arg(long)]
+    pub trace_file: Option<String>,
+    /// Deprecated as in Triton: `--trace-config level=`.
+    #[arg(long)]
+    pub trace_level: Vec<String>,
+    /// Deprecated as in Triton: `--trace-config rate=`.
+    #[arg(long)]
+    pub trace_rate: Option<String>,
+    /// Deprecated as in Triton: `--trace-config count=`.
+    #[arg(long)]
+    pub trace_count: Option<String>,
+    /// Deprecated as in Triton: `--trace-config triton,log-frequency=`.
+    #[arg(long)]
+    pub trace_log_frequency: Option<String>,
+
     /// Address the gRPC server binds.
     #[arg(long, default_value = "0.0.0.0", env = "TESSERA_GRPC_ADDRESS")]
     pub grpc_address: String,
@@ -390,6 +411,30 @@ impl ServeArgs {
         LogFlags { verbose: self.log_verbose, info: self.log_info, warning: self.log_warning, error: self.log_error }
     }
 
+    /// The trace settings: `--trace-config` over the deprecated `--trace-*` flags, which warn.
+    fn trace_config(&self) -> Result<crate::trace::TraceConfig, String> {
+        let legacy = crate::trace::LegacyFlags {
+            file: self.trace_file.clone(),
+            level: self.trace_level.clone(),
+            rate: self.trace_rate.clone(),
+            count: self.trace_count.clone(),
+            log_frequency: self.trace_log_frequency.clone(),
+        };
+        let deprecated = [
+            ("--trace-file", legacy.file.is_some(), "triton,file"),
+            ("--trace-level", !legacy.level.is_empty(), "level"),
+            ("--trace-rate", legacy.rate.is_some(), "rate"),
+            ("--trace-count", legacy.count.is_some(), "count"),
+            ("--trace-log-frequency", legacy.log_frequency.is_some(), "triton,log-frequency"),
+        ];
+        for (flag, given, setting) in deprecated {
+            if given {
+                eprintln!("Warning: {flag} is deprecated and will be removed: use --trace-config {setting}=<value>");
+            }
+        }
+        crate::trace::TraceConfig::from_flags(&self.trace_config, &legacy)
+    }
+
     fn inflight_budget(&self) -> Result<usize, String> {
         match self.max_inflight_request_bytes {
             None => Ok((1usize << 30).max(self.http_max_input_size.saturating_mul(4))),
@@ -475,6 +520,7 @@ impl ServeArgs {
             http_restrictions: Restrictions::parse("http-restricted-api", &self.http_restricted_api)?,
             connection_threads: self.connection_thread_count.unwrap_or_else(default_connection_threads),
             fast_paths: !self.no_fast_paths,
+            trace: self.trace_config()?,
             grpc: self.allow_grpc.then(|| Listen::new(&self.grpc_address, self.grpc_port)),
             grpc_options: GrpcOptions {
                 max_message_size: self.grpc_max_message_size,

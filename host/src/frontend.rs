@@ -19,6 +19,7 @@ use crate::model::LoadedModel;
 use crate::repository::{ControlMode, IndexEntry, ModelManager};
 use crate::shm::{Region, SharedMemoryManager, ShmInput};
 use crate::tensor::Tensor;
+use crate::trace::{SettingAnswer, Trace, TraceConfig, Tracer};
 
 /// Extensions reported in server metadata: only what this server implements.
 pub const EXTENSIONS: &[&str] = &[
@@ -107,16 +108,6 @@ pub struct ModelMetadata {
     pub outputs: Vec<TensorMetadata>,
 }
 
-/// Triton's trace settings and their defaults (what a server without `--trace-*` flags reports).
-const TRACE_DEFAULTS: [(&str, &str); 6] = [
-    ("trace_file", ""),
-    ("trace_level", "OFF"),
-    ("trace_rate", "1000"),
-    ("trace_count", "-1"),
-    ("log_frequency", "0"),
-    ("trace_mode", "triton"),
-];
-
 /// A value of a trace or log setting, as the trace/logging extensions carry them.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SettingValue {
@@ -124,6 +115,19 @@ pub enum SettingValue {
     Uint(u32),
     Str(String),
     List(Vec<String>),
+}
+
+fn setting_values(answer: BTreeMap<String, SettingAnswer>) -> BTreeMap<String, SettingValue> {
+    answer
+        .into_iter()
+        .map(|(key, value)| {
+            let value = match value {
+                SettingAnswer::Str(s) => SettingValue::Str(s),
+                SettingAnswer::List(l) => SettingValue::List(l),
+            };
+            (key, value)
+        })
+        .collect()
 }
 
 /// Called with the new log settings after an update, so the server can apply them.
@@ -140,7 +144,8 @@ pub struct Frontend {
     required_models: Vec<String>,
     /// Requests in flight and the drain that SIGTERM starts.
     pub lifecycle: Arc<Lifecycle>,
-    trace: Mutex<BTreeMap<String, SettingValue>>,
+    /// Trace settings, sampling and the trace file (`crate::trace`).
+    tracer: Arc<Tracer>,
     log: Mutex<BTreeMap<String, SettingValue>>,
     log_applier: Option<LogApplier>,
     /// The server's shared runtime, where models load: a model's background tasks (its batcher)
@@ -164,17 +169,6 @@ struct ShmOutputs(Vec<(String, Arc<Region>, ShmTarget)>);
 
 impl Frontend {
     pub fn new(manager: Arc<ModelManager>, server_id: String, strict_readiness: bool) -> Self {
-        let trace = TRACE_DEFAULTS
-            .iter()
-            .map(|&(key, value)| {
-                let value = if key == "trace_level" {
-                    SettingValue::List(vec![value.to_string()])
-                } else {
-                    SettingValue::Str(value.to_string())
-                };
-                (key.to_string(), value)
-            })
-            .collect();
         let log = BTreeMap::from([
             ("log_file".to_string(), SettingValue::Str(String::new())),
             ("log_info".to_string(), SettingValue::Bool(true)),
@@ -191,7 +185,7 @@ impl Frontend {
             strict_readiness,
             required_models: Vec::new(),
             lifecycle: Lifecycle::new(),
-            trace: Mutex::new(trace),
+            tracer: Tracer::new(TraceConfig::default()),
             log: Mutex::new(log),
             log_applier: None,
             runtime: tokio::runtime::Handle::try_current().ok(),
@@ -454,9 +448,20 @@ impl Frontend {
         Ok(TrackedStream::new(rx, in_flight))
     }
 
+    /// The tracer requests are sampled by; see [`Self::trace`].
+    pub fn with_tracer(mut self, tracer: Arc<Tracer>) -> Self {
+        self.tracer = tracer;
+        self
+    }
+
+    /// A trace for a request a door received for `model`, if the trace settings sample it.
+    pub fn trace(&self, model: &str) -> Option<Trace> {
+        self.tracer.sample(model)
+    }
+
     pub fn trace_settings(&self, model: Option<&str>) -> CoreResult<BTreeMap<String, SettingValue>> {
         self.check_trace_model(model)?;
-        self.trace.lock().map(|t| t.clone()).map_err(|_| CoreError::internal("trace settings poisoned"))
+        Ok(setting_values(self.tracer.settings(model.filter(|m| !m.is_empty()))))
     }
 
     fn check_trace_model(&self, model: Option<&str>) -> CoreResult<()> {
@@ -468,64 +473,15 @@ impl Frontend {
         }
     }
 
-    /// Updates trace settings (Triton's trace extension). This server records no traces and has
-    /// no trace file, so turning tracing on fails as it does on a Triton started without
-    /// `--trace-file`; the other settings are validated and kept. Unknown keys are ignored, as in
-    /// Triton. A `None` value restores the default.
+    /// Updates the trace settings of `model`, or the global ones (Triton's trace extension; see
+    /// `crate::trace`). A `None` value restores the default, or for a model the global value.
     pub fn update_trace_settings(
         &self,
         model: Option<&str>,
         updates: BTreeMap<String, Option<Vec<String>>>,
     ) -> CoreResult<BTreeMap<String, SettingValue>> {
         self.check_trace_model(model)?;
-        let mut trace = self.trace.lock().map_err(|_| CoreError::internal("trace settings poisoned"))?;
-        let mut next = trace.clone();
-        for (key, values) in updates {
-            let value = values.unwrap_or_else(|| {
-                let default = TRACE_DEFAULTS.iter().find(|(k, _)| *k == key).map_or("", |(_, v)| *v);
-                vec![default.to_string()]
-            });
-            match key.as_str() {
-                "trace_file" => {
-                    return Err(CoreError::unsupported(
-                        "trace file location can not be updated through network protocol",
-                    ));
-                }
-                "trace_level" => {
-                    if value.iter().any(|l| l == "OFF") && value.len() > 1 {
-                        return Err(CoreError::invalid_arg("Expect only one trace level 'OFF' is specified"));
-                    }
-                    if value.iter().any(|l| l == "TIMESTAMPS" || l == "TENSORS") {
-                        return Err(CoreError::invalid_arg(
-                            "Attempting to set invalid trace setting :trace file name is not given (this server does \
-                            not record request traces)",
-                        ));
-                    }
-                    next.insert(key, SettingValue::List(value));
-                }
-                "trace_rate" | "log_frequency" | "trace_count" => {
-                    let text = value.first().cloned().unwrap_or_default();
-                    let parsed = text.parse::<i64>().ok();
-                    match (key.as_str(), parsed) {
-                        ("trace_count", Some(n)) if n < -1 => {
-                            return Err(CoreError::invalid_arg(format!(
-                                "Unable to parse 'trace_count'. Expecting value >= -1, got: {text}"
-                            )));
-                        }
-                        ("trace_count", Some(_)) => {}
-                        (_, Some(n)) if n >= 0 => {}
-                        _ => return Err(CoreError::invalid_arg(format!("Unable to parse '{key}', got: {text}"))),
-                    }
-                    next.insert(key, SettingValue::Str(text));
-                }
-                "trace_mode" => {
-                    next.insert(key, SettingValue::Str(value.first().cloned().unwrap_or_default()));
-                }
-                _ => {}
-            }
-        }
-        *trace = next.clone();
-        Ok(next)
+        self.tracer.update(model.filter(|m| !m.is_empty()), updates).map(setting_values)
     }
 
     pub fn log_settings(&self) -> CoreResult<BTreeMap<String, SettingValue>> {

@@ -122,6 +122,9 @@ pub struct InferRequest {
     /// Who waits for the answer: set where the request enters (a door, a BLS call, an ensemble
     /// step), it decides whether the execution may run on the caller's thread.
     pub caller: crate::execution::Caller,
+    /// Set when the request is sampled for tracing (see `crate::trace`): each layer it passes
+    /// stamps its activities on it.
+    pub trace: Option<crate::trace::Trace>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -56,6 +56,7 @@ mod server;
 mod shm;
 mod stats;
 mod tensor;
+mod trace;
 
 /// The command line (`tessera serve`, `tessera guest build`), used by the binary.
 pub mod cli;

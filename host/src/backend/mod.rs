@@ -100,6 +100,8 @@ pub struct ExecRequest {
     pub compute: Option<Arc<ComputeTime>>,
     /// Who waits for the answer (from [`crate::infer::InferRequest::caller`]).
     pub caller: crate::execution::Caller,
+    /// The request's trace, when it is sampled (from [`crate::infer::InferRequest::trace`]).
+    pub trace: Option<crate::trace::Trace>,
 }
 
 /// Compute time spent for one request, in nanoseconds (added to from the scheduler's tasks).

@@ -259,6 +259,7 @@ pub fn decode_request(request: ModelInferRequest) -> CoreResult<DecodedRequest> 
         unknown_datatype_inputs: unknown_datatypes,
         // A stream's requests stay so; the unary door says its caller may block.
         caller: crate::execution::Caller::Detached,
+        trace: None,
     };
     Ok(DecodedRequest { request, shm_inputs })
 }

@@ -40,6 +40,7 @@ use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::stats::Duration2;
+use crate::trace::{Trace, activity};
 use codec::parse_version;
 
 pub use options::{GrpcOptions, GrpcTls};
@@ -233,12 +234,21 @@ impl GrpcInferenceService for InferenceService {
             let message = "ModelInfer RPC doesn't support models with decoupled transaction policy";
             return Err(CoreError::unsupported(message).into());
         }
+        // tonic has read the message by now: its read is these two instants.
+        let trace = self.frontend.trace(model.name());
+        stamp(&trace, activity::GRPC_WAITREAD_START);
+        stamp(&trace, activity::GRPC_WAITREAD_END);
         let mut request = self.frontend.read_shm_inputs(codec::decode_request(request)?)?;
         request.model_version = Some(model.version());
         // A unary call is its own task: an inline execution may block it.
         request.caller = Caller::Task;
+        request.trace = trace.clone();
         let response = self.frontend.infer(&model, request).await?;
-        ok(codec::encode_response(response))
+        stamp(&trace, activity::INFER_RESPONSE_COMPLETE);
+        stamp(&trace, activity::GRPC_SEND_START);
+        let encoded = codec::encode_response(response);
+        stamp(&trace, activity::GRPC_SEND_END);
+        ok(encoded)
     }
 
     type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
@@ -519,5 +529,12 @@ impl GrpcInferenceService for InferenceService {
             })
             .collect();
         ok(pb::LogSettingsResponse { settings })
+    }
+}
+
+/// Stamps `activity` on a traced request's trace.
+pub(crate) fn stamp(trace: &Option<Trace>, activity: &'static str) {
+    if let Some(trace) = trace {
+        trace.stamp(activity);
     }
 }

@@ -7,11 +7,13 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::codec::{self, parse_version};
+use super::stamp;
 use super::{FINAL_RESPONSE, bool_param, reserved_parameters};
 use crate::error::CoreError;
 use crate::frontend::Frontend;
 use crate::infer::InferResponse;
 use crate::proto::inference as pb;
+use crate::trace::activity;
 
 /// Resolves once the server is stopping (the `Ref` that `wait_for` yields is not `Send`, so it
 /// is dropped here rather than held by the caller's future).
@@ -54,6 +56,9 @@ pub(super) async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelIn
         // Shared-memory inputs are read here, so their errors come early too, as decoding errors do.
         let mut request = frontend.read_shm_inputs(codec::decode_request(request)?)?;
         request.model_version = Some(model.version());
+        request.trace = frontend.trace(model.name());
+        stamp(&request.trace, activity::GRPC_WAITREAD_START);
+        stamp(&request.trace, activity::GRPC_WAITREAD_END);
         Ok::<_, CoreError>((empty_final, model, request))
     })();
     let (empty_final, model, request) = match prepared {
@@ -63,12 +68,16 @@ pub(super) async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelIn
             return;
         }
     };
+    let trace = request.trace.clone();
     if !model.is_decoupled() {
         let message = match frontend.infer(&model, request).await {
             Ok(response) => stream_response(response, true),
             Err(e) => fail(e),
         };
+        stamp(&trace, activity::INFER_RESPONSE_COMPLETE);
+        stamp(&trace, activity::GRPC_SEND_START);
         let _ = tx.send(Ok(message)).await;
+        stamp(&trace, activity::GRPC_SEND_END);
         return;
     }
     let mut responses = match frontend.infer_stream(&model, request).await {

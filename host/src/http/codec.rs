@@ -231,6 +231,7 @@ pub fn decode_request(
         unknown_datatype_inputs: unknown_datatypes,
         // The infer handler says its caller may block.
         caller: crate::execution::Caller::Detached,
+        trace: None,
     };
     Ok(HttpInferRequest {
         request: DecodedRequest { request, shm_inputs },

@@ -38,6 +38,7 @@ use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::execution::Caller;
 use crate::frontend::{EXTENSIONS, Frontend, SettingValue, TensorMetadata, VersionStats};
 use crate::restricted::{ApiCategory, Restrictions};
+use crate::trace::{Trace, activity};
 
 #[derive(Clone)]
 pub struct HttpState {
@@ -224,8 +225,11 @@ async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, reque
     if served.is_decoupled() {
         return Err(CoreError::unsupported("HTTP end point doesn't support models with decoupled transaction policy"));
     }
+    let trace = state.frontend.trace(model);
+    stamp(&trace, activity::HTTP_RECV_START);
     // Held until the response is built: the request's bytes count against the server's budget.
     let (body, _reservation) = body::read(&parts.headers, body, state.max_input_size, &state.body_budget).await?;
+    stamp(&trace, activity::HTTP_RECV_END);
     let decoded = match header_length {
         // Triton's raw binary request: the body is the model's one input. An empty body without
         // the header is one too (Triton takes the header length to be the body's).
@@ -237,7 +241,10 @@ async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, reque
     request.model_version = Some(served.version());
     // One request per task: an inline execution may block it.
     request.caller = Caller::Task;
+    request.trace = trace.clone();
     let response = state.frontend.infer(&served, request).await?;
+    stamp(&trace, activity::INFER_RESPONSE_COMPLETE);
+    stamp(&trace, activity::HTTP_SEND_START);
     let (body, header_length) = codec::encode_response(&response, &decoded.binary_outputs)?;
     let mut http = Response::new(Body::from(body));
     let headers = http.headers_mut();
@@ -250,7 +257,15 @@ async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, reque
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
     }
+    // The response is built; hyper writes it after this (not timed).
+    stamp(&trace, activity::HTTP_SEND_END);
     Ok(http)
+}
+
+fn stamp(trace: &Option<Trace>, activity: &'static str) {
+    if let Some(trace) = trace {
+        trace.stamp(activity);
+    }
 }
 
 async fn generate(State(state): State<HttpState>, path: ModelPath, request: Request) -> HttpResult {
@@ -264,14 +279,21 @@ async fn generate_stream(State(state): State<HttpState>, path: ModelPath, reques
 async fn generate_model(state: &HttpState, path: ModelPath, request: Request, streaming: bool) -> HttpResult {
     let version = path.version?;
     let (parts, body) = request.into_parts();
+    let trace = state.frontend.trace(&path.model);
+    stamp(&trace, activity::HTTP_RECV_START);
     let (body, _reservation) = body::read(&parts.headers, body, state.max_input_size, &state.body_budget).await?;
+    stamp(&trace, activity::HTTP_RECV_END);
     let model = state.frontend.model(&path.model, version)?;
-    let request = generate::decode(&model, &body)?;
+    let mut request = generate::decode(&model, &body)?;
+    request.trace = trace.clone();
     let response = if streaming {
         generate::stream(&state.frontend, &model, request).await?
     } else {
         generate::single(&state.frontend, &model, request).await?
     };
+    // For a stream: when its response starts, not when its last event is sent.
+    stamp(&trace, activity::HTTP_SEND_START);
+    stamp(&trace, activity::HTTP_SEND_END);
     Ok(response)
 }
 

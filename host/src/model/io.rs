@@ -167,7 +167,7 @@ impl ModelIo {
         if batching && batch_size == 0 {
             return Err(invalid(format!("inference request batch-size must be >= 1 for '{model}'")));
         }
-        let InferRequest { id, mut inputs, parameters, caller, .. } = request;
+        let InferRequest { id, mut inputs, parameters, caller, trace, .. } = request;
         for (position, shape) in reshaped {
             inputs[position].shape = shape;
         }
@@ -177,6 +177,7 @@ impl ModelIo {
             outputs: wanted.iter().map(|o| o.name.clone()).collect(),
             parameters,
             caller,
+            trace,
             ..Default::default()
         };
         let batch_size = if batching { batch_size as usize } else { 1 };

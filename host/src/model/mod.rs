@@ -24,6 +24,7 @@ use crate::scheduler::Scheduler;
 use crate::scheduler::ensemble::EnsembleScheduler;
 use crate::scheduler::rate_limit::{Claim, RateLimiter};
 use crate::stats::{FailureReason, ModelStats};
+use crate::trace::{Trace, activity};
 pub use io::ModelIo;
 
 pub struct LoadedModel {
@@ -247,7 +248,13 @@ impl LoadedModel {
         }
         let start = Instant::now();
         let id = request.id.clone();
-        let (exec, batch_size, wanted) = self.prepare(request)?;
+        let trace = self.trace_start(&request);
+        let (exec, batch_size, wanted) = self.prepare(request).inspect_err(|_| {
+            if let Some(trace) = &trace {
+                trace.stamp(activity::REQUEST_END);
+            }
+        })?;
+        self.trace_queued(&exec);
         let (raw_tx, mut raw_rx) = crate::backend::responder();
         // Kept until execute returns, so an instance failure still reaches the caller's stream.
         let error_tx = raw_tx.clone();
@@ -284,6 +291,9 @@ impl LoadedModel {
                 model.record_ensemble_execution(batch_size, compute.get());
             }
             model.record_request(ok, None, start);
+            if let Some(trace) = trace {
+                trace.stamp(activity::REQUEST_END);
+            }
         });
         Ok(rx)
     }
@@ -291,6 +301,7 @@ impl LoadedModel {
     /// Runs one request end to end, recording statistics.
     pub async fn infer(&self, request: InferRequest) -> CoreResult<InferResponse> {
         let start = Instant::now();
+        let trace = self.trace_start(&request);
         let result = match &self.cache {
             None => self.infer_uncached(request).await,
             Some(cache) => {
@@ -311,7 +322,29 @@ impl LoadedModel {
             }
         };
         self.record_request(result.is_ok(), result.as_ref().err(), start);
+        if let Some(trace) = trace {
+            trace.stamp(activity::REQUEST_END);
+        }
         result
+    }
+
+    /// Stamps REQUEST_START on a traced request, with the model that serves it; returns its trace.
+    fn trace_start(&self, request: &InferRequest) -> Option<Trace> {
+        let trace = request.trace.clone()?;
+        trace.set_model(&self.name, self.version, request.id.as_deref());
+        trace.stamp(activity::REQUEST_START);
+        Some(trace)
+    }
+
+    /// Stamps QUEUE_START (and the queued inputs, at level TENSORS) on a traced request that
+    /// goes to a scheduler: an ensemble's own request queues nowhere.
+    fn trace_queued(&self, exec: &ExecRequest) {
+        if let Some(trace) = &exec.trace
+            && self.scheduler.ensemble().is_none()
+        {
+            trace.stamp(activity::QUEUE_START);
+            trace.record_tensors(activity::TENSOR_QUEUE_INPUT, &exec.inputs);
+        }
     }
 
     async fn infer_uncached(&self, request: InferRequest) -> CoreResult<InferResponse> {
@@ -326,6 +359,7 @@ impl LoadedModel {
         let (exec, batch_size, wanted) = self.prepare(request)?;
         let compute = Arc::new(ComputeTime::default());
         let exec = ExecRequest { compute: Some(Arc::clone(&compute)), ..exec };
+        self.trace_queued(&exec);
         let outputs = self.scheduler.execute(exec, batch_size).await?;
         let outputs = self.io.postprocess(outputs, batch_size, &wanted)?;
         if self.scheduler.ensemble().is_some() {

@@ -16,6 +16,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::execution::{Caller, InlineGate};
 use crate::stats::ModelStats;
 use crate::tensor::Tensor;
+use crate::trace::{Trace, activity};
 
 /// One result per request of a batch, always as many as the batch had.
 pub type BatchResults = Vec<CoreResult<Vec<Tensor>>>;
@@ -356,13 +357,23 @@ impl InstancePool {
         let available = Arc::clone(&self.available);
         // The work itself returns the instance and its slot, so a caller that goes away
         // mid-execution (client disconnect, BLS timeout) cannot lose the instance.
+        // Each traced request's trace, by position (empty when none is traced).
+        let traces: Vec<Option<Trace>> = if batch.iter().any(|r| r.trace.is_some()) {
+            batch.iter().map(|r| r.trace.clone()).collect()
+        } else {
+            Vec::new()
+        };
         let work = move || {
+            trace_compute_start(&traces, &batch);
             let started = Instant::now();
             let executed = match borrowed.pooled.as_mut() {
                 Some(pooled) => execute_on(pooled.instance.as_mut(), batch),
                 None => None,
             };
             let took = started.elapsed();
+            if let Some(results) = &executed {
+                trace_compute_end(&traces, results);
+            }
             drop(held);
             match executed {
                 Some(results) => {
@@ -398,6 +409,35 @@ impl InstancePool {
         match joined {
             Ok(Some((results, took))) => Ok((results, took, direct)),
             Ok(None) | Err(_) => Err(CoreError::internal("model instance failed during execution")),
+        }
+    }
+}
+
+/// Stamps the start of the execution on each traced request (the host hands inputs over before
+/// it calls the backend, so their end is the same instant), with their inputs at level TENSORS.
+fn trace_compute_start(traces: &[Option<Trace>], batch: &[ExecRequest]) {
+    if traces.is_empty() {
+        return;
+    }
+    let ns = crate::trace::now_ns();
+    for (trace, request) in traces.iter().zip(batch).filter_map(|(t, r)| Some((t.as_ref()?, r))) {
+        trace.stamp_at(activity::COMPUTE_START, ns);
+        trace.stamp_at(activity::COMPUTE_INPUT_END, ns);
+        trace.record_tensors(activity::TENSOR_BACKEND_INPUT, &request.inputs);
+    }
+}
+
+/// Stamps the end of the execution on each traced request, with its outputs at level TENSORS.
+fn trace_compute_end(traces: &[Option<Trace>], results: &BatchResults) {
+    if traces.is_empty() {
+        return;
+    }
+    let ns = crate::trace::now_ns();
+    for (trace, result) in traces.iter().zip(results).filter_map(|(t, r)| Some((t.as_ref()?, r))) {
+        trace.stamp_at(activity::COMPUTE_OUTPUT_START, ns);
+        trace.stamp_at(activity::COMPUTE_END, ns);
+        if let Ok(outputs) = result {
+            trace.record_tensors(activity::TENSOR_BACKEND_OUTPUT, outputs);
         }
     }
 }

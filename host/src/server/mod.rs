@@ -31,6 +31,7 @@ use crate::metrics::{HostSampler, MetricsState};
 use crate::repository::{ControlMode, ModelManager, RepositoryOptions};
 use crate::restricted::Restrictions;
 use crate::scheduler::rate_limit::{RateLimiter, ResourceOverride};
+use crate::trace::{TraceConfig, Tracer};
 
 /// Where a front door listens. Port 0 picks a free port ([`ServerHandle`] reports it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +81,8 @@ pub struct ServerConfig {
     /// Whether requests may take the execution fast paths (see `crate::execution`; off only to
     /// debug them). Process-wide: the last server started decides.
     pub fast_paths: bool,
+    /// Request tracing (`--trace-config`; see `crate::trace`).
+    pub trace: TraceConfig,
     /// Triton's `--http-restricted-api` (gRPC's are in `grpc_options`).
     pub http_restrictions: Restrictions,
     pub grpc: Option<Listen>,
@@ -143,6 +146,7 @@ impl Default for ServerConfig {
             http_connections: ConnectionLimits::default(),
             connection_threads: 0,
             fast_paths: true,
+            trace: TraceConfig::default(),
             http_restrictions: Restrictions::default(),
             grpc: None,
             grpc_options: GrpcOptions::default(),
@@ -304,8 +308,15 @@ impl Server {
             });
         }
 
+        if config.trace.mode == crate::trace::TraceMode::OpenTelemetry && !config.trace.level.is_off() {
+            tracing::warn!(
+                "--trace-config mode=opentelemetry: OpenTelemetry export is not implemented yet; no request is traced"
+            );
+        }
+        let tracer = Tracer::new(config.trace.clone());
         let mut frontend = Frontend::new(Arc::clone(&manager), config.server_id.clone(), config.strict_readiness)
-            .with_required_models(config.required_models.clone());
+            .with_required_models(config.required_models.clone())
+            .with_tracer(Arc::clone(&tracer));
         if let Some(applier) = config.log_applier {
             frontend = frontend.with_log_settings(config.log_settings, applier);
         }
@@ -376,7 +387,7 @@ impl Server {
             exit_timeout: config.exit_timeout,
             abort: tokio::sync::Notify::new(),
         });
-        Ok(ServerHandle { manager, addresses, stopping, tasks })
+        Ok(ServerHandle { manager, addresses, stopping, tasks, tracer })
     }
 }
 
@@ -409,6 +420,8 @@ pub struct ServerHandle {
     addresses: Addresses,
     stopping: Arc<Stopping>,
     tasks: tokio::task::JoinSet<Result<(), String>>,
+    /// Closed (its trace file completed) once the doors have ended.
+    tracer: Arc<Tracer>,
 }
 
 /// How the server ends: the doors' stop signal, and the drain before it.
@@ -544,6 +557,8 @@ impl ServerHandle {
                 }
             }
         }
+        // Traces of requests still running are lost, as in Triton; the file is completed.
+        self.tracer.close();
         result
     }
 }

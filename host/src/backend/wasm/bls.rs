@@ -154,6 +154,7 @@ impl HostView<'_> {
             parameters,
             unknown_datatype_inputs: Vec::new(),
             caller: Caller::Detached,
+            trace: self.bls.trace.as_ref().map(crate::trace::Trace::child),
         };
         Ok(BlsCall { infer, runtime, request, timeout: self.shared.bls_timeout })
     }

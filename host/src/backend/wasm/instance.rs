@@ -223,6 +223,8 @@ impl WasmInstance {
         };
         let count = batch.len();
         let call = live.store.data_mut().begin_execute(count, self.decoupled);
+        // The guest's BLS calls are traced as children of the batch's (first) traced request.
+        live.store.data_mut().bls.trace = batch.iter().find_map(|r| r.trace.clone());
         // `execute-by-value` takes each request's inputs as a pack, small ones with their bytes, and
         // no handles: the guest asks for a request's handle (`request.at`) when it needs one.
         let by_value = live.by_value.is_some();
@@ -266,6 +268,7 @@ impl WasmInstance {
             None => live.model.call_execute(&mut live.store, &handles).map(Returned::Handles),
         };
         live.store.data_mut().call.deadline = None;
+        live.store.data_mut().bls.trace = None;
         let given = live.store.data_mut().end_execute();
         *callees = live.store.data().bls.cpu;
         // The contract: when execute returns, every request's stream is final, whatever

@@ -137,6 +137,9 @@ pub struct BlsCalls {
     /// (a BLS callee that runs inline runs on the caller's thread) during the current `execute`:
     /// not the guest's own.
     pub(super) cpu: Duration,
+    /// The trace the current `execute` call's BLS calls are children of: the batch's first
+    /// traced request's (a WIT call does not say which request it serves).
+    pub(super) trace: Option<crate::trace::Trace>,
 }
 
 /// What WIT interface `types` (tensors, requests, response senders) works on.

@@ -333,6 +333,8 @@ impl<'a> Run<'a> {
             unknown_datatype_inputs: Vec::new(),
             // The steps run concurrently on the ensemble's task: none may block it.
             caller: crate::execution::Caller::Detached,
+            // A composing model's request is traced as a child of the ensemble's.
+            trace: self.exec.trace.as_ref().map(crate::trace::Trace::child),
         };
         if !spec.decoupled && plan.max_inflight > 0 && self.active >= plan.max_inflight {
             self.waiting.push_back(Waiting { step, request, key });

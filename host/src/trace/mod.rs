@@ -1,0 +1,168 @@
+//! Request tracing, as Triton's trace extension (docs/user_guide/trace.md): a sampled request
+//! carries a [`Trace`] from the door where it enters through the model, the scheduler and the
+//! instance, each layer stamping its activities on it; when the last holder lets go, the trace
+//! is handed to the [`Tracer`]'s sink (Triton's JSON trace file, `file`).
+//!
+//! The trace travels in the request (`InferRequest::trace`, `ExecRequest::trace`), not in thread
+//! state, so whoever handles the request stamps the right trace. A composing model of an
+//! ensemble, or a model a guest calls through BLS, gets a child trace (`parent_id`), as Triton's
+//! composing requests do.
+//!
+//! Timestamps are nanoseconds on one monotonic clock for the whole process, offset to the Unix
+//! epoch at its start ([`now_ns`]): differences are exact, and the values read as wall time.
+
+mod file;
+mod settings;
+mod tensors;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+pub use file::FileSink;
+pub use settings::{LegacyFlags, Level, SettingAnswer, TraceConfig, TraceMode, Tracer};
+
+use crate::tensor::Tensor;
+
+/// Nanoseconds since the Unix epoch, on a monotonic clock anchored once per process.
+pub fn now_ns() -> u64 {
+    static ANCHOR: LazyLock<(Instant, u64)> = LazyLock::new(|| {
+        let unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        (Instant::now(), u64::try_from(unix).unwrap_or(u64::MAX))
+    });
+    let (start, unix) = *ANCHOR;
+    unix.saturating_add(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Where finished traces go.
+pub trait TraceSink: Send + Sync {
+    fn finish(&self, record: TraceRecord);
+}
+
+/// What one trace recorded: Triton's trace object for one request (one model).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TraceRecord {
+    pub id: u64,
+    /// 0 for a request from a client; the caller's trace for a composing model or a BLS call.
+    pub parent_id: u64,
+    /// The model and version that served it, and its request id; `None` until the request
+    /// reached a model (a request refused before has no model).
+    pub model: Option<(String, i64)>,
+    pub request_id: String,
+    /// Activity names and when they happened ([`now_ns`]), in the order stamped.
+    pub timestamps: Vec<(&'static str, u64)>,
+    /// At level TENSORS: the tensors seen at each tensor activity.
+    pub tensors: Vec<(&'static str, Tensor)>,
+}
+
+/// A sampled request's trace. Clones share one record, handed to the sink when the last goes.
+#[derive(Clone)]
+pub struct Trace(Arc<Inner>);
+
+struct Inner {
+    id: u64,
+    parent_id: u64,
+    level: Level,
+    ids: Arc<AtomicU64>,
+    sink: Arc<dyn TraceSink>,
+    record: Mutex<TraceRecord>,
+}
+
+impl std::fmt::Debug for Trace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trace").field("id", &self.0.id).field("parent_id", &self.0.parent_id).finish()
+    }
+}
+
+impl Trace {
+    fn new(parent_id: u64, level: Level, ids: Arc<AtomicU64>, sink: Arc<dyn TraceSink>) -> Self {
+        let id = ids.fetch_add(1, Ordering::Relaxed);
+        let record = TraceRecord { id, parent_id, ..Default::default() };
+        Self(Arc::new(Inner { id, parent_id, level, ids, sink, record: Mutex::new(record) }))
+    }
+
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    pub fn parent_id(&self) -> u64 {
+        self.0.parent_id
+    }
+
+    /// A trace for a request this one's handler makes (a composing model's, a BLS call's).
+    pub fn child(&self) -> Trace {
+        Trace::new(self.0.id, self.0.level, Arc::clone(&self.0.ids), Arc::clone(&self.0.sink))
+    }
+
+    /// Records `activity` now.
+    pub fn stamp(&self, activity: &'static str) {
+        self.stamp_at(activity, now_ns());
+    }
+
+    /// Records `activity` at `ns` ([`now_ns`]).
+    pub fn stamp_at(&self, activity: &'static str, ns: u64) {
+        if self.0.level.timestamps {
+            self.with_record(|r| r.timestamps.push((activity, ns)));
+        }
+    }
+
+    /// The model (and version) that serves the request, and the request's id.
+    pub fn set_model(&self, name: &str, version: i64, request_id: Option<&str>) {
+        self.with_record(|r| {
+            r.model = Some((name.to_string(), version));
+            r.request_id = request_id.unwrap_or_default().to_string();
+        });
+    }
+
+    /// Whether tensors are recorded (level TENSORS).
+    pub fn tensors(&self) -> bool {
+        self.0.level.tensors
+    }
+
+    /// Records `tensors` at `activity` (TENSOR_QUEUE_INPUT, TENSOR_BACKEND_INPUT,
+    /// TENSOR_BACKEND_OUTPUT), when the level asks for tensors. The bytes are shared, not copied.
+    pub fn record_tensors<'a>(&self, activity: &'static str, tensors: impl IntoIterator<Item = &'a Tensor>) {
+        if self.0.level.tensors {
+            self.with_record(|r| r.tensors.extend(tensors.into_iter().map(|t| (activity, t.clone()))));
+        }
+    }
+
+    fn with_record(&self, change: impl FnOnce(&mut TraceRecord)) {
+        let mut record = self.0.record.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        change(&mut record);
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let record = std::mem::take(self.record.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
+        self.sink.finish(record);
+    }
+}
+
+/// Triton's activity names.
+pub mod activity {
+    pub const HTTP_RECV_START: &str = "HTTP_RECV_START";
+    pub const HTTP_RECV_END: &str = "HTTP_RECV_END";
+    pub const HTTP_SEND_START: &str = "HTTP_SEND_START";
+    pub const HTTP_SEND_END: &str = "HTTP_SEND_END";
+    pub const GRPC_WAITREAD_START: &str = "GRPC_WAITREAD_START";
+    pub const GRPC_WAITREAD_END: &str = "GRPC_WAITREAD_END";
+    pub const GRPC_SEND_START: &str = "GRPC_SEND_START";
+    pub const GRPC_SEND_END: &str = "GRPC_SEND_END";
+    pub const INFER_RESPONSE_COMPLETE: &str = "INFER_RESPONSE_COMPLETE";
+    pub const REQUEST_START: &str = "REQUEST_START";
+    pub const QUEUE_START: &str = "QUEUE_START";
+    pub const COMPUTE_START: &str = "COMPUTE_START";
+    pub const COMPUTE_INPUT_END: &str = "COMPUTE_INPUT_END";
+    pub const COMPUTE_OUTPUT_START: &str = "COMPUTE_OUTPUT_START";
+    pub const COMPUTE_END: &str = "COMPUTE_END";
+    pub const REQUEST_END: &str = "REQUEST_END";
+    pub const TENSOR_QUEUE_INPUT: &str = "TENSOR_QUEUE_INPUT";
+    pub const TENSOR_BACKEND_INPUT: &str = "TENSOR_BACKEND_INPUT";
+    pub const TENSOR_BACKEND_OUTPUT: &str = "TENSOR_BACKEND_OUTPUT";
+}
+
+#[cfg(test)]
+#[path = "trace_tests.rs"]
+mod tests;
