@@ -19,7 +19,7 @@ use crate::model::LoadedModel;
 use crate::repository::{ControlMode, IndexEntry, ModelManager};
 use crate::shm::{Region, SharedMemoryManager, ShmInput};
 use crate::tensor::Tensor;
-use crate::trace::{SettingAnswer, Trace, TraceConfig, Tracer};
+use crate::trace::{SettingAnswer, Trace, TraceParent, Tracer};
 
 /// Extensions reported in server metadata: only what this server implements.
 pub const EXTENSIONS: &[&str] = &[
@@ -185,7 +185,7 @@ impl Frontend {
             strict_readiness,
             required_models: Vec::new(),
             lifecycle: Lifecycle::new(),
-            tracer: Tracer::new(TraceConfig::default()),
+            tracer: Tracer::off(),
             log: Mutex::new(log),
             log_applier: None,
             runtime: tokio::runtime::Handle::try_current().ok(),
@@ -454,9 +454,11 @@ impl Frontend {
         self
     }
 
-    /// A trace for a request a door received for `model`, if the trace settings sample it.
-    pub fn trace(&self, model: &str) -> Option<Trace> {
-        self.tracer.sample(model)
+    /// A trace for a request a door received for `model`, if the trace settings sample it (or,
+    /// in OpenTelemetry mode, the client sent this `traceparent`).
+    pub fn trace(&self, model: &str, traceparent: Option<&str>) -> Option<Trace> {
+        let remote = traceparent.and_then(TraceParent::parse);
+        self.tracer.sample(model, remote.as_ref())
     }
 
     pub fn trace_settings(&self, model: Option<&str>) -> CoreResult<BTreeMap<String, SettingValue>> {

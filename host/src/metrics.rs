@@ -101,6 +101,8 @@ pub struct MetricsState {
     pub host: Option<Arc<HostSampler>>,
     /// `None` with `--allow-gpu-metrics=false` or where there is no GPU.
     pub gpu: Option<Arc<GpuSampler>>,
+    /// For the OpenTelemetry exporter's counts.
+    pub tracer: Arc<crate::trace::Tracer>,
 }
 
 pub fn router(state: MetricsState) -> Router {
@@ -109,12 +111,28 @@ pub fn router(state: MetricsState) -> Router {
 
 async fn scrape(State(state): State<MetricsState>) -> Response {
     let gpus = state.gpu.as_ref().map(|g| g.readings()).unwrap_or_default();
-    let body = render(&state.manager.ready_models(), state.host.as_deref(), &gpus);
+    let mut body = render(&state.manager.ready_models(), state.host.as_deref(), &gpus);
+    if let Some((exported, dropped)) = state.tracer.export_counts() {
+        body.push_str(&trace_export_metrics(exported, dropped));
+    }
     let mut response = body.into_response();
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
     response
+}
+
+/// The OpenTelemetry exporter's spans, sent and dropped (queue full, collector down or refusing).
+fn trace_export_metrics(exported: u64, dropped: u64) -> String {
+    format!(
+        "# HELP tessera_trace_spans_exported_total Spans the OpenTelemetry exporter sent\n\
+         # TYPE tessera_trace_spans_exported_total counter\n\
+         tessera_trace_spans_exported_total {exported}\n\
+         # HELP tessera_trace_spans_dropped_total Spans the OpenTelemetry exporter dropped: its queue was full, or the \
+         collector refused or did not answer\n\
+         # TYPE tessera_trace_spans_dropped_total counter\n\
+         tessera_trace_spans_dropped_total {dropped}\n"
+    )
 }
 
 fn micros(ns: u64) -> u64 {

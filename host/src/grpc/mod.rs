@@ -226,6 +226,7 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_infer(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
+        let traceparent = traceparent(request.metadata());
         let request = request.into_inner();
         // Resolved once: the request runs on this version, even if another turns ready meanwhile.
         let model = self.frontend.model(&request.model_name, parse_version(&request.model_version)?)?;
@@ -235,7 +236,7 @@ impl GrpcInferenceService for InferenceService {
             return Err(CoreError::unsupported(message).into());
         }
         // tonic has read the message by now: its read is these two instants.
-        let trace = self.frontend.trace(model.name());
+        let trace = self.frontend.trace(model.name(), traceparent.as_deref());
         stamp(&trace, activity::GRPC_WAITREAD_START);
         stamp(&trace, activity::GRPC_WAITREAD_END);
         let mut request = self.frontend.read_shm_inputs(codec::decode_request(request)?)?;
@@ -257,6 +258,8 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<Streaming<pb::ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
+        // The stream's metadata: every request on it is traced under the same parent.
+        let traceparent = traceparent(request.metadata());
         let mut incoming = request.into_inner();
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let frontend = Arc::clone(&self.frontend);
@@ -272,7 +275,12 @@ impl GrpcInferenceService for InferenceService {
                 tokio::select! {
                     // Past the limit, stop reading: HTTP/2 flow control then slows the client.
                     message = incoming.message(), if inflight.len() < MAX_STREAM_INFLIGHT => match message {
-                        Ok(Some(request)) => inflight.push(stream_request(Arc::clone(&frontend), request, tx.clone())),
+                        Ok(Some(request)) => inflight.push(stream_request(
+                            Arc::clone(&frontend),
+                            request,
+                            traceparent.clone(),
+                            tx.clone(),
+                        )),
                         Ok(None) => break,
                         // A message that does not decode ends the stream with its status.
                         Err(status) => {
@@ -537,4 +545,9 @@ pub(crate) fn stamp(trace: &Option<Trace>, activity: &'static str) {
     if let Some(trace) = trace {
         trace.stamp(activity);
     }
+}
+
+/// The W3C `traceparent` a client sent in the call's metadata, if any.
+pub(crate) fn traceparent(metadata: &tonic::metadata::MetadataMap) -> Option<String> {
+    metadata.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned)
 }

@@ -37,7 +37,12 @@ fn stream_response(response: InferResponse, is_final: bool) -> pb::ModelStreamIn
 }
 
 /// Runs one request of a `ModelStreamInfer` stream and sends its responses (or its error).
-pub(super) async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelInferRequest, tx: StreamSender) {
+pub(super) async fn stream_request(
+    frontend: Arc<Frontend>,
+    request: pb::ModelInferRequest,
+    traceparent: Option<String>,
+    tx: StreamSender,
+) {
     let echo = pb::ModelInferResponse {
         model_name: request.model_name.clone(),
         model_version: request.model_version.clone(),
@@ -56,7 +61,7 @@ pub(super) async fn stream_request(frontend: Arc<Frontend>, request: pb::ModelIn
         // Shared-memory inputs are read here, so their errors come early too, as decoding errors do.
         let mut request = frontend.read_shm_inputs(codec::decode_request(request)?)?;
         request.model_version = Some(model.version());
-        request.trace = frontend.trace(model.name());
+        request.trace = frontend.trace(model.name(), traceparent.as_deref());
         stamp(&request.trace, activity::GRPC_WAITREAD_START);
         stamp(&request.trace, activity::GRPC_WAITREAD_END);
         Ok::<_, CoreError>((empty_final, model, request))

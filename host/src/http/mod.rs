@@ -225,7 +225,7 @@ async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, reque
     if served.is_decoupled() {
         return Err(CoreError::unsupported("HTTP end point doesn't support models with decoupled transaction policy"));
     }
-    let trace = state.frontend.trace(model);
+    let trace = state.frontend.trace(model, traceparent(&parts.headers));
     stamp(&trace, activity::HTTP_RECV_START);
     // Held until the response is built: the request's bytes count against the server's budget.
     let (body, _reservation) = body::read(&parts.headers, body, state.max_input_size, &state.body_budget).await?;
@@ -262,6 +262,11 @@ async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, reque
     Ok(http)
 }
 
+/// The W3C `traceparent` header a client sent, if any.
+fn traceparent(headers: &HeaderMap) -> Option<&str> {
+    headers.get("traceparent").and_then(|v| v.to_str().ok())
+}
+
 fn stamp(trace: &Option<Trace>, activity: &'static str) {
     if let Some(trace) = trace {
         trace.stamp(activity);
@@ -279,7 +284,7 @@ async fn generate_stream(State(state): State<HttpState>, path: ModelPath, reques
 async fn generate_model(state: &HttpState, path: ModelPath, request: Request, streaming: bool) -> HttpResult {
     let version = path.version?;
     let (parts, body) = request.into_parts();
-    let trace = state.frontend.trace(&path.model);
+    let trace = state.frontend.trace(&path.model, traceparent(&parts.headers));
     stamp(&trace, activity::HTTP_RECV_START);
     let (body, _reservation) = body::read(&parts.headers, body, state.max_input_size, &state.body_budget).await?;
     stamp(&trace, activity::HTTP_RECV_END);

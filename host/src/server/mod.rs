@@ -308,12 +308,7 @@ impl Server {
             });
         }
 
-        if config.trace.mode == crate::trace::TraceMode::OpenTelemetry && !config.trace.level.is_off() {
-            tracing::warn!(
-                "--trace-config mode=opentelemetry: OpenTelemetry export is not implemented yet; no request is traced"
-            );
-        }
-        let tracer = Tracer::new(config.trace.clone());
+        let tracer = Tracer::new(config.trace.clone()).map_err(StartError::Config)?;
         let mut frontend = Frontend::new(Arc::clone(&manager), config.server_id.clone(), config.strict_readiness)
             .with_required_models(config.required_models.clone())
             .with_tracer(Arc::clone(&tracer));
@@ -371,7 +366,7 @@ impl Server {
             addresses.metrics = listener.local_addr().ok();
             let host = config.cpu_metrics_interval.map(HostSampler::start);
             let gpu = config.gpu_metrics_interval.and_then(crate::gpu::metrics::GpuSampler::start);
-            let state = MetricsState { manager: Arc::clone(&manager), host, gpu };
+            let state = MetricsState { manager: Arc::clone(&manager), host, gpu, tracer: Arc::clone(&tracer) };
             let shutdown = stopped(stop_rx.clone());
             tasks.spawn(async move {
                 axum::serve(listener, crate::metrics::router(state))

@@ -12,6 +12,7 @@
 //! epoch at its start ([`now_ns`]): differences are exact, and the values read as wall time.
 
 mod file;
+mod otlp;
 mod settings;
 mod tensors;
 
@@ -20,7 +21,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub use file::FileSink;
-pub use settings::{LegacyFlags, Level, SettingAnswer, TraceConfig, TraceMode, Tracer};
+pub use otlp::{ExportSettings, OtlpSink};
+
+pub use settings::{LegacyFlags, Level, SettingAnswer, TraceConfig, Tracer};
 
 use crate::tensor::Tensor;
 
@@ -53,6 +56,105 @@ pub struct TraceRecord {
     pub timestamps: Vec<(&'static str, u64)>,
     /// At level TENSORS: the tensors seen at each tensor activity.
     pub tensors: Vec<(&'static str, Tensor)>,
+    /// When the trace began and ended ([`now_ns`]): the `InferRequest` span's bounds.
+    pub started_ns: u64,
+    pub finished_ns: u64,
+    /// In OpenTelemetry mode, the ids of the spans this trace becomes.
+    pub otel: Option<OtelIds>,
+}
+
+/// The OpenTelemetry ids of one trace's spans (see `otlp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OtelIds {
+    pub trace_id: [u8; 16],
+    /// The `InferRequest` span, for a request from a client; `None` for a composing model's or a
+    /// BLS call's trace.
+    pub root: Option<[u8; 8]>,
+    pub model: [u8; 8],
+    pub compute: [u8; 8],
+    /// The parent of the root span (the client's `traceparent`), or of the model span for a
+    /// child trace (its caller's model span).
+    pub parent: Option<[u8; 8]>,
+    /// W3C trace flags (1: sampled).
+    pub flags: u8,
+}
+
+impl OtelIds {
+    /// Ids for a request from a client, under `remote` if it sent a `traceparent`.
+    fn new(remote: Option<&TraceParent>) -> Self {
+        let trace_id = match remote {
+            Some(r) => r.trace_id,
+            None => {
+                let mut id = [0u8; 16];
+                id[..8].copy_from_slice(&random_id());
+                id[8..].copy_from_slice(&random_id());
+                id
+            }
+        };
+        Self {
+            trace_id,
+            root: Some(random_id()),
+            model: random_id(),
+            compute: random_id(),
+            parent: remote.map(|r| r.span_id),
+            flags: remote.map_or(1, |r| r.flags),
+        }
+    }
+
+    /// Ids for a request this trace's model makes (an ensemble step, a BLS call).
+    fn child(&self) -> Self {
+        Self { root: None, model: random_id(), compute: random_id(), parent: Some(self.model), ..*self }
+    }
+}
+
+/// A non-zero random span id.
+fn random_id() -> [u8; 8] {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    static KEYS: LazyLock<std::collections::hash_map::RandomState> =
+        LazyLock::new(std::collections::hash_map::RandomState::new);
+    let mut hasher = KEYS.build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u64(now_ns());
+    hasher.finish().max(1).to_be_bytes()
+}
+
+/// A W3C `traceparent` a client sent (HTTP header or gRPC metadata).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceParent {
+    pub trace_id: [u8; 16],
+    pub span_id: [u8; 8],
+    pub flags: u8,
+}
+
+impl TraceParent {
+    /// `00-<32 hex>-<16 hex>-<2 hex>`; `None` when malformed or all-zero, as the W3C
+    /// propagator ignores such a header.
+    pub fn parse(header: &str) -> Option<Self> {
+        let mut parts = header.trim().split('-');
+        let version = parts.next()?;
+        let (trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?);
+        if version.len() != 2 || version == "ff" || (version == "00" && parts.next().is_some()) {
+            return None;
+        }
+        let hex = |text: &str, out: &mut [u8]| -> Option<()> {
+            if text.len() != out.len() * 2 || !text.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+                return None;
+            }
+            for (i, byte) in out.iter_mut().enumerate() {
+                *byte = u8::from_str_radix(&text[i * 2..i * 2 + 2], 16).ok()?;
+            }
+            Some(())
+        };
+        let mut parent = Self { trace_id: [0; 16], span_id: [0; 8], flags: 0 };
+        hex(trace, &mut parent.trace_id)?;
+        hex(span, &mut parent.span_id)?;
+        let mut flag = [0u8; 1];
+        hex(flags, &mut flag)?;
+        parent.flags = flag[0];
+        let zero = parent.trace_id == [0; 16] || parent.span_id == [0; 8];
+        (!zero).then_some(parent)
+    }
 }
 
 /// A sampled request's trace. Clones share one record, handed to the sink when the last goes.
@@ -63,6 +165,7 @@ struct Inner {
     id: u64,
     parent_id: u64,
     level: Level,
+    otel: Option<OtelIds>,
     ids: Arc<AtomicU64>,
     sink: Arc<dyn TraceSink>,
     record: Mutex<TraceRecord>,
@@ -75,10 +178,10 @@ impl std::fmt::Debug for Trace {
 }
 
 impl Trace {
-    fn new(parent_id: u64, level: Level, ids: Arc<AtomicU64>, sink: Arc<dyn TraceSink>) -> Self {
+    fn new(parent_id: u64, level: Level, otel: Option<OtelIds>, ids: Arc<AtomicU64>, sink: Arc<dyn TraceSink>) -> Self {
         let id = ids.fetch_add(1, Ordering::Relaxed);
-        let record = TraceRecord { id, parent_id, ..Default::default() };
-        Self(Arc::new(Inner { id, parent_id, level, ids, sink, record: Mutex::new(record) }))
+        let record = TraceRecord { id, parent_id, started_ns: now_ns(), otel, ..Default::default() };
+        Self(Arc::new(Inner { id, parent_id, level, otel, ids, sink, record: Mutex::new(record) }))
     }
 
     pub fn id(&self) -> u64 {
@@ -91,7 +194,8 @@ impl Trace {
 
     /// A trace for a request this one's handler makes (a composing model's, a BLS call's).
     pub fn child(&self) -> Trace {
-        Trace::new(self.0.id, self.0.level, Arc::clone(&self.0.ids), Arc::clone(&self.0.sink))
+        let otel = self.0.otel.as_ref().map(OtelIds::child);
+        Trace::new(self.0.id, self.0.level, otel, Arc::clone(&self.0.ids), Arc::clone(&self.0.sink))
     }
 
     /// Records `activity` now.
@@ -135,7 +239,8 @@ impl Trace {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let record = std::mem::take(self.record.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let mut record = std::mem::take(self.record.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
+        record.finished_ns = now_ns();
         self.sink.finish(record);
     }
 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::{FileSink, Trace, TraceSink};
+use super::{ExportSettings, FileSink, OtelIds, OtlpSink, Trace, TraceParent, TraceSink};
 use crate::error::{CoreError, CoreResult};
 
 /// What a trace records: timestamps, tensors, both, or nothing (OFF).
@@ -233,7 +233,22 @@ pub struct Tracer {
     /// Whether any settings holder has a level other than OFF: when not, sampling takes no lock.
     on: AtomicBool,
     ids: Arc<AtomicU64>,
-    sink: Option<Arc<FileSink>>,
+    sink: Option<Sink>,
+}
+
+/// Where finished traces go, by mode.
+enum Sink {
+    File(Arc<FileSink>),
+    Otlp(Arc<OtlpSink>),
+}
+
+impl Sink {
+    fn as_dyn(&self) -> Arc<dyn TraceSink> {
+        match self {
+            Sink::File(file) => Arc::clone(file) as Arc<dyn TraceSink>,
+            Sink::Otlp(otlp) => Arc::clone(otlp) as Arc<dyn TraceSink>,
+        }
+    }
 }
 
 /// A value in a trace-settings answer.
@@ -244,28 +259,50 @@ pub enum SettingAnswer {
 }
 
 impl Tracer {
-    pub fn new(config: TraceConfig) -> Arc<Self> {
-        let sink = (config.mode == TraceMode::Triton && !config.file.is_empty())
-            .then(|| Arc::new(FileSink::start(config.file.clone(), config.log_frequency)));
+    /// The tracer of `config`; an OpenTelemetry export setting that does not read is an error.
+    pub fn new(config: TraceConfig) -> Result<Arc<Self>, String> {
+        let sink = match config.mode {
+            TraceMode::Triton => (!config.file.is_empty())
+                .then(|| Sink::File(Arc::new(FileSink::start(config.file.clone(), config.log_frequency)))),
+            TraceMode::OpenTelemetry => {
+                Some(Sink::Otlp(Arc::new(OtlpSink::start(ExportSettings::from_config(&config.opentelemetry)?))))
+            }
+        };
         let on = !config.level.is_off();
-        Arc::new(Self {
+        Ok(Arc::new(Self {
             state: Mutex::new(State { global: config, global_sampler: Sampler::default(), models: HashMap::new() }),
             on: AtomicBool::new(on),
             ids: Arc::new(AtomicU64::new(1)),
             sink,
-        })
+        }))
+    }
+
+    /// A tracer that traces nothing (the default settings).
+    pub fn off() -> Arc<Self> {
+        Self::new(TraceConfig::default()).unwrap_or_else(|_| unreachable!("the default settings read"))
+    }
+
+    /// Spans exported and dropped so far, in OpenTelemetry mode.
+    pub fn export_counts(&self) -> Option<(u64, u64)> {
+        match &self.sink {
+            Some(Sink::Otlp(otlp)) => {
+                Some((otlp.counts().exported.load(Ordering::Relaxed), otlp.counts().dropped.load(Ordering::Relaxed)))
+            }
+            _ => None,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A trace for a request to `model`, if its settings sample it.
-    pub fn sample(&self, model: &str) -> Option<Trace> {
+    /// A trace for a request to `model`, if its settings sample it. In OpenTelemetry mode a
+    /// request that carries a client's `traceparent` is always traced (under it), as in Triton.
+    pub fn sample(&self, model: &str, remote: Option<&TraceParent>) -> Option<Trace> {
         if !self.on.load(Ordering::Relaxed) {
             return None;
         }
-        let sink: Arc<dyn TraceSink> = self.sink.clone()?;
+        let sink = self.sink.as_ref()?.as_dyn();
         let mut state = self.lock();
         let state = &mut *state;
         let (config, sampler) = match state.models.get_mut(model) {
@@ -274,6 +311,10 @@ impl Tracer {
         };
         if config.invalid().is_some() {
             return None;
+        }
+        let otel = config.mode == TraceMode::OpenTelemetry;
+        if otel && remote.is_some() {
+            return Some(Trace::new(0, config.level, Some(OtelIds::new(remote)), Arc::clone(&self.ids), sink));
         }
         sampler.seen += 1;
         if sampler.seen % u64::from(config.rate) != 0 {
@@ -285,7 +326,8 @@ impl Tracer {
             n if n > 0 => *left -= 1,
             _ => {}
         }
-        Some(Trace::new(0, config.level, Arc::clone(&self.ids), sink))
+        let ids = otel.then(|| OtelIds::new(None));
+        Some(Trace::new(0, config.level, ids, Arc::clone(&self.ids), sink))
     }
 
     /// The settings of `model`, or the global ones, as the trace-setting API answers them.
@@ -406,8 +448,8 @@ impl Tracer {
                 }
             }
         }
-        if let Some(sink) = &self.sink {
-            sink.set_log_frequency(state.global.log_frequency);
+        if let Some(Sink::File(file)) = &self.sink {
+            file.set_log_frequency(state.global.log_frequency);
         }
         let on = !state.global.level.is_off()
             || state.models.values().any(|(o, _)| !effective(&state.global, o).level.is_off());
@@ -417,8 +459,10 @@ impl Tracer {
 
     /// Writes what the sink still holds and closes the trace file (Triton does at exit).
     pub fn close(&self) {
-        if let Some(sink) = &self.sink {
-            sink.close();
+        match &self.sink {
+            Some(Sink::File(file)) => file.close(),
+            Some(Sink::Otlp(otlp)) => otlp.close(),
+            None => {}
         }
     }
 }

@@ -3,7 +3,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 
-use super::settings::{LegacyFlags, SettingAnswer};
+use super::settings::{LegacyFlags, SettingAnswer, TraceMode};
 use super::tensors::{data_text, general};
 use super::*;
 use crate::tensor::DataType;
@@ -21,7 +21,7 @@ impl TraceSink for Kept {
 fn on(level: Level) -> (Trace, Arc<Kept>) {
     let kept = Arc::new(Kept::default());
     let sink: Arc<dyn TraceSink> = kept.clone();
-    (Trace::new(0, level, Arc::new(AtomicU64::new(1)), sink), kept)
+    (Trace::new(0, level, None, Arc::new(AtomicU64::new(1)), sink), kept)
 }
 
 const TIMESTAMPS: Level = Level { timestamps: true, tensors: false };
@@ -120,7 +120,7 @@ fn tracer_with_file(dir: &std::path::Path, flags: &[&str]) -> Arc<Tracer> {
     let file = format!("triton,file={}", dir.join("trace.json").display());
     let mut all = vec![file.as_str()];
     all.extend_from_slice(flags);
-    Tracer::new(config(&all))
+    Tracer::new(config(&all)).unwrap()
 }
 
 fn temp_dir(tag: &str) -> std::path::PathBuf {
@@ -134,10 +134,10 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
 fn sampling_takes_every_rate_th_request_until_count_runs_out() {
     let dir = temp_dir("sampling");
     let tracer = tracer_with_file(&dir, &["level=TIMESTAMPS", "rate=2", "count=2"]);
-    let sampled: Vec<bool> = (0..8).map(|_| tracer.sample("m").is_some()).collect();
+    let sampled: Vec<bool> = (0..8).map(|_| tracer.sample("m", None).is_some()).collect();
     assert_eq!(sampled, [false, true, false, true, false, false, false, false]);
-    let off = Tracer::new(config(&["level=TIMESTAMPS"]));
-    assert!(off.sample("m").is_none(), "triton mode without a file traced");
+    let off = Tracer::new(config(&["level=TIMESTAMPS"])).unwrap();
+    assert!(off.sample("m", None).is_none(), "triton mode without a file traced");
     tracer.close();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -156,8 +156,8 @@ fn model_settings_fall_back_to_the_global_ones_field_by_field() {
     let tracer = tracer_with_file(&dir, &[]);
     let level = |answer: &BTreeMap<String, SettingAnswer>| answer["trace_level"].clone();
     update(&tracer, Some("m"), &[("trace_level", Some(&["TIMESTAMPS"])), ("trace_rate", Some(&["1"]))]).unwrap();
-    assert!(tracer.sample("m").is_some(), "the model's own level and rate");
-    assert!(tracer.sample("other").is_none(), "another model took m's settings");
+    assert!(tracer.sample("m", None).is_some(), "the model's own level and rate");
+    assert!(tracer.sample("other", None).is_none(), "another model took m's settings");
     let global = update(&tracer, None, &[("trace_count", Some(&["7"]))]).unwrap();
     assert_eq!(level(&global), SettingAnswer::List(vec!["OFF".into()]));
     let m = tracer.settings(Some("m"));
@@ -165,7 +165,7 @@ fn model_settings_fall_back_to_the_global_ones_field_by_field() {
     assert_eq!(m["trace_rate"], SettingAnswer::Str("1".into()));
     let cleared = update(&tracer, Some("m"), &[("trace_level", None)]).unwrap();
     assert_eq!(level(&cleared), SettingAnswer::List(vec!["OFF".into()]), "null gives the field back to the global");
-    assert!(tracer.sample("m").is_none());
+    assert!(tracer.sample("m", None).is_none());
     assert_eq!(
         update(&tracer, None, &[("trace_file", Some(&["x"]))]).unwrap_err(),
         "trace file location can not be updated through network protocol"
@@ -179,7 +179,7 @@ fn model_settings_fall_back_to_the_global_ones_field_by_field() {
         "Attempting to set invalid trace setting :sample rate must be non-zero"
     );
     tracer.close();
-    let no_file = Tracer::new(TraceConfig::default());
+    let no_file = Tracer::off();
     assert_eq!(
         update(&no_file, None, &[("trace_level", Some(&["TIMESTAMPS"]))]).unwrap_err(),
         "Attempting to set invalid trace setting :trace file name is not given"
@@ -196,7 +196,7 @@ fn the_file_is_one_array_closed_at_the_stop_or_one_per_log_frequency_traces() {
     let dir = temp_dir("file");
     let tracer = tracer_with_file(&dir, &["level=TIMESTAMPS", "rate=1"]);
     for i in 0..3 {
-        let trace = tracer.sample("m").unwrap();
+        let trace = tracer.sample("m", None).unwrap();
         trace.set_model("m", 1, (i == 0).then_some("first"));
         trace.stamp(activity::REQUEST_START);
         trace.stamp(activity::REQUEST_END);
@@ -211,11 +211,44 @@ fn the_file_is_one_array_closed_at_the_stop_or_one_per_log_frequency_traces() {
     let dir = temp_dir("frequency");
     let tracer = tracer_with_file(&dir, &["level=TIMESTAMPS", "rate=1", "triton,log-frequency=2"]);
     for _ in 0..3 {
-        tracer.sample("m").unwrap().stamp(activity::REQUEST_START);
+        tracer.sample("m", None).unwrap().stamp(activity::REQUEST_START);
     }
     tracer.close();
     assert_eq!(read_json(&dir.join("trace.json.0")).as_array().unwrap().len(), 2);
     assert_eq!(read_json(&dir.join("trace.json.1")).as_array().unwrap().len(), 1, "the rest, at the stop");
     assert!(!dir.join("trace.json").exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_traceparent_reads_as_the_w3c_propagator_reads_it() {
+    let parent = TraceParent::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").unwrap();
+    assert_eq!(parent.trace_id[..2], [0x0a, 0xf7]);
+    assert_eq!(parent.span_id[7], 0x31);
+    assert_eq!(parent.flags, 1);
+    for bad in [
+        "",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+        "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+        "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+    ] {
+        assert!(TraceParent::parse(bad).is_none(), "{bad:?} was taken");
+    }
+}
+
+#[test]
+fn a_child_trace_keeps_the_trace_id_and_hangs_under_its_callers_model_span() {
+    let remote = TraceParent::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").unwrap();
+    let top = OtelIds::new(Some(&remote));
+    assert_eq!((top.trace_id, top.parent), (remote.trace_id, Some(remote.span_id)));
+    assert!(top.root.is_some());
+    let child = top.child();
+    assert_eq!((child.trace_id, child.root, child.parent), (top.trace_id, None, Some(top.model)));
+    assert_ne!(child.model, top.model);
+    let fresh = OtelIds::new(None);
+    assert_ne!(fresh.trace_id, [0; 16]);
+    assert_eq!(fresh.parent, None);
 }
