@@ -322,6 +322,12 @@ pub struct ServeArgs {
     pub log_warning: bool,
     #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub log_error: bool,
+    /// Log line format: `default` and `ISO8601` as Triton's, or `json` (one object per line).
+    #[arg(long, default_value = "default", value_parser = ["default", "ISO8601", "json"])]
+    pub log_format: String,
+    /// Logs one line per inference request (door, model, version, request id, status, duration).
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub log_requests: bool,
 
     /// Path of libonnxruntime.so; by default it is looked for next to the binary, in the
     /// workspace's .venv (scripts/setup.sh) and in system library directories.
@@ -408,7 +414,14 @@ impl ServeArgs {
     }
 
     fn log_flags(&self) -> LogFlags {
-        LogFlags { verbose: self.log_verbose, info: self.log_info, warning: self.log_warning, error: self.log_error }
+        LogFlags {
+            verbose: self.log_verbose,
+            info: self.log_info,
+            warning: self.log_warning,
+            error: self.log_error,
+            format: crate::server::logging::LogFormat::parse(&self.log_format)
+                .unwrap_or(crate::server::logging::LogFormat::Default),
+        }
     }
 
     /// The trace settings: `--trace-config` over the deprecated `--trace-*` flags, which warn.
@@ -429,7 +442,7 @@ impl ServeArgs {
         ];
         for (flag, given, setting) in deprecated {
             if given {
-                eprintln!("Warning: {flag} is deprecated and will be removed: use --trace-config {setting}=<value>");
+                tracing::warn!("{flag} is deprecated and will be removed: use --trace-config {setting}=<value>");
             }
         }
         crate::trace::TraceConfig::from_flags(&self.trace_config, &legacy)
@@ -521,6 +534,7 @@ impl ServeArgs {
             connection_threads: self.connection_thread_count.unwrap_or_else(default_connection_threads),
             fast_paths: !self.no_fast_paths,
             trace: self.trace_config()?,
+            log_requests: self.log_requests,
             grpc: self.allow_grpc.then(|| Listen::new(&self.grpc_address, self.grpc_port)),
             grpc_options: GrpcOptions {
                 max_message_size: self.grpc_max_message_size,

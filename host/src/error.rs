@@ -17,6 +17,22 @@ pub enum ErrorKind {
     Cancelled,
 }
 
+impl ErrorKind {
+    /// Triton's name for the kind (`TRITONSERVER_ErrorCodeString`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Unknown => "Unknown",
+            ErrorKind::Internal => "Internal",
+            ErrorKind::NotFound => "Not found",
+            ErrorKind::InvalidArg => "Invalid argument",
+            ErrorKind::Unavailable => "Unavailable",
+            ErrorKind::Unsupported => "Unsupported",
+            ErrorKind::AlreadyExists => "Already exists",
+            ErrorKind::Cancelled => "Cancelled",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct CoreError {
     pub kind: ErrorKind,

@@ -146,6 +146,8 @@ pub struct Frontend {
     pub lifecycle: Arc<Lifecycle>,
     /// Trace settings, sampling and the trace file (`crate::trace`).
     tracer: Arc<Tracer>,
+    /// `--log-requests`: an access line per inference request.
+    log_requests: bool,
     log: Mutex<BTreeMap<String, SettingValue>>,
     log_applier: Option<LogApplier>,
     /// The server's shared runtime, where models load: a model's background tasks (its batcher)
@@ -186,6 +188,7 @@ impl Frontend {
             required_models: Vec::new(),
             lifecycle: Lifecycle::new(),
             tracer: Tracer::off(),
+            log_requests: false,
             log: Mutex::new(log),
             log_applier: None,
             runtime: tokio::runtime::Handle::try_current().ok(),
@@ -448,6 +451,44 @@ impl Frontend {
         Ok(TrackedStream::new(rx, in_flight))
     }
 
+    /// Logs an access line per inference request (`--log-requests`).
+    pub fn with_request_log(mut self, on: bool) -> Self {
+        self.log_requests = on;
+        self
+    }
+
+    /// Whether the doors log an access line per inference request.
+    pub fn logs_requests(&self) -> bool {
+        self.log_requests
+    }
+
+    /// The access line of one inference request (when [`Self::logs_requests`]).
+    pub fn log_request(
+        &self,
+        door: &'static str,
+        model: &str,
+        version: Option<i64>,
+        request_id: Option<&str>,
+        status: &str,
+        took: std::time::Duration,
+    ) {
+        if !self.log_requests {
+            return;
+        }
+        let version = version.map(|v| v.to_string()).unwrap_or_default();
+        let duration_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        tracing::info!(
+            target: "tessera::access",
+            door,
+            model,
+            version = version.as_str(),
+            request_id = request_id.unwrap_or(""),
+            status,
+            duration_us,
+            "inference request"
+        );
+    }
+
     /// The tracer requests are sampled by; see [`Self::trace`].
     pub fn with_tracer(mut self, tracer: Arc<Tracer>) -> Self {
         self.tracer = tracer;
@@ -511,7 +552,7 @@ impl Frontend {
                 }
                 ("log_verbose_level", SettingValue::Uint(_)) => {}
                 ("log_verbose_level", _) => return Err(CoreError::invalid_arg(format!("expect int32 for '{key}'"))),
-                ("log_format", SettingValue::Str(f)) if f == "default" || f == "ISO8601" => {}
+                ("log_format", SettingValue::Str(f)) if f == "default" || f == "ISO8601" || f == "json" => {}
                 ("log_format", other) => {
                     let got = match other {
                         SettingValue::Str(s) => s.clone(),

@@ -177,6 +177,36 @@ fn reserved_parameters(request: &pb::ModelInferRequest) -> CoreResult<bool> {
     Ok(empty_final)
 }
 
+impl InferenceService {
+    /// ModelInfer itself (see `model_infer`, which adds the access line).
+    async fn infer_unary(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
+        let traceparent = traceparent(request.metadata());
+        let request = request.into_inner();
+        // Resolved once: the request runs on this version, even if another turns ready meanwhile.
+        let model = self.frontend.model(&request.model_name, parse_version(&request.model_version)?)?;
+        reserved_parameters(&request)?;
+        if model.is_decoupled() {
+            let message = "ModelInfer RPC doesn't support models with decoupled transaction policy";
+            return Err(CoreError::unsupported(message).into());
+        }
+        // tonic has read the message by now: its read is these two instants.
+        let trace = self.frontend.trace(model.name(), traceparent.as_deref());
+        stamp(&trace, activity::GRPC_WAITREAD_START);
+        stamp(&trace, activity::GRPC_WAITREAD_END);
+        let mut request = self.frontend.read_shm_inputs(codec::decode_request(request)?)?;
+        request.model_version = Some(model.version());
+        // A unary call is its own task: an inline execution may block it.
+        request.caller = Caller::Task;
+        request.trace = trace.clone();
+        let response = self.frontend.infer(&model, request).await?;
+        stamp(&trace, activity::INFER_RESPONSE_COMPLETE);
+        stamp(&trace, activity::GRPC_SEND_START);
+        let encoded = codec::encode_response(response);
+        stamp(&trace, activity::GRPC_SEND_END);
+        ok(encoded)
+    }
+}
+
 #[tonic::async_trait]
 impl GrpcInferenceService for InferenceService {
     async fn server_live(&self, _: Request<pb::ServerLiveRequest>) -> GrpcResult<pb::ServerLiveResponse> {
@@ -226,30 +256,23 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_infer(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
-        let traceparent = traceparent(request.metadata());
-        let request = request.into_inner();
-        // Resolved once: the request runs on this version, even if another turns ready meanwhile.
-        let model = self.frontend.model(&request.model_name, parse_version(&request.model_version)?)?;
-        reserved_parameters(&request)?;
-        if model.is_decoupled() {
-            let message = "ModelInfer RPC doesn't support models with decoupled transaction policy";
-            return Err(CoreError::unsupported(message).into());
+        if !self.frontend.logs_requests() {
+            return self.infer_unary(request).await;
         }
-        // tonic has read the message by now: its read is these two instants.
-        let trace = self.frontend.trace(model.name(), traceparent.as_deref());
-        stamp(&trace, activity::GRPC_WAITREAD_START);
-        stamp(&trace, activity::GRPC_WAITREAD_END);
-        let mut request = self.frontend.read_shm_inputs(codec::decode_request(request)?)?;
-        request.model_version = Some(model.version());
-        // A unary call is its own task: an inline execution may block it.
-        request.caller = Caller::Task;
-        request.trace = trace.clone();
-        let response = self.frontend.infer(&model, request).await?;
-        stamp(&trace, activity::INFER_RESPONSE_COMPLETE);
-        stamp(&trace, activity::GRPC_SEND_START);
-        let encoded = codec::encode_response(response);
-        stamp(&trace, activity::GRPC_SEND_END);
-        ok(encoded)
+        let started = std::time::Instant::now();
+        let (model, version, id) = {
+            let r = request.get_ref();
+            (r.model_name.clone(), r.model_version.clone(), r.id.clone())
+        };
+        let result = self.infer_unary(request).await;
+        let code = match &result {
+            Ok(_) => "OK".to_string(),
+            Err(status) => format!("{:?}", status.code()),
+        };
+        let version = version.parse().ok();
+        let id = Some(id.as_str()).filter(|id| !id.is_empty());
+        self.frontend.log_request("grpc", &model, version, id, &code, started.elapsed());
+        result
     }
 
     type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;

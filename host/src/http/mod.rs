@@ -206,7 +206,14 @@ async fn infer(
     request: Request,
 ) -> HttpResult {
     let version = version?;
-    let result = infer_model(&state, &model, version, request).await;
+    let started = std::time::Instant::now();
+    let mut request_id = None;
+    let result = infer_model(&state, &model, version, request, &mut request_id).await;
+    let status = match &result {
+        Ok(_) => "OK",
+        Err(e) => e.kind.as_str(),
+    };
+    state.frontend.log_request("http", &model, version, request_id.as_deref(), status, started.elapsed());
     result.map_err(|error| {
         // Like Triton, an unsupported Content-Encoding also says which encodings are accepted.
         let unsupported_encoding = error.message.starts_with(UNSUPPORTED_COMPRESSION);
@@ -215,7 +222,14 @@ async fn infer(
     })
 }
 
-async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, request: Request) -> CoreResult<Response> {
+/// Runs an HTTP infer; `request_id` gets the request's id once decoded, for the access line.
+async fn infer_model(
+    state: &HttpState,
+    model: &str,
+    version: Option<i64>,
+    request: Request,
+    request_id: &mut Option<String>,
+) -> CoreResult<Response> {
     let (parts, body) = request.into_parts();
     // Read as Triton reads it (C's atoi): "12abc" is 12 and "abc" is 0, a raw binary request.
     let header_length = parts.headers.get("inference-header-content-length").map(|v| atoi(v.as_bytes()));
@@ -237,6 +251,9 @@ async fn infer_model(state: &HttpState, model: &str, version: Option<i64>, reque
         None if body.is_empty() => codec::decode_raw(body, &served)?,
         _ => codec::decode_request(body, header_length, model, version)?,
     };
+    if state.frontend.logs_requests() {
+        request_id.clone_from(&decoded.request.request.id);
+    }
     let mut request = state.frontend.read_shm_inputs(decoded.request)?;
     request.model_version = Some(served.version());
     // One request per task: an inline execution may block it.

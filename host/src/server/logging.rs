@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use tracing_subscriber::EnvFilter;
 
+pub use super::log_format::LogFormat;
+use super::log_format::{SharedFormat, TritonLines};
 use crate::frontend::{LogApplier, SettingValue};
 
 /// Triton's log switches, as given on the command line.
@@ -14,6 +16,8 @@ pub struct LogFlags {
     pub info: bool,
     pub warning: bool,
     pub error: bool,
+    /// `--log-format`.
+    pub format: LogFormat,
 }
 
 impl LogFlags {
@@ -38,6 +42,7 @@ impl LogFlags {
             ("log_warning".to_string(), SettingValue::Bool(self.warning)),
             ("log_error".to_string(), SettingValue::Bool(self.error)),
             ("log_verbose_level".to_string(), SettingValue::Uint(self.verbose)),
+            ("log_format".to_string(), SettingValue::Str(self.format.as_str().to_string())),
         ])
     }
 }
@@ -58,21 +63,34 @@ pub fn init(flags: LogFlags) -> LogApplier {
         Err(_) => (filter_for(flags.level()), false),
     };
     let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
+    let format = SharedFormat::new(flags.format);
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .event_format(TritonLines(format.clone()));
     let installed = tracing_subscriber::registry().with(filter).with(fmt).try_init().is_ok();
-    applier((installed && !from_env).then_some(handle))
+    applier((installed && !from_env).then_some(handle), format)
 }
 
-fn applier(handle: Option<FilterHandle>) -> LogApplier {
+fn applier(handle: Option<FilterHandle>, format: SharedFormat) -> LogApplier {
     Box::new(move |settings| {
+        if let Some(SettingValue::Str(text)) = settings.get("log_format")
+            && let Some(chosen) = LogFormat::parse(text)
+        {
+            format.set(chosen);
+        }
         let flag = |key: &str| matches!(settings.get(key), Some(SettingValue::Bool(true)));
         let verbose = match settings.get("log_verbose_level") {
             Some(SettingValue::Uint(v)) => *v,
             _ => 0,
         };
-        let flags =
-            LogFlags { verbose, info: flag("log_info"), warning: flag("log_warning"), error: flag("log_error") };
+        let flags = LogFlags {
+            verbose,
+            info: flag("log_info"),
+            warning: flag("log_warning"),
+            error: flag("log_error"),
+            format: LogFormat::Default,
+        };
         if let Some(handle) = &handle {
             let _ = handle.reload(filter_for(flags.level()));
         }

@@ -4,6 +4,7 @@
 //! ([`ServerHandle::register_model`]) rather than read from repository directories, and run
 //! in-process ([`ServerHandle::infer`]).
 
+mod log_format;
 pub mod logging;
 
 use std::collections::BTreeMap;
@@ -83,6 +84,8 @@ pub struct ServerConfig {
     pub fast_paths: bool,
     /// Request tracing (`--trace-config`; see `crate::trace`).
     pub trace: TraceConfig,
+    /// `--log-requests`: an access line per inference request.
+    pub log_requests: bool,
     /// Triton's `--http-restricted-api` (gRPC's are in `grpc_options`).
     pub http_restrictions: Restrictions,
     pub grpc: Option<Listen>,
@@ -147,6 +150,7 @@ impl Default for ServerConfig {
             connection_threads: 0,
             fast_paths: true,
             trace: TraceConfig::default(),
+            log_requests: false,
             http_restrictions: Restrictions::default(),
             grpc: None,
             grpc_options: GrpcOptions::default(),
@@ -311,7 +315,8 @@ impl Server {
         let tracer = Tracer::new(config.trace.clone()).map_err(StartError::Config)?;
         let mut frontend = Frontend::new(Arc::clone(&manager), config.server_id.clone(), config.strict_readiness)
             .with_required_models(config.required_models.clone())
-            .with_tracer(Arc::clone(&tracer));
+            .with_tracer(Arc::clone(&tracer))
+            .with_request_log(config.log_requests);
         if let Some(applier) = config.log_applier {
             frontend = frontend.with_log_settings(config.log_settings, applier);
         }

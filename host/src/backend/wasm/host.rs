@@ -23,11 +23,12 @@ impl wit_host::Host for HostView<'_> {
     fn log(&mut self, level: wit_host::LogLevel, message: String) -> wasmtime::Result<()> {
         let message = log_line(message);
         let model = self.shared.model_name.as_str();
+        let request_id = self.bls.request_id.as_str();
         match level {
-            wit_host::LogLevel::Error => tracing::error!(model, "{message}"),
-            wit_host::LogLevel::Warn => tracing::warn!(model, "{message}"),
-            wit_host::LogLevel::Info => tracing::info!(model, "{message}"),
-            wit_host::LogLevel::Verbose => tracing::debug!(model, "{message}"),
+            wit_host::LogLevel::Error => tracing::error!(model, request_id, "{message}"),
+            wit_host::LogLevel::Warn => tracing::warn!(model, request_id, "{message}"),
+            wit_host::LogLevel::Info => tracing::info!(model, request_id, "{message}"),
+            wit_host::LogLevel::Verbose => tracing::debug!(model, request_id, "{message}"),
         }
         if self.last_log.len() >= LOG_LINES_KEPT {
             self.last_log.remove(0);

@@ -140,6 +140,9 @@ pub struct BlsCalls {
     /// The trace the current `execute` call's BLS calls are children of: the batch's first
     /// traced request's (a WIT call does not say which request it serves).
     pub(super) trace: Option<crate::trace::Trace>,
+    /// The id of the current `execute` call's first request (empty: none), which the guest's
+    /// log lines carry.
+    pub(super) request_id: String,
 }
 
 /// What WIT interface `types` (tensors, requests, response senders) works on.
