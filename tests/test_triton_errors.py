@@ -303,17 +303,21 @@ def test_grpc_parameter_errors_are_tritons(simple_server, params, output_params,
     g.close()
 
 
-def test_duplicate_requested_outputs_are_answered_once(simple_server):
-    body = {"inputs": simple_inputs_json(), "outputs": [{"name": "OUTPUT1"}, {"name": "OUTPUT1"}]}
+def test_duplicate_requested_outputs_are_refused_as_triton_2_7x_does(simple_server):
+    # Triton 2.51 answered such a request with the output once; 2.7x (core #493) refuses it.
+    body = {"id": "dup", "inputs": simple_inputs_json(), "outputs": [{"name": "OUTPUT1"}, {"name": "OUTPUT1"}]}
     r = requests.post(simple_server.http("/v2/models/simple/infer"), json=body, timeout=30)
-    assert r.status_code == 200 and [o["name"] for o in r.json()["outputs"]] == ["OUTPUT1"], r.text
+    assert r.status_code == 400, r.text
+    assert r.json() == {"error": "[request id: dup] output 'OUTPUT1' already exists in request"}
     g = grpcclient.InferenceServerClient(f"127.0.0.1:{simple_server.grpc_port}")
     inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
     for i in inputs:
         i.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
     out = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT0")]
-    r = g.infer("simple", inputs, outputs=out)
-    assert [o.name for o in r.get_response().outputs] == ["OUTPUT0"]
+    with pytest.raises(InferenceServerException) as e:
+        g.infer("simple", inputs, outputs=out)
+    assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert e.value.message() == "[request id: <id_unknown>] output 'OUTPUT0' already exists in request"
     g.close()
 
 

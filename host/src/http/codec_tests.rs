@@ -148,5 +148,7 @@ fn malformed_and_deeply_nested_json_is_an_error_not_a_crash() {
         "[".repeat(5000),
         "]".repeat(5000)
     );
-    assert!(decode(&deep_data).err().unwrap().message.contains("recursion limit"));
+    let nested = decode(&deep_data).err().unwrap();
+    assert!(nested.message.contains("JSON nesting depth exceeds maximum allowed limit (100)"), "{}", nested.message);
+    assert_eq!(status_code(nested.kind), 400);
 }

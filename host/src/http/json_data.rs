@@ -43,7 +43,7 @@ pub fn decode<'de, D: Deserializer<'de>>(
     // Every element takes at least one byte of JSON, so the text's size bounds the allocation
     // whatever the shape claims.
     let capacity = limit.min(size_hint).saturating_mul(per_element);
-    let mut sink = Sink { name, datatype, limit, count: 0, out: Vec::with_capacity(capacity), error: None };
+    let mut sink = Sink { name, datatype, limit, count: 0, out: Vec::with_capacity(capacity), error: None, depth: 0 };
     let outcome = (&mut sink).deserialize(deserializer);
     if let Some(error) = sink.error.take() {
         return match error {
@@ -85,7 +85,13 @@ struct Sink<'a> {
     out: Vec<u8>,
     /// The first error, kept whole (serde's error type carries only text).
     error: Option<SinkError>,
+    /// Arrays entered and not yet left.
+    depth: usize,
 }
+
+/// Triton 2.7x's limit on arrays nested in `data` (`HTTP_MAX_JSON_NESTING_DEPTH`): a value under
+/// this many arrays is refused.
+const MAX_NESTING: usize = 100;
 
 /// One scalar of `data`.
 enum Leaf<'a> {
@@ -230,8 +236,15 @@ impl<'de> Visitor<'de> for &mut Sink<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        // Nesting depth is bounded by the JSON parser (serde_json's recursion limit of 128).
+        self.depth += 1;
+        if self.depth >= MAX_NESTING {
+            let text = format!("JSON nesting depth exceeds maximum allowed limit ({MAX_NESTING})");
+            // As Triton words it: BYTES data is walked before the other types' parse.
+            let text = if self.datatype == DataType::Bytes { text } else { format!("Unable to parse 'data': {text}") };
+            return Err(self.fail(CoreError::invalid_arg(text)));
+        }
         while seq.next_element_seed(&mut *self)?.is_some() {}
+        self.depth -= 1;
         Ok(())
     }
 
@@ -559,5 +572,18 @@ mod tests {
             format!("{{{}}}", (0..=MAX_PARAMETERS).map(|i| format!("\"k{i}\": 1")).collect::<Vec<_>>().join(","));
         let err = serde_json::from_str::<JsonParameters>(&many).unwrap_err().to_string();
         assert!(err.contains("more than 1024 parameters"), "{err}");
+    }
+
+    #[test]
+    fn data_under_a_hundred_arrays_is_refused_as_triton_2_7x_does() {
+        let nested = |depth: usize| format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        let shape = |depth: usize| vec![1i64; depth];
+        assert!(text(DataType::Int32, &shape(99), &nested(99)).is_ok(), "99 arrays are within the limit");
+        let refused = text(DataType::Int32, &shape(100), &nested(100)).unwrap_err();
+        assert_eq!(refused.kind, crate::error::ErrorKind::InvalidArg);
+        assert_eq!(refused.message, "Unable to parse 'data': JSON nesting depth exceeds maximum allowed limit (100)");
+        let value: Value = serde_json::from_str(&nested(120)).unwrap();
+        let refused = decode_value("x", DataType::Bytes, &shape(120), &value).unwrap_err();
+        assert_eq!(refused.message, "JSON nesting depth exceeds maximum allowed limit (100)");
     }
 }

@@ -66,6 +66,12 @@ impl ModelIo {
                 return Err(invalid(format!("input '{}' already exists in request", tensor.name)));
             }
         }
+        // Triton 2.7x refuses an output asked for twice (2.51 answered it once).
+        for (i, output) in requested.iter().enumerate() {
+            if requested[..i].iter().any(|o| o.name == output.name) {
+                return Err(invalid(format!("output '{}' already exists in request", output.name)));
+            }
+        }
         let wanted = self.check_outputs(requested)?;
         let order = input_order(&request.inputs);
         let in_order = || order.iter().map(|&i| &request.inputs[i]);
@@ -261,8 +267,7 @@ impl ModelIo {
     }
 
     /// The outputs to return: the requested ones (checked against the config in name order, as
-    /// Triton's `std::set` of them is), or all of them. An output named twice is returned once,
-    /// with its first entry's settings (as Triton does).
+    /// Triton's `std::set` of them is), or all of them. (An output named twice was refused before.)
     fn check_outputs(&self, requested: Vec<RequestedOutput>) -> CoreResult<Vec<RequestedOutput>> {
         if requested.is_empty() {
             return Ok(self.outputs.iter().map(|o| RequestedOutput::named(o.name.clone())).collect());
