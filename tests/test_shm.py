@@ -162,6 +162,12 @@ def test_shared_memory_errors(proto, regions):
                  "Unable to open shared memory region: '/tessera_no_such_region'")
     expect_error(lambda: proto.client.register_system_shared_memory("x", key, 4 * NBYTES), "failed to register shared memory region 'x'")
     expect_error(lambda: proto.client.register_system_shared_memory("x", "/../../etc/passwd", 8), "Unable to open shared memory region")
+    # Triton 2.7x: the Python backend's own keys are not for clients.
+    reserved = expect_error(
+        lambda: proto.client.register_system_shared_memory("x", "/triton_python_backend_shm_region_7", 8),
+        "cannot register shared memory region 'x' with key '/triton_python_backend_shm_region_7' as the key contains "
+        "the reserved prefix 'triton_python_backend_shm_region_'")
+    assert reserved.status() in ("400", "StatusCode.INVALID_ARGUMENT"), reserved.status()
     expect_error(lambda: proto.client.get_system_shared_memory_status("nope"), "Unable to find system shared memory region: 'nope'")
 
     err = expect_error(lambda: proto.client.infer("simple", proto.inputs(("nope", 0), b)), "Unable to find shared memory region: 'nope'")

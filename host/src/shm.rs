@@ -200,6 +200,27 @@ fn key_path(key: &str) -> CoreResult<PathBuf> {
     Ok(PathBuf::from(SHM_DIR).join(bare))
 }
 
+/// The prefix of the keys Triton's Python backend names its own regions with: Triton 2.7x
+/// refuses it to clients, so that a client cannot map a backend's memory.
+const RESERVED_KEY_PREFIX: &str = "triton_python_backend_shm_region_";
+
+/// Triton 2.7x's checks on a key before it is opened (leading slashes are not part of the name).
+fn check_key(name: &str, key: &str) -> CoreResult<()> {
+    let bare = key.trim_start_matches('/');
+    if bare.is_empty() && !key.is_empty() {
+        return Err(CoreError::invalid_arg(format!(
+            "cannot register shared memory region '{name}' - invalid shm key '{key}'"
+        )));
+    }
+    if bare.starts_with(RESERVED_KEY_PREFIX) {
+        return Err(CoreError::invalid_arg(format!(
+            "cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved \
+             prefix '{RESERVED_KEY_PREFIX}'"
+        )));
+    }
+    Ok(())
+}
+
 /// A name is unique across system and CUDA regions, as in Triton.
 fn ensure_vacant(regions: &BTreeMap<String, Arc<Region>>, name: &str) -> CoreResult<()> {
     if regions.contains_key(name) {
@@ -218,6 +239,7 @@ impl SharedMemoryManager {
 
     /// Registers `name` as `byte_size` bytes at `offset` of the shared-memory object `key`.
     pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> CoreResult<()> {
+        check_key(name, key)?;
         // An empty name is a name (Triton accepts it over gRPC; the HTTP route needs one).
         let path = key_path(key)?;
         let mut regions = self.regions.write().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
@@ -438,11 +460,25 @@ mod tests {
     #[test]
     fn keys_cannot_escape_dev_shm() {
         let m = SharedMemoryManager::new();
-        for key in ["/../etc/passwd", "/a/b", "", "/", "..", "/.."] {
+        for key in ["/../etc/passwd", "/a/b", "", "..", "/.."] {
             let err = m.register("x", key, 0, 1).unwrap_err();
             assert!(err.message.contains("Unable to open shared memory region"), "{key}: {}", err.message);
         }
         let missing = m.register("x", "/tessera-no-such-region", 0, 1).unwrap_err();
         assert!(missing.message.contains("Unable to open shared memory region: '/tessera-no-such-region'"));
+    }
+
+    #[test]
+    fn keys_triton_2_7x_reserves_are_refused_before_they_are_opened() {
+        let m = SharedMemoryManager::new();
+        let reserved = m.register("r", "/triton_python_backend_shm_region_1", 0, 8).unwrap_err();
+        assert_eq!(reserved.kind, crate::error::ErrorKind::InvalidArg);
+        assert_eq!(
+            reserved.message,
+            "cannot register shared memory region 'r' with key '/triton_python_backend_shm_region_1' as the key \
+             contains the reserved prefix 'triton_python_backend_shm_region_'"
+        );
+        let slashes = m.register("r", "//", 0, 8).unwrap_err();
+        assert_eq!(slashes.message, "cannot register shared memory region 'r' - invalid shm key '//'");
     }
 }
