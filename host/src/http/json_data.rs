@@ -29,12 +29,13 @@ pub fn decode<'de, D: Deserializer<'de>>(
     deserializer: D,
     size_hint: usize,
 ) -> CoreResult<Bytes> {
-    // Triton counts elements as the product of the dims (0 for an empty shape), multiplying
-    // without overflow checks, and reads no data at all for a count of 0: the model's checks then
-    // report the shape. A count that overflows to anything else is refused here.
-    if shape.is_empty() || shape.iter().fold(1i64, |acc, &d| acc.wrapping_mul(d)) == 0 {
+    // Triton 2.7x's count (`GetElementCount`): no data is read for an empty shape or a 0 dim (the
+    // model's checks then report the shape); a negative dim other than -1, a count past i64::MAX,
+    // or a byte size past it, is refused in its words.
+    if shape.is_empty() || shape.contains(&0) && !shape.iter().take_while(|&&d| d != 0).any(|&d| d < 0) {
         return Ok(Bytes::new());
     }
+    check_count(name, datatype, shape)?;
     let expected = element_count(shape).map_err(|_| shape_mismatch())?;
     // Triton does not count BYTES elements here (the model's checks do, in their own words), so
     // reading stops one element past the shape, which is all those checks need to see.
@@ -57,6 +58,40 @@ pub fn decode<'de, D: Deserializer<'de>>(
         return Err(shape_mismatch());
     }
     Ok(Bytes::from(sink.out))
+}
+
+/// Triton 2.7x's checks of a JSON input's shape before its `data` is read (a -1 dim is left to the
+/// shape checks after).
+fn check_count(name: &str, datatype: DataType, shape: &[i64]) -> CoreResult<()> {
+    let shape_text = || format!("[{}]", shape.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
+    let mut count: i64 = 1;
+    for &dim in shape {
+        if dim == -1 {
+            return Ok(());
+        }
+        if dim < 0 {
+            return Err(CoreError::invalid_arg(format!(
+                "invalid shape for input '{name}': shape {} contains one or more invalid dimensions",
+                shape_text()
+            )));
+        }
+        count = count.checked_mul(dim).ok_or_else(|| {
+            CoreError::invalid_arg(format!(
+                "invalid shape for input '{name}': shape {} causes total element count to exceed maximum size of {}",
+                shape_text(),
+                i64::MAX
+            ))
+        })?;
+    }
+    let size = i64::try_from(datatype.element_size().unwrap_or(1)).unwrap_or(1);
+    if datatype != DataType::Bytes && size > 1 && count > i64::MAX / size {
+        return Err(CoreError::invalid_arg(format!(
+            "byte size overflow for input '{name}': element count ({count}) * data type size ({size}) exceeds maximum \
+             allowed size ({})",
+            i64::MAX
+        )));
+    }
+    Ok(())
 }
 
 /// Triton's message when `data` holds more or fewer elements than the shape.
@@ -585,5 +620,33 @@ mod tests {
         let value: Value = serde_json::from_str(&nested(120)).unwrap();
         let refused = decode_value("x", DataType::Bytes, &shape(120), &value).unwrap_err();
         assert_eq!(refused.message, "JSON nesting depth exceeds maximum allowed limit (100)");
+    }
+
+    #[test]
+    fn shapes_triton_2_7x_refuses_before_reading_data() {
+        let refused = text(DataType::Int32, &[2, -3], "[1, 2]").unwrap_err();
+        assert_eq!(refused.kind, crate::error::ErrorKind::InvalidArg);
+        assert_eq!(
+            refused.message,
+            "invalid shape for input 'x': shape [2,-3] contains one or more invalid dimensions"
+        );
+        let huge = i64::MAX / 2 + 1;
+        let refused = text(DataType::Int32, &[huge, 4], "[1]").unwrap_err();
+        assert_eq!(
+            refused.message,
+            format!(
+                "invalid shape for input 'x': shape [{huge},4] causes total element count to exceed maximum size of \
+                 9223372036854775807"
+            )
+        );
+        let refused = text(DataType::Int64, &[huge], "[1]").unwrap_err();
+        assert_eq!(
+            refused.message,
+            format!(
+                "byte size overflow for input 'x': element count ({huge}) * data type size (8) exceeds maximum allowed \
+                 size (9223372036854775807)"
+            )
+        );
+        assert!(text(DataType::Int32, &[0, -3], "[]").unwrap().is_empty(), "a 0 dim before reads nothing");
     }
 }
