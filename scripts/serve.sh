@@ -4,4 +4,5 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$ROOT/scripts/setup.sh"
-exec "$ROOT/target/debug/tessera" serve --model-repository "$ROOT/model-repos/quickstart" --http-address 127.0.0.1 --grpc-address 127.0.0.1 "$@"
+exec "$ROOT/target/debug/tessera" serve --model-repository "$ROOT/model-repos/quickstart" --http-address 127.0.0.1 --grpc-address 127.0.0.1 \
+  --allow-client-shm=true "$@"

@@ -279,6 +279,9 @@ def build_argv(
     argv += opt("--http-port", http_port)
     argv += opt("--grpc-port", grpc_port)
     argv += opt("--metrics-port", metrics_port)
+    # Tests opt in to client shared memory (off by default, as in Triton 2.7x), unless they say.
+    if subcommand == "serve" and not any(str(a).startswith("--allow-client-shm") for a in extra_args):
+        argv += opt("--allow-client-shm", "true")
     argv += list(extra_args)
     return argv
 

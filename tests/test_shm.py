@@ -17,6 +17,8 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
+from tessera_testlib import copy_model, wait_model_ready
+
 pytestmark = pytest.mark.timeout(120)
 
 NBYTES = 16 * 4  # one [1, 16] INT32 tensor of the `simple` model
@@ -293,3 +295,24 @@ def test_http_shared_memory_endpoints_raw(server, regions):
                       json={"raw_handle": {"b64": base64.b64encode(b"\0" * 64).decode()}, "device_id": 0, "byte_size": 64})
     assert r.status_code == 400 and r.json()["error"].startswith(
         "failed to register shared memory region: invalid args")
+
+
+def test_client_shared_memory_is_refused_unless_allowed(server_factory, repo, regions):
+    """Triton 2.7x's --allow-client-shm (default false): register and unregister are refused with
+    501 / UNIMPLEMENTED on both doors, before the request is read; status stays open."""
+    copy_model(repo, "simple")
+    srv = server_factory(repo, ["--allow-client-shm=false"])
+    wait_model_ready(srv, "simple")
+    message = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+    _, key = regions.create(NBYTES)
+    for path in ("/v2/systemsharedmemory/region/r/register", "/v2/systemsharedmemory/unregister",
+                 "/v2/cudasharedmemory/region/r/register", "/v2/systemsharedmemory/register"):
+        r = requests.post(srv.http(path), data=b"not even json", timeout=10)
+        assert (r.status_code, r.json()) == (501, {"error": message}), (path, r.text)
+    assert requests.get(srv.http("/v2/systemsharedmemory/status"), timeout=10).status_code == 200
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
+    for call in (lambda: g.register_system_shared_memory("r", key, NBYTES), g.unregister_system_shared_memory):
+        with pytest.raises(InferenceServerException) as e:
+            call()
+        assert (e.value.status(), e.value.message()) == ("StatusCode.UNIMPLEMENTED", message)
+    g.close()

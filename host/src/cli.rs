@@ -163,6 +163,10 @@ pub struct ServeArgs {
     /// Triton's `--http-thread-count` is the same flag.
     #[arg(long = "connection-thread-count", alias = "http-thread-count", env = "TESSERA_CONNECTION_THREAD_COUNT")]
     pub connection_thread_count: Option<usize>,
+    /// Lets clients register system and CUDA shared memory for inputs and outputs (Triton 2.7x's
+    /// flag; off by default, as there).
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub allow_client_shm: bool,
     /// Turns off every fast path of request execution (inline and in-place executions, the
     /// batcher's shortcut, connection threads, repolls), for debugging: each request is queued
     /// and run on a blocking thread. Answers are the same, at more CPU per request. Process-wide.
@@ -535,6 +539,7 @@ impl ServeArgs {
             fast_paths: !self.no_fast_paths,
             trace: self.trace_config()?,
             log_requests: self.log_requests,
+            allow_client_shm: self.allow_client_shm,
             grpc: self.allow_grpc.then(|| Listen::new(&self.grpc_address, self.grpc_port)),
             grpc_options: GrpcOptions {
                 max_message_size: self.grpc_max_message_size,

@@ -73,3 +73,10 @@ fn rejects_unknown_flags_and_bad_values() {
     assert!(serve(&["--model-repository=/a", "--model-control-mode=sometimes"]).is_err());
     assert!(serve(&[]).is_err(), "a model repository is required");
 }
+
+#[test]
+fn client_shared_memory_is_off_unless_asked_for_as_in_triton_2_7x() {
+    let config = |args: &[&str]| serve(args).unwrap().server_config(false).unwrap();
+    assert!(!config(&["--model-repository", "/m"]).allow_client_shm);
+    assert!(config(&["--model-repository", "/m", "--allow-client-shm=true"]).allow_client_shm);
+}

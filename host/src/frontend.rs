@@ -231,7 +231,7 @@ impl Frontend {
             },
             crate::backend::BackendRegistry::new(),
         ));
-        Self::new(manager, "tessera".into(), true)
+        Self::new(manager, "tessera".into(), true).with_client_shm(true)
     }
 
     /// Models that must be ready (`--required-model`) for the server to be.
@@ -449,6 +449,12 @@ impl Frontend {
             }
         });
         Ok(TrackedStream::new(rx, in_flight))
+    }
+
+    /// Lets clients register shared memory (`--allow-client-shm=true`).
+    pub fn with_client_shm(mut self, on: bool) -> Self {
+        self.shm.allow_clients(on);
+        self
     }
 
     /// Logs an access line per inference request (`--log-requests`).

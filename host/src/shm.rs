@@ -186,7 +186,14 @@ impl Region {
 #[derive(Debug, Default)]
 pub struct SharedMemoryManager {
     regions: RwLock<BTreeMap<String, Arc<Region>>>,
+    /// `--allow-client-shm`: off (Triton 2.7x's default), clients cannot register or unregister
+    /// regions, so no request can name one.
+    allow_client: bool,
 }
+
+/// Triton 2.7x's refusal while client shared memory is off.
+const CLIENT_SHM_DISABLED: &str =
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
 
 /// Maps a `shm_open` key to its file, refusing keys that `shm_open` itself would refuse (a key is
 /// one path component after an optional leading '/'), so a client cannot name other files.
@@ -237,8 +244,20 @@ impl SharedMemoryManager {
         Self::default()
     }
 
+    /// Lets clients register and unregister regions (`--allow-client-shm=true`).
+    pub fn allow_clients(&mut self, on: bool) {
+        self.allow_client = on;
+    }
+
+    /// Triton's UNSUPPORTED refusal of a client's register or unregister while client shared
+    /// memory is off; the doors ask first, before they read the request, as Triton's do.
+    pub fn check_client_allowed(&self) -> CoreResult<()> {
+        if self.allow_client { Ok(()) } else { Err(CoreError::unsupported(CLIENT_SHM_DISABLED)) }
+    }
+
     /// Registers `name` as `byte_size` bytes at `offset` of the shared-memory object `key`.
     pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> CoreResult<()> {
+        self.check_client_allowed()?;
         check_key(name, key)?;
         // An empty name is a name (Triton accepts it over gRPC; the HTTP route needs one).
         let path = key_path(key)?;
@@ -292,6 +311,7 @@ impl SharedMemoryManager {
     /// Registers `name` as the client's CUDA IPC allocation `raw_handle` (a `cudaIpcMemHandle_t`)
     /// of `byte_size` bytes on GPU `device_id`.
     pub fn register_cuda(&self, name: &str, raw_handle: &[u8], device_id: i64, byte_size: u64) -> CoreResult<()> {
+        self.check_client_allowed()?;
         let mut regions = self.regions.write().map_err(|_| CoreError::internal("shared memory table poisoned"))?;
         ensure_vacant(&regions, name)?;
         if crate::gpu::devices().is_empty() {
@@ -318,11 +338,13 @@ impl SharedMemoryManager {
     /// a name that is not registered succeeds, as in Triton. Requests already using a region
     /// finish with it.
     pub fn unregister(&self, name: Option<&str>) -> CoreResult<()> {
+        self.check_client_allowed()?;
         self.unregister_kind(name, false)
     }
 
     /// [`Self::unregister`] for CUDA regions.
     pub fn unregister_cuda(&self, name: Option<&str>) -> CoreResult<()> {
+        self.check_client_allowed()?;
         self.unregister_kind(name, true)
     }
 
@@ -410,10 +432,28 @@ mod tests {
         }
     }
 
+    /// A manager that lets clients register, as `--allow-client-shm=true`.
+    fn allowed() -> SharedMemoryManager {
+        let mut m = SharedMemoryManager::new();
+        m.allow_clients(true);
+        m
+    }
+
+    #[test]
+    fn client_shared_memory_is_off_unless_allowed() {
+        let m = SharedMemoryManager::new();
+        for refused in [m.register("r", "/k", 0, 8), m.unregister(None), m.unregister_cuda(Some("c"))] {
+            let e = refused.unwrap_err();
+            assert_eq!(e.kind, crate::error::ErrorKind::Unsupported);
+            assert_eq!(e.message, CLIENT_SHM_DISABLED);
+        }
+        assert!(m.status(None).is_ok(), "status stays open");
+    }
+
     #[test]
     fn register_read_write_and_bounds() {
         let shm = ShmFile::new("rw", 64);
-        let m = SharedMemoryManager::new();
+        let m = allowed();
         m.register("r", &shm.1, 16, 32).unwrap();
         let dup = m.register("r", &shm.1, 0, 8).unwrap_err();
         assert_eq!(dup.kind, crate::error::ErrorKind::AlreadyExists);
@@ -442,7 +482,7 @@ mod tests {
         if !crate::gpu::devices().is_empty() {
             return; // covered by tests/gpu on a GPU machine
         }
-        let m = SharedMemoryManager::new();
+        let m = allowed();
         let err = m.register_cuda("c", &[0u8; 64], 0, 64).unwrap_err();
         assert_eq!(err.kind, crate::error::ErrorKind::InvalidArg);
         assert_eq!(
@@ -459,7 +499,7 @@ mod tests {
 
     #[test]
     fn keys_cannot_escape_dev_shm() {
-        let m = SharedMemoryManager::new();
+        let m = allowed();
         for key in ["/../etc/passwd", "/a/b", "", "..", "/.."] {
             let err = m.register("x", key, 0, 1).unwrap_err();
             assert!(err.message.contains("Unable to open shared memory region"), "{key}: {}", err.message);
@@ -470,7 +510,7 @@ mod tests {
 
     #[test]
     fn keys_triton_2_7x_reserves_are_refused_before_they_are_opened() {
-        let m = SharedMemoryManager::new();
+        let m = allowed();
         let reserved = m.register("r", "/triton_python_backend_shm_region_1", 0, 8).unwrap_err();
         assert_eq!(reserved.kind, crate::error::ErrorKind::InvalidArg);
         assert_eq!(

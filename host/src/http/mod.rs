@@ -424,6 +424,7 @@ async fn shm_status(State(state): State<HttpState>, Path(region): Path<String>) 
 /// missing `key` or `byte_size` (400), and TritonJson's words, without a prefix, for values of
 /// the wrong type (500).
 async fn shm_register(State(state): State<HttpState>, Path(region): Path<String>, body: Bytes) -> HttpResult {
+    state.frontend.shm.check_client_allowed()?;
     let body = parse_json(&body, ErrorKind::Internal)?;
     let wrong = |kind: &str| CoreError::internal(format!("attempt to access JSON non-{kind} as {kind}"));
     let key =
@@ -442,20 +443,24 @@ async fn shm_register(State(state): State<HttpState>, Path(region): Path<String>
 }
 
 /// `POST /v2/{system,cuda}sharedmemory/register` without a region name: Triton's 400.
-async fn shm_register_unnamed() -> HttpResult {
+async fn shm_register_unnamed(State(state): State<HttpState>) -> HttpResult {
+    state.frontend.shm.check_client_allowed()?;
     Err(CoreError::invalid_arg("'region name' is necessary to register system shared memory region").into())
 }
 
-async fn cuda_shm_register_unnamed() -> HttpResult {
+async fn cuda_shm_register_unnamed(State(state): State<HttpState>) -> HttpResult {
+    state.frontend.shm.check_client_allowed()?;
     Err(CoreError::invalid_arg("'region name' is necessary to register cuda shared memory region").into())
 }
 
 async fn shm_unregister_all(State(state): State<HttpState>) -> HttpResult {
+    state.frontend.shm.check_client_allowed()?;
     state.frontend.shm.unregister(None)?;
     Ok(empty_ok())
 }
 
 async fn shm_unregister(State(state): State<HttpState>, Path(region): Path<String>) -> HttpResult {
+    state.frontend.shm.check_client_allowed()?;
     state.frontend.shm.unregister(Some(&region))?;
     Ok(empty_ok())
 }
@@ -482,6 +487,7 @@ async fn cuda_shm_status(State(state): State<HttpState>, Path(region): Path<Stri
 /// a handle that does not decode to the 64 bytes of a `cudaIpcMemHandle_t` (400), all before
 /// any GPU is looked at.
 async fn cuda_shm_register(State(state): State<HttpState>, Path(region): Path<String>, body: Bytes) -> HttpResult {
+    state.frontend.shm.check_client_allowed()?;
     use base64::Engine as _;
     let body = parse_json(&body, ErrorKind::Internal)?;
     let missing = |field: &str| CoreError::internal(format!("attempt to access non-existing object member '{field}'"));
@@ -506,11 +512,13 @@ async fn cuda_shm_register(State(state): State<HttpState>, Path(region): Path<St
 const CUDA_IPC_HANDLE_BYTES: usize = 64;
 
 async fn cuda_shm_unregister_all(State(state): State<HttpState>) -> HttpResult {
+    state.frontend.shm.check_client_allowed()?;
     state.frontend.shm.unregister_cuda(None)?;
     Ok(empty_ok())
 }
 
 async fn cuda_shm_unregister(State(state): State<HttpState>, Path(region): Path<String>) -> HttpResult {
+    state.frontend.shm.check_client_allowed()?;
     state.frontend.shm.unregister_cuda(Some(&region))?;
     Ok(empty_ok())
 }

@@ -86,6 +86,8 @@ pub struct ServerConfig {
     pub trace: TraceConfig,
     /// `--log-requests`: an access line per inference request.
     pub log_requests: bool,
+    /// `--allow-client-shm`: clients may register shared memory (off by default, as in Triton 2.7x).
+    pub allow_client_shm: bool,
     /// Triton's `--http-restricted-api` (gRPC's are in `grpc_options`).
     pub http_restrictions: Restrictions,
     pub grpc: Option<Listen>,
@@ -151,6 +153,7 @@ impl Default for ServerConfig {
             fast_paths: true,
             trace: TraceConfig::default(),
             log_requests: false,
+            allow_client_shm: false,
             http_restrictions: Restrictions::default(),
             grpc: None,
             grpc_options: GrpcOptions::default(),
@@ -316,7 +319,8 @@ impl Server {
         let mut frontend = Frontend::new(Arc::clone(&manager), config.server_id.clone(), config.strict_readiness)
             .with_required_models(config.required_models.clone())
             .with_tracer(Arc::clone(&tracer))
-            .with_request_log(config.log_requests);
+            .with_request_log(config.log_requests)
+            .with_client_shm(config.allow_client_shm);
         if let Some(applier) = config.log_applier {
             frontend = frontend.with_log_settings(config.log_settings, applier);
         }
