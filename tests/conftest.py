@@ -10,6 +10,7 @@ The binary is $TESSERA_BIN or target/debug/tessera; if it is missing the tests f
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,15 @@ def server_factory(tmp_path, tessera_binary) -> ServerFactory:
     factory = ServerFactory(tmp_path / "logs")
     yield factory
     factory.close()
+
+
+@pytest.fixture(scope="module")
+def wasm_cache(tmp_path_factory) -> Path:
+    """A private --wasm-cache-dir for one test module's servers (a compiled Python guest takes
+    ~35 MB), removed after it."""
+    d = tmp_path_factory.mktemp("wasm-cache")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -75,11 +75,6 @@ def assert_adds(session: requests.Session, srv, model: str, offset: float) -> No
     assert out["OUTPUT0"] == [offset + i + 1.0 for i in range(16)], model
 
 
-@pytest.fixture(scope="module")
-def wasm_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("wasm-cache")
-
-
 def faulty_body(mode: str) -> dict:
     return {"inputs": [
         {"name": "MODE", "shape": [1], "datatype": "BYTES", "data": [mode]},

@@ -12,10 +12,8 @@ Servers:
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,13 +39,6 @@ QUICKSTART_WASM = ("add_sub_rust", "add_sub_python", "tokenizer", "bls_router", 
 # Compiling the Python guest (~18 MB) takes ~6-30 s on a loaded 2-core machine, and servers only
 # answer /health/live once their startup models are loaded.
 PYTHON_GUEST_DEADLINE = 150.0
-
-
-@pytest.fixture(scope="module")
-def wasm_cache(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("wasm-cache")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)  # ~35 MB per compiled Python guest
 
 
 @pytest.fixture

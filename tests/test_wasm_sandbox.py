@@ -35,13 +35,6 @@ from tessera_testlib import (
 PYTHON_GUEST_DEADLINE = 150.0
 
 
-@pytest.fixture(scope="module")
-def wasm_cache(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("wasm-cache")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)  # ~35 MB per compiled Python guest
-
-
 def link_or_copy(src: Path, dst: Path) -> None:
     """dst as a hard link to src (the Python guest is ~18 MB), atomically replacing what was there."""
     tmp = dst.parent / f".{dst.name}.incoming"

@@ -40,7 +40,7 @@ use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::stats::Duration2;
-use crate::trace::{Trace, activity};
+use crate::trace::{activity, stamp};
 use codec::parse_version;
 
 pub use options::{GrpcOptions, GrpcTls};
@@ -560,13 +560,6 @@ impl GrpcInferenceService for InferenceService {
             })
             .collect();
         ok(pb::LogSettingsResponse { settings })
-    }
-}
-
-/// Stamps `activity` on a traced request's trace.
-pub(crate) fn stamp(trace: &Option<Trace>, activity: &'static str) {
-    if let Some(trace) = trace {
-        trace.stamp(activity);
     }
 }
 

@@ -7,13 +7,12 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::codec::{self, parse_version};
-use super::stamp;
 use super::{FINAL_RESPONSE, bool_param, reserved_parameters};
 use crate::error::CoreError;
 use crate::frontend::Frontend;
 use crate::infer::InferResponse;
 use crate::proto::inference as pb;
-use crate::trace::activity;
+use crate::trace::{activity, stamp};
 
 /// Resolves once the server is stopping (the `Ref` that `wait_for` yields is not `Send`, so it
 /// is dropped here rather than held by the caller's future).

@@ -38,7 +38,7 @@ use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::execution::Caller;
 use crate::frontend::{EXTENSIONS, Frontend, SettingValue, TensorMetadata, VersionStats};
 use crate::restricted::{ApiCategory, Restrictions};
-use crate::trace::{Trace, activity};
+use crate::trace::{activity, stamp};
 
 #[derive(Clone)]
 pub struct HttpState {
@@ -282,12 +282,6 @@ async fn infer_model(
 /// The W3C `traceparent` header a client sent, if any.
 fn traceparent(headers: &HeaderMap) -> Option<&str> {
     headers.get("traceparent").and_then(|v| v.to_str().ok())
-}
-
-fn stamp(trace: &Option<Trace>, activity: &'static str) {
-    if let Some(trace) = trace {
-        trace.stamp(activity);
-    }
 }
 
 async fn generate(State(state): State<HttpState>, path: ModelPath, request: Request) -> HttpResult {

@@ -245,6 +245,13 @@ impl Drop for Inner {
     }
 }
 
+/// Stamps `activity` now on `trace`, when the request is traced.
+pub fn stamp(trace: &Option<Trace>, activity: &'static str) {
+    if let Some(trace) = trace {
+        trace.stamp(activity);
+    }
+}
+
 /// Triton's activity names.
 pub mod activity {
     pub const HTTP_RECV_START: &str = "HTTP_RECV_START";
