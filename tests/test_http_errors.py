@@ -396,12 +396,13 @@ def test_header_length_negative(server):
 
 @pytest.mark.parametrize("value", ["abc", ""], ids=["abc", "empty"])
 def test_header_length_not_numeric(server, value):
-    # Triton parses the value like atoi: "abc" is 0, i.e. a raw binary request (400, names the model).
+    # Triton 2.7x parses the value with std::stoi: no digits is refused (2.51's atoi read it as 0,
+    # a raw binary request).
     body, hlen = binary_request(A, B)
     r = post_infer(server, "simple", body, headers={"Inference-Header-Content-Length": value})
-    assert_error(r, BAD_REQUEST, "simple")
-    assert "Raw request must only have 1 input" in r.json()["error"], r.text
-    # "<n>abc" is n, as atoi reads it: the JSON header is found.
+    assert r.status_code == 400, r.text
+    assert r.json() == {"error": f"Unable to parse Inference-Header-Content-Length, got: {value}"}, r.text
+    # "<n>abc" is n, as stoi reads it: the JSON header is found.
     r = post_infer(server, "simple", body, headers={"Inference-Header-Content-Length": f"{hlen}abc"})
     assert r.status_code == 200, r.text
     assert_serves(server)

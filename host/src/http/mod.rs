@@ -231,8 +231,14 @@ async fn infer_model(
     request_id: &mut Option<String>,
 ) -> CoreResult<Response> {
     let (parts, body) = request.into_parts();
-    // Read as Triton reads it (C's atoi): "12abc" is 12 and "abc" is 0, a raw binary request.
-    let header_length = parts.headers.get("inference-header-content-length").map(|v| atoi(v.as_bytes()));
+    // Read as Triton 2.7x reads it (`std::stoi`): "12abc" is 12; a value with no digits is refused,
+    // after the body is read (2.51's atoi read it as 0, a raw binary request).
+    let header_length = parts.headers.get("inference-header-content-length").map(|v| {
+        stoi(v.as_bytes()).ok_or_else(|| {
+            let text = String::from_utf8_lossy(v.as_bytes());
+            CoreError::invalid_arg(format!("Unable to parse Inference-Header-Content-Length, got: {text}"))
+        })
+    });
     // As Triton does, the model is looked up (and a decoupled one refused) before the body is read.
     // The request runs on this version, even if another turns ready meanwhile.
     let served = state.frontend.model(model, version)?;
@@ -244,6 +250,7 @@ async fn infer_model(
     // Held until the response is built: the request's bytes count against the server's budget.
     let (body, _reservation) = body::read(&parts.headers, body, state.max_input_size, &state.body_budget).await?;
     stamp(&trace, activity::HTTP_RECV_END);
+    let header_length = header_length.transpose()?;
     let decoded = match header_length {
         // Triton's raw binary request: the body is the model's one input. An empty body without
         // the header is one too (Triton takes the header length to be the body's).
@@ -337,20 +344,21 @@ async fn repository_index(State(state): State<HttpState>, body: Bytes) -> HttpRe
     Ok(ok_json(&Value::Array(entries)))
 }
 
-/// C's `atoi`: optional whitespace and sign, then digits up to the first non-digit; 0 without
-/// digits; saturating instead of overflowing.
-fn atoi(text: &[u8]) -> i64 {
+/// C++'s `std::stoi`: optional whitespace and sign, then digits up to the first non-digit; `None`
+/// without digits; saturating instead of overflowing (out of range then fails the range check).
+fn stoi(text: &[u8]) -> Option<i64> {
     let text = text.trim_ascii_start();
     let (negative, digits) = match text.first() {
         Some(b'-') => (true, &text[1..]),
         Some(b'+') => (false, &text[1..]),
         _ => (false, text),
     };
-    let value = digits
-        .iter()
-        .take_while(|b| b.is_ascii_digit())
-        .fold(0i64, |acc, &d| acc.saturating_mul(10).saturating_add(i64::from(d - b'0')));
-    if negative { -value } else { value }
+    let digits: Vec<u8> = digits.iter().take_while(|b| b.is_ascii_digit()).copied().collect();
+    if digits.is_empty() {
+        return None;
+    }
+    let value = digits.iter().fold(0i64, |acc, &d| acc.saturating_mul(10).saturating_add(i64::from(d - b'0')));
+    Some(if negative { -value } else { value })
 }
 
 /// Triton's load: `parameters` may hold `config` (a JSON string) and `file:<path>` entries
