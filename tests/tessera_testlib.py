@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
@@ -513,6 +514,14 @@ def remove_tree_atomic(path: Path) -> None:
 
 SIMPLE_IN0 = list(range(16))
 SIMPLE_IN1 = [1] * 16
+
+
+def simple_infer_inputs(client_lib) -> list:
+    """The `simple` model's inputs SIMPLE_IN0 and SIMPLE_IN1, for tritonclient.http or .grpc."""
+    inputs = [client_lib.InferInput("INPUT0", [1, 16], "INT32"), client_lib.InferInput("INPUT1", [1, 16], "INT32")]
+    inputs[0].set_data_from_numpy(np.array([SIMPLE_IN0], dtype=np.int32))
+    inputs[1].set_data_from_numpy(np.array([SIMPLE_IN1], dtype=np.int32))
+    return inputs
 
 
 def simple_json_request(in0=None, in1=None, batch: int = 1, **top) -> dict:

@@ -16,18 +16,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tessera_testlib import SIMPLE_IN0, SIMPLE_IN1, copy_model, wait_model_ready
+from tessera_testlib import SIMPLE_IN0, SIMPLE_IN1, copy_model, simple_infer_inputs, wait_model_ready
 
 TRACE_SUMMARY = Path(__file__).resolve().parent / "third_party" / "triton_server" / "qa" / "common" / "trace_summary.py"
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def simple_inputs(lib):
-    inputs = [lib.InferInput("INPUT0", [1, 16], "INT32"), lib.InferInput("INPUT1", [1, 16], "INT32")]
-    inputs[0].set_data_from_numpy(np.array([SIMPLE_IN0], dtype=np.int32))
-    inputs[1].set_data_from_numpy(np.array([SIMPLE_IN1], dtype=np.int32))
-    return inputs
 
 
 def add_sub_inputs(lib, x: np.ndarray):
@@ -80,8 +73,8 @@ def test_triton_summary_reads_requests_from_both_doors_ensembles_and_bls(server_
     srv = traced_server(server_factory, repo, trace_file, "level=TIMESTAMPS", "rate=1", models=models)
     http = httpclient.InferenceServerClient(srv.url)
     grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
-    http.infer("simple", simple_inputs(httpclient), request_id="from-http")
-    grpc.infer("simple", simple_inputs(grpcclient), request_id="from-grpc")
+    http.infer("simple", simple_infer_inputs(httpclient), request_id="from-http")
+    grpc.infer("simple", simple_infer_inputs(grpcclient), request_id="from-grpc")
     text = httpclient.InferInput("TEXT", [1, 1], "BYTES")
     text.set_data_from_numpy(np.array([[b"a good day"]], dtype=object))
     http.infer("text_pipeline", [text])
@@ -122,7 +115,7 @@ def test_triton_summary_reads_requests_from_both_doors_ensembles_and_bls(server_
 def test_level_tensors_records_the_tensors_and_the_summary_shows_the_data_flow(server_factory, repo, tmp_path):
     trace_file = tmp_path / "trace.json"
     srv = traced_server(server_factory, repo, trace_file, "level=TIMESTAMPS", "level=TENSORS", "rate=1")
-    httpclient.InferenceServerClient(srv.url).infer("simple", simple_inputs(httpclient))
+    httpclient.InferenceServerClient(srv.url).infer("simple", simple_infer_inputs(httpclient))
     srv.stop_and_check()
     [trace] = traces(trace_file).values()
     seen = {(activity, tensor["name"]): tensor for activity, tensor in trace["tensors"]}
@@ -142,7 +135,7 @@ def test_log_frequency_writes_a_complete_file_per_n_traces(server_factory, repo,
     srv = traced_server(server_factory, repo, trace_file, "level=TIMESTAMPS", "rate=1", "triton,log-frequency=2")
     client = httpclient.InferenceServerClient(srv.url)
     for _ in range(5):
-        client.infer("simple", simple_inputs(httpclient))
+        client.infer("simple", simple_infer_inputs(httpclient))
     srv.stop_and_check()
     files = sorted(tmp_path.glob("trace.json.*"))
     assert [f.name for f in files] == ["trace.json.0", "trace.json.1", "trace.json.2"], files
@@ -157,7 +150,7 @@ def test_the_setting_api_turns_tracing_on_per_model_and_counts_down(server_facto
     x = np.ones((1, 16), dtype=np.float32)
 
     def drive():
-        client.infer("simple", simple_inputs(httpclient))
+        client.infer("simple", simple_infer_inputs(httpclient))
         client.infer("add_sub", add_sub_inputs(httpclient, x))
 
     drive()  # OFF: nothing traced

@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from tessera_testlib import SIMPLE_IN0, SIMPLE_IN1, copy_model, wait_model_ready, wait_until
+from tessera_testlib import copy_model, simple_infer_inputs, wait_model_ready, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -88,13 +88,6 @@ def otel_server(server_factory, repo, url: str, *flags: str, models=("simple",))
     return srv
 
 
-def simple_inputs(lib):
-    inputs = [lib.InferInput("INPUT0", [1, 16], "INT32"), lib.InferInput("INPUT1", [1, 16], "INT32")]
-    inputs[0].set_data_from_numpy(np.array([SIMPLE_IN0], dtype=np.int32))
-    inputs[1].set_data_from_numpy(np.array([SIMPLE_IN1], dtype=np.int32))
-    return inputs
-
-
 def attributes(span) -> dict:
     return {a.key: (a.value.string_value if a.value.HasField("string_value") else a.value.int_value)
             for a in span.attributes}
@@ -109,7 +102,7 @@ def test_spans_have_tritons_structure_for_requests_ensembles_and_bls(server_fact
     srv = otel_server(server_factory, repo, receiver.url, "rate=1", "opentelemetry,resource=deployment=test",
                       models=models)
     client = httpclient.InferenceServerClient(srv.url)
-    client.infer("simple", simple_inputs(httpclient), request_id="r-1")
+    client.infer("simple", simple_infer_inputs(httpclient), request_id="r-1")
     text = httpclient.InferInput("TEXT", [1, 1], "BYTES")
     text.set_data_from_numpy(np.array([[b"a good day"]], dtype=object))
     client.infer("text_pipeline", [text])
@@ -162,11 +155,11 @@ def test_a_clients_traceparent_is_honoured_over_both_doors_whatever_the_rate(ser
     # rate 1000: without a traceparent, these requests would not be traced.
     srv = otel_server(server_factory, repo, receiver.url)
     http_headers, http_context = client_context()
-    httpclient.InferenceServerClient(srv.url).infer("simple", simple_inputs(httpclient), headers=http_headers)
+    httpclient.InferenceServerClient(srv.url).infer("simple", simple_infer_inputs(httpclient), headers=http_headers)
     grpc_headers, grpc_context = client_context()
-    grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}").infer("simple", simple_inputs(grpcclient),
+    grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}").infer("simple", simple_infer_inputs(grpcclient),
                                                                          headers=grpc_headers)
-    httpclient.InferenceServerClient(srv.url).infer("simple", simple_inputs(httpclient))
+    httpclient.InferenceServerClient(srv.url).infer("simple", simple_infer_inputs(httpclient))
     wait_until(lambda: len(receiver.named("InferRequest")) == 2, 30, "both requests' spans arrived", srv)
     for context in (http_context, grpc_context):
         [root] = [r for r in receiver.named("InferRequest") if r.trace_id == context.trace_id.to_bytes(16, "big")]
@@ -190,7 +183,7 @@ def test_a_stalled_or_dead_collector_never_slows_a_request_and_drops_are_counted
         slowest = 0.0
         for _ in range(40):
             started = time.monotonic()
-            client.infer("simple", simple_inputs(httpclient))
+            client.infer("simple", simple_infer_inputs(httpclient))
             slowest = max(slowest, time.monotonic() - started)
         assert slowest < 1.0, f"a request waited {slowest:.2f}s on the stalled collector"
         wait_until(lambda: dropped(srv) > 0, 30, "the spans the full queue refused are counted", srv)
@@ -202,5 +195,5 @@ def test_a_stalled_or_dead_collector_never_slows_a_request_and_drops_are_counted
     srv = otel_server(server_factory, repo / "b", dead, "rate=1")
     client = httpclient.InferenceServerClient(srv.url)
     for _ in range(5):
-        client.infer("simple", simple_inputs(httpclient))
+        client.infer("simple", simple_infer_inputs(httpclient))
     wait_until(lambda: dropped(srv) >= 5 * 3, 30, "the spans the dead collector never took are counted", srv)

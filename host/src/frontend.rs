@@ -19,7 +19,7 @@ use crate::model::LoadedModel;
 use crate::repository::{ControlMode, IndexEntry, ModelManager};
 use crate::shm::{Region, SharedMemoryManager, ShmInput};
 use crate::tensor::Tensor;
-use crate::trace::{SettingAnswer, Trace, TraceParent, Tracer};
+use crate::trace::{SettingAnswer, Trace, Tracer};
 
 /// Extensions reported in server metadata: only what this server implements.
 pub const EXTENSIONS: &[&str] = &[
@@ -504,8 +504,7 @@ impl Frontend {
     /// A trace for a request a door received for `model`, if the trace settings sample it (or,
     /// in OpenTelemetry mode, the client sent this `traceparent`).
     pub fn trace(&self, model: &str, traceparent: Option<&str>) -> Option<Trace> {
-        let remote = traceparent.and_then(TraceParent::parse);
-        self.tracer.sample(model, remote.as_ref())
+        self.tracer.sample(model, traceparent)
     }
 
     pub fn trace_settings(&self, model: Option<&str>) -> CoreResult<BTreeMap<String, SettingValue>> {

@@ -29,13 +29,10 @@ pub fn decode<'de, D: Deserializer<'de>>(
     deserializer: D,
     size_hint: usize,
 ) -> CoreResult<Bytes> {
-    // Triton 2.7x's count (`GetElementCount`): no data is read for an empty shape or a 0 dim (the
-    // model's checks then report the shape); a negative dim other than -1, a count past i64::MAX,
-    // or a byte size past it, is refused in its words.
-    if shape.is_empty() || shape.contains(&0) && !shape.iter().take_while(|&&d| d != 0).any(|&d| d < 0) {
+    // No data is read for an empty shape or a 0 dim: the model's checks then report the shape.
+    if shape.is_empty() || !reads_data(name, datatype, shape)? {
         return Ok(Bytes::new());
     }
-    check_count(name, datatype, shape)?;
     let expected = element_count(shape).map_err(|_| shape_mismatch())?;
     // Triton does not count BYTES elements here (the model's checks do, in their own words), so
     // reading stops one element past the shape, which is all those checks need to see.
@@ -60,14 +57,18 @@ pub fn decode<'de, D: Deserializer<'de>>(
     Ok(Bytes::from(sink.out))
 }
 
-/// Triton 2.7x's checks of a JSON input's shape before its `data` is read (a -1 dim is left to the
-/// shape checks after).
-fn check_count(name: &str, datatype: DataType, shape: &[i64]) -> CoreResult<()> {
+/// Triton 2.7x's count of a JSON input's elements before its `data` is read (`GetElementCount`,
+/// dims in order): a 0 dim means no data (`false`); a -1 dim is left to the shape checks after;
+/// another negative dim, a count past i64::MAX or a byte size past it is refused in its words.
+fn reads_data(name: &str, datatype: DataType, shape: &[i64]) -> CoreResult<bool> {
     let shape_text = || format!("[{}]", shape.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
     let mut count: i64 = 1;
     for &dim in shape {
         if dim == -1 {
-            return Ok(());
+            return Ok(true);
+        }
+        if dim == 0 {
+            return Ok(false);
         }
         if dim < 0 {
             return Err(CoreError::invalid_arg(format!(
@@ -91,7 +92,7 @@ fn check_count(name: &str, datatype: DataType, shape: &[i64]) -> CoreResult<()> 
             i64::MAX
         )));
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Triton's message when `data` holds more or fewer elements than the shape.

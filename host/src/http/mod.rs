@@ -426,6 +426,7 @@ async fn shm_status(State(state): State<HttpState>, Path(region): Path<String>) 
 /// missing `key` or `byte_size` (400), and TritonJson's words, without a prefix, for values of
 /// the wrong type (500).
 async fn shm_register(State(state): State<HttpState>, Path(region): Path<String>, body: Bytes) -> HttpResult {
+    // Before the body is read, as Triton refuses (the manager checks again for every caller).
     state.frontend.shm.check_client_allowed()?;
     let body = parse_json(&body, ErrorKind::Internal)?;
     let wrong = |kind: &str| CoreError::internal(format!("attempt to access JSON non-{kind} as {kind}"));
@@ -456,13 +457,11 @@ async fn cuda_shm_register_unnamed(State(state): State<HttpState>) -> HttpResult
 }
 
 async fn shm_unregister_all(State(state): State<HttpState>) -> HttpResult {
-    state.frontend.shm.check_client_allowed()?;
     state.frontend.shm.unregister(None)?;
     Ok(empty_ok())
 }
 
 async fn shm_unregister(State(state): State<HttpState>, Path(region): Path<String>) -> HttpResult {
-    state.frontend.shm.check_client_allowed()?;
     state.frontend.shm.unregister(Some(&region))?;
     Ok(empty_ok())
 }
@@ -514,13 +513,11 @@ async fn cuda_shm_register(State(state): State<HttpState>, Path(region): Path<St
 const CUDA_IPC_HANDLE_BYTES: usize = 64;
 
 async fn cuda_shm_unregister_all(State(state): State<HttpState>) -> HttpResult {
-    state.frontend.shm.check_client_allowed()?;
     state.frontend.shm.unregister_cuda(None)?;
     Ok(empty_ok())
 }
 
 async fn cuda_shm_unregister(State(state): State<HttpState>, Path(region): Path<String>) -> HttpResult {
-    state.frontend.shm.check_client_allowed()?;
     state.frontend.shm.unregister_cuda(Some(&region))?;
     Ok(empty_ok())
 }

@@ -231,9 +231,11 @@ impl ModelManager {
                     continue;
                 }
                 let state = self.build_ensemble(&source, version);
-                match state.reported() {
-                    ("READY", _) => tracing::info!(model = name.as_str(), version, "ensemble ready"),
-                    (_, reason) => tracing::warn!(model = name.as_str(), version, "ensemble unavailable: {reason}"),
+                if state.ready().is_some() {
+                    tracing::info!(model = name.as_str(), version, "ensemble ready");
+                } else {
+                    let (_, reason) = state.reported();
+                    tracing::warn!(model = name.as_str(), version, "ensemble unavailable: {reason}");
                 }
                 if let Ok(mut models) = self.models.write()
                     && let Some(entry) = models.get_mut(&name)

@@ -60,10 +60,10 @@ impl ModelManager {
                 continue;
             }
             for (version, state) in &entry.versions {
-                let (state, reason) = state.reported();
-                if ready_only && state != "READY" {
+                if ready_only && state.ready().is_none() {
                     continue;
                 }
+                let (state, reason) = state.reported();
                 out.push(IndexEntry {
                     name: name.clone(),
                     version: Some(version.to_string()),

@@ -548,9 +548,10 @@ fn entry_outcome(name: &str, entry: &ModelEntry) -> CoreResult<()> {
     let failures: Vec<String> = entry
         .versions
         .iter()
-        .filter_map(|(v, s)| match s.reported() {
-            ("READY", _) => None,
-            (state, reason) => Some(format!("version {v} is at {state} state: {reason}")),
+        .filter(|(_, s)| s.ready().is_none())
+        .map(|(v, s)| {
+            let (state, reason) = s.reported();
+            format!("version {v} is at {state} state: {reason}")
         })
         .collect();
     if failures.is_empty() {

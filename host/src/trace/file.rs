@@ -147,7 +147,7 @@ impl TraceFile {
 fn objects(record: &TraceRecord) -> String {
     let id = record.id;
     let mut out: Vec<String> = Vec::new();
-    let model = record.model.as_ref().map(|(name, version)| {
+    let mut model = record.model.as_ref().map(|(name, version)| {
         let mut object = format!("{{\"id\":{id},\"model_name\":{},\"model_version\":{version}", json(name));
         if !record.request_id.is_empty() {
             object.push_str(&format!(",\"request_id\":{}", json(&record.request_id)));
@@ -158,7 +158,6 @@ fn objects(record: &TraceRecord) -> String {
         object.push('}');
         object
     });
-    let mut model = model;
     if !record.timestamps.iter().any(|(name, _)| *name == activity::REQUEST_START) {
         out.extend(model.take());
     }

@@ -192,9 +192,14 @@ impl TraceConfig {
 
     /// Why these settings cannot trace (Triton's `TraceSetting` validity), if they cannot.
     fn invalid(&self) -> Option<&'static str> {
-        if self.level.is_off() {
+        self.invalid_with(self.level, self.rate)
+    }
+
+    /// [`Self::invalid`] with a model's own level and rate.
+    fn invalid_with(&self, level: Level, rate: u32) -> Option<&'static str> {
+        if level.is_off() {
             Some("tracing is disabled")
-        } else if self.rate == 0 {
+        } else if rate == 0 {
             Some("sample rate must be non-zero")
         } else if self.mode == TraceMode::Triton && self.file.is_empty() {
             Some("trace file name is not given")
@@ -297,37 +302,39 @@ impl Tracer {
     }
 
     /// A trace for a request to `model`, if its settings sample it. In OpenTelemetry mode a
-    /// request that carries a client's `traceparent` is always traced (under it), as in Triton.
-    pub fn sample(&self, model: &str, remote: Option<&TraceParent>) -> Option<Trace> {
+    /// request that carries a valid W3C `traceparent` is always traced (under it), as in Triton.
+    pub fn sample(&self, model: &str, traceparent: Option<&str>) -> Option<Trace> {
         if !self.on.load(Ordering::Relaxed) {
             return None;
         }
         let sink = self.sink.as_ref()?.as_dyn();
         let mut state = self.lock();
-        let state = &mut *state;
-        let (config, sampler) = match state.models.get_mut(model) {
-            Some((overrides, sampler)) => (effective(&state.global, overrides), sampler),
-            None => (state.global.clone(), &mut state.global_sampler),
+        let State { global, global_sampler, models } = &mut *state;
+        let (overrides, sampler) = match models.get_mut(model) {
+            Some((overrides, sampler)) => (Some(&*overrides), sampler),
+            None => (None, global_sampler),
         };
-        if config.invalid().is_some() {
+        let level = overrides.and_then(|o| o.level).unwrap_or(global.level);
+        let rate = overrides.and_then(|o| o.rate).unwrap_or(global.rate);
+        if global.invalid_with(level, rate).is_some() {
             return None;
         }
-        let otel = config.mode == TraceMode::OpenTelemetry;
-        if otel && remote.is_some() {
-            return Some(Trace::new(0, config.level, Some(OtelIds::new(remote)), Arc::clone(&self.ids), sink));
+        let otel = global.mode == TraceMode::OpenTelemetry;
+        if let Some(remote) = traceparent.filter(|_| otel).and_then(TraceParent::parse) {
+            return Some(Trace::new(0, level, Some(OtelIds::new(Some(&remote))), Arc::clone(&self.ids), sink));
         }
         sampler.seen += 1;
-        if sampler.seen % u64::from(config.rate) != 0 {
+        if sampler.seen % u64::from(rate) != 0 {
             return None;
         }
-        let left = sampler.left.get_or_insert(config.count);
+        let left = sampler.left.get_or_insert(overrides.and_then(|o| o.count).unwrap_or(global.count));
         match *left {
             0 => return None,
             n if n > 0 => *left -= 1,
             _ => {}
         }
         let ids = otel.then(|| OtelIds::new(None));
-        Some(Trace::new(0, config.level, ids, Arc::clone(&self.ids), sink))
+        Some(Trace::new(0, level, ids, Arc::clone(&self.ids), sink))
     }
 
     /// The settings of `model`, or the global ones, as the trace-setting API answers them.
