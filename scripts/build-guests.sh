@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds every example guest (example-guests/) into a model.wasm component with `tessera guest
-# build`: the quickstart ones into model-repos/quickstart/<model>/1/, the sandbox-test guest
-# `faulty` into target/guests/faulty/. Idempotent: an output newer than its guest's sources, the
+# build`: the quickstart ones into model-repos/quickstart/<model>/1/, the test guests `faulty`
+# and `telemetry_probe` into target/guests/<name>/. Idempotent: an output newer than its guest's sources, the
 # SDK and wit/ is left alone. Needs the guest toolchain (scripts/setup-guest-toolchain.sh) and
 # the server binary (TESSERA_BIN, default target/debug/tessera). The C guests' bindings come from
 # the binary itself, so a rebuilt binary (a changed wit/) is caught through wit/.
@@ -34,5 +34,6 @@ for guest in add_sub_c bls_add_sub_c add_sub_cpp; do
   build "example-guests/$guest" guest-sdk/c "$Q/$guest/1/model.wasm"
 done
 build example-guests/faulty guest-sdk/rust target/guests/faulty/model.wasm
+build example-guests/telemetry_probe guest-sdk/rust target/guests/telemetry_probe/model.wasm
 build example-guests/add_sub_python/model.py guest-sdk/python "$Q/add_sub_python/1/model.wasm"
 build example-guests/bls_fanout_python/model.py guest-sdk/python "$Q/bls_fanout_python/1/model.wasm"

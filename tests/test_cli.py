@@ -75,6 +75,8 @@ def test_nonexistent_model_repository_fails(tmp_path):
     (["--http-port", "notaport"], "notaport"),
     (["--repository-poll-secs", "-3"], "-3"),
     (["--exit-on-error", "maybe"], "maybe"),
+    (["--metrics-config", "histogram_latencies"], "<setting>=<value>. Got histogram_latencies"),
+    (["--metrics-config", "summary_quantiles=0.5"], "'0.5' has no ':'"),
 ])
 def test_invalid_flag_values(args, needle):
     cp = run_cli(local_args("--model-repository", str(quickstart_repo()), *args))

@@ -7,6 +7,7 @@ and whose dropped spans are counted."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from tessera_testlib import copy_model, simple_infer_inputs, wait_model_ready, wait_until
+from tessera_testlib import REPO_ROOT, copy_model, simple_infer_inputs, wait_model_ready, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -140,6 +141,35 @@ def test_spans_have_tritons_structure_for_requests_ensembles_and_bls(server_fact
     [guest] = receiver.named("bls_add_sub")
     [called] = receiver.named("add_sub")
     assert (called.parent_span_id, called.trace_id) == (guest.span_id, guest.trace_id), "BLS call not under its caller"
+
+
+def test_a_guests_own_spans_hang_under_its_compute_span(server_factory, repo, receiver):
+    """The Rust telemetry probe (example-guests/telemetry_probe) opens `rust-work` and, under it,
+    `rust-inner` with an event `step` carrying an attribute: exported as INTERNAL spans."""
+    probe = REPO_ROOT / "target" / "guests" / "telemetry_probe" / "model.wasm"
+    (repo / "probe" / "1").mkdir(parents=True)
+    shutil.copy(probe, repo / "probe" / "1" / "model.wasm")
+    (repo / "probe" / "config.pbtxt").write_text(
+        'name: "probe"\nbackend: "wasm"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n')
+    srv = otel_server(server_factory, repo, receiver.url, "rate=1", models=())
+    wait_model_ready(srv, "probe")
+    inp = httpclient.InferInput("INPUT0", [2], "FP32")
+    inp.set_data_from_numpy(np.array([1, 2], dtype=np.float32))
+    httpclient.InferenceServerClient(srv.url).infer("probe", [inp])
+    wait_until(lambda: len(receiver.named("rust-inner")) == 1, 30, "the guest's spans arrived", srv)
+    [model] = receiver.named("probe")
+    [compute] = [c for c in receiver.named("compute") if c.parent_span_id == model.span_id]
+    [work], [inner] = receiver.named("rust-work"), receiver.named("rust-inner")
+    assert work.parent_span_id == compute.span_id and inner.parent_span_id == work.span_id
+    assert work.trace_id == inner.trace_id == model.trace_id
+    assert work.kind == inner.kind == 1  # SPAN_KIND_INTERNAL
+    assert attributes(work) == {"lang": "rust"}
+    [step] = inner.events
+    assert step.name == "step" and {a.key: a.value.int_value for a in step.attributes} == {"n": 1}
+    assert compute.start_time_unix_nano <= work.start_time_unix_nano <= inner.start_time_unix_nano
+    assert inner.end_time_unix_nano <= work.end_time_unix_nano <= compute.end_time_unix_nano
 
 
 def client_context() -> tuple[dict, object]:

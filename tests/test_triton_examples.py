@@ -1,14 +1,15 @@
 """Triton's own python_backend examples, run unchanged on Tessera.
 
-tests/third_party/python_backend/ holds examples/{add_sub, bls, bls_decoupled, decoupled, auto_complete} of
+tests/third_party/python_backend/ holds examples/{add_sub, bls, bls_decoupled, decoupled, auto_complete,
+custom_metrics} of
 triton-inference-server/python_backend (branch r24.10, Triton 2.51; BSD-3-Clause, its LICENSE
 beside them), copied as published. Each model.py and config.pbtxt is laid out in a model
 repository as the example's README says, served straight from model.py (the server builds each
 into a sandboxed guest at load), and driven by the example's own client.py, which asserts the
 results and exits non-zero on a wrong one.
 
-The clients hard-code localhost:8000 (HTTP) and localhost:8001 (gRPC), so the server listens
-there: the module fails, saying so, when another process holds those ports.
+The clients hard-code localhost:8000 (HTTP), localhost:8001 (gRPC) and localhost:8002 (metrics),
+so the server listens there: the module fails, saying so, when another process holds those ports.
 
 What is not the published example, and why:
 - `pytorch` (called by both bls examples) imports torch, which cannot run in a Wasm guest: it
@@ -30,7 +31,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tessera_testlib import build_argv, free_port, server_env, tail, TesseraServer, wait_model_ready
+from tessera_testlib import build_argv, server_env, tail, TesseraServer, wait_model_ready
 
 EXAMPLES = Path(__file__).resolve().parent / "third_party" / "python_backend" / "examples"
 
@@ -46,6 +47,8 @@ MODELS = {
     # no config.pbtxt: the models' own auto_complete_config writes it
     "nobatch_auto_complete": ("auto_complete/nobatch_model.py", None),
     "batch_auto_complete": ("auto_complete/batch_model.py", None),
+    # pb_utils.MetricFamily: its client reads the counter on /metrics
+    "custom_metrics": ("custom_metrics/model.py", "custom_metrics/config.pbtxt"),
 }
 
 # Building the Python guests (numpy included) and compiling them takes minutes on a cold cache.
@@ -92,19 +95,19 @@ def port_is_free(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def examples_server(tmp_path_factory, tessera_binary):
-    busy = [p for p in (8000, 8001) if not port_is_free(p)]
+    busy = [p for p in (8000, 8001, 8002) if not port_is_free(p)]
     if busy:
-        pytest.fail(f"the examples' clients talk to localhost:8000 and :8001, and port(s) {busy} are taken",
+        pytest.fail(f"the examples' clients talk to localhost:8000, :8001 and :8002, and port(s) {busy} are taken",
                     pytrace=False)
     root = tmp_path_factory.mktemp("triton-examples")
     repo = root / "models"
     lay_out(repo)
-    argv = build_argv(tessera_binary, [repo], 8000, 8001, free_port(), ["--python-allowed-models", "*"])
+    argv = build_argv(tessera_binary, [repo], 8000, 8001, 8002, ["--python-allowed-models", "*"])
     log_path = root / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=server_env(), cwd=str(root))
-    srv = TesseraServer(proc, 8000, 8001, 0, log_path, argv)
+    srv = TesseraServer(proc, 8000, 8001, 8002, log_path, argv)
     try:
         srv.wait_live(deadline=LOAD_DEADLINE)
         for name in [*MODELS, "pytorch"]:
@@ -133,6 +136,7 @@ def run_client(example: str, client: str) -> str:
     ("decoupled", "repeat_client.py", "PASS: repeat_int32"),
     ("decoupled", "square_client.py", "PASS: square_int32"),
     ("auto_complete", "client.py", "PASS: auto_complete"),
+    ("custom_metrics", "client.py", "PASS: custom_metrics"),
 ])
 def test_the_published_client_passes(examples_server, example, client, passed):
     out = run_client(example, client)

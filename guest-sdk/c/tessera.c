@@ -396,3 +396,113 @@ bool tessera_config_parameter(const tessera_args_t *args, const char *key, char 
     free(config);
     return found;
 }
+
+/* ---- the model's own metrics and spans ------------------------------------------------------ */
+
+bool tessera_metric_family_new(const char *name, const char *description, tessera_metric_kind_t kind,
+                               tessera_metric_family_t *out, tessera_error_t *error) {
+    model_nn_string_t n = borrowed(name), d = borrowed(description);
+    tessera_model_types_error_t host_error;
+    if (tessera_model_telemetry_static_metric_family_create(&n, &d, (tessera_model_telemetry_metric_kind_t)kind, out,
+                                                             &host_error)) {
+        return true;
+    }
+    take_error(&host_error, error);
+    return false;
+}
+
+bool tessera_metric_new(tessera_metric_family_t family, const char *const *labels, size_t label_count,
+                        const double *buckets, size_t bucket_count, tessera_metric_t *out, tessera_error_t *error) {
+    model_nn_tuple2_string_string_t *pairs = calloc(label_count ? label_count : 1, sizeof *pairs);
+    if (!pairs) abort();
+    for (size_t i = 0; i < label_count; i++) {
+        pairs[i].f0 = borrowed(labels[2 * i]);
+        pairs[i].f1 = borrowed(labels[2 * i + 1]);
+    }
+    model_nn_list_tuple2_string_string_t list = {pairs, label_count};
+    model_nn_list_f64_t bounds = {(double *)buckets, bucket_count};
+    tessera_model_types_error_t host_error;
+    bool ok = tessera_model_telemetry_method_metric_family_metric(tessera_model_telemetry_borrow_metric_family(family),
+                                                                   &list, buckets ? &bounds : NULL, out, &host_error);
+    free(pairs);
+    if (!ok) take_error(&host_error, error);
+    return ok;
+}
+
+#define METRIC_CALL(call)                                                                      \
+    do {                                                                                       \
+        tessera_model_types_error_t host_error;                                                \
+        if (call) return true;                                                                 \
+        take_error(&host_error, error);                                                        \
+        return false;                                                                          \
+    } while (0)
+
+bool tessera_metric_increment(tessera_metric_t metric, double value, tessera_error_t *error) {
+    METRIC_CALL(tessera_model_telemetry_method_metric_increment(tessera_model_telemetry_borrow_metric(metric), value,
+                                                                &host_error));
+}
+
+bool tessera_metric_set(tessera_metric_t metric, double value, tessera_error_t *error) {
+    METRIC_CALL(tessera_model_telemetry_method_metric_set(tessera_model_telemetry_borrow_metric(metric), value,
+                                                          &host_error));
+}
+
+bool tessera_metric_observe(tessera_metric_t metric, double value, tessera_error_t *error) {
+    METRIC_CALL(tessera_model_telemetry_method_metric_observe(tessera_model_telemetry_borrow_metric(metric), value,
+                                                              &host_error));
+}
+
+bool tessera_metric_value(tessera_metric_t metric, double *out, tessera_error_t *error) {
+    METRIC_CALL(tessera_model_telemetry_method_metric_value(tessera_model_telemetry_borrow_metric(metric), out,
+                                                            &host_error));
+}
+
+void tessera_metric_drop(tessera_metric_t metric) {
+    tessera_model_telemetry_metric_drop_own(metric);
+}
+
+void tessera_metric_family_drop(tessera_metric_family_t family) {
+    tessera_model_telemetry_metric_family_drop_own(family);
+}
+
+tessera_span_t tessera_span_start(const char *name, const tessera_span_t *parent) {
+    model_nn_string_t n = borrowed(name);
+    tessera_model_telemetry_borrow_span_t borrowed_parent;
+    if (parent) borrowed_parent = tessera_model_telemetry_borrow_span(*parent);
+    return tessera_model_telemetry_static_span_start(&n, parent ? &borrowed_parent : NULL);
+}
+
+bool tessera_span_is_recording(tessera_span_t span) {
+    return tessera_model_telemetry_method_span_is_recording(tessera_model_telemetry_borrow_span(span));
+}
+
+static void span_set(tessera_span_t span, const char *key, tessera_model_types_param_value_t *value) {
+    model_nn_string_t k = borrowed(key);
+    tessera_model_telemetry_method_span_set_attribute(tessera_model_telemetry_borrow_span(span), &k, value);
+}
+
+void tessera_span_set_int(tessera_span_t span, const char *key, int64_t value) {
+    tessera_model_types_param_value_t v = {.tag = TESSERA_MODEL_TYPES_PARAM_VALUE_INT, .val.int_ = value};
+    span_set(span, key, &v);
+}
+
+void tessera_span_set_double(tessera_span_t span, const char *key, double value) {
+    tessera_model_types_param_value_t v = {.tag = TESSERA_MODEL_TYPES_PARAM_VALUE_DOUBLE, .val.double_ = value};
+    span_set(span, key, &v);
+}
+
+void tessera_span_set_string(tessera_span_t span, const char *key, const char *value) {
+    tessera_model_types_param_value_t v = {.tag = TESSERA_MODEL_TYPES_PARAM_VALUE_STRING, .val.string = borrowed(value)};
+    span_set(span, key, &v);
+}
+
+void tessera_span_event(tessera_span_t span, const char *name) {
+    model_nn_string_t n = borrowed(name);
+    tessera_model_telemetry_list_tuple2_string_param_value_t none = {NULL, 0};
+    tessera_model_telemetry_method_span_add_event(tessera_model_telemetry_borrow_span(span), &n, &none);
+}
+
+void tessera_span_end(tessera_span_t span) {
+    tessera_model_telemetry_method_span_end(tessera_model_telemetry_borrow_span(span));
+    tessera_model_telemetry_span_drop_own(span);
+}

@@ -157,6 +157,45 @@ bool tessera_send(tessera_sender_t sender, const tessera_tensor_t *outputs, size
 bool tessera_send_error(tessera_sender_t sender, tessera_code_t code, const char *message, bool final);
 void tessera_sender_drop(tessera_sender_t sender);
 
+/* ---- the model's own metrics and spans ------------------------------------------------------ */
+/* Metrics on the server's /metrics, as Triton's python backend has them (pb_utils.MetricFamily):
+ * a family is one metric name (the same name and kind is the same family), a metric one series
+ * of it. The host labels every series with the model's `model` and `version`, refuses names that
+ * begin with `nv_` or `tessera_` and caps the series a model holds. A series leaves /metrics when
+ * its last handle is dropped: keep metrics in static storage from tessera_initialize. */
+typedef tessera_model_telemetry_own_metric_family_t tessera_metric_family_t;
+typedef tessera_model_telemetry_own_metric_t tessera_metric_t;
+typedef tessera_model_telemetry_own_span_t tessera_span_t;
+typedef enum {
+    TESSERA_COUNTER = TESSERA_MODEL_TELEMETRY_METRIC_KIND_COUNTER,
+    TESSERA_GAUGE = TESSERA_MODEL_TELEMETRY_METRIC_KIND_GAUGE,
+    TESSERA_HISTOGRAM = TESSERA_MODEL_TELEMETRY_METRIC_KIND_HISTOGRAM,
+} tessera_metric_kind_t;
+bool tessera_metric_family_new(const char *name, const char *description, tessera_metric_kind_t kind,
+                               tessera_metric_family_t *out, tessera_error_t *error);
+/* The series with `label_count` labels, given as key, value, key, value, ... in `labels`;
+ * `buckets` (increasing upper bounds, `bucket_count` of them) for a histogram, NULL otherwise. */
+bool tessera_metric_new(tessera_metric_family_t family, const char *const *labels, size_t label_count,
+                        const double *buckets, size_t bucket_count, tessera_metric_t *out, tessera_error_t *error);
+bool tessera_metric_increment(tessera_metric_t metric, double value, tessera_error_t *error);
+bool tessera_metric_set(tessera_metric_t metric, double value, tessera_error_t *error);
+bool tessera_metric_observe(tessera_metric_t metric, double value, tessera_error_t *error);
+bool tessera_metric_value(tessera_metric_t metric, double *out, tessera_error_t *error);
+void tessera_metric_drop(tessera_metric_t metric);
+void tessera_metric_family_drop(tessera_metric_family_t family);
+/* A span of the model's own code in the trace of the request it executes (for a batch, its
+ * first traced request), under the model's compute span or `parent` (NULL: none). It records
+ * nothing when the request is not traced. End it with tessera_span_end (which drops the handle);
+ * one still open when tessera_execute returns ends then. */
+tessera_span_t tessera_span_start(const char *name, const tessera_span_t *parent);
+bool tessera_span_is_recording(tessera_span_t span);
+void tessera_span_set_int(tessera_span_t span, const char *key, int64_t value);
+void tessera_span_set_double(tessera_span_t span, const char *key, double value);
+void tessera_span_set_string(tessera_span_t span, const char *key, const char *value);
+/* An event now, with no attributes. */
+void tessera_span_event(tessera_span_t span, const char *name);
+void tessera_span_end(tessera_span_t span);
+
 /* ---- logging and config -------------------------------------------------------------------- */
 void tessera_log(tessera_log_level_t level, const char *format, ...) __attribute__((format(printf, 2, 3)));
 /* The model config's string parameter `key` (config.pbtxt `parameters`) into `buffer`; false

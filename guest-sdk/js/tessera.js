@@ -25,7 +25,8 @@
 // InferenceResponse (errors in `.error()`); `execAsync()` starts the call and returns a Promise
 // (calls started together run concurrently on the host); `exec({ decoupled: true })` iterates a
 // decoupled model's responses. Decoupled models answer through `request.getResponseSender()`.
-// `console.*` and `Logger` go to the server's log.
+// `console.*` and `Logger` go to the server's log. `MetricFamily` puts the model's own metrics on
+// the server's /metrics (Triton's pb_utils.MetricFamily), `Span` its own spans in request traces.
 
 import {
   log as hostLog,
@@ -34,6 +35,7 @@ import {
   inferStream as hostInferStream,
 } from 'tessera:model/host@0.1.0';
 import { Tensor as HostTensor } from 'tessera:model/types@0.1.0';
+import { MetricFamily as HostMetricFamily, Span as HostSpan } from 'tessera:model/telemetry@0.1.0';
 
 export const TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1;
 export const TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1;
@@ -585,16 +587,16 @@ export class InferenceResponseSender {
   }
 }
 
+function paramValue(v) {
+  if (typeof v === 'boolean') return { tag: 'bool', val: v };
+  if (typeof v === 'bigint') return { tag: 'int', val: v };
+  if (typeof v === 'number' && Number.isInteger(v)) return { tag: 'int', val: BigInt(v) };
+  if (typeof v === 'number') return { tag: 'double', val: v };
+  return { tag: 'string', val: String(v) };
+}
+
 function toParameters(object) {
-  return Object.entries(object ?? {}).map(([key, v]) => {
-    let value;
-    if (typeof v === 'boolean') value = { tag: 'bool', val: v };
-    else if (typeof v === 'bigint') value = { tag: 'int', val: v };
-    else if (typeof v === 'number' && Number.isInteger(v)) value = { tag: 'int', val: BigInt(v) };
-    else if (typeof v === 'number') value = { tag: 'double', val: v };
-    else value = { tag: 'string', val: String(v) };
-    return { key, value };
-  });
+  return Object.entries(object ?? {}).map(([key, v]) => ({ key, value: paramValue(v) }));
 }
 
 function fromParameters(list) {
@@ -748,6 +750,94 @@ export class InferenceRequest {
         yield responseOf(item.val);
       }
     }
+  }
+}
+
+// ---- telemetry: the model's own metrics and spans ----------------------------------------------
+
+const METRIC_KINDS = ['counter', 'gauge', 'histogram'];
+
+/** One series of a MetricFamily (made by `family.Metric(labels, buckets)`). */
+export class Metric {
+  constructor(handle) {
+    this._handle = handle;
+  }
+
+  /** Adds `value` (a counter by a value >= 0 only; a gauge by any). */
+  increment(value) {
+    hostCall(() => this._handle.increment(Number(value)));
+  }
+
+  /** Sets a gauge. */
+  set(value) {
+    hostCall(() => this._handle.set(Number(value)));
+  }
+
+  /** Adds an observation to a histogram. */
+  observe(value) {
+    hostCall(() => this._handle.observe(Number(value)));
+  }
+
+  /** A counter's or gauge's value. */
+  value() {
+    return hostCall(() => this._handle.value());
+  }
+}
+
+/**
+ * pb_utils.MetricFamily: new MetricFamily(name, description, MetricFamily.COUNTER | GAUGE | HISTOGRAM).
+ * The host labels every series with the model's `model` and `version`. Keep families and metrics
+ * on the model (they outlive executes; a series leaves /metrics when the instance ends).
+ */
+export class MetricFamily {
+  static COUNTER = 0;
+  static GAUGE = 1;
+  static HISTOGRAM = 2;
+
+  constructor(name, description, kind) {
+    const witKind = METRIC_KINDS[kind];
+    if (witKind === undefined) throw new TritonModelException('Unknown metric kind');
+    this.kind = kind;
+    this._handle = hostCall(() => HostMetricFamily.create(String(name), String(description), witKind));
+  }
+
+  /** The series with `labels` (an object of strings); `buckets` for a HISTOGRAM, and only for one. */
+  Metric(labels = {}, buckets = undefined) {
+    const pairs = Object.entries(labels ?? {}).map(([k, v]) => [String(k), String(v)]);
+    const bounds = buckets === undefined || buckets === null ? undefined : Float64Array.from(buckets, Number);
+    return new Metric(hostCall(() => this._handle.metric(pairs, bounds)));
+  }
+
+  metric(labels, buckets) {
+    return this.Metric(labels, buckets);
+  }
+}
+
+/**
+ * A span of the model's own code in the trace of the request it executes (for a batch, its first
+ * traced request): new Span(name, parent?). It records nothing when the request is not traced,
+ * and ends at `end()` or, at the latest, when execute returns.
+ */
+export class Span {
+  constructor(name, parent = undefined) {
+    this._handle = hold(HostSpan.start(String(name), parent?._handle));
+  }
+
+  isRecording() {
+    return this._handle.isRecording();
+  }
+
+  /** `value`: boolean, number, bigint or string. */
+  setAttribute(key, value) {
+    this._handle.setAttribute(String(key), paramValue(value));
+  }
+
+  addEvent(name, attributes = {}) {
+    this._handle.addEvent(String(name), Object.entries(attributes ?? {}).map(([k, v]) => [String(k), paramValue(v)]));
+  }
+
+  end() {
+    this._handle.end();
   }
 }
 

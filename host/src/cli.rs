@@ -273,7 +273,9 @@ pub struct ServeArgs {
     /// Milliseconds between samples of the CPU and memory gauges.
     #[arg(long, default_value_t = 2000)]
     pub metrics_interval_ms: u64,
-    /// Accepted for compatibility with Triton command lines (`<setting>=<value>`; ignored).
+    /// Triton's metrics settings, `<setting>=<value>` (repeatable): `counter_latencies`,
+    /// `histogram_latencies`, `summary_latencies`, `summary_quantiles=<q>:<error>,...`, and
+    /// Tessera's `summary_max_age=<seconds>` and `phase_histograms` (see docs/metrics.md).
     #[arg(long)]
     pub metrics_config: Vec<String>,
 
@@ -557,6 +559,7 @@ impl ServeArgs {
             metrics: self.allow_metrics.then(|| Listen::new(&self.metrics_address, self.metrics_port)),
             cpu_metrics_interval: self.allow_cpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
             gpu_metrics_interval: self.allow_gpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
+            metrics_settings: crate::stats::latency::MetricsSettings::parse(&self.metrics_config)?,
             response_cache_bytes: crate::cache::parse_cache_config(&self.cache_config)?,
             rate_limit: (self.rate_limit == "execution_count").then(|| self.rate_limit_resource.clone()),
             model_load_threads: self.model_load_thread_count.unwrap_or(0) as usize,

@@ -228,6 +228,7 @@ impl Frontend {
                 response_cache: None,
                 rate_limiter: None,
                 load_threads: 1,
+                metrics: Default::default(),
             },
             crate::backend::BackendRegistry::new(),
         ));

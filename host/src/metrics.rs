@@ -21,7 +21,8 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use crate::gpu::metrics::{GpuReading, GpuSampler};
 use crate::model::LoadedModel;
 use crate::repository::ModelManager;
-use crate::stats::{FailureReason, Quota, SandboxUsage, TrapKind};
+use crate::stats::latency;
+use crate::stats::{FailureReason, ModelStats, Quota, SandboxUsage, TrapKind};
 
 /// Host CPU and memory, refreshed by a background task.
 #[derive(Debug, Default)]
@@ -103,6 +104,8 @@ pub struct MetricsState {
     pub gpu: Option<Arc<GpuSampler>>,
     /// For the OpenTelemetry exporter's counts.
     pub tracer: Arc<crate::trace::Tracer>,
+    /// Metrics the models' own code defines.
+    pub custom: Arc<crate::stats::custom::CustomMetrics>,
 }
 
 pub fn router(state: MetricsState) -> Router {
@@ -111,7 +114,9 @@ pub fn router(state: MetricsState) -> Router {
 
 async fn scrape(State(state): State<MetricsState>) -> Response {
     let gpus = state.gpu.as_ref().map(|g| g.readings()).unwrap_or_default();
-    let mut body = render(&state.manager.ready_models(), state.host.as_deref(), &gpus);
+    let counter_latencies = state.manager.metrics_settings().counter_latencies;
+    let mut body = render(&state.manager.ready_models(), counter_latencies, state.host.as_deref(), &gpus);
+    body.push_str(&state.custom.render());
     if let Some((exported, dropped)) = state.tracer.export_counts() {
         body.push_str(&trace_export_metrics(exported, dropped));
     }
@@ -156,8 +161,14 @@ fn sandbox_metrics(usage: &SandboxUsage, labels: &[(&'static str, String)]) {
     }
 }
 
-/// Renders the Prometheus text exposition for these model versions, the host and the GPUs.
-pub fn render(models: &[Arc<LoadedModel>], host: Option<&HostSampler>, gpus: &[GpuReading]) -> String {
+/// Renders the Prometheus text exposition for these model versions (with the latency counters
+/// unless `counter_latencies` is off), the host and the GPUs.
+pub fn render(
+    models: &[Arc<LoadedModel>],
+    counter_latencies: bool,
+    host: Option<&HostSampler>,
+    gpus: &[GpuReading],
+) -> String {
     let recorder = PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     metrics::with_local_recorder(&recorder, || {
@@ -234,11 +245,13 @@ pub fn render(models: &[Arc<LoadedModel>], host: Option<&HostSampler>, gpus: &[G
             }
             counter!("nv_inference_count", &labels).absolute(s.inference_count);
             counter!("nv_inference_exec_count", &labels).absolute(s.execution_count);
-            counter!("nv_inference_request_duration_us", &labels).absolute(micros(s.success.ns + s.fail.ns));
-            counter!("nv_inference_queue_duration_us", &labels).absolute(micros(s.queue.ns));
-            counter!("nv_inference_compute_input_duration_us", &labels).absolute(micros(s.compute_input.ns));
-            counter!("nv_inference_compute_infer_duration_us", &labels).absolute(micros(s.compute_infer.ns));
-            counter!("nv_inference_compute_output_duration_us", &labels).absolute(micros(s.compute_output.ns));
+            if counter_latencies {
+                counter!("nv_inference_request_duration_us", &labels).absolute(micros(s.success.ns + s.fail.ns));
+                counter!("nv_inference_queue_duration_us", &labels).absolute(micros(s.queue.ns));
+                counter!("nv_inference_compute_input_duration_us", &labels).absolute(micros(s.compute_input.ns));
+                counter!("nv_inference_compute_infer_duration_us", &labels).absolute(micros(s.compute_infer.ns));
+                counter!("nv_inference_compute_output_duration_us", &labels).absolute(micros(s.compute_output.ns));
+            }
             gauge!("nv_inference_pending_request_count", &labels).set(model.stats.pending() as f64);
             // sandboxed models: Wasm guests, and model.py models (built into guests)
             if matches!(model.platform, "wasm" | "python") {
@@ -281,7 +294,11 @@ pub fn render(models: &[Arc<LoadedModel>], host: Option<&HostSampler>, gpus: &[G
             counter!("nv_energy_consumption", &labels).absolute(gpu.energy as u64);
         }
     });
-    handle.render()
+    let mut text = handle.render();
+    let labelled: Vec<(String, &ModelStats)> =
+        models.iter().map(|m| (latency::model_labels(&m.name, m.version), &*m.stats)).collect();
+    text.push_str(&latency::render(&labelled));
+    text
 }
 
 #[cfg(test)]
@@ -290,7 +307,7 @@ mod tests {
 
     #[test]
     fn gpu_metrics_carry_triton_names_and_the_gpu_uuid() {
-        let none = render(&[], None, &[]);
+        let none = render(&[], true, None, &[]);
         assert!(!none.contains("nv_gpu") && !none.contains("nv_energy"), "{none}");
         let reading = GpuReading {
             uuid: "GPU-1234".into(),
@@ -301,7 +318,7 @@ mod tests {
             power_limit: 700.0,
             energy: 12.9,
         };
-        let text = render(&[], None, &[reading]);
+        let text = render(&[], true, None, &[reading]);
         for line in [
             r#"nv_gpu_utilization{gpu_uuid="GPU-1234"} 0.5"#,
             r#"nv_gpu_memory_total_bytes{gpu_uuid="GPU-1234"} 80"#,

@@ -24,6 +24,7 @@ from ._api import (
     using_decoupled_model_transaction_policy,
 )
 from ._errors import TritonError, TritonModelException
+from ._telemetry import Metric, MetricFamily, MetricKind, Span
 from ._tensor import Tensor
 
 __version__ = "0.1.0"

@@ -8,11 +8,13 @@ import json
 
 try:
     from wit_world.imports import host as wit_host
+    from wit_world.imports import telemetry as wit_telemetry
     from wit_world.imports import types as wit_types
     from componentize_py_types import Err, Ok
     AVAILABLE = True
 except ImportError:  # plain CPython
     wit_host = None
+    wit_telemetry = None
     wit_types = None
     AVAILABLE = False
 
@@ -127,6 +129,19 @@ def give_tensors(requests, tensors):
     return wit_types.Request.give_tensors(requests, tensors)
 
 
+def param_value(key, value):
+    """A WIT `param-value` from a bool, int, float or str."""
+    if isinstance(value, bool):
+        return wit_types.ParamValue_Bool(value)
+    if isinstance(value, int):
+        return wit_types.ParamValue_Int(value)
+    if isinstance(value, float):
+        return wit_types.ParamValue_Double(value)
+    if isinstance(value, str):
+        return wit_types.ParamValue_String(value)
+    raise TypeError("parameter %r: expected bool, int, float or str, got %s" % (key, type(value).__name__))
+
+
 def parameters_to_wit(params):
     """A list of WIT `parameter` records from a dict (or a JSON object string)."""
     if not params:
@@ -134,21 +149,7 @@ def parameters_to_wit(params):
     require()
     if isinstance(params, str):
         params = json.loads(params)
-    out = []
-    for key, value in params.items():
-        if isinstance(value, bool):
-            v = wit_types.ParamValue_Bool(value)
-        elif isinstance(value, int):
-            v = wit_types.ParamValue_Int(value)
-        elif isinstance(value, float):
-            v = wit_types.ParamValue_Double(value)
-        elif isinstance(value, str):
-            v = wit_types.ParamValue_String(value)
-        else:
-            raise TypeError("parameter %r: expected bool, int, float or str, got %s"
-                            % (key, type(value).__name__))
-        out.append(wit_types.Parameter(str(key), v))
-    return out
+    return [wit_types.Parameter(str(key), param_value(key, value)) for key, value in params.items()]
 
 
 def parameters_from_wit(params):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import wasmtime
 from wasmtime import component as cm
 
-TENSOR, REQUEST, SENDER, STREAM, PENDING = 1, 2, 3, 4, 5
+TENSOR, REQUEST, SENDER, STREAM, PENDING, FAMILY, METRIC, SPAN = 1, 2, 3, 4, 5, 6, 7, 8
 _DT = ["bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "fp16",
        "bf16", "fp32", "fp64", "bytes"]
 _ITEM = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
@@ -149,6 +149,8 @@ class MockHost:
         self.bytes_to_guest = 0
         self.bytes_from_guest = 0
         self.bls_calls = []
+        self.metrics = {}  # (family, ((label, value), ...)) -> value, or a list of observations
+        self.spans = []  # [name, parent index or None, {attributes}, [events], ended]
         self.decoupled = False  # set it to answer set-outputs as the host does a decoupled model
         self._call_requests = []
         self._pending = []  # execute-by-value's requests until request.at takes them
@@ -169,6 +171,8 @@ class MockHost:
                 self._define_types(types)
             with root.add_instance("tessera:model/host@0.1.0") as host:
                 self._define_host(host)
+            with root.add_instance("tessera:model/telemetry@0.1.0") as telemetry:
+                self._define_telemetry(telemetry)
         self.linker = linker
         self.store = wasmtime.Store(self.engine)
         self.store.set_wasi(wasmtime.WasiConfig())
@@ -442,6 +446,71 @@ class MockHost:
         li.add_func("infer", w("infer", infer))
         li.add_func("infer-stream", w("infer-stream", infer_stream))
         li.add_func("[method]response-stream.next", w("response-stream.next", nxt))
+
+    # -- tessera:model/telemetry --------------------------------------------------------------
+    def _define_telemetry(self, li):
+        """Families, series and spans kept in `self.metrics` and `self.spans` (no kind checks
+        beyond the host's basic ones: the server's tests check its messages)."""
+        for name, ty in (("metric-family", FAMILY), ("metric", METRIC), ("span", SPAN)):
+            li.add_resource(name, cm.ResourceType.host(ty), self._drop)
+
+        def create(name, description, kind):
+            if name.startswith(("nv_", "tessera_")):
+                return _rec(code="invalid-arg", message="names beginning with 'nv_' or 'tessera_' are the server's")
+            return self._own((name, kind), FAMILY)
+
+        def metric(h, labels, buckets):
+            name, _kind = self._get(h)
+            key = (name, tuple(sorted(labels)))
+            self.metrics.setdefault(key, [] if buckets is not None else 0.0)
+            return self._own(key, METRIC)
+
+        def increment(h, value):
+            key = self._get(h)
+            self.metrics[key] += value
+            return None
+
+        def set_(h, value):
+            self.metrics[self._get(h)] = value
+            return None
+
+        def observe(h, value):
+            self.metrics[self._get(h)].append(value)
+            return None
+
+        def value(h):
+            return self.metrics[self._get(h)]
+
+        def start(name, parent):
+            parent_index = self._get(parent) if parent is not None else None
+            self.spans.append([name, parent_index, {}, [], False])
+            return self._own(len(self.spans) - 1, SPAN)
+
+        def recording(h):
+            self._get(h)
+            return True
+
+        def attribute(h, key, value):
+            self.spans[self._get(h)][2][key] = value.value
+
+        def event(h, name, attributes):
+            self.spans[self._get(h)][3].append((name, {k: v.value for k, v in attributes}))
+
+        def end(h):
+            self.spans[self._get(h)][4] = True
+
+        w = self._wrap
+        li.add_func("[static]metric-family.create", w("metric-family.create", create))
+        li.add_func("[method]metric-family.metric", w("metric-family.metric", metric))
+        li.add_func("[method]metric.increment", w("metric.increment", increment))
+        li.add_func("[method]metric.set", w("metric.set", set_))
+        li.add_func("[method]metric.observe", w("metric.observe", observe))
+        li.add_func("[method]metric.value", w("metric.value", value))
+        li.add_func("[static]span.start", w("span.start", start))
+        li.add_func("[method]span.is-recording", w("span.is-recording", recording))
+        li.add_func("[method]span.set-attribute", w("span.set-attribute", attribute))
+        li.add_func("[method]span.add-event", w("span.add-event", event))
+        li.add_func("[method]span.end", w("span.end", end))
 
     def _input_rows(self, reqs, max_bytes):
         """Each request's inputs as `input-data` records, as request.read-inputs returns them."""

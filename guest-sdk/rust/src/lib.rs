@@ -14,6 +14,8 @@
 //!   [`PendingInfer::get`], [`wait_all`] or [`wait_any`];
 //! * [`ModelConfig`]: the config `initialize` receives, parsed (config parameters, max batch size);
 //! * logging to the host log: [`log`] and the [`info!`], [`warn!`], [`error!`], [`verbose!`] macros;
+//! * [`telemetry`]: the model's own metrics on `/metrics` (Triton's `pb_utils.MetricFamily` API)
+//!   and spans of its own code in request traces;
 //! * a panic hook that writes the panic message to the host log before the guest aborts, so a trap
 //!   in the server log comes with its reason.
 //!
@@ -48,6 +50,7 @@ pub mod log;
 mod panic;
 mod request;
 mod runtime;
+pub mod telemetry;
 mod tensor;
 
 pub use bls::{InferRequest, PendingInfer, ResponseStream, infer, infer_async, infer_stream, wait_all, wait_any};

@@ -23,6 +23,7 @@ use crate::infer::{InferRequest, InferResponse, ResponseStream};
 use crate::scheduler::Scheduler;
 use crate::scheduler::ensemble::EnsembleScheduler;
 use crate::scheduler::rate_limit::{Claim, RateLimiter};
+use crate::stats::latency::{Latency, MetricsSettings};
 use crate::stats::{FailureReason, ModelStats};
 use crate::trace::{Trace, activity};
 pub use io::ModelIo;
@@ -86,6 +87,13 @@ fn rate_limit_claim(
     limiter.register(&resources, priority, device)
 }
 
+/// Statistics recording the latency families `metrics` and the config's `model_metrics` ask for.
+fn model_stats(config: &ModelConfig, metrics: &MetricsSettings) -> CoreResult<ModelStats> {
+    let cached = config.response_cache.as_ref().is_some_and(|c| c.enable);
+    let latency = Latency::new(metrics, config, cached).map_err(CoreError::invalid_arg)?;
+    Ok(ModelStats::new(latency))
+}
+
 impl LoadedModel {
     /// Reads the config's tensors (and label files in `model_dir`), creates every instance of
     /// every instance group with `backend`, picks the scheduler and runs warmup. Blocking
@@ -97,12 +105,13 @@ impl LoadedModel {
         model_dir: &Path,
         model_path: &Path,
         limiter: Option<&Arc<RateLimiter>>,
+        metrics: &MetricsSettings,
     ) -> CoreResult<Self> {
         // Cheap checks first: a bad label file fails before any session is created.
         let io = ModelIo::from_config(&config, model_dir)?;
+        let stats = Arc::new(model_stats(&config, metrics)?);
         place_instances(&mut config, backend)?;
         let version_dir = model_path.parent().unwrap_or(model_dir);
-        let stats = Arc::new(ModelStats::default());
         let mut instances = Vec::new();
         let mut claims = Vec::new();
         for group in &config.instance_group {
@@ -156,16 +165,18 @@ impl LoadedModel {
         version: i64,
         ensemble: EnsembleScheduler,
         model_dir: &Path,
+        metrics: &MetricsSettings,
     ) -> CoreResult<Self> {
         // (The plan refused model_warmup and instance groups, as Triton does.)
         let io = ModelIo::from_config(&config, model_dir)?;
+        let stats = Arc::new(model_stats(&config, metrics)?);
         Ok(Self {
             name: config.name.clone(),
             version,
             config_json: crate::config::to_json(&config),
             platform: "ensemble",
             io,
-            stats: Arc::new(ModelStats::default()),
+            stats,
             scheduler: Scheduler::Ensemble(ensemble),
             cache: None,
             config,
@@ -219,7 +230,8 @@ impl LoadedModel {
     /// failures reach its stream instead, so it has none).
     fn record_request(&self, ok: bool, failure: Option<&CoreError>, start: Instant) {
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        self.stats.record_request(ok, start.elapsed(), now_ms);
+        // A regular model's one response is its first: its time is the request's.
+        self.stats.record_request(ok, start.elapsed(), now_ms, !self.is_decoupled());
         if let Some(e) = failure {
             self.stats.record_failure(FailureReason::of(e));
         }
@@ -264,7 +276,11 @@ impl LoadedModel {
         // Post-process each raw response while the instance may still be producing more.
         let forward = tokio::spawn(async move {
             let mut ok = true;
+            let mut first = true;
             while let Some(RawResponse { outputs, is_final }) = raw_rx.recv().await {
+                if std::mem::take(&mut first) {
+                    model.stats.record_first_response(start.elapsed());
+                }
                 let response = outputs
                     .and_then(|outputs| model.io.postprocess(outputs, batch_size, &wanted))
                     .map(|outputs| model.response(id.clone(), outputs, is_final));

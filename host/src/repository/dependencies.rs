@@ -176,7 +176,8 @@ impl ModelManager {
                 // Reaching a decoupled model makes the ensemble decoupled (and /config says so).
                 config.model_transaction_policy = Some(pb::ModelTransactionPolicy { decoupled: true });
             }
-            LoadedModel::load_ensemble(config, version, EnsembleScheduler::new(plan, self.weak_infer()), &source.dir)
+            let scheduler = EnsembleScheduler::new(plan, self.weak_infer());
+            LoadedModel::load_ensemble(config, version, scheduler, &source.dir, &self.options.metrics)
         });
         match built {
             Ok(model) => VersionState::Ready(Arc::new(model)),

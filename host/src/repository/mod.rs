@@ -40,6 +40,7 @@ use crate::infer::{Infer, InferFuture, InferRequest, InferResponse, ResponseStre
 use crate::model::LoadedModel;
 use crate::scheduler::ensemble::is_ensemble;
 use crate::scheduler::rate_limit::RateLimiter;
+use crate::stats::latency::MetricsSettings;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ControlMode {
@@ -60,6 +61,8 @@ pub struct RepositoryOptions {
     pub rate_limiter: Option<Arc<RateLimiter>>,
     /// How many models load at once at startup (`--model-load-thread-count`; 0: one per CPU).
     pub load_threads: usize,
+    /// `--metrics-config`: which latency families each model records.
+    pub metrics: MetricsSettings,
 }
 
 /// What the repository index reports for one model.
@@ -101,6 +104,11 @@ pub struct ModelManager {
 }
 
 impl ModelManager {
+    /// The `--metrics-config` settings models are loaded with.
+    pub fn metrics_settings(&self) -> &MetricsSettings {
+        &self.options.metrics
+    }
+
     pub fn new(options: RepositoryOptions, backends: BackendRegistry) -> Self {
         Self {
             options,
@@ -301,8 +309,10 @@ impl ModelManager {
         let _guard = self.control.lock().await;
         let cache = self.options.response_cache.clone();
         let limiter = self.options.rate_limiter.clone();
+        let metrics = self.options.metrics.clone();
         let loaded = tokio::task::spawn_blocking(move || {
-            LoadedModel::load(config, version, backend.as_ref(), Path::new(""), Path::new(""), limiter.as_ref())
+            let (model_dir, model_path) = (Path::new(""), Path::new(""));
+            LoadedModel::load(config, version, backend.as_ref(), model_dir, model_path, limiter.as_ref(), &metrics)
                 .map(|m| m.with_response_cache(cache))
         })
         .await
@@ -400,6 +410,7 @@ impl ModelManager {
                 dir,
                 &version_dir.join(file),
                 self.options.rate_limiter.as_ref(),
+                &self.options.metrics,
             )
             .map(|m| VersionState::Ready(Arc::new(m.with_response_cache(self.options.response_cache.clone()))))
             .unwrap_or_else(|e| VersionState::Unavailable(e.message));

@@ -101,6 +101,7 @@ mod tests {
             response_cache: None,
             rate_limiter: None,
             load_threads: 1,
+            metrics: Default::default(),
         };
         ModelManager::new(options, crate::backend::BackendRegistry::new())
     }

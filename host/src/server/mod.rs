@@ -32,6 +32,7 @@ use crate::metrics::{HostSampler, MetricsState};
 use crate::repository::{ControlMode, ModelManager, RepositoryOptions};
 use crate::restricted::Restrictions;
 use crate::scheduler::rate_limit::{RateLimiter, ResourceOverride};
+use crate::stats::custom::CustomMetrics;
 use crate::trace::{TraceConfig, Tracer};
 
 /// Where a front door listens. Port 0 picks a free port ([`ServerHandle`] reports it).
@@ -98,6 +99,8 @@ pub struct ServerConfig {
     /// Sampling interval of the GPU gauges (NVML); `None` leaves them out. Without NVML or a
     /// GPU there is nothing to sample and no GPU metric appears.
     pub gpu_metrics_interval: Option<Duration>,
+    /// `--metrics-config`: which latency families are recorded.
+    pub metrics_settings: crate::stats::latency::MetricsSettings,
     /// Size of the response cache in bytes, for models that enable it.
     pub response_cache_bytes: Option<usize>,
     /// Triton's rate limiter (`--rate-limit execution_count`) with the `--rate-limit-resource`
@@ -160,6 +163,7 @@ impl Default for ServerConfig {
             metrics: None,
             cpu_metrics_interval: None,
             gpu_metrics_interval: None,
+            metrics_settings: Default::default(),
             response_cache_bytes: None,
             rate_limit: None,
             model_load_threads: 0,
@@ -274,12 +278,15 @@ impl Server {
                 response_cache: config.response_cache_bytes.map(|bytes| Arc::new(ResponseCache::new(bytes))),
                 rate_limiter: config.rate_limit.clone().map(RateLimiter::new),
                 load_threads: config.model_load_threads,
+                metrics: config.metrics_settings.clone(),
             },
             backends,
         ));
         // Guests reach other models (BLS) through the one in-process entry point.
         let infer: Weak<dyn Infer> = Arc::downgrade(&(Arc::clone(&manager) as Arc<dyn Infer>));
         wasm.connect(infer);
+        let custom_metrics = CustomMetrics::new(config.metrics_settings.custom_series_per_model);
+        wasm.set_custom_metrics(Arc::clone(&custom_metrics));
         for model in config.registered_models {
             let name = model.config.name.clone();
             if let Err(e) = manager.register(model.config, model.version, model.backend).await {
@@ -375,7 +382,13 @@ impl Server {
             addresses.metrics = listener.local_addr().ok();
             let host = config.cpu_metrics_interval.map(HostSampler::start);
             let gpu = config.gpu_metrics_interval.and_then(crate::gpu::metrics::GpuSampler::start);
-            let state = MetricsState { manager: Arc::clone(&manager), host, gpu, tracer: Arc::clone(&tracer) };
+            let state = MetricsState {
+                manager: Arc::clone(&manager),
+                host,
+                gpu,
+                tracer: Arc::clone(&tracer),
+                custom: Arc::clone(&custom_metrics),
+            };
             let shutdown = stopped(stop_rx.clone());
             tasks.spawn(async move {
                 axum::serve(listener, crate::metrics::router(state))

@@ -12,10 +12,10 @@ use std::sync::mpsc::{Sender, channel};
 use std::thread::JoinHandle;
 
 use super::tensors::{data_text, shape_text};
-use super::{TraceRecord, TraceSink, activity};
+use super::{GuestSpan, SpanValue, TraceRecord, TraceSink, activity};
 
 enum Message {
-    Trace(TraceRecord),
+    Trace(Box<TraceRecord>),
     LogFrequency(u32),
     Close,
 }
@@ -70,7 +70,7 @@ impl FileSink {
 
 impl TraceSink for FileSink {
     fn finish(&self, record: TraceRecord) {
-        self.send(Message::Trace(record));
+        self.send(Message::Trace(Box::new(record)));
     }
 }
 
@@ -177,7 +177,44 @@ fn objects(record: &TraceRecord) -> String {
             json(tensor.datatype.as_str())
         ));
     }
+    for span in &record.guest_spans {
+        out.push(format!("{{\"id\":{id},\"span\":{}}}", guest_span(span)));
+    }
     out.join(",")
+}
+
+/// A guest's span as a JSON object: Tessera's addition to Triton's file (Triton's trace summary
+/// tool reads past objects it does not know).
+fn guest_span(span: &GuestSpan) -> serde_json::Value {
+    use serde_json::json;
+    let hex = |id: &[u8; 8]| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let attributes = |list: &[(String, SpanValue)]| -> serde_json::Map<String, serde_json::Value> {
+        list.iter()
+            .map(|(key, value)| {
+                let value = match value {
+                    SpanValue::Bool(b) => json!(b),
+                    SpanValue::Int(i) => json!(i),
+                    SpanValue::Double(d) => json!(d),
+                    SpanValue::String(s) => json!(s),
+                };
+                (key.clone(), value)
+            })
+            .collect()
+    };
+    let mut object = json!({
+        "name": span.name,
+        "span_id": hex(&span.span_id),
+        "start_ns": span.start_ns,
+        "end_ns": span.end_ns,
+        "attributes": attributes(&span.attributes),
+        "events": span.events.iter().map(|e| json!({
+            "name": e.name, "ns": e.ns, "attributes": attributes(&e.attributes),
+        })).collect::<Vec<_>>(),
+    });
+    if let Some(parent) = &span.parent {
+        object["parent_span_id"] = json!(hex(parent));
+    }
+    object
 }
 
 fn json(text: &str) -> String {

@@ -61,6 +61,38 @@ pub struct TraceRecord {
     pub finished_ns: u64,
     /// In OpenTelemetry mode, the ids of the spans this trace becomes.
     pub otel: Option<OtelIds>,
+    /// Spans the model's guest code opened (WIT interface `telemetry`), in the order they ended.
+    pub guest_spans: Vec<GuestSpan>,
+}
+
+/// A span a guest opened in a request's trace: a child of the model's compute span, or of
+/// another of its spans (`parent`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuestSpan {
+    pub span_id: [u8; 8],
+    pub parent: Option<[u8; 8]>,
+    pub name: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub attributes: Vec<(String, SpanValue)>,
+    pub events: Vec<SpanEvent>,
+}
+
+/// An event a guest added to one of its spans.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanEvent {
+    pub name: String,
+    pub ns: u64,
+    pub attributes: Vec<(String, SpanValue)>,
+}
+
+/// The value of a guest span's or event's attribute.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpanValue {
+    Bool(bool),
+    Int(i64),
+    Double(f64),
+    String(String),
 }
 
 /// The OpenTelemetry ids of one trace's spans (see `otlp`).
@@ -108,7 +140,7 @@ impl OtelIds {
 }
 
 /// A non-zero random span id.
-fn random_id() -> [u8; 8] {
+pub fn random_id() -> [u8; 8] {
     use std::hash::{BuildHasher, Hasher};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     static KEYS: LazyLock<std::collections::hash_map::RandomState> =
@@ -231,6 +263,11 @@ impl Trace {
         }
     }
 
+    /// Adds a span the model's guest code opened and has ended.
+    pub fn add_guest_span(&self, span: GuestSpan) {
+        self.with_record(|r| r.guest_spans.push(span));
+    }
+
     fn with_record(&self, change: impl FnOnce(&mut TraceRecord)) {
         let mut record = self.0.record.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         change(&mut record);
@@ -243,6 +280,12 @@ impl Drop for Inner {
         record.finished_ns = now_ns();
         self.sink.finish(record);
     }
+}
+
+/// A trace at level TIMESTAMPS that goes to `sink`, for other modules' tests.
+#[cfg(test)]
+pub(crate) fn test_trace(sink: Arc<dyn TraceSink>) -> Trace {
+    Trace::new(0, Level { timestamps: true, tensors: false }, None, Arc::new(AtomicU64::new(1)), sink)
 }
 
 /// Stamps `activity` now on `trace`, when the request is traced.

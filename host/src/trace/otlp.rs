@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 
-use super::{TraceRecord, TraceSink, activity};
+use super::{SpanValue, TraceRecord, TraceSink, activity};
 
 /// How long one export may take (the OTLP exporter's default timeout).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -152,6 +152,7 @@ fn span_count(record: &TraceRecord) -> usize {
     usize::from(record.otel.is_some_and(|ids| ids.root.is_some()))
         + 1
         + usize::from(record.timestamps.iter().any(|(n, _)| *n == activity::COMPUTE_START))
+        + record.guest_spans.len()
 }
 
 fn export(settings: &ExportSettings, batch: Vec<TraceRecord>, counts: &ExportCounts) {
@@ -200,7 +201,7 @@ fn spans_of(record: &TraceRecord) -> Vec<pb::Span> {
             .timestamps
             .iter()
             .filter(|(n, _)| names.contains(n))
-            .map(|(name, ns)| pb::Event { time_unix_nano: *ns, name: (*name).to_string() })
+            .map(|(name, ns)| pb::Event { time_unix_nano: *ns, name: (*name).to_string(), attributes: Vec::new() })
             .collect()
     };
     let span = |span_id: [u8; 8], parent: Option<[u8; 8]>, name: String, start: u64, end: u64| pb::Span {
@@ -254,7 +255,32 @@ fn spans_of(record: &TraceRecord) -> Vec<pb::Span> {
         compute.events = events(&compute_events);
         spans.push(compute);
     }
+    for guest in &record.guest_spans {
+        let parent = guest.parent.unwrap_or(ids.compute);
+        let mut child = span(guest.span_id, Some(parent), guest.name.clone(), guest.start_ns, guest.end_ns);
+        child.kind = 1; // INTERNAL: the guest's own code
+        child.attributes = guest.attributes.iter().map(|(k, v)| kv(k, value(v))).collect();
+        child.events = guest
+            .events
+            .iter()
+            .map(|e| pb::Event {
+                time_unix_nano: e.ns,
+                name: e.name.clone(),
+                attributes: e.attributes.iter().map(|(k, v)| kv(k, value(v))).collect(),
+            })
+            .collect();
+        spans.push(child);
+    }
     spans
+}
+
+fn value(value: &SpanValue) -> pb::Value {
+    match value {
+        SpanValue::Bool(b) => pb::Value::Bool(*b),
+        SpanValue::Int(i) => pb::Value::Int(*i),
+        SpanValue::Double(d) => pb::Value::Double(*d),
+        SpanValue::String(s) => pb::Value::String(s.clone()),
+    }
 }
 
 fn kv(key: &str, value: pb::Value) -> pb::KeyValue {
@@ -363,6 +389,8 @@ mod pb {
         pub time_unix_nano: u64,
         #[prost(string, tag = "2")]
         pub name: String,
+        #[prost(message, repeated, tag = "3")]
+        pub attributes: Vec<KeyValue>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -375,7 +403,7 @@ mod pb {
 
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct AnyValue {
-        #[prost(oneof = "Value", tags = "1, 3")]
+        #[prost(oneof = "Value", tags = "1, 2, 3, 4")]
         pub value: Option<Value>,
     }
 
@@ -383,7 +411,11 @@ mod pb {
     pub enum Value {
         #[prost(string, tag = "1")]
         String(String),
+        #[prost(bool, tag = "2")]
+        Bool(bool),
         #[prost(int64, tag = "3")]
         Int(i64),
+        #[prost(double, tag = "4")]
+        Double(f64),
     }
 }

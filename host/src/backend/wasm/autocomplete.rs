@@ -28,6 +28,7 @@ pub(super) fn complete(pre: &Prepared, config: &ModelConfig, version_dir: &Path)
         infer: None,
         runtime: None,
         clock: ExecutionClock::Wall,
+        telemetry: Default::default(),
     });
     let mut store = sandboxed_store(pre.engine(), &sandbox, shared)?;
     store.epoch_deadline_trap();

@@ -10,6 +10,9 @@ wasmtime::component::bindgen!({
         "tessera:model/types.response-sender": super::state::HostSender,
         "tessera:model/host.response-stream": super::bls::HostResponseStream,
         "tessera:model/host.pending-infer": super::bls::HostPendingInfer,
+        "tessera:model/telemetry.metric-family": super::telemetry::HostMetricFamily,
+        "tessera:model/telemetry.metric": super::telemetry::HostMetric,
+        "tessera:model/telemetry.span": super::telemetry::HostSpan,
     },
     imports: { default: trappable },
 });

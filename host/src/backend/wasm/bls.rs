@@ -457,6 +457,7 @@ mod tests {
                 infer: Some(infer),
                 runtime: Some(self.runtime.handle().clone()),
                 clock: crate::backend::wasm::ExecutionClock::Wall,
+                telemetry: Default::default(),
             }))
         }
     }
@@ -579,6 +580,7 @@ mod tests {
             infer: Some(gone),
             runtime: Some(f.runtime.handle().clone()),
             clock: crate::backend::wasm::ExecutionClock::Wall,
+            telemetry: Default::default(),
         }));
         let e = call(&mut s, "target").expect_err("unavailable");
         assert_eq!(e.message, "the server is shutting down");

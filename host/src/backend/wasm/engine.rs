@@ -8,6 +8,7 @@ use wasmtime::component::Linker;
 
 use super::settings::{Allocation, engine_config};
 use super::state::{GuestState, HostCalls, Types};
+use super::telemetry::TelemetryCalls;
 use super::{WasmOptions, bindings};
 
 /// How often the engine's epoch advances: the resolution of `max_execute_ms`.
@@ -54,6 +55,10 @@ pub(super) fn build_engine(allocation: Allocation) -> wasmtime::Result<(Engine, 
     // One interface at a time, each on the view of the store it needs (see `state`).
     bindings::tessera::model::types::add_to_linker::<GuestState, Types>(&mut linker, GuestState::types)?;
     bindings::tessera::model::host::add_to_linker::<GuestState, HostCalls>(&mut linker, GuestState::host)?;
+    bindings::tessera::model::telemetry::add_to_linker::<GuestState, TelemetryCalls>(
+        &mut linker,
+        GuestState::telemetry,
+    )?;
     super::nn::add_to_linker(&mut linker)?;
     Ok((engine, linker))
 }

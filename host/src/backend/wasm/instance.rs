@@ -269,6 +269,8 @@ impl WasmInstance {
             None => live.model.call_execute(&mut live.store, &handles).map(Returned::Handles),
         };
         live.store.data_mut().call.deadline = None;
+        // Spans the guest left open end with the call, before its trace can finish.
+        live.store.data_mut().bls.spans.end_all();
         live.store.data_mut().bls.trace = None;
         live.store.data_mut().bls.request_id.clear();
         let given = live.store.data_mut().end_execute();

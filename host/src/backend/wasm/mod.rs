@@ -48,6 +48,7 @@ mod sandbox;
 mod sender;
 mod settings;
 mod state;
+mod telemetry;
 mod tensor;
 #[cfg(test)]
 mod test_support;
@@ -160,6 +161,8 @@ pub struct WasmBackend {
     runtime: Option<tokio::runtime::Handle>,
     /// Why the engine could not be built; every model load then fails with it.
     engine_error: Option<String>,
+    /// Where guests' own metrics go, once the server has set it.
+    custom_metrics: OnceLock<Arc<crate::stats::custom::CustomMetrics>>,
 }
 
 impl WasmBackend {
@@ -173,6 +176,7 @@ impl WasmBackend {
             infer: OnceLock::new(),
             runtime: tokio::runtime::Handle::try_current().ok(),
             engine_error,
+            custom_metrics: OnceLock::new(),
         }
     }
 
@@ -206,6 +210,11 @@ impl WasmBackend {
     /// keep the model manager (which owns the backends) alive.
     pub fn connect(&self, infer: Weak<dyn Infer>) {
         let _ = self.infer.set(infer);
+    }
+
+    /// Where guests' own metrics (WIT interface `telemetry`) go: the registry `/metrics` renders.
+    pub fn set_custom_metrics(&self, metrics: Arc<crate::stats::custom::CustomMetrics>) {
+        let _ = self.custom_metrics.set(metrics);
     }
 }
 
@@ -243,6 +252,10 @@ impl Backend for WasmBackend {
             infer: self.infer.get().cloned(),
             runtime: self.runtime.clone().or_else(|| tokio::runtime::Handle::try_current().ok()),
             clock: ExecutionClock::for_quota(sandbox.max_cpu_per_second),
+            telemetry: telemetry::GuestTelemetry {
+                metrics: self.custom_metrics.get().cloned(),
+                model_version: ctx.version,
+            },
         });
         let args = wit::InitializeArgs {
             model_config: crate::config::to_json(ctx.config).to_string(),

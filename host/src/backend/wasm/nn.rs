@@ -390,6 +390,7 @@ mod tests {
             infer: Some(infer),
             runtime: Some(runtime.handle().clone()),
             clock: ExecutionClock::Wall,
+            telemetry: Default::default(),
         }))
     }
 

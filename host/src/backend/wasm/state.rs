@@ -1,8 +1,8 @@
 //! The data of a guest's store: its resource table (tensors, requests, response senders, BLS
 //! calls), its limits and what the host holds on its behalf, in parts by concern, and the views
 //! of those parts that the WIT interfaces are implemented on. The interfaces are one file each:
-//! `tensor`, `request`, `sender` (interface `types`), `host` and `bls` (interface `host`), `nn`,
-//! `clocks`.
+//! `tensor`, `request`, `sender` (interface `types`), `host` and `bls` (interface `host`),
+//! `telemetry`, `nn`, `clocks`.
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
@@ -14,6 +14,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::convert::wit_error;
 use super::outlet::Outlet;
 use super::sandbox::{AllowList, GuestLimiter};
+use super::telemetry::{CallSpans, GuestTelemetry, TelemetryView};
 use super::{ExecutionClock, wit};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{Infer, Parameters};
@@ -62,6 +63,8 @@ pub(super) struct GuestShared {
     pub(super) runtime: Option<tokio::runtime::Handle>,
     /// How executions (and the BLS calls inside them) are timed.
     pub(super) clock: ExecutionClock,
+    /// Where the guest's metrics go, and the version they are labelled with.
+    pub(super) telemetry: GuestTelemetry,
 }
 
 /// The data of one guest's store, in parts by concern. Each WIT interface is implemented on a
@@ -143,6 +146,8 @@ pub struct BlsCalls {
     /// The id of the current `execute` call's first request (empty: none), which the guest's
     /// log lines carry.
     pub(super) request_id: String,
+    /// The spans the guest opened in `trace` during the current `execute` call.
+    pub(super) spans: CallSpans,
 }
 
 /// What WIT interface `types` (tensors, requests, response senders) works on.
@@ -231,6 +236,11 @@ impl GuestState {
     /// The view interface `types` works on.
     pub(super) fn types(&mut self) -> TypesView<'_> {
         TypesView { handles: &mut self.handles, call: &mut self.call, shared: &self.shared }
+    }
+
+    /// The view interface `telemetry` works on.
+    pub(super) fn telemetry(&mut self) -> TelemetryView<'_> {
+        TelemetryView { handles: &mut self.handles, bls: &mut self.bls, shared: &self.shared }
     }
 
     /// The view interface `host` and wasi:nn work on.

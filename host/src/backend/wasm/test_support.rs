@@ -44,6 +44,7 @@ pub(super) fn shared(allowed_models: AllowList, infer: Option<Weak<dyn Infer>>) 
         infer,
         runtime: None,
         clock: ExecutionClock::Wall,
+        telemetry: Default::default(),
     })
 }
 

@@ -1,5 +1,9 @@
 //! Per model-version statistics, recorded once at the model boundary and reported by the
-//! statistics extension (`/v2/models/{m}/stats`) in Triton's JSON shape.
+//! statistics extension (`/v2/models/{m}/stats`) in Triton's JSON shape, and their latency
+//! distributions for `/metrics` ([`latency`]).
+
+pub mod custom;
+pub mod latency;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -81,9 +85,17 @@ pub struct Inner {
 
 pub type StatsSnapshot = Inner;
 
+/// What the statistics lock guards: the counts, and the distributions recorded with them (not
+/// copied into snapshots).
+#[derive(Debug, Default)]
+struct Guarded {
+    counts: Inner,
+    latency: latency::Latency,
+}
+
 #[derive(Debug, Default)]
 pub struct ModelStats {
-    inner: Mutex<Inner>,
+    inner: Mutex<Guarded>,
     /// Requests waiting for an instance (Triton's pending request count).
     pending: AtomicI64,
     /// What the model's sandboxed code used and was refused (Wasm models; zero for others).
@@ -212,32 +224,61 @@ impl SandboxUsage {
 }
 
 impl ModelStats {
-    fn with(&self, f: impl FnOnce(&mut Inner)) {
-        if let Ok(mut inner) = self.inner.lock() {
-            f(&mut inner);
+    /// Statistics that also record the latency distributions `latency` turns on.
+    pub fn new(latency: latency::Latency) -> Self {
+        Self { inner: Mutex::new(Guarded { counts: Inner::default(), latency }), ..Self::default() }
+    }
+
+    fn with(&self, f: impl FnOnce(&mut Inner, &mut latency::Latency)) {
+        if let Ok(mut guarded) = self.inner.lock() {
+            let Guarded { counts, latency } = &mut *guarded;
+            f(counts, latency);
         }
     }
 
-    /// A request finished (successfully or not) after `total` time.
-    pub fn record_request(&self, ok: bool, total: Duration, now_ms: u64) {
-        self.with(|s| {
+    /// Runs `f` on the latency distributions (to render them).
+    pub fn with_latency(&self, f: impl FnOnce(&mut latency::Latency)) {
+        self.with(|_, latency| f(latency));
+    }
+
+    /// A request finished (successfully or not) after `total` time; `answered` when that is also
+    /// the time of its first response (a successful request of a model that is not decoupled).
+    pub fn record_request(&self, ok: bool, total: Duration, now_ms: u64, answered: bool) {
+        self.with(|s, latency| {
             if ok {
                 s.success.add(total)
             } else {
                 s.fail.add(total)
             }
             s.last_inference_ms = now_ms;
+            latency.record_request(total);
+            if ok && answered {
+                latency.record_first_response(total);
+            }
         });
     }
 
+    /// A request's first response (its only one, unless the model is decoupled) came `after`
+    /// its arrival.
+    pub fn record_first_response(&self, after: Duration) {
+        self.with(|_, latency| latency.record_first_response(after));
+    }
+
     pub fn record_failure(&self, reason: FailureReason) {
-        self.with(|s| *s.failures.entry(reason).or_default() += 1);
+        self.with(|s, _| *s.failures.entry(reason).or_default() += 1);
     }
 
     /// A response cache lookup that found (`hit`) or did not find the response, and its cost
     /// (for a miss: the insertion after execution).
     pub fn record_cache(&self, hit: bool, took: Duration) {
-        self.with(|s| if hit { s.cache_hit.add(took) } else { s.cache_miss.add(took) });
+        self.with(|s, latency| {
+            if hit {
+                s.cache_hit.add(took)
+            } else {
+                s.cache_miss.add(took)
+            }
+            latency.record_cache(hit, took);
+        });
     }
 
     pub fn pending_add(&self, n: i64) {
@@ -249,12 +290,15 @@ impl ModelStats {
     }
 
     pub fn record_queue(&self, waited: Duration) {
-        self.with(|s| s.queue.add(waited));
+        self.with(|s, latency| {
+            s.queue.add(waited);
+            latency.record_queue(waited);
+        });
     }
 
     /// A successful execution of `batch_size` inferences.
     pub fn record_execution(&self, batch_size: usize, input: Duration, infer: Duration, output: Duration) {
-        self.with(|s| {
+        self.with(|s, latency| {
             s.inference_count += batch_size as u64;
             s.execution_count += 1;
             s.compute_input.add(input);
@@ -264,16 +308,18 @@ impl ModelStats {
             entry[0].add(input);
             entry[1].add(infer);
             entry[2].add(output);
+            latency.record_execution(input, infer, output);
         });
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {
-        self.inner.lock().map(|s| s.clone()).unwrap_or_default()
+        self.inner.lock().map(|s| s.counts.clone()).unwrap_or_default()
     }
 
     /// One entry of the statistics extension's `model_stats` array.
     pub fn to_json(&self, name: &str, version: i64) -> Value {
-        let Ok(s) = self.inner.lock() else { return Value::Null };
+        let Ok(guarded) = self.inner.lock() else { return Value::Null };
+        let s = &guarded.counts;
         let batch_stats: Vec<Value> = s
             .batches
             .iter()
@@ -317,8 +363,8 @@ mod tests {
     fn counts_and_batches_accumulate() {
         let stats = ModelStats::default();
         stats.record_execution(2, Duration::from_nanos(10), Duration::from_nanos(20), Duration::from_nanos(30));
-        stats.record_request(true, Duration::from_nanos(100), 42);
-        stats.record_request(false, Duration::from_nanos(5), 43);
+        stats.record_request(true, Duration::from_nanos(100), 42, true);
+        stats.record_request(false, Duration::from_nanos(5), 43, true);
         let j = stats.to_json("m", 3);
         assert_eq!(j["version"], "3");
         assert_eq!(j["inference_count"], 2);
