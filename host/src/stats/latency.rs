@@ -393,17 +393,24 @@ impl Latency {
         Ok(Self { first_response, phases, summaries, quantiles: settings.quantiles.clone() })
     }
 
-    fn summary(&mut self, index: usize, took: Duration) {
+    fn summary(&mut self, index: usize, took: Duration, now: Instant) {
         if let Some(Some(summary)) = self.summaries.as_mut().map(|s| &mut s[index]) {
-            summary.observe(micros(took), Instant::now());
+            summary.observe(micros(took), now);
         }
+    }
+
+    /// Now, for the summaries' windows; read only when there are summaries.
+    fn now(&self) -> Option<Instant> {
+        self.summaries.is_some().then(Instant::now)
     }
 
     pub fn record_request(&mut self, total: Duration) {
         if let Some(phases) = &mut self.phases {
             phases[Phase::Request as usize].observe(micros(total));
         }
-        self.summary(REQUEST, total);
+        if let Some(now) = self.now() {
+            self.summary(REQUEST, total, now);
+        }
     }
 
     pub fn record_first_response(&mut self, after: Duration) {
@@ -416,20 +423,26 @@ impl Latency {
         if let Some(phases) = &mut self.phases {
             phases[Phase::Queue as usize].observe(micros(waited));
         }
-        self.summary(QUEUE, waited);
+        if let Some(now) = self.now() {
+            self.summary(QUEUE, waited, now);
+        }
     }
 
     pub fn record_execution(&mut self, input: Duration, infer: Duration, output: Duration) {
         if let Some(phases) = &mut self.phases {
             phases[Phase::Compute as usize].observe(micros(input + infer + output));
         }
-        for (index, took) in [(2, input), (3, infer), (4, output)] {
-            self.summary(index, took);
+        if let Some(now) = self.now() {
+            for (index, took) in [(2, input), (3, infer), (4, output)] {
+                self.summary(index, took, now);
+            }
         }
     }
 
     pub fn record_cache(&mut self, hit: bool, took: Duration) {
-        self.summary(if hit { CACHE_HIT } else { CACHE_MISS }, took);
+        if let Some(now) = self.now() {
+            self.summary(if hit { CACHE_HIT } else { CACHE_MISS }, took, now);
+        }
     }
 }
 
