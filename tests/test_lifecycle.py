@@ -1,6 +1,7 @@
 """What orchestrators rely on (issue 14, item 6): SIGTERM drains in-flight requests within
 --exit-timeout-secs while readiness turns false at once, readiness follows the models marked as
-required, and a large repository's startup fits the chart's startup probe."""
+required and the health of each model's instances, and a large repository's startup fits the
+chart's startup probe."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 
 import requests
 
-from tessera_testlib import QUICKSTART, wait_until
+from tessera_testlib import QUICKSTART, copy_faulty, wait_model_ready, wait_until
 
 from test_deploy import one, rendered_chart
 
@@ -175,3 +176,107 @@ def test_a_large_repository_starts_within_the_charts_startup_probe(server_factor
     assert took < budget / 4, f"{took:.1f}s leaves little of the startup probe's {budget}s"
     index = requests.post(srv.http("/v2/repository/index"), json={"ready": True}, timeout=30).json()
     assert len(index) == 200
+
+
+def faulty(srv, mode: str) -> requests.Response:
+    body = {"inputs": [{"name": "MODE", "shape": [1], "datatype": "BYTES", "data": [mode]},
+                       {"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}]}
+    return requests.post(srv.http("/v2/models/faulty/infer"), json=body, timeout=30)
+
+
+def model_ready(srv, model: str) -> int:
+    return requests.get(srv.http(f"/v2/models/{model}/ready"), timeout=5).status_code
+
+
+def index_entry(srv, model: str) -> dict:
+    index = requests.post(srv.http("/v2/repository/index"), json={}, timeout=10).json()
+    return next(e for e in index if e["name"] == model)
+
+
+def test_a_model_whose_instances_keep_failing_turns_not_ready_and_recovers_by_itself(server_factory, repo):
+    """Three traps in a row (the config's unhealthy_after_failures) make faulty not ready, and with
+    strict readiness the server; requests still reach it, other models still serve, an error the
+    guest returns for one request does not count, and one execution that works makes both ready
+    again."""
+    copy_faulty(repo, extra_config='parameters { key: "unhealthy_after_failures" value: { string_value: "3" } }\n')
+    shutil.copytree(QUICKSTART / "simple", repo / "simple")
+    strict, lax = server_factory(repo), server_factory(repo, ["--strict-readiness=false"])
+    simple = {"inputs": [{"name": f"INPUT{i}", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))}
+                         for i in range(2)]}
+    for srv in (strict, lax):
+        wait_model_ready(srv, "faulty")
+        wait_model_ready(srv, "simple")
+        for attempt in range(3):
+            assert model_ready(srv, "faulty") == 200, f"ready before failure {attempt + 1}"
+            assert faulty(srv, "trap").status_code == 500
+            # A request the guest refuses is its own error: the instance worked.
+            assert faulty(srv, "no_such_mode").status_code == 400
+        assert model_ready(srv, "faulty") == 200, "the refusals in between reset the count"
+        for _ in range(3):
+            assert faulty(srv, "trap").status_code == 500
+        assert model_ready(srv, "faulty") == 400
+        entry = index_entry(srv, "faulty")
+        assert entry["state"] == "UNAVAILABLE", entry
+        assert "unhealthy: the last 3 executions failed" in entry["reason"] and "trapped" in entry["reason"], entry
+        assert requests.post(srv.http("/v2/models/simple/infer"), json=simple, timeout=30).status_code == 200
+    assert ready_status(strict) == 400, "strict readiness follows every model"
+    assert ready_status(lax) == 200
+    for srv in (strict, lax):
+        assert faulty(srv, "ok").status_code == 200, "an unhealthy model still takes requests"
+        assert model_ready(srv, "faulty") == 200 and index_entry(srv, "faulty")["state"] == "READY"
+        assert ready_status(srv) == 200
+
+
+KV_REPORTER = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Reports TensorRT-LLM's KV-cache block metrics, as its backend does, and echoes INPUT0."""
+
+    def initialize(self, args):
+        family = pb_utils.MetricFamily("nv_trt_llm_kv_cache_block_metrics", "KV cache blocks",
+                                       pb_utils.MetricFamily.GAUGE)
+        self.blocks = [family.Metric(labels={"kv_cache_block_type": kind}) for kind in ("tokens_per", "used", "max")]
+        for metric, value in zip(self.blocks, (64, 5, 20)):
+            metric.set(value)
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0"))])
+                for r in requests]
+'''
+
+
+def test_orca_load_reports_answer_the_format_the_client_asks_for(server_factory, repo):
+    """`endpoint-load-metrics-format: text|json` gets an `endpoint-load-metrics` header: Triton's
+    KV-cache figures from a model that reports them, plus ORCA's CPU and memory utilisation and
+    the pending requests; on generate (Triton's endpoint) and infer alike."""
+    (repo / "kv" / "1").mkdir(parents=True)
+    (repo / "kv" / "1" / "model.py").write_text(KV_REPORTER)
+    (repo / "kv" / "config.pbtxt").write_text(
+        'name: "kv"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
+    srv = server_factory(repo, ["--metrics-interval-ms=100"])
+    wait_model_ready(srv, "kv", deadline=300)
+    body = {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1.5]}]}
+    text = requests.post(srv.http("/v2/models/kv/infer"), json=body, timeout=30,
+                         headers={"endpoint-load-metrics-format": "text"})
+    assert text.status_code == 200
+    report = text.headers["endpoint-load-metrics"]
+    assert report.startswith("TEXT cpu_utilization="), report
+    fields = dict(f.split("=", 1) for f in report.removeprefix("TEXT ").split(", "))
+    assert 0 <= float(fields["cpu_utilization"]) <= 1 and 0 < float(fields["mem_utilization"]) < 1
+    assert fields["named_metrics.pending_requests"] == "0"
+    assert float(fields["named_metrics.kv_cache_utilization"]) == 0.25  # 5 used of 20
+    assert float(fields["named_metrics.max_token_capacity"]) == 1280  # 20 blocks of 64 tokens
+    generate = requests.post(srv.http("/v2/models/kv/generate"), json={"INPUT0": [1.5]}, timeout=30,
+                             headers={"endpoint-load-metrics-format": "json"})
+    assert generate.status_code == 200, generate.text
+    report = json.loads(generate.headers["endpoint-load-metrics"].removeprefix("JSON "))
+    assert report["named_metrics"]["kv_cache_utilization"] == 0.25 and "cpu_utilization" in report
+    # No header unless asked for, or for a format ORCA does not have.
+    assert "endpoint-load-metrics" not in requests.post(srv.http("/v2/models/kv/infer"), json=body, timeout=30).headers
+    odd = requests.post(srv.http("/v2/models/kv/infer"), json=body, timeout=30,
+                        headers={"endpoint-load-metrics-format": "yaml"})
+    assert odd.status_code == 200 and "endpoint-load-metrics" not in odd.headers

@@ -279,6 +279,13 @@ pub struct ServeArgs {
     #[arg(long)]
     pub metrics_config: Vec<String>,
 
+    /// A model whose instances fail this many executions in a row (traps, an instance that
+    /// cannot start again, backend errors) reports not ready until one works again; with strict
+    /// readiness the server follows. 0: never. A config parameter `unhealthy_after_failures`
+    /// overrides it per model.
+    #[arg(long, default_value_t = crate::server::DEFAULT_UNHEALTHY_AFTER)]
+    pub model_unhealthy_after: u32,
+
     #[arg(long, value_enum, default_value = "none", env = "TESSERA_MODEL_CONTROL_MODE")]
     pub model_control_mode: ControlMode,
     /// Model to load at startup in explicit mode; `*` loads all. Repeatable.
@@ -560,6 +567,7 @@ impl ServeArgs {
             cpu_metrics_interval: self.allow_cpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
             gpu_metrics_interval: self.allow_gpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
             metrics_settings: crate::stats::latency::MetricsSettings::parse(&self.metrics_config)?,
+            unhealthy_after: self.model_unhealthy_after,
             response_cache_bytes: crate::cache::parse_cache_config(&self.cache_config)?,
             rate_limit: (self.rate_limit == "execution_count").then(|| self.rate_limit_resource.clone()),
             model_load_threads: self.model_load_thread_count.unwrap_or(0) as usize,

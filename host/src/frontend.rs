@@ -18,6 +18,8 @@ use crate::lifecycle::{Lifecycle, TrackedStream};
 use crate::model::LoadedModel;
 use crate::repository::{ControlMode, IndexEntry, ModelManager};
 use crate::shm::{Region, SharedMemoryManager, ShmInput};
+use crate::stats::custom::CustomMetrics;
+use crate::stats::host::HostSampler;
 use crate::tensor::Tensor;
 use crate::trace::{SettingAnswer, Trace, Tracer};
 
@@ -153,6 +155,22 @@ pub struct Frontend {
     /// The server's shared runtime, where models load: a model's background tasks (its batcher)
     /// belong there, not on the HTTP connection thread that asked for the load.
     runtime: Option<tokio::runtime::Handle>,
+    /// What the ORCA load report reads besides the models (see [`Frontend::load_report`]).
+    host: Option<Arc<HostSampler>>,
+    custom_metrics: Option<Arc<CustomMetrics>>,
+}
+
+/// The server's load, as an ORCA `endpoint-load-metrics` header reports it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoadReport {
+    /// Host CPU and memory utilisation in [0, 1] (with `--allow-cpu-metrics`).
+    pub cpu_utilization: Option<f64>,
+    pub mem_utilization: Option<f64>,
+    /// Requests waiting for an instance, over every model.
+    pub pending_requests: i64,
+    /// Triton's KV-cache figures, where a model reports `nv_trt_llm_kv_cache_block_metrics`:
+    /// used blocks over the maximum, and the maximum times tokens per block.
+    pub kv_cache: Option<(f64, f64)>,
 }
 
 /// An infer request as a door decoded it. Inputs sent inline are in `request.inputs`; inputs in
@@ -192,6 +210,26 @@ impl Frontend {
             log: Mutex::new(log),
             log_applier: None,
             runtime: tokio::runtime::Handle::try_current().ok(),
+            host: None,
+            custom_metrics: None,
+        }
+    }
+
+    /// Where the load report reads host utilisation and models' own metrics from.
+    pub fn with_load_sources(mut self, host: Option<Arc<HostSampler>>, custom: Arc<CustomMetrics>) -> Self {
+        self.host = host;
+        self.custom_metrics = Some(custom);
+        self
+    }
+
+    /// The server's load now: what an ORCA `endpoint-load-metrics` header reports.
+    pub fn load_report(&self) -> LoadReport {
+        let memory = self.host.as_ref().map(|h| (h.memory_used(), h.memory_total()));
+        LoadReport {
+            cpu_utilization: self.host.as_ref().map(|h| h.cpu_utilization()),
+            mem_utilization: memory.filter(|(_, total)| *total > 0).map(|(used, total)| used as f64 / total as f64),
+            pending_requests: self.manager.ready_models().iter().map(|m| m.stats.pending()).sum(),
+            kv_cache: self.custom_metrics.as_ref().and_then(|c| c.kv_cache()),
         }
     }
 
@@ -228,7 +266,7 @@ impl Frontend {
                 response_cache: None,
                 rate_limiter: None,
                 load_threads: 1,
-                metrics: Default::default(),
+                model_settings: Default::default(),
             },
             crate::backend::BackendRegistry::new(),
         ));
@@ -245,12 +283,14 @@ impl Frontend {
     /// every loaded model is ready.
     pub fn server_ready(&self) -> bool {
         !self.lifecycle.is_draining()
-            && self.required_models.iter().all(|name| self.manager.get(name, None).is_ok())
+            && self.required_models.iter().all(|name| self.model_ready(name, None))
             && (!self.strict_readiness || self.manager.all_ready())
     }
 
+    /// Whether the version (the newest ready one for `None`) is ready and its instances are not
+    /// failing one execution after another.
     pub fn model_ready(&self, name: &str, version: Option<i64>) -> bool {
-        self.manager.get(name, version).is_ok()
+        self.manager.get(name, version).is_ok_and(|model| model.stats.health.healthy())
     }
 
     /// The ready model version a request for `name` / `version` runs on (the newest ready one when

@@ -10,6 +10,7 @@ mod generate;
 pub(crate) mod json_data;
 mod json_structure;
 mod json_syntax;
+mod orca;
 mod path;
 mod response;
 mod serve;
@@ -281,6 +282,7 @@ async fn infer_model(
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
     }
+    orca::add(&parts.headers, headers, || state.frontend.load_report());
     // The response is built; hyper writes it after this (not timed).
     stamp(&trace, activity::HTTP_SEND_END);
     Ok(http)
@@ -309,11 +311,12 @@ async fn generate_model(state: &HttpState, path: ModelPath, request: Request, st
     let model = state.frontend.model(&path.model, version)?;
     let mut request = generate::decode(&model, &body)?;
     request.trace = trace.clone();
-    let response = if streaming {
+    let mut response = if streaming {
         generate::stream(&state.frontend, &model, request).await?
     } else {
         generate::single(&state.frontend, &model, request).await?
     };
+    orca::add(&parts.headers, response.headers_mut(), || state.frontend.load_report());
     // For a stream: when its response starts, not when its last event is sent.
     stamp(&trace, activity::HTTP_SEND_START);
     stamp(&trace, activity::HTTP_SEND_END);

@@ -87,11 +87,32 @@ fn rate_limit_claim(
     limiter.register(&resources, priority, device)
 }
 
-/// Statistics recording the latency families `metrics` and the config's `model_metrics` ask for.
-fn model_stats(config: &ModelConfig, metrics: &MetricsSettings) -> CoreResult<ModelStats> {
+/// What the server's flags decide for every model it loads, besides each model's config.
+#[derive(Debug, Clone, Default)]
+pub struct ModelSettings {
+    /// `--metrics-config`: the latency families each model records.
+    pub metrics: MetricsSettings,
+    /// `--model-unhealthy-after`: executions in a row that fail in a model's instances after
+    /// which it reports not ready (0: never); the config parameter `unhealthy_after_failures`
+    /// overrides it per model.
+    pub unhealthy_after: u32,
+}
+
+/// Statistics recording the latency families the settings and the config's `model_metrics` ask
+/// for, with the model's health threshold.
+fn model_stats(config: &ModelConfig, settings: &ModelSettings) -> CoreResult<ModelStats> {
     let cached = config.response_cache.as_ref().is_some_and(|c| c.enable);
-    let latency = Latency::new(metrics, config, cached).map_err(CoreError::invalid_arg)?;
-    Ok(ModelStats::new(latency))
+    let latency = Latency::new(&settings.metrics, config, cached).map_err(CoreError::invalid_arg)?;
+    let unhealthy_after = match config.parameters.get("unhealthy_after_failures") {
+        None => settings.unhealthy_after,
+        Some(p) => p.string_value.trim().parse::<u32>().map_err(|_| {
+            CoreError::invalid_arg(format!(
+                "parameter 'unhealthy_after_failures' must be a number of executions (0: never), got '{}'",
+                p.string_value
+            ))
+        })?,
+    };
+    Ok(ModelStats::new(latency, unhealthy_after))
 }
 
 impl LoadedModel {
@@ -105,11 +126,11 @@ impl LoadedModel {
         model_dir: &Path,
         model_path: &Path,
         limiter: Option<&Arc<RateLimiter>>,
-        metrics: &MetricsSettings,
+        settings: &ModelSettings,
     ) -> CoreResult<Self> {
         // Cheap checks first: a bad label file fails before any session is created.
         let io = ModelIo::from_config(&config, model_dir)?;
-        let stats = Arc::new(model_stats(&config, metrics)?);
+        let stats = Arc::new(model_stats(&config, settings)?);
         place_instances(&mut config, backend)?;
         let version_dir = model_path.parent().unwrap_or(model_dir);
         let mut instances = Vec::new();
@@ -165,11 +186,11 @@ impl LoadedModel {
         version: i64,
         ensemble: EnsembleScheduler,
         model_dir: &Path,
-        metrics: &MetricsSettings,
+        settings: &ModelSettings,
     ) -> CoreResult<Self> {
         // (The plan refused model_warmup and instance groups, as Triton does.)
         let io = ModelIo::from_config(&config, model_dir)?;
-        let stats = Arc::new(model_stats(&config, metrics)?);
+        let stats = Arc::new(model_stats(&config, settings)?);
         Ok(Self {
             name: config.name.clone(),
             version,

@@ -177,7 +177,7 @@ impl ModelManager {
                 config.model_transaction_policy = Some(pb::ModelTransactionPolicy { decoupled: true });
             }
             let scheduler = EnsembleScheduler::new(plan, self.weak_infer());
-            LoadedModel::load_ensemble(config, version, scheduler, &source.dir, &self.options.metrics)
+            LoadedModel::load_ensemble(config, version, scheduler, &source.dir, &self.options.model_settings)
         });
         match built {
             Ok(model) => VersionState::Ready(Arc::new(model)),

@@ -24,13 +24,14 @@ impl ModelManager {
     }
 
     /// Triton's strict readiness: every model that was loaded (and not unloaded) has all its
-    /// versions ready.
+    /// versions ready, and none of them is failing in its instances.
     pub fn all_ready(&self) -> bool {
         let Ok(models) = self.models.read() else { return false };
-        models
-            .values()
-            .filter(|e| !e.state.is_unloaded())
-            .all(|e| e.state.is_loaded() && !e.versions.is_empty() && e.versions.values().all(|s| s.ready().is_some()))
+        models.values().filter(|e| !e.state.is_unloaded()).all(|e| {
+            e.state.is_loaded()
+                && !e.versions.is_empty()
+                && e.versions.values().all(|s| s.ready_and_healthy().is_some())
+        })
     }
 
     /// The repository index: every model directory, with the state of each known version.
@@ -60,7 +61,7 @@ impl ModelManager {
                 continue;
             }
             for (version, state) in &entry.versions {
-                if ready_only && state.ready().is_none() {
+                if ready_only && state.ready_and_healthy().is_none() {
                     continue;
                 }
                 let (state, reason) = state.reported();

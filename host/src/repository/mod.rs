@@ -37,7 +37,7 @@ use crate::cache::ResponseCache;
 use crate::config::{self, ModelConfig};
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{Infer, InferFuture, InferRequest, InferResponse, ResponseStream};
-use crate::model::LoadedModel;
+use crate::model::{LoadedModel, ModelSettings};
 use crate::scheduler::ensemble::is_ensemble;
 use crate::scheduler::rate_limit::RateLimiter;
 use crate::stats::latency::MetricsSettings;
@@ -61,8 +61,8 @@ pub struct RepositoryOptions {
     pub rate_limiter: Option<Arc<RateLimiter>>,
     /// How many models load at once at startup (`--model-load-thread-count`; 0: one per CPU).
     pub load_threads: usize,
-    /// `--metrics-config`: which latency families each model records.
-    pub metrics: MetricsSettings,
+    /// What the server's flags decide for every model (latency families, health threshold).
+    pub model_settings: ModelSettings,
 }
 
 /// What the repository index reports for one model.
@@ -106,7 +106,7 @@ pub struct ModelManager {
 impl ModelManager {
     /// The `--metrics-config` settings models are loaded with.
     pub fn metrics_settings(&self) -> &MetricsSettings {
-        &self.options.metrics
+        &self.options.model_settings.metrics
     }
 
     pub fn new(options: RepositoryOptions, backends: BackendRegistry) -> Self {
@@ -309,10 +309,10 @@ impl ModelManager {
         let _guard = self.control.lock().await;
         let cache = self.options.response_cache.clone();
         let limiter = self.options.rate_limiter.clone();
-        let metrics = self.options.metrics.clone();
+        let settings = self.options.model_settings.clone();
         let loaded = tokio::task::spawn_blocking(move || {
             let (model_dir, model_path) = (Path::new(""), Path::new(""));
-            LoadedModel::load(config, version, backend.as_ref(), model_dir, model_path, limiter.as_ref(), &metrics)
+            LoadedModel::load(config, version, backend.as_ref(), model_dir, model_path, limiter.as_ref(), &settings)
                 .map(|m| m.with_response_cache(cache))
         })
         .await
@@ -410,7 +410,7 @@ impl ModelManager {
                 dir,
                 &version_dir.join(file),
                 self.options.rate_limiter.as_ref(),
-                &self.options.metrics,
+                &self.options.model_settings,
             )
             .map(|m| VersionState::Ready(Arc::new(m.with_response_cache(self.options.response_cache.clone()))))
             .unwrap_or_else(|e| VersionState::Unavailable(e.message));

@@ -35,10 +35,19 @@ impl VersionState {
         }
     }
 
+    /// The version, when it is ready and its instances are not failing ([`crate::stats::Health`]):
+    /// what readiness reports. (An unhealthy version still serves requests.)
+    pub fn ready_and_healthy(&self) -> Option<&Arc<LoadedModel>> {
+        self.ready().filter(|model| model.stats.health.healthy())
+    }
+
     /// Triton's state name and reason, as the repository index reports them.
     pub fn reported(&self) -> (&'static str, String) {
         match self {
-            Self::Ready(_) => ("READY", String::new()),
+            Self::Ready(model) => match model.stats.health.reason() {
+                None => ("READY", String::new()),
+                Some(unhealthy) => ("UNAVAILABLE", unhealthy),
+            },
             Self::Unloading(model) if model.strong_count() > 0 => ("UNLOADING", String::new()),
             Self::Unloading(_) => ("UNAVAILABLE", UNLOADED.into()),
             Self::Unavailable(reason) => ("UNAVAILABLE", reason.clone()),
@@ -101,7 +110,7 @@ mod tests {
             response_cache: None,
             rate_limiter: None,
             load_threads: 1,
-            metrics: Default::default(),
+            model_settings: Default::default(),
         };
         ModelManager::new(options, crate::backend::BackendRegistry::new())
     }

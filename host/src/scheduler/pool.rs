@@ -12,7 +12,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::rate_limit::{Claim, RateLimiter};
 use crate::backend::{ExecRequest, ModelInstance};
-use crate::error::{CoreError, CoreResult};
+use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::execution::{Caller, InlineGate};
 use crate::stats::ModelStats;
 use crate::tensor::Tensor;
@@ -283,13 +283,31 @@ impl InstancePool {
         let started = Instant::now();
         let results = match self.run_on_instance(slot, batch, dispatch).await {
             Ok((results, executed, inline)) => {
+                // Every request failing inside the instance (a trap, an instance that cannot
+                // start again, a backend error) counts against the model's health; anything else
+                // shows the instance works (see `stats::Health`).
+                match results
+                    .iter()
+                    .map(|r| r.as_ref().err().filter(|e| failed_in_instance(e)))
+                    .collect::<Option<Vec<&CoreError>>>()
+                {
+                    Some(failures) => self.stats.health.failed(failures.first().map_or("", |e| e.message.as_str())),
+                    None => self.stats.health.succeeded(),
+                }
                 self.gate.record(executed, inline);
                 // The execution itself: not a rate limiter's wait or a hand-off before it.
                 let executed_us = u64::try_from(executed.as_micros()).unwrap_or(u64::MAX);
                 self.last_took_us.store(executed_us, Ordering::Relaxed);
                 results
             }
-            Err(e) => vec![Err(e); count],
+            Err(e) => {
+                // The instance could not be run (it panicked, say); a refusal or a cancellation
+                // says nothing about it.
+                if failed_in_instance(&e) {
+                    self.stats.health.failed(&e.message);
+                }
+                vec![Err(e); count]
+            }
         };
         let took = started.elapsed();
         let done_us = u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX).max(1);
@@ -504,6 +522,11 @@ fn execute_on(instance: &mut dyn ModelInstance, batch: Vec<ExecRequest>) -> Opti
         results.push(Err(CoreError::internal("instance returned too few results")));
     }
     Some(results)
+}
+
+/// An error that means the instance itself failed, not that it refused a request.
+fn failed_in_instance(error: &CoreError) -> bool {
+    matches!(error.kind, ErrorKind::Internal | ErrorKind::Unknown)
 }
 
 /// The result of a one-request batch ([`execute_on`] guarantees there is one).

@@ -28,13 +28,18 @@ use crate::http::{ConnectionLimits, HttpState, router};
 use crate::infer::Infer;
 use crate::lifecycle::Lifecycle;
 use crate::limits::RequestBudget;
-use crate::metrics::{HostSampler, MetricsState};
+use crate::metrics::MetricsState;
+use crate::model::ModelSettings;
 use crate::repository::{ControlMode, ModelManager, RepositoryOptions};
 use crate::restricted::Restrictions;
 use crate::scheduler::rate_limit::{RateLimiter, ResourceOverride};
 use crate::stats::custom::CustomMetrics;
+use crate::stats::host::HostSampler;
 use crate::trace::{TraceConfig, Tracer};
 
+/// Executions in a row failing in a model's instances after which it reports not ready, unless
+/// `--model-unhealthy-after` says otherwise.
+pub const DEFAULT_UNHEALTHY_AFTER: u32 = 10;
 /// Where a front door listens. Port 0 picks a free port ([`ServerHandle`] reports it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listen {
@@ -101,6 +106,8 @@ pub struct ServerConfig {
     pub gpu_metrics_interval: Option<Duration>,
     /// `--metrics-config`: which latency families are recorded.
     pub metrics_settings: crate::stats::latency::MetricsSettings,
+    /// `--model-unhealthy-after`: see [`ModelSettings::unhealthy_after`].
+    pub unhealthy_after: u32,
     /// Size of the response cache in bytes, for models that enable it.
     pub response_cache_bytes: Option<usize>,
     /// Triton's rate limiter (`--rate-limit execution_count`) with the `--rate-limit-resource`
@@ -164,6 +171,7 @@ impl Default for ServerConfig {
             cpu_metrics_interval: None,
             gpu_metrics_interval: None,
             metrics_settings: Default::default(),
+            unhealthy_after: DEFAULT_UNHEALTHY_AFTER,
             response_cache_bytes: None,
             rate_limit: None,
             model_load_threads: 0,
@@ -278,7 +286,10 @@ impl Server {
                 response_cache: config.response_cache_bytes.map(|bytes| Arc::new(ResponseCache::new(bytes))),
                 rate_limiter: config.rate_limit.clone().map(RateLimiter::new),
                 load_threads: config.model_load_threads,
-                metrics: config.metrics_settings.clone(),
+                model_settings: ModelSettings {
+                    metrics: config.metrics_settings.clone(),
+                    unhealthy_after: config.unhealthy_after,
+                },
             },
             backends,
         ));
@@ -323,11 +334,14 @@ impl Server {
         }
 
         let tracer = Tracer::new(config.trace.clone()).map_err(StartError::Config)?;
+        // Host CPU and memory: for /metrics and the ORCA load report.
+        let host_sampler = config.cpu_metrics_interval.map(HostSampler::start);
         let mut frontend = Frontend::new(Arc::clone(&manager), config.server_id.clone(), config.strict_readiness)
             .with_required_models(config.required_models.clone())
             .with_tracer(Arc::clone(&tracer))
             .with_request_log(config.log_requests)
-            .with_client_shm(config.allow_client_shm);
+            .with_client_shm(config.allow_client_shm)
+            .with_load_sources(host_sampler.clone(), Arc::clone(&custom_metrics));
         if let Some(applier) = config.log_applier {
             frontend = frontend.with_log_settings(config.log_settings, applier);
         }
@@ -380,7 +394,7 @@ impl Server {
         if let Some(listen) = &config.metrics {
             let listener = bind("Metrics Service", listen).await?;
             addresses.metrics = listener.local_addr().ok();
-            let host = config.cpu_metrics_interval.map(HostSampler::start);
+            let host = host_sampler.clone();
             let gpu = config.gpu_metrics_interval.and_then(crate::gpu::metrics::GpuSampler::start);
             let state = MetricsState {
                 manager: Arc::clone(&manager),

@@ -17,6 +17,10 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use super::latency::Histogram;
 
+/// TensorRT-LLM's KV-cache block metrics (label `kv_cache_block_type`: `tokens_per`, `used`,
+/// `max`), which Triton's ORCA load report reads.
+pub const KV_CACHE_FAMILY: &str = "nv_trt_llm_kv_cache_block_metrics";
+
 /// The series a model may hold unless `--metrics-config custom_series_per_model` says otherwise.
 pub const DEFAULT_SERIES_PER_MODEL: usize = 1000;
 
@@ -114,7 +118,9 @@ impl CustomMetrics {
         if !valid_name(name, false) {
             return Err(format!("Error when creating MetricFamily: '{name}' is not a valid metric name"));
         }
-        if name.starts_with("nv_") || name.starts_with("tessera_") {
+        // TensorRT-LLM's KV-cache family is the one `nv_` name a model may report: Triton's ORCA
+        // load report reads it (`Frontend::load_report`).
+        if (name.starts_with("nv_") && name != KV_CACHE_FAMILY) || name.starts_with("tessera_") {
             return Err(format!(
                 "Error when creating MetricFamily: '{name}': names beginning with 'nv_' or 'tessera_' are the server's"
             ));
@@ -212,6 +218,26 @@ impl CustomMetrics {
             .iter()
             .map(|family| lock(&family.series).values().filter_map(Weak::upgrade).filter(|s| s.model == model).count())
             .sum()
+    }
+
+    /// KV-cache utilisation (used blocks over the maximum) and token capacity (the maximum times
+    /// tokens per block), summed over the models that report [`KV_CACHE_FAMILY`]; `None` unless
+    /// all three block types are reported, as in Triton.
+    pub fn kv_cache(&self) -> Option<(f64, f64)> {
+        let family = lock(&self.families).get(KV_CACHE_FAMILY).and_then(Weak::upgrade)?;
+        let (mut tokens_per, mut used, mut max) = (None, None::<f64>, None::<f64>);
+        for (labels, series) in lock(&family.series).iter() {
+            let Some(series) = series.upgrade() else { continue };
+            let Value::Scalar(value) = *lock(&series.value) else { continue };
+            match labels.iter().find(|(k, _)| k == "kv_cache_block_type").map(|(_, v)| v.as_str()) {
+                Some("tokens_per") => tokens_per = Some(value),
+                Some("used") => used = Some(used.unwrap_or(0.0) + value),
+                Some("max") => max = Some(max.unwrap_or(0.0) + value),
+                _ => {}
+            }
+        }
+        let (tokens_per, used, max) = (tokens_per?, used?, max?);
+        Some((if max > 0.0 { used / max } else { 0.0 }, max * tokens_per))
     }
 
     /// Every family with a live series, in Prometheus' text format, then the refusals.

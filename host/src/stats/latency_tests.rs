@@ -137,8 +137,8 @@ fn summaries_follow_the_cache_as_triton_reports_them() {
 fn render_groups_each_family_once_across_models() {
     let on = settings(&["histogram_latencies=true", "summary_latencies=true", "summary_quantiles=0.5:0.05"]).unwrap();
     let config = ModelConfig { name: "m".into(), ..Default::default() };
-    let a = crate::stats::ModelStats::new(Latency::new(&on, &config, false).unwrap());
-    let b = crate::stats::ModelStats::new(Latency::new(&on, &config, false).unwrap());
+    let a = crate::stats::ModelStats::new(Latency::new(&on, &config, false).unwrap(), 0);
+    let b = crate::stats::ModelStats::new(Latency::new(&on, &config, false).unwrap(), 0);
     a.record_request(true, Duration::from_millis(150), 0, true);
     a.record_queue(Duration::from_micros(40));
     b.record_request(false, Duration::from_millis(3), 0, true);

@@ -3,11 +3,12 @@
 //! distributions for `/metrics` ([`latency`]).
 
 pub mod custom;
+pub mod host;
 pub mod latency;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -100,6 +101,60 @@ pub struct ModelStats {
     pending: AtomicI64,
     /// What the model's sandboxed code used and was refused (Wasm models; zero for others).
     pub usage: SandboxUsage,
+    /// Whether its instances keep failing (readiness follows).
+    pub health: Health,
+}
+
+/// A model's instances' health: after `threshold` executions in a row that failed in the
+/// instance itself (a trap, an instance that could not start again, a backend error), the model
+/// reports not ready; its next execution that works makes it ready again. Requests keep reaching
+/// it meanwhile: the failure may be theirs, and only an execution can show it works again.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// 0: never unhealthy.
+    threshold: u32,
+    failures: AtomicU32,
+    last: Mutex<String>,
+}
+
+impl Health {
+    pub fn new(threshold: u32) -> Self {
+        Self { threshold, ..Self::default() }
+    }
+
+    /// An execution reached the instance and came back (whatever each request's result).
+    pub fn succeeded(&self) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// An execution failed in the instance with `error`.
+    pub fn failed(&self, error: &str) {
+        let failures = self.failures.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        if failures == self.threshold
+            && let Ok(mut last) = self.last.lock()
+        {
+            *last = error.to_string();
+        }
+    }
+
+    pub fn healthy(&self) -> bool {
+        self.threshold == 0 || self.failures.load(Ordering::Relaxed) < self.threshold
+    }
+
+    /// Why the model is not ready, while it is not.
+    pub fn reason(&self) -> Option<String> {
+        if self.healthy() {
+            return None;
+        }
+        let last = self.last.lock().map(|l| l.clone()).unwrap_or_default();
+        Some(format!(
+            "unhealthy: the last {} executions failed in the model's instances; the first of those in a row \
+             that made it unhealthy: {last}",
+            self.failures.load(Ordering::Relaxed)
+        ))
+    }
 }
 
 /// How a sandboxed execution ended badly, for `tessera_model_traps_total{kind=...}`.
@@ -224,9 +279,14 @@ impl SandboxUsage {
 }
 
 impl ModelStats {
-    /// Statistics that also record the latency distributions `latency` turns on.
-    pub fn new(latency: latency::Latency) -> Self {
-        Self { inner: Mutex::new(Guarded { counts: Inner::default(), latency }), ..Self::default() }
+    /// Statistics that also record the latency distributions `latency` turns on, and that turn
+    /// unhealthy after `unhealthy_after` instance failures in a row (0: never).
+    pub fn new(latency: latency::Latency, unhealthy_after: u32) -> Self {
+        Self {
+            inner: Mutex::new(Guarded { counts: Inner::default(), latency }),
+            health: Health::new(unhealthy_after),
+            ..Self::default()
+        }
     }
 
     fn with(&self, f: impl FnOnce(&mut Inner, &mut latency::Latency)) {
@@ -398,6 +458,28 @@ mod tests {
         let free = SandboxUsage::default();
         free.charge_cpu(Duration::from_secs(10), None);
         assert!(free.cpu_bucket.lock().unwrap().is_none());
+    }
+
+    #[test]
+    fn health_turns_after_the_threshold_in_a_row_and_back_on_success() {
+        let health = Health::new(3);
+        health.failed("first");
+        health.failed("second");
+        health.succeeded();
+        health.failed("a");
+        health.failed("b");
+        assert!(health.healthy() && health.reason().is_none());
+        health.failed("c");
+        assert!(!health.healthy());
+        let reason = health.reason().unwrap();
+        assert!(reason.starts_with("unhealthy: the last 3 executions failed") && reason.ends_with(": c"), "{reason}");
+        health.failed("d");
+        assert!(health.reason().unwrap().contains("the last 4 executions"));
+        health.succeeded();
+        assert!(health.healthy());
+        let never = Health::new(0);
+        (0..100).for_each(|_| never.failed("x"));
+        assert!(never.healthy());
     }
 
     #[test]
