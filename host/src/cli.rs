@@ -118,6 +118,32 @@ fn parse_byte_size(value: &str) -> Result<usize, String> {
     value.trim().parse::<usize>().map_err(|_| format!("'{value}' is not a byte count"))
 }
 
+/// `--http-max-input-size`, refused at 0 as Triton 2.7x refuses it.
+fn parse_max_input_size(value: &str) -> Result<usize, String> {
+    match parse_byte_size(value)? {
+        0 => Err("Error: --http-max-input-size must be greater than 0.".into()),
+        n => Ok(n),
+    }
+}
+
+fn parse_grpc_infer_threads(value: &str) -> Result<u32, String> {
+    value
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (2..=128).contains(n))
+        .ok_or_else(|| "invalid argument for --grpc_infer_thread_count. Must be in the range 2 to 128.".into())
+}
+
+fn parse_response_pool(value: &str) -> Result<usize, String> {
+    value
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| "Error: --grpc-max-response-pool-size must be greater than 0.".into())
+}
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Path to a model repository; repeat for several.
@@ -132,7 +158,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub allow_http: bool,
     /// Largest request body accepted, after decompression (Triton's default: 64 MiB).
-    #[arg(long, default_value = "67108864", value_parser = parse_byte_size)]
+    #[arg(long, default_value = "67108864", value_parser = parse_max_input_size)]
     pub http_max_input_size: usize,
     /// Server-wide budget of request bytes held at once by both doors (HTTP bodies and gRPC
     /// messages as received, plus what decompression and decoding make of them); a request that
@@ -229,6 +255,18 @@ pub struct ServeArgs {
     /// Accepted for compatibility with Triton command lines (responses are not pooled).
     #[arg(long)]
     pub grpc_infer_allocation_pool_size: Option<u64>,
+    /// Triton 2.7x's gRPC handler threads (2 to 128, checked as Triton checks it). Tessera's gRPC
+    /// handlers run on the server's runtime threads, so the count changes nothing else.
+    #[arg(long, value_parser = parse_grpc_infer_threads)]
+    pub grpc_infer_thread_count: Option<u32>,
+    /// The most responses a gRPC stream holds for its client at once (Triton 2.7x: the response
+    /// objects in the response queue); past it, the stream's requests wait. Default 256.
+    #[arg(long, value_parser = parse_response_pool)]
+    pub grpc_max_response_pool_size: Option<usize>,
+    /// Triton 2.7x's CUDA peer access between GPUs; accepted (Tessera copies between devices
+    /// through the host).
+    #[arg(long, value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub enable_peer_access: Option<bool>,
     /// Most gRPC connections open at once; a connection beyond them is closed at once (its
     /// client fails with UNAVAILABLE). Default: as --http-max-connections.
     #[arg(long, env = "TESSERA_GRPC_MAX_CONNECTIONS")]
@@ -249,6 +287,13 @@ pub struct ServeArgs {
     /// PEM file with the certificate authorities that client certificates must chain to.
     #[arg(long)]
     pub grpc_root_cert: Option<PathBuf>,
+    /// Request headers whose name matches this regular expression (case-insensitive unless it
+    /// starts `(?-i)`) become string parameters of the inference request, as in Triton.
+    #[arg(long)]
+    pub http_header_forward_pattern: Option<String>,
+    /// gRPC metadata whose key matches this regular expression become request parameters.
+    #[arg(long)]
+    pub grpc_header_forward_pattern: Option<String>,
     /// Triton's restricted protocols: `<api-list>:<key>=<value>` (repeatable). The listed
     /// categories (health, metadata, inference, shared-memory, model-config, model-repository,
     /// statistics, trace, logging) answer only calls with metadata `triton-grpc-protocol-<key>:
@@ -562,12 +607,17 @@ impl ServeArgs {
                 restrictions: Restrictions::parse("grpc-restricted-protocol", &self.grpc_restricted_protocol)?,
                 tls: self.grpc_tls()?,
                 max_connections: self.grpc_max_connections.unwrap_or_else(default_max_connections).max(1),
+                stream_responses: self.grpc_max_response_pool_size.unwrap_or(crate::grpc::DEFAULT_STREAM_RESPONSES),
             },
             metrics: self.allow_metrics.then(|| Listen::new(&self.metrics_address, self.metrics_port)),
             cpu_metrics_interval: self.allow_cpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
             gpu_metrics_interval: self.allow_gpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
             metrics_settings: crate::stats::latency::MetricsSettings::parse(&self.metrics_config)?,
             unhealthy_after: self.model_unhealthy_after,
+            header_forwarding: crate::frontend::ForwardPatterns::new(
+                self.http_header_forward_pattern.as_deref(),
+                self.grpc_header_forward_pattern.as_deref(),
+            )?,
             response_cache_bytes: crate::cache::parse_cache_config(&self.cache_config)?,
             rate_limit: (self.rate_limit == "execution_count").then(|| self.rate_limit_resource.clone()),
             model_load_threads: self.model_load_thread_count.unwrap_or(0) as usize,

@@ -34,7 +34,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{CoreError, CoreResult};
 use crate::execution::Caller;
-use crate::frontend::{EXTENSIONS, Frontend, SettingValue, VersionStats};
+use crate::frontend::{Door, EXTENSIONS, Frontend, SettingValue, VersionStats, add_forwarded};
 use crate::infer::check_string_correlation_id;
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
@@ -48,7 +48,7 @@ pub use serve::serve;
 use stream::{stream_request, wait_stop};
 
 /// Responses buffered per stream before a slow reader pushes back on the models.
-const STREAM_BUFFER: usize = 256;
+pub const DEFAULT_STREAM_RESPONSES: usize = 256;
 
 /// Requests of one stream in flight at once; more wait in the client's HTTP/2 window.
 const MAX_STREAM_INFLIGHT: usize = 1024;
@@ -61,6 +61,8 @@ pub struct InferenceService {
     frontend: Arc<Frontend>,
     /// Becomes true when the server shuts down.
     shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Responses a stream holds for its client at once (`--grpc-max-response-pool-size`).
+    stream_responses: usize,
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;
@@ -181,6 +183,7 @@ impl InferenceService {
     /// ModelInfer itself (see `model_infer`, which adds the access line).
     async fn infer_unary(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
         let traceparent = traceparent(request.metadata());
+        let forwarded = forwarded_metadata(&self.frontend, request.metadata())?;
         let request = request.into_inner();
         // Resolved once: the request runs on this version, even if another turns ready meanwhile.
         let model = self.frontend.model(&request.model_name, parse_version(&request.model_version)?)?;
@@ -194,6 +197,7 @@ impl InferenceService {
         stamp(&trace, activity::GRPC_WAITREAD_START);
         stamp(&trace, activity::GRPC_WAITREAD_END);
         let mut request = self.frontend.read_shm_inputs(codec::decode_request(request)?)?;
+        add_forwarded(&mut request, &forwarded);
         request.model_version = Some(model.version());
         // A unary call is its own task: an inline execution may block it.
         request.caller = Caller::Task;
@@ -283,8 +287,10 @@ impl GrpcInferenceService for InferenceService {
     ) -> GrpcResult<Self::ModelStreamInferStream> {
         // The stream's metadata: every request on it is traced under the same parent.
         let traceparent = traceparent(request.metadata());
+        // Every request on the stream gets the stream's forwarded metadata (or its error).
+        let forwarded = Arc::new(forwarded_metadata(&self.frontend, request.metadata()));
         let mut incoming = request.into_inner();
-        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let (tx, rx) = mpsc::channel(self.stream_responses.max(1));
         let frontend = Arc::clone(&self.frontend);
         let mut shutdown = self.shutdown.clone();
         tokio::spawn(async move {
@@ -302,6 +308,7 @@ impl GrpcInferenceService for InferenceService {
                             Arc::clone(&frontend),
                             request,
                             traceparent.clone(),
+                            Arc::clone(&forwarded),
                             tx.clone(),
                         )),
                         Ok(None) => break,
@@ -564,6 +571,19 @@ impl GrpcInferenceService for InferenceService {
 }
 
 /// The W3C `traceparent` a client sent in the call's metadata, if any.
+/// The metadata that `--grpc-header-forward-pattern` forwards to the model (text values only).
+pub(crate) fn forwarded_metadata(
+    frontend: &Frontend,
+    metadata: &tonic::metadata::MetadataMap,
+) -> CoreResult<Vec<(String, String)>> {
+    use tonic::metadata::KeyAndValueRef;
+    let text = metadata.iter().filter_map(|entry| match entry {
+        KeyAndValueRef::Ascii(key, value) => Some((key.as_str(), value.to_str().ok())),
+        KeyAndValueRef::Binary(..) => None,
+    });
+    frontend.forwarded_headers(Door::Grpc, text)
+}
+
 pub(crate) fn traceparent(metadata: &tonic::metadata::MetadataMap) -> Option<String> {
     metadata.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned)
 }

@@ -28,6 +28,8 @@ pub struct GrpcOptions {
     pub tls: Option<GrpcTls>,
     /// Most connections open at once (`--grpc-max-connections`).
     pub max_connections: usize,
+    /// Most responses a stream holds for its client at once (`--grpc-max-response-pool-size`).
+    pub stream_responses: usize,
 }
 
 impl Default for GrpcOptions {
@@ -40,6 +42,7 @@ impl Default for GrpcOptions {
             restrictions: Restrictions::default(),
             tls: None,
             max_connections: 1024,
+            stream_responses: super::DEFAULT_STREAM_RESPONSES,
         }
     }
 }

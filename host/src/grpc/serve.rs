@@ -87,12 +87,15 @@ pub async fn serve(
     threads: Arc<ConnectionThreads>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let inference =
-        GrpcInferenceServiceServer::new(InferenceService { frontend: Arc::clone(&frontend), shutdown: stop.clone() })
-            .max_decoding_message_size(options.max_message_size)
-            .max_encoding_message_size(options.max_message_size)
-            .accept_compressed(CompressionEncoding::Gzip)
-            .accept_compressed(CompressionEncoding::Deflate);
+    let inference = GrpcInferenceServiceServer::new(InferenceService {
+        frontend: Arc::clone(&frontend),
+        shutdown: stop.clone(),
+        stream_responses: options.stream_responses,
+    })
+    .max_decoding_message_size(options.max_message_size)
+    .max_encoding_message_size(options.max_message_size)
+    .accept_compressed(CompressionEncoding::Gzip)
+    .accept_compressed(CompressionEncoding::Deflate);
     let inference = match options.response_compression {
         Some(encoding) => inference.send_compressed(encoding),
         None => inference,

@@ -8,7 +8,7 @@ use tonic::Status;
 
 use super::codec::{self, parse_version};
 use super::{FINAL_RESPONSE, bool_param, reserved_parameters};
-use crate::error::CoreError;
+use crate::error::{CoreError, CoreResult};
 use crate::frontend::Frontend;
 use crate::infer::InferResponse;
 use crate::proto::inference as pb;
@@ -40,6 +40,7 @@ pub(super) async fn stream_request(
     frontend: Arc<Frontend>,
     request: pb::ModelInferRequest,
     traceparent: Option<String>,
+    forwarded: Arc<CoreResult<Vec<(String, String)>>>,
     tx: StreamSender,
 ) {
     let echo = pb::ModelInferResponse {
@@ -59,6 +60,7 @@ pub(super) async fn stream_request(
         let empty_final = reserved_parameters(&request)?;
         // Shared-memory inputs are read here, so their errors come early too, as decoding errors do.
         let mut request = frontend.read_shm_inputs(codec::decode_request(request)?)?;
+        crate::frontend::add_forwarded(&mut request, forwarded.as_ref().as_ref().map_err(Clone::clone)?);
         request.model_version = Some(model.version());
         request.trace = frontend.trace(model.name(), traceparent.as_deref());
         stamp(&request.trace, activity::GRPC_WAITREAD_START);

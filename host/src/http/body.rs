@@ -16,6 +16,10 @@ use crate::limits::{Compression, InflateError, RequestBudget, Reservation, infla
 
 pub const UNSUPPORTED_COMPRESSION: &str = "Unsupported compression type";
 
+/// Triton 2.7x's cap on a chunked body's non-empty chunks (`kMaxChunkedChunks`): past it the
+/// request is refused and reading stops (the connection then closes, its rest unread).
+pub const MAX_CHUNKS: usize = 1 << 16;
+
 fn too_large(limit: usize) -> CoreError {
     CoreError::invalid_arg(format!(
         "request body exceeds the maximum allowed size of {limit} bytes (--http-max-input-size)"
@@ -51,8 +55,20 @@ pub async fn read(
     }
     let mut raw = BytesMut::with_capacity(declared.unwrap_or(0));
     let mut chunks = body.into_data_stream();
+    // hyper hands a chunked body over one frame per chunk, or more for a large one: with no
+    // Content-Length, frames are at least the chunks.
+    let mut frames = 0usize;
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|e| CoreError::invalid_arg(format!("failed to read the request body: {e}")))?;
+        if declared.is_none() && !chunk.is_empty() {
+            frames += 1;
+            if frames > MAX_CHUNKS {
+                return Err(CoreError::invalid_arg(format!(
+                    "Chunked request body exceeds maximum of {MAX_CHUNKS} non-empty chunks. Send fewer or larger \
+                     HTTP chunks."
+                )));
+            }
+        }
         if raw.len() + chunk.len() > limit {
             return Err(too_large(limit));
         }

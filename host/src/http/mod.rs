@@ -37,7 +37,7 @@ use self::response::{empty_ok, error_json, ok_json};
 pub use self::serve::{ConnectionLimits, serve};
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::execution::Caller;
-use crate::frontend::{EXTENSIONS, Frontend, SettingValue, TensorMetadata, VersionStats};
+use crate::frontend::{Door, EXTENSIONS, Frontend, SettingValue, TensorMetadata, VersionStats, add_forwarded};
 use crate::restricted::{ApiCategory, Restrictions};
 use crate::trace::{activity, stamp};
 
@@ -263,6 +263,7 @@ async fn infer_model(
         request_id.clone_from(&decoded.request.request.id);
     }
     let mut request = state.frontend.read_shm_inputs(decoded.request)?;
+    add_forwarded(&mut request, &forwarded_headers(state, &parts.headers)?);
     request.model_version = Some(served.version());
     // One request per task: an inline execution may block it.
     request.caller = Caller::Task;
@@ -288,6 +289,13 @@ async fn infer_model(
     Ok(http)
 }
 
+/// The request's headers that `--http-header-forward-pattern` forwards to the model.
+fn forwarded_headers(state: &HttpState, headers: &HeaderMap) -> CoreResult<Vec<(String, String)>> {
+    state
+        .frontend
+        .forwarded_headers(Door::Http, headers.iter().map(|(name, value)| (name.as_str(), value.to_str().ok())))
+}
+
 /// The W3C `traceparent` header a client sent, if any.
 fn traceparent(headers: &HeaderMap) -> Option<&str> {
     headers.get("traceparent").and_then(|v| v.to_str().ok())
@@ -310,6 +318,7 @@ async fn generate_model(state: &HttpState, path: ModelPath, request: Request, st
     stamp(&trace, activity::HTTP_RECV_END);
     let model = state.frontend.model(&path.model, version)?;
     let mut request = generate::decode(&model, &body)?;
+    add_forwarded(&mut request, &forwarded_headers(state, &parts.headers)?);
     request.trace = trace.clone();
     let mut response = if streaming {
         generate::stream(&state.frontend, &model, request).await?
@@ -324,8 +333,12 @@ async fn generate_model(state: &HttpState, path: ModelPath, request: Request, st
 }
 
 async fn repository_index(State(state): State<HttpState>, body: Bytes) -> HttpResult {
-    let ready_only =
-        parse_json_body(&body, ErrorKind::Internal)?.get("ready").and_then(Value::as_bool).unwrap_or(false);
+    let ready_only = match parse_json_body(&body, ErrorKind::Internal)?.get("ready") {
+        None => false,
+        Some(Value::Bool(ready)) => *ready,
+        // Triton 2.7x; 2.51 read any other value as false.
+        Some(_) => return Err(CoreError::invalid_arg("Invalid value for 'ready': expected a boolean").into()),
+    };
     let entries: Vec<Value> = state
         .frontend
         .repository_index(ready_only)

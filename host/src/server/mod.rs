@@ -108,6 +108,8 @@ pub struct ServerConfig {
     pub metrics_settings: crate::stats::latency::MetricsSettings,
     /// `--model-unhealthy-after`: see [`ModelSettings::unhealthy_after`].
     pub unhealthy_after: u32,
+    /// `--http-header-forward-pattern`, `--grpc-header-forward-pattern`.
+    pub header_forwarding: crate::frontend::ForwardPatterns,
     /// Size of the response cache in bytes, for models that enable it.
     pub response_cache_bytes: Option<usize>,
     /// Triton's rate limiter (`--rate-limit execution_count`) with the `--rate-limit-resource`
@@ -172,6 +174,7 @@ impl Default for ServerConfig {
             gpu_metrics_interval: None,
             metrics_settings: Default::default(),
             unhealthy_after: DEFAULT_UNHEALTHY_AFTER,
+            header_forwarding: Default::default(),
             response_cache_bytes: None,
             rate_limit: None,
             model_load_threads: 0,
@@ -341,7 +344,8 @@ impl Server {
             .with_tracer(Arc::clone(&tracer))
             .with_request_log(config.log_requests)
             .with_client_shm(config.allow_client_shm)
-            .with_load_sources(host_sampler.clone(), Arc::clone(&custom_metrics));
+            .with_load_sources(host_sampler.clone(), Arc::clone(&custom_metrics))
+            .with_header_forwarding(config.header_forwarding.clone());
         if let Some(applier) = config.log_applier {
             frontend = frontend.with_log_settings(config.log_settings, applier);
         }

@@ -8,6 +8,9 @@
 //! request ends, as the manager's requests in flight hold theirs, so a reload or unload meanwhile
 //! never changes what a request already checked runs on.
 
+mod forward;
+mod load;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -22,6 +25,8 @@ use crate::stats::custom::CustomMetrics;
 use crate::stats::host::HostSampler;
 use crate::tensor::Tensor;
 use crate::trace::{SettingAnswer, Trace, Tracer};
+pub use forward::{Door, Patterns as ForwardPatterns, add_to as add_forwarded};
+pub use load::LoadReport;
 
 /// Extensions reported in server metadata: only what this server implements.
 pub const EXTENSIONS: &[&str] = &[
@@ -158,19 +163,8 @@ pub struct Frontend {
     /// What the ORCA load report reads besides the models (see [`Frontend::load_report`]).
     host: Option<Arc<HostSampler>>,
     custom_metrics: Option<Arc<CustomMetrics>>,
-}
-
-/// The server's load, as an ORCA `endpoint-load-metrics` header reports it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LoadReport {
-    /// Host CPU and memory utilisation in [0, 1] (with `--allow-cpu-metrics`).
-    pub cpu_utilization: Option<f64>,
-    pub mem_utilization: Option<f64>,
-    /// Requests waiting for an instance, over every model.
-    pub pending_requests: i64,
-    /// Triton's KV-cache figures, where a model reports `nv_trt_llm_kv_cache_block_metrics`:
-    /// used blocks over the maximum, and the maximum times tokens per block.
-    pub kv_cache: Option<(f64, f64)>,
+    /// `--http-header-forward-pattern`, `--grpc-header-forward-pattern` (see `forward`).
+    forward_patterns: forward::Patterns,
 }
 
 /// An infer request as a door decoded it. Inputs sent inline are in `request.inputs`; inputs in
@@ -212,24 +206,7 @@ impl Frontend {
             runtime: tokio::runtime::Handle::try_current().ok(),
             host: None,
             custom_metrics: None,
-        }
-    }
-
-    /// Where the load report reads host utilisation and models' own metrics from.
-    pub fn with_load_sources(mut self, host: Option<Arc<HostSampler>>, custom: Arc<CustomMetrics>) -> Self {
-        self.host = host;
-        self.custom_metrics = Some(custom);
-        self
-    }
-
-    /// The server's load now: what an ORCA `endpoint-load-metrics` header reports.
-    pub fn load_report(&self) -> LoadReport {
-        let memory = self.host.as_ref().map(|h| (h.memory_used(), h.memory_total()));
-        LoadReport {
-            cpu_utilization: self.host.as_ref().map(|h| h.cpu_utilization()),
-            mem_utilization: memory.filter(|(_, total)| *total > 0).map(|(used, total)| used as f64 / total as f64),
-            pending_requests: self.manager.ready_models().iter().map(|m| m.stats.pending()).sum(),
-            kv_cache: self.custom_metrics.as_ref().and_then(|c| c.kv_cache()),
+            forward_patterns: forward::Patterns::default(),
         }
     }
 
