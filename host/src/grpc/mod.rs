@@ -50,6 +50,9 @@ use stream::{stream_request, wait_stop};
 /// Responses buffered per stream before a slow reader pushes back on the models.
 pub const DEFAULT_STREAM_RESPONSES: usize = 256;
 
+/// Triton 2.7x's answer to an inference call once the server is stopping.
+const SHUTTING_DOWN: &str = "GRPC server is shutting down and has stopped accepting new requests.";
+
 /// Requests of one stream in flight at once; more wait in the client's HTTP/2 window.
 const MAX_STREAM_INFLIGHT: usize = 1024;
 
@@ -181,7 +184,17 @@ fn reserved_parameters(request: &pb::ModelInferRequest) -> CoreResult<bool> {
 
 impl InferenceService {
     /// ModelInfer itself (see `model_infer`, which adds the access line).
+    /// Triton 2.7x's refusal of an inference call that arrives once the server is stopping (a
+    /// call tonic takes before its GOAWAY reaches the client).
+    fn refuse_when_stopping(&self) -> Result<(), Status> {
+        if *self.shutdown.borrow() {
+            return Err(Status::unavailable(SHUTTING_DOWN));
+        }
+        Ok(())
+    }
+
     async fn infer_unary(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
+        self.refuse_when_stopping()?;
         let traceparent = traceparent(request.metadata());
         let forwarded = forwarded_metadata(&self.frontend, request.metadata())?;
         let request = request.into_inner();
@@ -285,6 +298,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<Streaming<pb::ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
+        self.refuse_when_stopping()?;
         // The stream's metadata: every request on it is traced under the same parent.
         let traceparent = traceparent(request.metadata());
         // Every request on the stream gets the stream's forwarded metadata (or its error).
@@ -586,4 +600,25 @@ pub(crate) fn forwarded_metadata(
 
 pub(crate) fn traceparent(metadata: &tonic::metadata::MetadataMap) -> Option<String> {
     metadata.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn inference_calls_are_refused_once_the_server_is_stopping() {
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let service = InferenceService {
+            frontend: Arc::new(Frontend::for_tests()),
+            shutdown,
+            stream_responses: DEFAULT_STREAM_RESPONSES,
+        };
+        let request = || Request::new(pb::ModelInferRequest { model_name: "m".into(), ..Default::default() });
+        let before = service.model_infer(request()).await.unwrap_err();
+        assert_eq!(before.code(), tonic::Code::NotFound, "{before:?}");
+        stop.send(true).unwrap();
+        let after = service.model_infer(request()).await.unwrap_err();
+        assert_eq!((after.code(), after.message()), (tonic::Code::Unavailable, SHUTTING_DOWN));
+    }
 }
