@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import socket
 import threading
 import time
 
@@ -280,3 +281,37 @@ def test_orca_load_reports_answer_the_format_the_client_asks_for(server_factory,
     odd = requests.post(srv.http("/v2/models/kv/infer"), json=body, timeout=30,
                         headers={"endpoint-load-metrics-format": "yaml"})
     assert odd.status_code == 200 and "endpoint-load-metrics" not in odd.headers
+
+
+def http_exchange(sock: socket.socket, path: str) -> bytes:
+    """One keep-alive GET on `sock`; the response's head (its body is empty or short)."""
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        assert chunk, "closed before answering"
+        data += chunk
+    return data.partition(b"\r\n\r\n")[0].lower()
+
+
+def test_idle_keep_alive_connections_close_when_the_drain_starts(server_factory, repo):
+    """At SIGTERM an idle keep-alive connection is closed at once (its client reconnects wherever
+    the load balancer now sends it) while a request in flight keeps the drain going; a connection
+    opened during the drain is served once, with `connection: close`."""
+    write_repeat(repo)
+    srv = server_factory(repo, ["--exit-timeout-secs=30", "--http-keepalive-timeout=600"])
+    stream = long_stream(srv)
+    idle = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    assert b"200 ok" in http_exchange(idle, "/v2/health/live")
+    srv.process.send_signal(signal.SIGTERM)
+    idle.settimeout(5)
+    started = time.monotonic()
+    assert idle.recv(4096) == b"", "the idle keep-alive connection was closed"
+    assert time.monotonic() - started < 5
+    idle.close()
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as late:
+        head = http_exchange(late, "/v2/health/live")
+        assert b"200 ok" in head and b"connection: close" in head, head
+    assert stream.is_alive() and stream.error is None, "the request in flight still streams"
+    srv.process.send_signal(signal.SIGINT)  # a second signal stops at once
+    exit_time(srv, stream)

@@ -385,6 +385,18 @@ def test_idle_and_half_sent_connections_are_closed(impatient):
     assert_serves(impatient)
 
 
+def test_a_silent_grpc_connection_is_closed(impatient):
+    """Connections to the gRPC port that never send the HTTP/2 preface are closed after
+    --http-header-read-timeout (1 s here), so they cannot pile up to the connection cap."""
+    silent = [socket.create_connection(("127.0.0.1", impatient.grpc_port), timeout=15) for _ in range(3)]
+    started = time.monotonic()
+    assert all(closed_within(s, 10)[0] for s in silent), "a silent gRPC connection stayed open"
+    assert time.monotonic() - started < 8
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{impatient.grpc_port}")
+    assert client.is_server_live(), "a client that speaks is served"
+    client.close()
+
+
 def test_a_trickled_body_fails_its_request_with_a_message(impatient):
     s = connect(impatient)
     s.sendall(b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

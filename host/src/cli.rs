@@ -170,7 +170,8 @@ pub struct ServeArgs {
     /// Default: 1024, or half the process's open-file limit when that is lower.
     #[arg(long, env = "TESSERA_HTTP_MAX_CONNECTIONS")]
     pub http_max_connections: Option<usize>,
-    /// Seconds a client has to send a request's whole header once its first byte arrives.
+    /// Seconds a client has to send a request's whole header once its first byte arrives; also how
+    /// long a new gRPC connection may stay silent before its first bytes.
     #[arg(long, default_value_t = 30)]
     pub http_header_read_timeout: u64,
     /// Seconds a client has to send a request's whole body once its header arrived.
@@ -608,6 +609,7 @@ impl ServeArgs {
                 tls: self.grpc_tls()?,
                 max_connections: self.grpc_max_connections.unwrap_or_else(default_max_connections).max(1),
                 stream_responses: self.grpc_max_response_pool_size.unwrap_or(crate::grpc::DEFAULT_STREAM_RESPONSES),
+                first_bytes_timeout: Duration::from_secs(self.http_header_read_timeout.max(1)),
             },
             metrics: self.allow_metrics.then(|| Listen::new(&self.metrics_address, self.metrics_port)),
             cpu_metrics_interval: self.allow_cpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),

@@ -15,7 +15,7 @@
 //! endpoint removal takes to reach every node: the chart and both runtimes in deploy/ have one.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -29,7 +29,9 @@ use crate::infer::{InferResponse, ResponseStream};
 pub struct Lifecycle {
     in_flight: AtomicUsize,
     idle: Notify,
-    draining: AtomicBool,
+    /// True from the drain's start: readiness reads it, and the HTTP door closes its idle
+    /// keep-alive connections when it turns.
+    draining: tokio::sync::watch::Sender<bool>,
 }
 
 impl Lifecycle {
@@ -48,13 +50,18 @@ impl Lifecycle {
     }
 
     pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
+        *self.draining.borrow()
+    }
+
+    /// Turns true when a drain starts.
+    pub fn drain_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.draining.subscribe()
     }
 
     /// Marks the server as draining (readiness turns false), then waits until no request is in
     /// flight or `timeout` passes. Returns the number still in flight (0: drained).
     pub async fn drain(&self, timeout: Duration) -> usize {
-        self.draining.store(true, Ordering::Release);
+        self.draining.send_replace(true);
         let wait_idle = async {
             loop {
                 // Registered before the check, so a request ending in between still wakes us.

@@ -30,6 +30,9 @@ pub struct GrpcOptions {
     pub max_connections: usize,
     /// Most responses a stream holds for its client at once (`--grpc-max-response-pool-size`).
     pub stream_responses: usize,
+    /// How long a new connection may stay silent before its first bytes (the HTTP/2 preface or
+    /// a TLS hello) before it is closed (`--http-header-read-timeout`).
+    pub first_bytes_timeout: Duration,
 }
 
 impl Default for GrpcOptions {
@@ -43,6 +46,7 @@ impl Default for GrpcOptions {
             tls: None,
             max_connections: 1024,
             stream_responses: super::DEFAULT_STREAM_RESPONSES,
+            first_bytes_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -23,6 +23,21 @@ struct CappedStream {
     _slot: tokio::sync::OwnedSemaphorePermit,
     /// Its place in its connection thread's count, when it runs on one.
     _open: Option<OpenConnection>,
+    /// Until its first bytes arrive (the HTTP/2 preface, or a TLS hello): when the connection is
+    /// closed if they have not. A client that connects and says nothing would otherwise hold a
+    /// connection slot for ever, and enough of them would lock every client out.
+    silent_until: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl CappedStream {
+    fn new(
+        inner: tokio::net::TcpStream,
+        slot: tokio::sync::OwnedSemaphorePermit,
+        open: Option<OpenConnection>,
+        first_bytes: Duration,
+    ) -> Self {
+        Self { inner, _slot: slot, _open: open, silent_until: Some(Box::pin(tokio::time::sleep(first_bytes))) }
+    }
 }
 
 impl tonic::transport::server::Connected for CappedStream {
@@ -39,7 +54,22 @@ impl tokio::io::AsyncRead for CappedStream {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        use std::future::Future;
+        use std::task::Poll;
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let Some(deadline) = self.silent_until.as_mut() else { return read };
+        match read {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                self.silent_until = None;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if deadline.as_mut().poll(cx).is_ready() => {
+                tracing::debug!("closing a gRPC connection that sent nothing (--http-header-read-timeout)");
+                Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no bytes from the client")))
+            }
+            other => other,
+        }
     }
 }
 
@@ -109,6 +139,7 @@ pub async fn serve(
     // instead of waiting in the backlog.
     let slots = Arc::new(tokio::sync::Semaphore::new(services.options.max_connections.max(1)));
     let max_connections = services.options.max_connections;
+    let first_bytes = services.options.first_bytes_timeout;
     let admit = move |stream: tokio::net::TcpStream| {
         let _ = stream.set_nodelay(true);
         let slot = Arc::clone(&slots).try_acquire_owned().ok();
@@ -120,7 +151,7 @@ pub async fn serve(
     let runtimes = threads.runtimes();
     if runtimes.is_empty() {
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).filter_map(move |conn| match conn {
-            Ok(stream) => admit(stream).map(|(inner, slot)| Ok(CappedStream { inner, _slot: slot, _open: None })),
+            Ok(stream) => admit(stream).map(|(inner, slot)| Ok(CappedStream::new(inner, slot, None, first_bytes))),
             Err(e) => Some(Err(e)),
         });
         return services.serve(incoming).await.map_err(|e| e.to_string());
@@ -132,8 +163,8 @@ pub async fn serve(
     for runtime in &runtimes {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Admitted>();
         senders.push(tx);
-        let incoming = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(|(stream, slot, open)| {
-            tokio::net::TcpStream::from_std(stream).map(|inner| CappedStream { inner, _slot: slot, _open: Some(open) })
+        let incoming = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(move |(stream, slot, open)| {
+            tokio::net::TcpStream::from_std(stream).map(|inner| CappedStream::new(inner, slot, Some(open), first_bytes))
         });
         servers.spawn_on(services.clone().serve(incoming), runtime);
     }

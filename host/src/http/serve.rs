@@ -84,13 +84,17 @@ impl Activity {
     }
 }
 
-/// Serves `router` on `listener` until `stop` turns true, then lets open requests finish.
+/// Serves `router` on `listener` until `stop` turns true, then lets open requests finish. When
+/// `draining` turns true (SIGTERM), idle keep-alive connections close at once and busy ones after
+/// their request, so clients reconnect wherever the load balancer now sends them; connections
+/// accepted during the drain serve one request each.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
     threads: Arc<ConnectionThreads>,
     mut stop: tokio::sync::watch::Receiver<bool>,
+    draining: tokio::sync::watch::Receiver<bool>,
 ) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut connections = JoinSet::new();
@@ -114,7 +118,7 @@ pub async fn serve(
             connections.spawn(async move { refuse(stream, max).await });
             continue;
         };
-        let (router, limits, stop) = (router.clone(), limits.clone(), stop.clone());
+        let (router, limits, stop, draining) = (router.clone(), limits.clone(), stop.clone(), draining.clone());
         match threads.pick() {
             Some((_, runtime, open)) => {
                 // A stream polls its events from the reactor it was registered with: re-register it
@@ -123,7 +127,7 @@ pub async fn serve(
                 connections.spawn_on(
                     async move {
                         if let Ok(stream) = TcpStream::from_std(stream) {
-                            serve_connection(stream, router, limits, stop).await;
+                            serve_connection(stream, router, limits, stop, draining).await;
                         }
                         drop((slot, open));
                     },
@@ -132,7 +136,7 @@ pub async fn serve(
             }
             None => {
                 connections.spawn(async move {
-                    serve_connection(stream, router, limits, stop).await;
+                    serve_connection(stream, router, limits, stop, draining).await;
                     drop(slot);
                 });
             }
@@ -167,7 +171,9 @@ async fn serve_connection(
     router: Router,
     limits: ConnectionLimits,
     mut stop: tokio::sync::watch::Receiver<bool>,
+    mut draining: tokio::sync::watch::Receiver<bool>,
 ) {
+    let drained_already = *draining.borrow();
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(WatchedIo { inner: stream, activity: Arc::clone(&activity) });
     let body_read = limits.body_read;
@@ -187,7 +193,7 @@ async fn serve_connection(
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).keep_alive(true).header_read_timeout(None);
+    builder.timer(TokioTimer::new()).keep_alive(!drained_already).header_read_timeout(None);
     // Self-wakes (the request body's "want" signal) are polled again in place, not rescheduled.
     let mut connection = RepollOnSelfWake::new(builder.serve_connection(io, service).with_upgrades());
     let tick =
@@ -203,6 +209,10 @@ async fn serve_connection(
                 return;
             }
             _ = stopped(&mut stop), if !stopping => {
+                stopping = true;
+                connection.inner_mut().graceful_shutdown();
+            }
+            _ = stopped(&mut draining), if !stopping && !drained_already => {
                 stopping = true;
                 connection.inner_mut().graceful_shutdown();
             }

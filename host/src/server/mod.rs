@@ -378,8 +378,9 @@ impl Server {
                 body_budget: request_budget.clone(),
             };
             let (stop, limits, threads) = (stop_rx.clone(), config.http_connections.clone(), Arc::clone(&threads));
+            let draining = frontend.lifecycle.drain_signal();
             tasks.spawn(async move {
-                crate::http::serve(listener, router(state), limits, threads, stop)
+                crate::http::serve(listener, router(state), limits, threads, stop, draining)
                     .await
                     .map_err(|e| format!("HTTP server failed: {e}"))
             });
