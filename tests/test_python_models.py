@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tessera_testlib import QUICKSTART, copy_model, index_entries, repository_index, wait_model_ready
+from tessera_testlib import QUICKSTART, copy_model, index_entries, repository_index, wait_model_ready, wait_until
 
 pytestmark = pytest.mark.timeout(900)
 LOAD_DEADLINE = 600.0
@@ -161,3 +161,81 @@ def test_the_quickstart_numpy_preprocessor_classifies_an_image(server):
     memory = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
               if line.startswith("tessera_model_memory_bytes{") and 'model="image_preprocess"' in line]
     assert memory and memory[0] > 16 << 20, memory
+
+
+STREAMER = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Streams COUNT responses, stopping when its caller goes (is_cancelled, or a failed send)."""
+
+    def execute(self, requests):
+        for request in requests:
+            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_list()[0])
+            sender = request.get_response_sender()
+            sent = 0
+            while sent < count and not sender.is_cancelled():
+                try:
+                    sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", [sent], "INT32")]))
+                except pb_utils.TritonModelException as e:
+                    pb_utils.Logger.log_info("streamer: a send failed: " + e.message())
+                    break
+                sent += 1
+            pb_utils.Logger.log_info("streamer: stopped after %d of %d, cancelled=%s" % (
+                sent, count, request.is_cancelled()))
+            if not sender.is_cancelled():
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
+STREAMER_CONFIG = '''
+name: "streamer"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+parameters { key: "max_execute_ms" value: { string_value: "60000" } }
+'''
+
+
+def test_a_cancelled_stream_stops_the_guest_that_feeds_it(server_factory, repo):
+    """A client cancels its gRPC stream after 5 of a million responses: the guest sees
+    `is_cancelled()` (or a failed send) and stops at once, rather than producing the rest into
+    nothing until its time limit, and the model serves the next stream whole."""
+    import queue
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    python_model(repo, "streamer", STREAMER, STREAMER_CONFIG)
+    srv = server_factory(repo)
+    wait_model_ready(srv, "streamer", deadline=300)
+
+    def stream(count: int, cancel_after: int | None) -> list[int]:
+        got: queue.Queue = queue.Queue()
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
+        client.start_stream(callback=lambda result, error: got.put((result, error)))
+        inp = grpcclient.InferInput("COUNT", [1], "INT32")
+        inp.set_data_from_numpy(np.array([count], dtype=np.int32))
+        client.async_stream_infer("streamer", [inp], enable_empty_final_response=True)
+        values = []
+        try:
+            while cancel_after is None or len(values) < cancel_after:
+                result, error = got.get(timeout=60)
+                assert error is None, error
+                if result.get_response().parameters["triton_final_response"].bool_param:
+                    break
+                values.append(int(result.as_numpy("OUT")[0]))
+        finally:
+            client.stop_stream(cancel_requests=cancel_after is not None)
+            client.close()
+        return values
+
+    assert stream(1_000_000, cancel_after=5) == [0, 1, 2, 3, 4]
+    wait_until(lambda: "streamer: stopped after" in srv.log_text(), 20, "the guest stopped", srv)
+    line = next(ln for ln in srv.log_text().splitlines() if "streamer: stopped after" in ln)
+    sent = int(line.split("stopped after ")[1].split(" of")[0])
+    assert sent < 10_000 and "cancelled=True" in line, line
+    assert stream(3, cancel_after=None) == [0, 1, 2]

@@ -397,6 +397,10 @@ bool tessera_config_parameter(const tessera_args_t *args, const char *key, char 
     return found;
 }
 
+bool tessera_sender_is_cancelled(tessera_sender_t sender) {
+    return tessera_model_types_method_response_sender_is_cancelled(tessera_model_types_borrow_response_sender(sender));
+}
+
 /* ---- the model's own metrics and spans ------------------------------------------------------ */
 
 bool tessera_metric_family_new(const char *name, const char *description, tessera_metric_kind_t kind,

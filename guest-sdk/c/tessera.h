@@ -156,6 +156,9 @@ bool tessera_send(tessera_sender_t sender, const tessera_tensor_t *outputs, size
                   tessera_error_t *error);
 bool tessera_send_error(tessera_sender_t sender, tessera_code_t code, const char *message, bool final);
 void tessera_sender_drop(tessera_sender_t sender);
+/* Whether the request's caller has gone (a cancelled stream): sends then fail with
+ * TESSERA_CANCELLED, so stop producing. */
+bool tessera_sender_is_cancelled(tessera_sender_t sender);
 
 /* ---- the model's own metrics and spans ------------------------------------------------------ */
 /* Metrics on the server's /metrics, as Triton's python backend has them (pb_utils.MetricFamily):

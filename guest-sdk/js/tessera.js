@@ -582,8 +582,10 @@ export class InferenceResponseSender {
     if (final) this._closed = true;
   }
 
+  /** Whether the request's caller has gone (a cancelled stream): sends then fail. */
   isCancelled() {
-    return false;
+    if (this._sender === undefined) this._sender = hold(this._request._host.sender());
+    return this._sender.isCancelled();
   }
 }
 
@@ -691,8 +693,9 @@ export class InferenceRequest {
     return this._sender;
   }
 
+  /** Whether the caller has gone (seen for a decoupled model's requests; false for others). */
   isCancelled() {
-    return false;
+    return this._host ? this._host.isCancelled() : false;
   }
 
   _blsArgs() {

@@ -106,7 +106,10 @@ class InferenceResponseSender:
             self._closed = True
 
     def is_cancelled(self):
-        return False
+        """Whether the request's caller has gone (a cancelled stream): its sends then fail."""
+        if self._sender is None:
+            self._sender = self._request.sender()
+        return bool(self._sender.is_cancelled())
 
 
 # Triton's name for the class
@@ -326,7 +329,11 @@ class InferenceRequest:
         return self._sender
 
     def is_cancelled(self):
-        return False
+        """Whether the caller has gone: seen for a decoupled model's requests (their responses
+        have somewhere to go), False for the others and for BLS requests."""
+        if not self._served:
+            return False
+        return bool(self._handle().is_cancelled())
 
     def set_release_flags(self, flags):
         if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:

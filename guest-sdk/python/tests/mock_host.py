@@ -340,6 +340,7 @@ class MockHost:
         li.add_func("[static]request.give-tensors", w("request.give-tensors", give_tensors))
         li.add_func("[static]request.set-outputs", w("request.set-outputs", set_outputs))
         li.add_func("[method]request.id", w("request.id", lambda h: self._get(h).id))
+        li.add_func("[method]request.is-cancelled", w("request.is-cancelled", lambda h: bool(self._get(h)) and False))
         li.add_func("[method]request.input", w("request.input", req_input))
         li.add_func("[method]request.inputs", w("request.inputs",
                                                 lambda h: [self._own(t, TENSOR) for t in self._get(h).inputs]))
@@ -369,6 +370,8 @@ class MockHost:
 
         li.add_func("[method]response-sender.send", w("response-sender.send", send))
         li.add_func("[method]response-sender.send-error", w("response-sender.send-error", send_error))
+        li.add_func("[method]response-sender.is-cancelled",
+                    w("response-sender.is-cancelled", lambda h: bool(self._get(h)) and False))
 
     # -- tessera:model/host -------------------------------------------------------------------
     def _define_host(self, li):

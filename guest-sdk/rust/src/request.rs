@@ -20,6 +20,12 @@ impl Request {
         self.0.id()
     }
 
+    /// Whether the caller has gone (a cancelled stream): seen for a decoupled model's requests,
+    /// false for the others.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.is_cancelled()
+    }
+
     /// The named input, or an `invalid-arg` error naming it when the request lacks it.
     pub fn input(&self, name: &str) -> Result<Tensor, Error> {
         self.0.input(name).map(Tensor::from_raw).ok_or_else(|| {
@@ -80,6 +86,11 @@ impl Request {
 pub struct ResponseSender(RawResponseSender);
 
 impl ResponseSender {
+    /// Whether the caller has gone: sends then fail with `cancelled`, so stop producing.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.is_cancelled()
+    }
+
     /// Sends one response; `final_` marks it as the request's last one.
     pub fn send(&self, outputs: Vec<Tensor>, final_: bool) -> Result<(), Error> {
         self.0

@@ -96,7 +96,14 @@ pub(super) async fn stream_request(
     let mut final_sent = false;
     // An error's final flag is only known once the next item (or the end) arrives.
     let mut pending_error: Option<CoreError> = None;
-    while let Some(item) = responses.recv().await {
+    loop {
+        // A client that cancels the stream drops it: the model's responses are then dropped at
+        // once, which a decoupled guest sees as its request cancelled.
+        let item = tokio::select! {
+            item = responses.recv() => item,
+            () = tx.closed() => return,
+        };
+        let Some(item) = item else { break };
         if let Some(e) = pending_error.take()
             && tx.send(Ok(stream_error(&echo, &e, false))).await.is_err()
         {

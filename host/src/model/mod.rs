@@ -298,7 +298,14 @@ impl LoadedModel {
         let forward = tokio::spawn(async move {
             let mut ok = true;
             let mut first = true;
-            while let Some(RawResponse { outputs, is_final }) = raw_rx.recv().await {
+            loop {
+                // The caller going (a cancelled stream) closes the instance's responder at once,
+                // so a guest sees it (`is-cancelled`, a failed send) without sending first.
+                let received = tokio::select! {
+                    received = raw_rx.recv() => received,
+                    () = tx.closed() => None,
+                };
+                let Some(RawResponse { outputs, is_final }) = received else { break };
                 if std::mem::take(&mut first) {
                     model.stats.record_first_response(start.elapsed());
                 }

@@ -62,6 +62,11 @@ impl Outlet {
         Self { responder, buffered: Arc::default() }
     }
 
+    /// Whether the caller has gone: nothing reads the request's responses any more.
+    pub(super) fn is_cancelled(&self) -> bool {
+        self.responder.is_closed()
+    }
+
     /// Sends one response, waiting (until the deadline) while its request already buffers
     /// `budget` bytes or its channel is full.
     pub(super) fn send(

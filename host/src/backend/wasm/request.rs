@@ -18,6 +18,10 @@ impl wit::HostRequest for TypesView<'_> {
         Ok(self.handles.table.get(&handle).map_err(table_error)?.id.clone())
     }
 
+    fn is_cancelled(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<bool> {
+        Ok(super::sender::cancelled(&self.handles.table.get(&handle).map_err(table_error)?.responder))
+    }
+
     fn input(&mut self, handle: Resource<HostRequest>, name: String) -> wasmtime::Result<Option<Resource<HostTensor>>> {
         let found =
             self.handles.table.get(&handle).map_err(table_error)?.inputs.iter().find(|t| t.name == name).cloned();

@@ -3,7 +3,7 @@
 use wasmtime::component::Resource;
 
 use super::convert::{kind_from_wit, wit_error};
-use super::outlet::SendDeadline;
+use super::outlet::{Outlet, SendDeadline};
 use super::state::{HostSender, HostTensor, TypesView, table_error};
 use super::wit;
 use crate::backend::Sent;
@@ -38,9 +38,20 @@ impl wit::HostResponseSender for TypesView<'_> {
         Ok(send_on(sender, Err(CoreError::new(kind_from_wit(error.code), error.message)), final_, limits))
     }
 
+    fn is_cancelled(&mut self, handle: Resource<HostSender>) -> wasmtime::Result<bool> {
+        let sender = self.handles.table.get(&handle).map_err(table_error)?;
+        Ok(cancelled(&sender.0))
+    }
+
     fn drop(&mut self, handle: Resource<HostSender>) -> wasmtime::Result<()> {
         self.handles.table.delete(handle).map(|_| ()).map_err(table_error)
     }
+}
+
+/// Whether the caller of the request behind `responder` has gone (false once it is closed by a
+/// final response, or for a model that is not decoupled).
+pub(super) fn cancelled(responder: &super::state::SharedResponder) -> bool {
+    responder.lock().ok().and_then(|slot| slot.as_ref().map(Outlet::is_cancelled)).unwrap_or(false)
 }
 
 impl TypesView<'_> {
@@ -66,6 +77,14 @@ fn send_on(
              (the final response was sent, or the model is not decoupled)",
         )));
     };
+    if outlet.is_cancelled() {
+        // Nothing reads the responses: say so, so that the guest stops producing them.
+        *slot = None;
+        return Err(wit_error(CoreError::new(
+            crate::error::ErrorKind::Cancelled,
+            "the request was cancelled (its caller has gone): no more responses can be sent",
+        )));
+    }
     // An empty final response only carries the final flag (as Triton's repeat sends it).
     let flag_only = final_ && matches!(&item, Ok(outputs) if outputs.is_empty());
     if !flag_only {
