@@ -26,6 +26,7 @@
 //! [`set_fast_paths`]`(false)` (`tessera serve --no-fast-paths`) turns every one of them off, for
 //! debugging: each request then takes the slow path. It is process-wide.
 
+pub mod accept;
 pub mod connection_threads;
 mod gate;
 pub mod repoll;

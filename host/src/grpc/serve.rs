@@ -170,6 +170,7 @@ pub async fn serve(
     }
     let mut stopped = services.stop.clone();
     let mut failed = None;
+    let mut acceptor = crate::execution::accept::Acceptor::new("gRPC");
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -190,10 +191,10 @@ pub async fn serve(
         };
         let stream = match accepted {
             Ok((stream, _)) => stream,
-            // Out of descriptors and the like: keep serving the connections we have.
+            // Out of descriptors and the like: keep serving the connections we have; one taken
+            // with the reserve descriptor is closed at once (its client sees UNAVAILABLE).
             Err(e) => {
-                tracing::warn!("gRPC accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                drop(acceptor.recover(&listener, e).await);
                 continue;
             }
         };

@@ -12,6 +12,7 @@
 //! At the connection cap a new client is answered at once with 503 and closed, instead of
 //! waiting in the kernel's backlog until some other client leaves.
 
+use crate::execution::accept::Acceptor;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -98,14 +99,17 @@ pub async fn serve(
 ) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut connections = JoinSet::new();
+    let mut acceptor = Acceptor::new("HTTP");
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
-                // Out of descriptors and the like: keep serving the connections we have.
+                // Out of descriptors and the like: keep serving the connections we have, and
+                // refuse the waiting one at once rather than leave it hanging.
                 Err(e) => {
-                    tracing::warn!("HTTP accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    if let Some(stream) = acceptor.recover(&listener, e).await {
+                        connections.spawn(async move { refuse_no_descriptors(stream).await });
+                    }
                     continue;
                 }
             },
@@ -152,11 +156,21 @@ async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
 }
 
 /// Answers a client over the connection cap with 503 and closes.
-async fn refuse(mut stream: TcpStream, max: usize) {
+async fn refuse(stream: TcpStream, max: usize) {
     let body = format!(
         "{{\"error\":\"the server has its maximum of {max} open HTTP connections (--http-max-connections); retry \
         later\"}}"
     );
+    refuse_with(stream, body).await;
+}
+
+/// Answers a client the server took with its reserve descriptor with 503 and closes.
+async fn refuse_no_descriptors(stream: TcpStream) {
+    let body = "{\"error\":\"the server is out of file descriptors; retry later\"}".to_string();
+    refuse_with(stream, body).await;
+}
+
+async fn refuse_with(mut stream: TcpStream, body: String) {
     let reply = format!(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: \
         close\r\n\r\n{body}",
