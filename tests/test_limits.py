@@ -390,14 +390,21 @@ def test_idle_and_half_sent_connections_are_closed(impatient):
 
 
 def test_a_silent_grpc_connection_is_closed(impatient):
-    """Connections to the gRPC port that never send the HTTP/2 preface are closed after
-    --http-header-read-timeout (1 s here), so they cannot pile up to the connection cap."""
+    """gRPC connections that make no call (nothing sent, or only the HTTP/2 preface and settings)
+    are closed after --http-header-read-timeout (1 s here), so they cannot pile up to the
+    connection cap; one that calls is served."""
     silent = [socket.create_connection(("127.0.0.1", impatient.grpc_port), timeout=15) for _ in range(3)]
+    h2_only = socket.create_connection(("127.0.0.1", impatient.grpc_port), timeout=15)
+    conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    h2_only.sendall(conn.data_to_send())
     started = time.monotonic()
-    assert all(closed_within(s, 10)[0] for s in silent), "a silent gRPC connection stayed open"
+    assert all(closed_within(s, 10)[0] for s in [*silent, h2_only]), "a gRPC connection with no call stayed open"
     assert time.monotonic() - started < 8
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{impatient.grpc_port}")
-    assert client.is_server_live(), "a client that speaks is served"
+    assert client.is_server_live(), "a client that calls is served"
+    time.sleep(2)  # past the timeout: a connection that has made a call stays
+    assert client.is_server_live()
     client.close()
 
 

@@ -103,15 +103,17 @@ fn default_connection_threads() -> usize {
     }
 }
 
-/// 1024 connections, or half the open-file limit when that is lower (the rest stays for model
-/// files, gRPC and the like).
+/// Each door's default connection cap: 1024, or a third of the open-file limit when that is
+/// lower, so that both doors full still leave a third of the descriptors for model files,
+/// compiler pipes, shared memory and the like (with half each, stalling both ports at once used
+/// every descriptor and real clients of both doors hung).
 fn default_max_connections() -> usize {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes the struct it is given and nothing else.
     #[allow(unsafe_code)]
     let known = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
-    let half = if known { usize::try_from(limit.rlim_cur / 2).unwrap_or(usize::MAX) } else { usize::MAX };
-    half.clamp(16, 1024)
+    let third = if known { usize::try_from(limit.rlim_cur / 3).unwrap_or(usize::MAX) } else { usize::MAX };
+    third.clamp(16, 1024)
 }
 
 fn parse_byte_size(value: &str) -> Result<usize, String> {
@@ -167,7 +169,7 @@ pub struct ServeArgs {
     #[arg(long, value_parser = parse_byte_size, env = "TESSERA_MAX_INFLIGHT_REQUEST_BYTES")]
     pub max_inflight_request_bytes: Option<usize>,
     /// Most HTTP connections open at once; a client beyond them is answered 503 and closed.
-    /// Default: 1024, or half the process's open-file limit when that is lower.
+    /// Default: 1024, or a third of the process's open-file limit when that is lower.
     #[arg(long, env = "TESSERA_HTTP_MAX_CONNECTIONS")]
     pub http_max_connections: Option<usize>,
     /// Seconds a client has to send a request's whole header once its first byte arrives; also how

@@ -25,6 +25,8 @@ use std::task::{Context, Poll, ready};
 use bytes::{Buf, Bytes, BytesMut};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use tonic::Status;
+
+use super::serve::GrpcConnectInfo;
 use tonic::body::Body;
 
 use crate::limits::{
@@ -80,6 +82,13 @@ where
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let (mut parts, body) = request.into_parts();
+        // The connection has carried a call: it is no longer a silent one (see `serve`).
+        let info = parts.extensions.get::<GrpcConnectInfo>().or_else(|| {
+            parts.extensions.get::<tonic::transport::server::TlsConnectInfo<GrpcConnectInfo>>().map(|t| t.get_ref())
+        });
+        if let Some(info) = info {
+            info.used.mark();
+        }
         let compression = match parts.headers.get("grpc-encoding").map(http::HeaderValue::as_bytes) {
             Some(b"gzip") => Some(Compression::Gzip),
             Some(b"deflate") => Some(Compression::Deflate),

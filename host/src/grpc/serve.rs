@@ -23,10 +23,34 @@ struct CappedStream {
     _slot: tokio::sync::OwnedSemaphorePermit,
     /// Its place in its connection thread's count, when it runs on one.
     _open: Option<OpenConnection>,
-    /// Until its first bytes arrive (the HTTP/2 preface, or a TLS hello): when the connection is
-    /// closed if they have not. A client that connects and says nothing would otherwise hold a
-    /// connection slot for ever, and enough of them would lock every client out.
+    /// Until its first call arrives: when the connection is closed if none has. A client that
+    /// connects and says nothing (or only the HTTP/2 preface, a TLS hello, pings) would otherwise
+    /// hold a connection slot for ever, and enough of them would lock every client out. gRPC
+    /// clients connect when they make a call, so a real one never trips it.
     silent_until: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Set by the first call on the connection (`limits::MessageLimits` marks it).
+    used: ConnectionUse,
+}
+
+/// Whether a connection has carried a call. It reaches the layers through the connection's
+/// [`GrpcConnectInfo`], which tonic puts in every request's extensions.
+#[derive(Clone, Default, Debug)]
+pub(super) struct ConnectionUse(Arc<std::sync::atomic::AtomicBool>);
+
+impl ConnectionUse {
+    pub(super) fn mark(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn marked(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// A gRPC connection's information for the layers: whether it has carried a call.
+#[derive(Clone, Debug)]
+pub(super) struct GrpcConnectInfo {
+    pub(super) used: ConnectionUse,
 }
 
 impl CappedStream {
@@ -36,15 +60,16 @@ impl CappedStream {
         open: Option<OpenConnection>,
         first_bytes: Duration,
     ) -> Self {
-        Self { inner, _slot: slot, _open: open, silent_until: Some(Box::pin(tokio::time::sleep(first_bytes))) }
+        let silent_until = Some(Box::pin(tokio::time::sleep(first_bytes)));
+        Self { inner, _slot: slot, _open: open, silent_until, used: ConnectionUse::default() }
     }
 }
 
 impl tonic::transport::server::Connected for CappedStream {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    type ConnectInfo = GrpcConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
+        GrpcConnectInfo { used: self.used.clone() }
     }
 }
 
@@ -56,17 +81,15 @@ impl tokio::io::AsyncRead for CappedStream {
     ) -> std::task::Poll<std::io::Result<()>> {
         use std::future::Future;
         use std::task::Poll;
-        let before = buf.filled().len();
         let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if self.silent_until.is_some() && self.used.marked() {
+            self.silent_until = None;
+        }
         let Some(deadline) = self.silent_until.as_mut() else { return read };
         match read {
-            Poll::Ready(Ok(())) if buf.filled().len() > before => {
-                self.silent_until = None;
-                Poll::Ready(Ok(()))
-            }
             Poll::Pending if deadline.as_mut().poll(cx).is_ready() => {
-                tracing::debug!("closing a gRPC connection that sent nothing (--http-header-read-timeout)");
-                Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no bytes from the client")))
+                tracing::debug!("closing a gRPC connection that made no call (--http-header-read-timeout)");
+                Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no call from the client")))
             }
             other => other,
         }

@@ -78,8 +78,8 @@ fn send_on(
         )));
     };
     if outlet.is_cancelled() {
-        // Nothing reads the responses: say so, so that the guest stops producing them.
-        *slot = None;
+        // Nothing reads the responses: say so, so that the guest stops producing them. (The
+        // outlet stays, so `is-cancelled` keeps answering true.)
         return Err(wit_error(CoreError::new(
             crate::error::ErrorKind::Cancelled,
             "the request was cancelled (its caller has gone): no more responses can be sent",
