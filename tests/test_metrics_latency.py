@@ -13,6 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tessera_testlib import grpc_stream_responses, wait_model_ready
 
+from test_utility_backends import REPEAT_CONFIG
+
 pytestmark = pytest.mark.timeout(180)
 
 DELAY_MS = 5
@@ -33,16 +35,6 @@ BUCKETS = """model_metrics {
   ]
 }"""
 
-REPEAT_CONFIG = """name: "repeat_int32"
-backend: "repeat"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },
-        { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
-        { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
-         { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
-"""
 
 
 def write_model(repo, name: str, config: str) -> None:
@@ -84,7 +76,7 @@ def infer_slow(srv, model: str, n: int) -> None:
 @pytest.fixture
 def latency_server(server_factory, repo):
     write_model(repo, "slow", SLOW_CONFIG.format(name="slow", delay=DELAY_MS, extra=BUCKETS))
-    write_model(repo, "repeat_int32", REPEAT_CONFIG)
+    write_model(repo, "repeat_int32", REPEAT_CONFIG.format(name="repeat_int32"))
     srv = server_factory(repo, [
         "--metrics-config=histogram_latencies=true",
         "--metrics-config=summary_latencies=true",
