@@ -31,7 +31,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tessera_testlib import (at_once, copy_faulty, copy_model, grpc_stream_responses, tessera_bin,
-                             wait_model_ready, wait_until)
+                             wait_model_ready)
 
 MiB = 1 << 20
 LIMIT = 16 * MiB
@@ -204,7 +204,6 @@ def test_a_hundred_grpc_compression_bombs_at_once_stay_within_the_budget(limited
     # A gRPC message of ~64 KiB that inflates to 64 MiB, past --grpc-max-message-size (16 MiB).
     bomb = gzip.compress(zeros, compresslevel=9) if encoding == "gzip" else zlib.compress(zeros, 9)
     before = status_kib(srv, "VmHWM")
-    resident = status_kib(srv, "VmRSS")
     results = grpc_burst(srv.grpc_port, bomb, encoding, 100)
     peak = status_kib(srv, "VmHWM")
     print(f"{encoding} bombs: peak RSS +{(peak - before) // 1024} MiB; answers",
@@ -216,9 +215,6 @@ def test_a_hundred_grpc_compression_bombs_at_once_stay_within_the_budget(limited
     assert all("--max-inflight-request-bytes" in t for t in unavailable), unavailable[:2]
     assert (peak - before) * 1024 < BUDGET + SLACK, f"peak RSS rose by {(peak - before) // 1024} MiB"
     assert_serves_grpc(srv)
-    # What the inflating took is given back: the resident set returns to where it was.
-    wait_until(lambda: (status_kib(srv, "VmRSS") - resident) * 1024 < 16 * MiB, 15,
-               "the resident set back within 16 MiB of before the bombs", srv)
 
 
 def test_a_grpc_message_longer_than_the_limit_is_refused_from_its_prefix(limited):
