@@ -286,13 +286,11 @@ impl InstancePool {
                 // Every request failing inside the instance (a trap, an instance that cannot
                 // start again, a backend error) counts against the model's health; anything else
                 // shows the instance works (see `stats::Health`).
-                match results
-                    .iter()
-                    .map(|r| r.as_ref().err().filter(|e| failed_in_instance(e)))
-                    .collect::<Option<Vec<&CoreError>>>()
-                {
-                    Some(failures) => self.stats.health.failed(failures.first().map_or("", |e| e.message.as_str())),
-                    None => self.stats.health.succeeded(),
+                match results.first() {
+                    Some(Err(first)) if results.iter().all(|r| r.as_ref().is_err_and(failed_in_instance)) => {
+                        self.stats.health.failed(&first.message)
+                    }
+                    _ => self.stats.health.succeeded(),
                 }
                 self.gate.record(executed, inline);
                 // The execution itself: not a rate limiter's wait or a hand-off before it.

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use super::latency::Histogram;
+use super::latency::{Histogram, escape_label_value};
 
 /// TensorRT-LLM's KV-cache block metrics (label `kv_cache_block_type`: `tokens_per`, `used`,
 /// `max`), which Triton's ORCA load report reads.
@@ -280,11 +280,7 @@ impl CustomMetrics {
 }
 
 fn labels_text(labels: &[(String, String)]) -> String {
-    labels
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")))
-        .collect::<Vec<_>>()
-        .join(",")
+    labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape_label_value(v))).collect::<Vec<_>>().join(",")
 }
 
 impl Series {

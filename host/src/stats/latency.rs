@@ -448,8 +448,12 @@ impl Latency {
 
 /// Prometheus label text for a model version: `model="..",version=".."`, escaped.
 pub fn model_labels(name: &str, version: i64) -> String {
-    let escaped = name.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-    format!("model=\"{escaped}\",version=\"{version}\"")
+    format!("model=\"{}\",version=\"{version}\"", escape_label_value(name))
+}
+
+/// A label value as the exposition format writes it: backslash, double quote and newline escaped.
+pub(super) fn escape_label_value(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// Renders every latency family for `models` (each with its [`model_labels`]): each family's HELP
