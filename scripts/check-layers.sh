@@ -7,7 +7,7 @@
 #   model:      one loaded version
 #   repository: the model manager (implements Infer)
 #   frontend:   what the doors share (shm, metadata, settings)
-#   doors:      http grpc metrics
+#   doors:      http grpc metrics inprocess
 #   top:        server cli guest fuzzing
 # (docs/testing.md says why this check rather than a workspace of crates.)
 set -euo pipefail
@@ -27,6 +27,7 @@ declare -A forbidden=(
   [shm]="http|grpc|metrics|server|cli"
   [http]="backend|scheduler|model|repository|grpc|metrics|server|cli"
   [grpc]="backend|scheduler|model|repository|http|metrics|server|cli"
+  [inprocess]="backend|scheduler|model|repository|http|grpc|metrics|server|cli"
 )
 
 status=0

@@ -43,6 +43,7 @@ mod frontend;
 mod grpc;
 mod http;
 mod infer;
+mod inprocess;
 mod lifecycle;
 mod limits;
 mod metrics;
@@ -79,7 +80,12 @@ pub use grpc::GrpcOptions;
 pub use infer::{
     Infer, InferFuture, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, ResponseStream,
 };
+pub use inprocess::{Answers, InProcess, Waiting};
+pub use lifecycle::TrackedStream;
 pub use repository::ControlMode;
 pub use restricted::{ApiCategory, Restrictions};
-pub use server::{Listen, RegisteredModel, Server, ServerConfig, ServerHandle, StartError, StopHandle};
+pub use server::{
+    DoorKind, DoorOptions, Listen, RegisteredModel, Server, ServerConfig, ServerHandle, StartError, StartedDoor,
+    StopHandle,
+};
 pub use tensor::{DataType, Tensor};

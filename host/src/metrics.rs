@@ -42,6 +42,15 @@ pub fn router(state: MetricsState) -> Router {
 }
 
 async fn scrape(State(state): State<MetricsState>) -> Response {
+    let mut response = exposition(&state).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    response
+}
+
+/// What `/metrics` answers: the Prometheus text exposition of everything the server measures.
+pub fn exposition(state: &MetricsState) -> String {
     let gpus = state.gpu.as_ref().map(|g| g.readings()).unwrap_or_default();
     let counter_latencies = state.manager.metrics_settings().counter_latencies;
     let mut body = render(&state.manager.ready_models(), counter_latencies, state.host.as_deref(), &gpus);
@@ -49,11 +58,7 @@ async fn scrape(State(state): State<MetricsState>) -> Response {
     if let Some((exported, dropped)) = state.tracer.export_counts() {
         body.push_str(&trace_export_metrics(exported, dropped));
     }
-    let mut response = body.into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
-    response
+    body
 }
 
 /// The OpenTelemetry exporter's spans, sent and dropped (queue full, collector down or refusing).

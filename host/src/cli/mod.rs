@@ -492,9 +492,6 @@ impl ServeArgs {
 
     /// The server configuration these flags describe; `as_triton` names the server "triton".
     pub fn server_config(&self, as_triton: bool) -> Result<ServerConfig, String> {
-        if !self.allow_http && !self.allow_grpc {
-            return Err("--allow-http=false and --allow-grpc=false leave no front door".into());
-        }
         if self.allow_sagemaker || self.allow_vertex_ai {
             return Err("--allow-sagemaker and --allow-vertex-ai: those endpoints are not implemented (only false is \
                 accepted); use the KServe v2 HTTP or gRPC protocol"
@@ -575,6 +572,7 @@ impl ServeArgs {
             python,
             backends: Vec::new(),
             registered_models: Vec::new(),
+            ensembles_wait_for_registered: false,
             exit_timeout: Duration::from_secs(self.exit_timeout_secs),
             log_settings: self.log_flags().settings(),
             log_applier: None,
@@ -614,7 +612,13 @@ pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
             "--backend-directory, --cache-directory and --backend-config are accepted for compatibility and ignored"
         );
     }
-    let mut config = match args.server_config(as_triton) {
+    // An embedded server may have no door (Triton's in-process API); `tessera serve` needs one.
+    let config = if !args.allow_http && !args.allow_grpc {
+        Err("--allow-http=false and --allow-grpc=false leave no front door".to_string())
+    } else {
+        args.server_config(as_triton)
+    };
+    let mut config = match config {
         Ok(config) => config,
         Err(e) => {
             tracing::error!("{e}");

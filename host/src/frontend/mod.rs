@@ -115,6 +115,48 @@ pub struct ModelMetadata {
     pub outputs: Vec<TensorMetadata>,
 }
 
+impl ModelMetadata {
+    /// As HTTP's model metadata answers it (gRPC's message has the same fields).
+    pub fn to_json(&self) -> serde_json::Value {
+        let tensors = |ts: &[TensorMetadata]| -> Vec<serde_json::Value> {
+            ts.iter().map(|t| serde_json::json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape })).collect()
+        };
+        serde_json::json!({
+            "name": self.name,
+            "versions": self.versions,
+            "platform": self.platform,
+            "inputs": tensors(&self.inputs),
+            "outputs": tensors(&self.outputs),
+        })
+    }
+}
+
+/// Statistics as HTTP answers them: `{"model_stats": [...]}`.
+pub fn statistics_json(models: &[VersionStats]) -> serde_json::Value {
+    serde_json::json!({ "model_stats": models.iter().map(|m| m.stats.to_json(&m.name, m.version)).collect::<Vec<_>>() })
+}
+
+/// The repository index as HTTP answers it.
+pub fn index_json(entries: Vec<IndexEntry>) -> serde_json::Value {
+    let entries = entries
+        .into_iter()
+        .map(|e| {
+            let mut entry = serde_json::json!({ "name": e.name });
+            if let Some(version) = e.version {
+                entry["version"] = serde_json::json!(version);
+            }
+            if let Some(state) = e.state {
+                entry["state"] = serde_json::json!(state);
+            }
+            if !e.reason.is_empty() {
+                entry["reason"] = serde_json::json!(e.reason);
+            }
+            entry
+        })
+        .collect();
+    serde_json::Value::Array(entries)
+}
+
 /// A value of a trace or log setting, as the trace/logging extensions carry them.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SettingValue {
@@ -244,6 +286,7 @@ impl Frontend {
                 rate_limiter: None,
                 load_threads: 1,
                 model_settings: Default::default(),
+                ensembles_wait_for_registered: false,
             },
             crate::backend::BackendRegistry::new(),
         ));

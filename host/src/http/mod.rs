@@ -37,7 +37,9 @@ use self::response::{empty_ok, error_json, ok_json};
 pub use self::serve::{ConnectionLimits, serve};
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::execution::Caller;
-use crate::frontend::{Door, EXTENSIONS, Frontend, SettingValue, TensorMetadata, VersionStats, add_forwarded};
+use crate::frontend::{
+    Door, EXTENSIONS, Frontend, SettingValue, VersionStats, add_forwarded, index_json, statistics_json,
+};
 use crate::restricted::{ApiCategory, Restrictions};
 use crate::trace::{activity, stamp};
 
@@ -160,17 +162,7 @@ async fn server_ready(State(state): State<HttpState>) -> Response {
 }
 
 async fn model_metadata(State(state): State<HttpState>, ModelPath { model, version }: ModelPath) -> HttpResult {
-    let metadata = state.frontend.metadata(&model, version?)?;
-    let tensors = |ts: &[TensorMetadata]| -> Vec<Value> {
-        ts.iter().map(|t| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape })).collect()
-    };
-    Ok(ok_json(&json!({
-        "name": metadata.name,
-        "versions": metadata.versions,
-        "platform": metadata.platform,
-        "inputs": tensors(&metadata.inputs),
-        "outputs": tensors(&metadata.outputs),
-    })))
+    Ok(ok_json(&state.frontend.metadata(&model, version?)?.to_json()))
 }
 
 /// 200, or 400 with Triton's "Model version not ready" (also for a segment that is not a version).
@@ -187,7 +179,7 @@ async fn model_config(State(state): State<HttpState>, ModelPath { model, version
 }
 
 fn stats_json(models: &[VersionStats]) -> Response {
-    ok_json(&json!({ "model_stats": models.iter().map(|m| m.stats.to_json(&m.name, m.version)).collect::<Vec<_>>() }))
+    ok_json(&statistics_json(models))
 }
 
 async fn all_stats(State(state): State<HttpState>) -> HttpResult {
@@ -339,25 +331,7 @@ async fn repository_index(State(state): State<HttpState>, body: Bytes) -> HttpRe
         // Triton 2.7x; 2.51 read any other value as false.
         Some(_) => return Err(CoreError::invalid_arg("Invalid value for 'ready': expected a boolean").into()),
     };
-    let entries: Vec<Value> = state
-        .frontend
-        .repository_index(ready_only)
-        .into_iter()
-        .map(|e| {
-            let mut entry = json!({ "name": e.name });
-            if let Some(version) = e.version {
-                entry["version"] = json!(version);
-            }
-            if let Some(state) = e.state {
-                entry["state"] = json!(state);
-            }
-            if !e.reason.is_empty() {
-                entry["reason"] = json!(e.reason);
-            }
-            entry
-        })
-        .collect();
-    Ok(ok_json(&Value::Array(entries)))
+    Ok(ok_json(&index_json(state.frontend.repository_index(ready_only))))
 }
 
 /// C++'s `std::stoi`: optional whitespace and sign, then digits up to the first non-digit; `None`

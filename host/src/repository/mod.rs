@@ -63,6 +63,9 @@ pub struct RepositoryOptions {
     pub load_threads: usize,
     /// What the server's flags decide for every model (latency families, health threshold).
     pub model_settings: ModelSettings,
+    /// An ensemble whose steps are in no repository waits (unavailable, not failed) for models
+    /// registered from code later, rather than failing the startup (see `load_startup_models`).
+    pub ensembles_wait_for_registered: bool,
 }
 
 /// What the repository index reports for one model.

@@ -57,6 +57,19 @@ impl ModelManager {
             }
         }
         self.flush_failures();
+        if self.options.ensembles_wait_for_registered {
+            failures.retain(|(name, _)| match self.awaited_steps(name) {
+                Some(steps) => {
+                    tracing::info!(
+                        model = name.as_str(),
+                        "ensemble waits for {} (in no model repository): it turns ready once they are registered",
+                        steps.join(", ")
+                    );
+                    false
+                }
+                None => true,
+            });
+        }
         failures.sort();
         let mut left_out = Vec::new();
         let mut reason = None;
@@ -104,6 +117,17 @@ impl ModelManager {
         {
             log_repeats(&last);
         }
+    }
+
+    /// For an ensemble that failed only because some steps are in no repository (nor loaded):
+    /// those steps. `None` for any other model or failure.
+    fn awaited_steps(&self, name: &str) -> Option<Vec<String>> {
+        let config = self.models.read().ok()?.get(name)?.ensemble.as_ref()?.config.clone();
+        let missing: Vec<String> = crate::scheduler::ensemble::plan::composing_models(&config)
+            .into_iter()
+            .filter(|step| !self.models.read().is_ok_and(|m| m.contains_key(step)) && self.locate(step).is_err())
+            .collect();
+        (!missing.is_empty()).then_some(missing)
     }
 }
 

@@ -111,6 +111,7 @@ mod tests {
             rate_limiter: None,
             load_threads: 1,
             model_settings: Default::default(),
+            ensembles_wait_for_registered: false,
         };
         ModelManager::new(options, crate::backend::BackendRegistry::new())
     }

@@ -4,6 +4,7 @@
 //! ([`ServerHandle::register_model`]) rather than read from repository directories, and run
 //! in-process ([`ServerHandle::infer`]).
 
+mod doors;
 mod log_format;
 pub mod logging;
 
@@ -24,8 +25,9 @@ use crate::error::CoreResult;
 use crate::execution::connection_threads::ConnectionThreads;
 use crate::frontend::{Frontend, LogApplier, SettingValue};
 use crate::grpc::GrpcOptions;
-use crate::http::{ConnectionLimits, HttpState, router};
+use crate::http::ConnectionLimits;
 use crate::infer::Infer;
+use crate::inprocess::InProcess;
 use crate::lifecycle::Lifecycle;
 use crate::limits::RequestBudget;
 use crate::metrics::MetricsState;
@@ -36,6 +38,8 @@ use crate::scheduler::rate_limit::{RateLimiter, ResourceOverride};
 use crate::stats::custom::CustomMetrics;
 use crate::stats::host::HostSampler;
 use crate::trace::{TraceConfig, Tracer};
+use doors::Doors;
+pub use doors::{DoorKind, DoorOptions, StartedDoor};
 
 /// Executions in a row failing in a model's instances after which it reports not ready, unless
 /// `--model-unhealthy-after` says otherwise.
@@ -128,6 +132,9 @@ pub struct ServerConfig {
     /// Models that are not repository directories (as [`ServerHandle::register_model`] serves
     /// them), registered before the repositories load so that repository ensembles can use them.
     pub registered_models: Vec<RegisteredModel>,
+    /// An ensemble whose steps are in no repository waits for models registered later
+    /// ([`ServerHandle::register`]) instead of failing the startup (PyTriton's `bind` after start).
+    pub ensembles_wait_for_registered: bool,
     /// After [`ServerHandle::stop`], how long open connections get before [`ServerHandle::wait`]
     /// gives up on them.
     pub exit_timeout: Duration,
@@ -183,6 +190,7 @@ impl Default for ServerConfig {
             python: PythonOptions::default(),
             backends: Vec::new(),
             registered_models: Vec::new(),
+            ensembles_wait_for_registered: false,
             exit_timeout: Duration::from_secs(30),
             log_settings: BTreeMap::new(),
             log_applier: None,
@@ -293,6 +301,7 @@ impl Server {
                     metrics: config.metrics_settings.clone(),
                     unhealthy_after: config.unhealthy_after,
                 },
+                ensembles_wait_for_registered: config.ensembles_wait_for_registered,
             },
             backends,
         ));
@@ -350,11 +359,7 @@ impl Server {
             frontend = frontend.with_log_settings(config.log_settings, applier);
         }
         let frontend = Arc::new(frontend);
-        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        };
 
-        let mut addresses = Addresses::default();
         // One budget of request bytes in flight for both doors.
         let request_budget = RequestBudget::new(config.max_inflight_request_bytes);
         crate::execution::set_fast_paths(config.fast_paths);
@@ -368,53 +373,36 @@ impl Server {
         let threads = ConnectionThreads::start(connection_threads)
             .map(Arc::new)
             .map_err(|e| StartError::Config(format!("failed to start the connection threads: {e}")))?;
-        if let Some(listen) = &config.http {
-            let listener = bind("HTTPService", listen).await?;
-            addresses.http = listener.local_addr().ok();
-            let state = HttpState {
-                frontend: Arc::clone(&frontend),
-                restrictions: Arc::new(config.http_restrictions.clone()),
-                max_input_size: config.http_max_input_size,
-                body_budget: request_budget.clone(),
-            };
-            let (stop, limits, threads) = (stop_rx.clone(), config.http_connections.clone(), Arc::clone(&threads));
-            let draining = frontend.lifecycle.drain_signal();
-            tasks.spawn(async move {
-                crate::http::serve(listener, router(state), limits, threads, stop, draining)
-                    .await
-                    .map_err(|e| format!("HTTP server failed: {e}"))
-            });
-        }
-        if let Some(listen) = &config.grpc {
-            let listener = bind("GRPCInferenceService", listen).await?;
-            addresses.grpc = listener.local_addr().ok();
-            let (stop, frontend, options) = (stop_rx.clone(), Arc::clone(&frontend), config.grpc_options.clone());
-            let (budget, threads) = (request_budget.clone(), Arc::clone(&threads));
-            tasks.spawn(async move {
-                crate::grpc::serve(frontend, listener, options, budget, threads, stop)
-                    .await
-                    .map_err(|e| format!("gRPC server failed: {e}"))
-            });
-        }
-        if let Some(listen) = &config.metrics {
-            let listener = bind("Metrics Service", listen).await?;
-            addresses.metrics = listener.local_addr().ok();
-            let host = host_sampler.clone();
-            let gpu = config.gpu_metrics_interval.and_then(crate::gpu::metrics::GpuSampler::start);
-            let state = MetricsState {
+        let doors = Doors {
+            frontend: Arc::clone(&frontend),
+            http_restrictions: config.http_restrictions.clone(),
+            http_max_input_size: config.http_max_input_size,
+            http_connections: config.http_connections.clone(),
+            grpc_options: config.grpc_options.clone(),
+            budget: request_budget,
+            threads,
+            metrics: MetricsState {
                 manager: Arc::clone(&manager),
-                host,
-                gpu,
+                host: host_sampler.clone(),
+                gpu: None,
                 tracer: Arc::clone(&tracer),
                 custom: Arc::clone(&custom_metrics),
-            };
-            let shutdown = stopped(stop_rx.clone());
-            tasks.spawn(async move {
-                axum::serve(listener, crate::metrics::router(state))
-                    .with_graceful_shutdown(shutdown)
-                    .await
-                    .map_err(|e| format!("metrics server failed: {e}"))
-            });
+            },
+            gpu_metrics_interval: config.gpu_metrics_interval,
+            stop: stop_rx.clone(),
+        };
+        let mut addresses = Addresses::default();
+        let configured =
+            [(DoorKind::Http, &config.http), (DoorKind::Grpc, &config.grpc), (DoorKind::Metrics, &config.metrics)];
+        for (kind, listen) in configured {
+            let Some(listen) = listen else { continue };
+            let (address, task) = doors.open(kind, listen, DoorOptions::default(), stop_rx.clone()).await?;
+            match kind {
+                DoorKind::Http => addresses.http = address,
+                DoorKind::Grpc => addresses.grpc = address,
+                DoorKind::Metrics => addresses.metrics = address,
+            }
+            tasks.spawn(task);
         }
         let stopping = Arc::new(Stopping {
             stop_tx,
@@ -423,7 +411,7 @@ impl Server {
             exit_timeout: config.exit_timeout,
             abort: tokio::sync::Notify::new(),
         });
-        Ok(ServerHandle { manager, addresses, stopping, tasks, tracer })
+        Ok(ServerHandle { manager, addresses, stopping, tasks, tracer, doors })
     }
 }
 
@@ -458,6 +446,8 @@ pub struct ServerHandle {
     tasks: tokio::task::JoinSet<Result<(), String>>,
     /// Closed (its trace file completed) once the doors have ended.
     tracer: Arc<Tracer>,
+    /// What doors are built from, for those started later ([`Self::start_door`]).
+    doors: Doors,
 }
 
 /// How the server ends: the doors' stop signal, and the drain before it.
@@ -529,6 +519,27 @@ impl ServerHandle {
     /// Unloads a model (registered or from a repository), as the repository extension does.
     pub async fn unload_model(&self, name: &str) -> CoreResult<()> {
         self.manager.unload(name, false).await
+    }
+
+    /// The in-process door: what HTTP and gRPC answer, as values, without a socket (the embedded
+    /// Python API's way in).
+    pub fn in_process(&self) -> InProcess {
+        let metrics = self.doors.metrics.clone();
+        InProcess::new(Arc::clone(&self.doors.frontend), Arc::new(move || crate::metrics::exposition(&metrics)))
+    }
+
+    /// Starts a door on a running server (the server's own ports are in its config). It serves
+    /// until [`StartedDoor::stop`] or the server's stop; [`Self::wait`] waits for it too.
+    pub async fn start_door(
+        &mut self,
+        kind: DoorKind,
+        listen: &Listen,
+        options: DoorOptions,
+    ) -> Result<StartedDoor, StartError> {
+        let (stop_tx, stop_rx) = self.doors.door_stop();
+        let (address, task) = self.doors.open(kind, listen, options, stop_rx).await?;
+        self.tasks.spawn(task);
+        Ok(StartedDoor::new(address, stop_tx))
     }
 
     pub fn http_address(&self) -> Option<SocketAddr> {
