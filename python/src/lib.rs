@@ -14,6 +14,8 @@ use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+mod inprocess;
+
 use bytes::Bytes;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -25,8 +27,8 @@ use tessera::{
 
 /// A request tensor's bytes, shared with the server (no copy), readable through the buffer protocol.
 #[pyclass(frozen, module = "tessera._tessera")]
-struct TensorBytes {
-    data: Bytes,
+pub(crate) struct TensorBytes {
+    pub(crate) data: Bytes,
 }
 
 #[pymethods]
@@ -56,7 +58,7 @@ impl TensorBytes {
     unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
 }
 
-fn param_to_py<'py>(py: Python<'py>, value: &ParamValue) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn param_to_py<'py>(py: Python<'py>, value: &ParamValue) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
         ParamValue::Bool(b) => b.into_pyobject(py)?.to_owned().into_any(),
         ParamValue::Int(i) => i.into_pyobject(py)?.into_any(),
@@ -112,7 +114,7 @@ thread_local! {
 
 /// Gives this (server) thread a Python thread state that outlives each call: without it, every
 /// `Python::attach` on a thread Python does not know creates and destroys one.
-fn keep_thread_state() {
+pub(crate) fn keep_thread_state() {
     THREAD_STATE_KEPT.with(|kept| {
         if !kept.get() {
             // SAFETY: called outside any `attach`, so this thread holds no GIL. `PyGILState_Ensure`
@@ -352,10 +354,13 @@ impl Server {
     /// Starts a server from `tessera serve` flags (e.g. `["--model-repository", dir, "--http-port",
     /// "8000"]`) serving `models` (`(name, version, config_json, function)`, see [`Self::bind`])
     /// from the start, before the repository loads; returns once every door listens.
+    /// With `wait_for_bound`, a repository ensemble whose steps are in no repository waits for
+    /// them to be bound later (PyTriton's `bind` after start) instead of failing the start.
     #[new]
-    #[pyo3(signature = (flags, models = Vec::new()))]
-    fn new(py: Python<'_>, flags: Vec<String>, models: Vec<ModelArgs>) -> PyResult<Self> {
+    #[pyo3(signature = (flags, models = Vec::new(), wait_for_bound = false))]
+    fn new(py: Python<'_>, flags: Vec<String>, models: Vec<ModelArgs>, wait_for_bound: bool) -> PyResult<Self> {
         let mut config = tessera::cli::embedded_server_config(&flags).map_err(PyValueError::new_err)?;
+        config.ensembles_wait_for_registered = wait_for_bound;
         for model in models {
             config.registered_models.push(python_model(model)?);
         }
@@ -401,6 +406,45 @@ impl Server {
         py.detach(|| runtime.block_on(handle.register(model))).map_err(|e| PyValueError::new_err(e.message))
     }
 
+    /// The in-process door (Triton's in-process API answers through it).
+    fn in_process(&self) -> PyResult<inprocess::Door> {
+        let (Some(runtime), Some(handle)) = (self.runtime.as_ref(), self.handle.as_ref()) else {
+            return Err(PyRuntimeError::new_err("the server is stopped"));
+        };
+        Ok(inprocess::Door::new(handle.in_process(), runtime.handle().clone()))
+    }
+
+    /// Starts a network door on the running server: `kind` "http", "grpc" or "metrics";
+    /// `restricted` Triton's `--http-restricted-api` / `--grpc-restricted-protocol` values for it
+    /// (None keeps the server's).
+    #[pyo3(signature = (kind, address, port, restricted = None))]
+    fn start_door(
+        &mut self,
+        py: Python<'_>,
+        kind: &str,
+        address: String,
+        port: u16,
+        restricted: Option<Vec<String>>,
+    ) -> PyResult<inprocess::NetworkDoor> {
+        let (Some(runtime), Some(handle)) = (self.runtime.as_ref(), self.handle.as_mut()) else {
+            return Err(PyRuntimeError::new_err("the server is stopped"));
+        };
+        let (kind, flag) = match kind {
+            "http" => (tessera::DoorKind::Http, "--http-restricted-api"),
+            "grpc" => (tessera::DoorKind::Grpc, "--grpc-restricted-protocol"),
+            "metrics" => (tessera::DoorKind::Metrics, ""),
+            other => return Err(PyValueError::new_err(format!("unknown door '{other}'"))),
+        };
+        let restrictions = restricted
+            .map(|values| tessera::Restrictions::parse(flag, &values))
+            .transpose()
+            .map_err(PyValueError::new_err)?;
+        let listen = tessera::Listen::new(address, port);
+        let options = tessera::DoorOptions { restrictions };
+        let door = py.detach(|| runtime.block_on(handle.start_door(kind, &listen, options))).map_err(runtime_error)?;
+        Ok(inprocess::NetworkDoor { door })
+    }
+
     /// Asks the server to stop without waiting (safe from a model function); `stop()` finishes it.
     fn request_stop(&self) {
         self.stopped.store(true, Ordering::Relaxed);
@@ -426,5 +470,10 @@ impl Server {
 fn _tessera(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Server>()?;
     m.add_class::<TensorBytes>()?;
+    m.add_class::<inprocess::Door>()?;
+    m.add_class::<inprocess::AnswerStream>()?;
+    m.add_class::<inprocess::Cancel>()?;
+    m.add_class::<inprocess::NetworkDoor>()?;
+    m.add("TesseraError", m.py().get_type::<inprocess::TesseraError>())?;
     Ok(())
 }

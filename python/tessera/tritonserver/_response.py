@@ -1,0 +1,203 @@
+"""`InferenceResponse` and the response iterators `Model.infer` / `Model.async_infer` return.
+
+Synchronous: the request runs when `infer()` is called, on the caller's thread where the model
+allows (the GIL released meanwhile); a decoupled model's later responses are read one `next()` at
+a time, blocking without the GIL. Asynchronous: the server delivers each response to the
+iterator from its own threads (`loop.call_soon_threadsafe`): no thread per request, nothing
+polled. After the last response, iteration stops; a decoupled stream that ends without a final
+response yields one with no outputs and `final=True`, as Triton's final flag does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import queue
+import threading
+from typing import TYPE_CHECKING, Any, Optional
+
+from tessera.tritonserver._enums import DataType
+from tessera.tritonserver._errors import TritonError, UnknownError, from_native
+from tessera.tritonserver._tensor import Tensor
+
+if TYPE_CHECKING:
+    from tessera.tritonserver._model import Model
+
+
+@dataclasses.dataclass
+class InferenceResponse:
+    model: "Model"
+    request_id: Optional[str] = None
+    parameters: dict = dataclasses.field(default_factory=dict)
+    outputs: dict = dataclasses.field(default_factory=dict)
+    error: Optional[TritonError] = None
+    classification_label: Optional[str] = None
+    final: bool = False
+
+
+_TYPE_OF = {t.name: t for t in DataType}
+
+
+def response_of(model: "Model", item: Any, request_id: Optional[str]) -> InferenceResponse:
+    """An `InferenceResponse` from the native door's tuple, or from its error."""
+    if isinstance(item, BaseException):
+        error = from_native(item)
+        return InferenceResponse(model=model, request_id=request_id, error=error, final=True)
+    name, version, response_id, outputs, parameters, final = item
+    tensors = {out_name: Tensor._of(_TYPE_OF[datatype], shape, raw) for out_name, datatype, shape, raw in outputs}
+    if version != model.version or name != model.name:
+        model = model._at(name, version)
+    return InferenceResponse(
+        model=model,
+        request_id=response_id if response_id is not None else request_id or "",
+        parameters=parameters,
+        outputs=tensors,
+        final=final,
+    )
+
+
+def _end(model: "Model", request_id: Optional[str]) -> InferenceResponse:
+    return InferenceResponse(model=model, request_id=request_id or "", final=True)
+
+
+class ResponseIterator:
+    """The responses of one request (`Model.infer`)."""
+
+    def __init__(self, model: "Model", request_id: Optional[str], first: Any, rest: Any, raise_on_error: bool):
+        self._model = model
+        self._request_id = request_id
+        self._pending = collections.deque() if first is None else collections.deque([first])
+        self._rest = rest
+        self._raise = raise_on_error
+        self._complete = False
+
+    def _read(self) -> InferenceResponse:
+        item = self._pending.popleft() if self._pending else None
+        if isinstance(item, InferenceResponse):
+            return item
+        if item is None and self._rest is not None:
+            try:
+                item = self._rest.next()
+            except Exception as e:  # noqa: BLE001 - the server's error, delivered as a response
+                item = e
+        if item is None:
+            return _end(self._model, self._request_id)
+        return response_of(self._model, item, self._request_id)
+
+    def __iter__(self) -> "ResponseIterator":
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        if self._complete:
+            raise StopIteration
+        response = self._read()
+        self._complete = response.final
+        if response.error is not None and self._raise:
+            raise response.error
+        return response
+
+    def cancel(self) -> None:
+        """Cancels the request: a decoupled model sees it cancelled; iteration ends."""
+        if self._rest is not None:
+            self._rest.cancel()
+        if not self._complete:
+            self._pending.clear()
+            self._pending.append(
+                InferenceResponse(model=self._model, request_id=self._request_id or "",
+                                  error=UnknownError("Request was cancelled"), final=True)
+            )
+
+
+class QueuedResponseIterator(ResponseIterator):
+    """`Model.infer(..., response_queue=q)`: the server puts each response into `q` as it comes
+    (whether or not anyone iterates, as in Triton) and into this iterator's own queue."""
+
+    def __init__(self, model: "Model", request_id: Optional[str], raise_on_error: bool, response_queue: Any):
+        super().__init__(model, request_id, None, None, raise_on_error)
+        self._responses: queue.SimpleQueue = queue.SimpleQueue()
+        self._user_queue = response_queue
+        self._cancel = None
+        self._ended = False
+
+    def _deliver(self, item: Any) -> None:
+        if self._ended:
+            return
+        response = _end(self._model, self._request_id) if item is None else response_of(
+            self._model, item, self._request_id)
+        if item is None and self._last_final:
+            return
+        self._last_final = response.final
+        self._ended = response.final
+        self._responses.put(response)
+        self._user_queue.put_nowait(response)
+
+    _last_final = False
+
+    def _read(self) -> InferenceResponse:
+        return self._responses.get()
+
+    def cancel(self) -> None:
+        if self._cancel is not None:
+            self._cancel.cancel()
+        self._deliver(UnknownError("Request was cancelled"))
+
+
+class AsyncResponseIterator:
+    """The responses of one request (`Model.async_infer`), for `async for`."""
+
+    def __init__(self, model: "Model", request_id: Optional[str], raise_on_error: bool,
+                 response_queue: Any = None):
+        self._model = model
+        self._request_id = request_id
+        self._raise = raise_on_error
+        self._complete = False
+        self._items: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._waiter: Optional[asyncio.Future] = None
+        self._queue = response_queue
+        self._queue_loop = asyncio.get_running_loop() if response_queue is not None else None
+        self._cancel = None
+
+    def _deliver(self, item: Any) -> None:
+        """Called by the server (any thread, with the GIL) for each answer; `None` at the end."""
+        response = _end(self._model, self._request_id) if item is None else response_of(
+            self._model, item, self._request_id)
+        with self._lock:
+            if self._items and self._items[-1].final:
+                return  # already ended (cancelled, or the final response came before the end)
+            self._items.append(response)
+            waiter, self._waiter = self._waiter, None
+        if self._queue is not None:
+            self._queue_loop.call_soon_threadsafe(self._queue.put_nowait, response)
+        if waiter is not None:
+            waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+
+    def __aiter__(self) -> "AsyncResponseIterator":
+        return self
+
+    async def __anext__(self) -> InferenceResponse:
+        if self._complete:
+            raise StopAsyncIteration
+        while True:
+            with self._lock:
+                if self._items:
+                    response = self._items.popleft()
+                    break
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiter = waiter
+            await waiter
+        self._complete = response.final
+        if response.error is not None and self._raise:
+            raise response.error
+        return response
+
+    def cancel(self) -> None:
+        if self._cancel is not None:
+            self._cancel.cancel()
+        self._deliver(UnknownError("Request was cancelled"))
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
