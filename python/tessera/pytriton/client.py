@@ -129,11 +129,14 @@ class ModelClient:
     def _decode(self, result) -> Dict[str, np.ndarray]:
         return {o["name"]: result.as_numpy(o["name"]) for o in self.model_config["output"]}
 
-    def _infer(self, named: Dict[str, np.ndarray], parameters: Optional[dict]) -> Dict[str, np.ndarray]:
+    def _infer(self, named: Dict[str, np.ndarray], parameters: Optional[dict],
+               headers: Optional[dict] = None) -> Dict[str, np.ndarray]:
         inputs, outputs, parameters = self._request(named, parameters)
         kwargs: dict = {"outputs": outputs, "model_version": self._model_version}
         if parameters:
             kwargs["parameters"] = parameters
+        if headers:
+            kwargs["headers"] = headers
         if self._scheme == "grpc" and self._inference_timeout_s:
             kwargs["client_timeout"] = self._inference_timeout_s
         try:
@@ -150,14 +153,14 @@ class ModelClient:
         named = self._named(inputs, named_inputs)
         if self._batches():
             named = {k: v[np.newaxis, ...] for k, v in named.items()}
-            return {k: v[0] for k, v in self._infer(named, parameters).items()}
-        return self._infer(named, parameters)
+            return {k: v[0] for k, v in self._infer(named, parameters, headers).items()}
+        return self._infer(named, parameters, headers)
 
     def infer_batch(self, *inputs, parameters: Optional[dict] = None, headers: Optional[dict] = None,
                     **named_inputs) -> Dict[str, np.ndarray]:
         if not self._batches():
             raise PyTritonClientValueError(f"model {self._model_name} does not batch: use infer_sample")
-        return self._infer(self._named(inputs, named_inputs), parameters)
+        return self._infer(self._named(inputs, named_inputs), parameters, headers)
 
 
 class FuturesModelClient:
@@ -242,10 +245,11 @@ class DecoupledModelClient(ModelClient):
             raise PyTritonClientValueError("DecoupledModelClient needs a grpc:// url")
         super().__init__(url, model_name, model_version, **kwargs)
 
-    def _stream(self, named: Dict[str, np.ndarray], parameters: Optional[dict]) -> Iterator[Dict[str, np.ndarray]]:
+    def _stream(self, named: Dict[str, np.ndarray], parameters: Optional[dict],
+                headers: Optional[dict] = None) -> Iterator[Dict[str, np.ndarray]]:
         inputs, outputs, parameters = self._request(named, parameters)
         responses: "queue.Queue[Any]" = queue.Queue()
-        self._client.start_stream(callback=lambda result, error: responses.put(error or result))
+        self._client.start_stream(callback=lambda result, error: responses.put(error or result), headers=headers)
         try:
             kwargs: dict = {"outputs": outputs, "enable_empty_final_response": True}
             if parameters:
@@ -269,9 +273,9 @@ class DecoupledModelClient(ModelClient):
         named = self._named(inputs, named_inputs)
         if self._batches():
             named = {k: v[np.newaxis, ...] for k, v in named.items()}
-            return ({k: v[0] for k, v in r.items()} for r in self._stream(named, parameters))
-        return self._stream(named, parameters)
+            return ({k: v[0] for k, v in r.items()} for r in self._stream(named, parameters, headers))
+        return self._stream(named, parameters, headers)
 
     def infer_batch(self, *inputs, parameters: Optional[dict] = None, headers: Optional[dict] = None,
                     **named_inputs):
-        return self._stream(self._named(inputs, named_inputs), parameters)
+        return self._stream(self._named(inputs, named_inputs), parameters, headers)

@@ -84,10 +84,6 @@ class Tensor:
     name: Optional[str] = None
     optional: Optional[bool] = False
 
-    def __post_init__(self):
-        if self.name is None:
-            raise PyTritonModelConfigError("a Tensor needs a name")
-
 
 _TRITON_TYPES = {
     np.dtype(np.bool_): ("TYPE_BOOL", "BOOL"),

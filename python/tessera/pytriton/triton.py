@@ -13,8 +13,10 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import struct
+import tempfile
 import threading
 from typing import Any, Callable, List, Optional, Sequence, Union
 
@@ -157,8 +159,6 @@ class TritonConfig:
 
 _UNSUPPORTED = {
     "log_file": "Tessera logs to stderr (redirect it, or use Python logging)",
-    "http_header_forward_pattern": "request headers are not forwarded to models",
-    "grpc_header_forward_pattern": "request headers are not forwarded to models",
     "grpc_infer_allocation_pool_size": "there is no allocation pool to size",
     "grpc_use_ssl": "TLS is not implemented yet",
     "grpc_use_ssl_mutual": "TLS is not implemented yet",
@@ -466,10 +466,7 @@ class Triton:
         self._config.to_flags()  # refuses unsupported fields now rather than at start
         self._policy = triton_lifecycle_policy or DefaultTritonLifecyclePolicy
         self._security = security_config or TritonSecurityConfig()
-        # PyTriton keeps sockets and its model store in the workspace; Tessera needs neither, and
-        # serves bound models from memory. A given path is created (as PyTriton does) and kept.
-        if workspace is not None:
-            os.makedirs(os.fspath(getattr(workspace, "path", workspace)), exist_ok=True)
+        self._workspace = _Workspace(workspace, self._policy.local_model_store)
         self._server: Optional[tessera.Server] = None
         self._models: List[_BoundModel] = []
         self._stop_event = threading.Event()
@@ -500,19 +497,24 @@ class Triton:
             raise PyTritonValidationError("infer_func must be a callable or a list of callables")
         if any(m.name == model_name and m.version == model_version for m in self._models):
             raise PyTritonValidationError(f"model {model_name} version {model_version} is already bound")
+        # PyTriton names unnamed tensors by position, from 1.
+        inputs = [t if t.name else dataclasses.replace(t, name=f"INPUT_{i}") for i, t in enumerate(inputs, 1)]
+        outputs = [t if t.name else dataclasses.replace(t, name=f"OUTPUT_{i}") for i, t in enumerate(outputs, 1)]
         model = _BoundModel(self, model_name, model_version, funcs, inputs, outputs, config, strict)
         for f in funcs:
             _attach_context(f, model)
         if self._server is not None:
             self._server.bind(model.server_args())
         self._models.append(model)
+        self._workspace.store(model)
 
     def _start(self) -> None:
         if self._server is not None:
             return
         flags = self._config.to_flags() + self._security.to_flags()
         # Models bound so far are served before the repository loads, so its ensembles can use them.
-        self._server = tessera.Server(flags, [m.server_args() for m in self._models])
+        # A repository ensemble may use models bound after the start: it waits for them.
+        self._server = tessera.Server(flags, [m.server_args() for m in self._models], wait_for_bound=True)
 
     def run(self) -> None:
         """Starts the server in this process (if it is not running) and returns at once."""
@@ -546,6 +548,7 @@ class Triton:
         server, self._server = self._server, None
         if server is not None:
             server.stop()
+        self._workspace.clean()
         return True
 
     def is_alive(self) -> bool:
@@ -564,6 +567,56 @@ class Triton:
         return self._server.metrics_port if self._server else None
 
 
+class _Workspace:
+    """PyTriton's workspace. A given path is created and kept; with `local_model_store` each
+    bound model's config.pbtxt is written to `<workspace>/model-store/<model>/`, as PyTriton
+    writes it (in a temporary workspace, removed at stop, when no path is given). Tessera needs
+    neither sockets nor a model store there: bound models are served from memory."""
+
+    def __init__(self, workspace: Any, local_model_store: bool):
+        self._temporary = workspace is None and local_model_store
+        if workspace is None and not local_model_store:
+            self.path = None
+            return
+        if self._temporary:
+            self.path = tempfile.mkdtemp(prefix="workspace_")
+        else:
+            self.path = os.fspath(getattr(workspace, "path", workspace))
+            os.makedirs(self.path, exist_ok=True)
+        self.model_store = os.path.join(self.path, "model-store") if local_model_store else None
+        if self.model_store:
+            os.makedirs(self.model_store, exist_ok=True)
+
+    def store(self, model: "_BoundModel") -> None:
+        if self.path is None or self.model_store is None:
+            return
+        from google.protobuf import json_format, text_format
+        from tritonclient.grpc import model_config_pb2
+
+        config = json_format.ParseDict(model.triton_config, model_config_pb2.ModelConfig())
+        directory = os.path.join(self.model_store, model.name)
+        os.makedirs(os.path.join(directory, str(model.version)), exist_ok=True)
+        with open(os.path.join(directory, "config.pbtxt"), "w", encoding="utf-8") as f:
+            f.write(text_format.MessageToString(config))
+
+    def clean(self) -> None:
+        if self._temporary and self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path = None
+
+
 def _attach_context(func: Callable, model: _BoundModel) -> None:
     """What `@triton_context` reads: the model's configuration."""
     _set_context(func, TritonContext(model_config=model))
+
+
+class RemoteTriton:
+    """PyTriton's remote mode (binding models into a Triton server another process runs) is
+    refused: Tessera serves a callable only inside the process that runs the server, with no
+    proxy process or socket between them (docs/pytriton.md)."""
+
+    def __init__(self, url: str, workspace: Any = None, triton_lifecycle_policy: Any = None,
+                 access_token: Optional[str] = None):
+        raise PyTritonValidationError(
+            "RemoteTriton is not supported by Tessera: callables are served only by the server running in their "
+            "own process. Bind them with Triton(...) in that process, or serve a model repository.")
