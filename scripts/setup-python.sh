@@ -62,13 +62,15 @@ fi
 
 # 2. requirements ---------------------------------------------------------------------------------
 STAMP=$VENV/.requirements.sha256
-want=$(sha256sum "$REQ" | cut -d' ' -f1)
+# tests/requirements-ray.txt includes requirements.txt (pip resolves both together; see there).
+REQ_ALL=$(dirname "$REQ")/requirements-ray.txt
+want=$(cat "$REQ" "$REQ_ALL" | sha256sum | cut -d' ' -f1)
 have=$(cat "$STAMP" 2>/dev/null || true)
 installed=0
 if [ "$want" != "$have" ]; then
-  log "installing $(realpath --relative-to="$ROOT" "$REQ") into $VENV"
+  log "installing $(realpath --relative-to="$ROOT" "$REQ_ALL") (with requirements.txt) into $VENV"
   rm -f "$STAMP"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$REQ"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$REQ_ALL"
   echo "$want" > "$STAMP"
   installed=1
 fi
