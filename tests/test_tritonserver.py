@@ -317,3 +317,31 @@ def test_frontends_start_and_stop_doors_on_demand(server):
 
         text = requests.get(f"http://127.0.0.1:{metrics.port}/metrics", timeout=30).text
         assert 'nv_inference_request_success{model="add_sub",version="1"} 1' in text
+
+
+def test_requests_in_flight_at_stop_get_their_responses(server):
+    model = server.load("slow")
+    results: dict = {}
+
+    def call(i: int) -> None:
+        try:
+            responses = list(model.infer(inputs={"INPUT0": np.array([i], dtype=np.int32)}))
+            results[i] = int(responses[0].outputs["OUTPUT0"].to_numpy()[0])
+        except tritonserver.TritonError as e:
+            results[i] = e
+
+    callers = [threading.Thread(target=call, args=(i,)) for i in (1, 2)]
+    for caller in callers:
+        caller.start()
+    # One executes (300 ms), the other waits in the queue: both are in flight.
+    pending = 'nv_inference_pending_request_count{model="slow",version="1"} 1'
+    deadline = time.monotonic() + 60
+    while pending not in server.metrics():
+        assert time.monotonic() < deadline, "the second request never queued"
+        time.sleep(0.005)
+    server.stop()
+    for caller in callers:
+        caller.join(60)
+    assert results == {1: 1, 2: 2}, "stop() lets requests in flight finish (exit_timeout), as Triton's"
+    with pytest.raises(tritonserver.InvalidArgumentError, match="Server not started"):
+        model.infer(inputs={"INPUT0": np.array([3], dtype=np.int32)})

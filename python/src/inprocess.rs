@@ -315,6 +315,7 @@ impl Cancel {
 #[pyclass(frozen, module = "tessera._tessera")]
 pub struct NetworkDoor {
     pub door: StartedDoor,
+    pub runtime: tokio::runtime::Handle,
 }
 
 #[pymethods]
@@ -324,7 +325,12 @@ impl NetworkDoor {
         self.door.address().map(|a| a.port())
     }
 
-    fn stop(&self) {
+    /// Stops the door and waits (without the GIL, up to `timeout_secs`) until its port is closed
+    /// and its connections are done. Returns whether it ended in time.
+    #[pyo3(signature = (timeout_secs = 30.0))]
+    fn stop(&self, py: Python<'_>, timeout_secs: f64) -> bool {
         self.door.stop();
+        let timeout = std::time::Duration::from_secs_f64(timeout_secs.max(0.0));
+        py.detach(|| self.runtime.block_on(async { tokio::time::timeout(timeout, self.door.ended()).await.is_ok() }))
     }
 }

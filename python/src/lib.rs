@@ -442,7 +442,7 @@ impl Server {
         let listen = tessera::Listen::new(address, port);
         let options = tessera::DoorOptions { restrictions };
         let door = py.detach(|| runtime.block_on(handle.start_door(kind, &listen, options))).map_err(runtime_error)?;
-        Ok(inprocess::NetworkDoor { door })
+        Ok(inprocess::NetworkDoor { door, runtime: runtime.handle().clone() })
     }
 
     /// Asks the server to stop without waiting (safe from a model function); `stop()` finishes it.
@@ -453,13 +453,18 @@ impl Server {
         }
     }
 
-    /// Stops the doors and waits (up to the exit timeout) for requests in flight.
+    /// Stops the doors, then waits (up to the exit timeout) for requests in flight, the
+    /// in-process door's included.
     fn stop(&mut self, py: Python<'_>) -> PyResult<()> {
         self.stopped.store(true, Ordering::Relaxed);
         let (Some(runtime), Some(handle)) = (self.runtime.take(), self.handle.take()) else {
             return Ok(());
         };
+        // The doors close first; then requests in flight (in-process ones too) get up to the exit
+        // timeout to finish, as Triton's ServerStop gives them.
         handle.stop();
+        let stopping = handle.stop_handle();
+        py.detach(|| runtime.block_on(stopping.drain_then_stop()));
         let result = py.detach(|| runtime.block_on(handle.wait()));
         py.detach(move || runtime.shutdown_timeout(std::time::Duration::from_secs(5)));
         result.map_err(runtime_error)

@@ -38,6 +38,8 @@ pub struct DoorOptions {
 pub struct StartedDoor {
     address: Option<SocketAddr>,
     stop: watch::Sender<bool>,
+    /// Turns true once the door's task has ended (its listener closed).
+    ended: watch::Receiver<bool>,
 }
 
 impl StartedDoor {
@@ -48,6 +50,12 @@ impl StartedDoor {
     /// Stops taking connections; requests in flight finish (as at the server's stop).
     pub fn stop(&self) {
         let _ = self.stop.send(true);
+    }
+
+    /// Waits until the door has ended: its port is closed and its connections are done.
+    pub async fn ended(&self) {
+        let mut ended = self.ended.clone();
+        let _ = ended.wait_for(|e| *e).await;
     }
 }
 
@@ -148,7 +156,7 @@ impl Doors {
 }
 
 impl StartedDoor {
-    pub(super) fn new(address: Option<SocketAddr>, stop: watch::Sender<bool>) -> Self {
-        Self { address, stop }
+    pub(super) fn new(address: Option<SocketAddr>, stop: watch::Sender<bool>, ended: watch::Receiver<bool>) -> Self {
+        Self { address, stop, ended }
     }
 }

@@ -538,8 +538,13 @@ impl ServerHandle {
     ) -> Result<StartedDoor, StartError> {
         let (stop_tx, stop_rx) = self.doors.door_stop();
         let (address, task) = self.doors.open(kind, listen, options, stop_rx).await?;
-        self.tasks.spawn(task);
-        Ok(StartedDoor::new(address, stop_tx))
+        let (ended_tx, ended_rx) = tokio::sync::watch::channel(false);
+        self.tasks.spawn(async move {
+            let result = task.await;
+            let _ = ended_tx.send(true);
+            result
+        });
+        Ok(StartedDoor::new(address, stop_tx, ended_rx))
     }
 
     pub fn http_address(&self) -> Option<SocketAddr> {

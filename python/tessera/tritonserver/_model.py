@@ -27,7 +27,11 @@ class Model:
         self.reason = reason
 
     def _at(self, name: str, version: int) -> "Model":
-        return Model(self._server, name, version, self.state, self.reason)
+        """This model as a response names it (its version resolved), even once the server has
+        stopped: a request in flight at `stop()` still gets its response."""
+        model = Model.__new__(Model)
+        model.__dict__.update(self.__dict__, name=name, version=version)
+        return model
 
     def __str__(self) -> str:
         return str({"name": self.name, "version": self.version, "state": self.state})
