@@ -81,6 +81,14 @@ def test_repository_ensemble_waits_for_a_model_bound_after_the_start(tmp_path):
         'ensemble_scheduling { step [ { model_name: "AddSub" model_version: -1 '
         'input_map [ { key: "INPUT_1" value: "X" }, { key: "INPUT_2" value: "X" } ] '
         'output_map { key: "OUTPUT_1" value: "Y" } } ] }\n')
+    # An ensemble of that ensemble waits too.
+    (repo / "outer" / "1").mkdir(parents=True)
+    (repo / "outer" / "config.pbtxt").write_text(
+        'name: "outer"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'ensemble_scheduling { step [ { model_name: "ens" model_version: -1 '
+        'input_map { key: "X" value: "X" } output_map { key: "Y" value: "Y" } } ] }\n')
     # The default policy starts the server on entering the block, before any bind.
     open_endpoints = TritonSecurityConfig(restricted_endpoints=[])
     with Triton(config=config(model_repository=str(repo)), security_config=open_endpoints) as t:
@@ -88,11 +96,14 @@ def test_repository_ensemble_waits_for_a_model_bound_after_the_start(tmp_path):
         assert not client.is_model_ready("ens"), "waiting for its step"
         entry = [e for e in client.get_model_repository_index() if e["name"] == "ens"]
         assert entry and entry[0]["state"] == "UNAVAILABLE" and "AddSub" in entry[0]["reason"]
+        assert not client.is_model_ready("outer")
         bind_unnamed(t)
         assert client.is_model_ready("ens"), "ready once its step is bound"
+        assert client.is_model_ready("outer"), "and the ensemble using it"
         x = httpclient.InferInput("X", [1, 3], "FP32")
         x.set_data_from_numpy(np.array([[1, 2, 3]], dtype=np.float32))
         np.testing.assert_array_equal(client.infer("ens", [x]).as_numpy("Y"), [[2, 4, 6]])
+        np.testing.assert_array_equal(client.infer("outer", [x]).as_numpy("Y"), [[2, 4, 6]])
 
 
 def test_headers_reach_the_callable_when_forwarded():

@@ -5,6 +5,7 @@ import. Network doors open only through `tessera.tritonfrontend`, checked with t
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import queue
 import threading
@@ -47,6 +48,7 @@ def repo(tmp_path) -> Path:
     repo = tmp_path / "repo"
     copy_model(repo, "add_sub")
     copy_model(repo, "repeat")
+    copy_model(repo, "simple_sequence")
     write_onnx_model(repo, "strings", "TYPE_STRING", [-1, -1])
     slow = repo / "slow"
     (slow / "1").mkdir(parents=True)
@@ -55,6 +57,10 @@ def repo(tmp_path) -> Path:
         'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
         'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
         'parameters [ { key: "execute_delay_ms" value: { string_value: "300" } } ]\n')
+    pause = repo / "pause"
+    (pause / "1").mkdir(parents=True)
+    (pause / "config.pbtxt").write_text((slow / "config.pbtxt").read_text().replace('"slow"', '"pause"')
+                                        .replace('"300"', '"30"'))
     return repo
 
 
@@ -131,19 +137,44 @@ def test_metadata_config_statistics_and_metrics(server):
 def test_triton_errors_for_bad_requests(server):
     model = server.load("add_sub")
     with pytest.raises(tritonserver.InvalidArgumentError, match="INPUT1"):
-        model.infer(inputs={"INPUT0": np.zeros((1, 16), dtype=np.float32)})
+        list(model.infer(inputs={"INPUT0": np.zeros((1, 16), dtype=np.float32)}))
     with pytest.raises(tritonserver.InvalidArgumentError, match="FP64"):
-        model.infer(inputs={"INPUT0": np.zeros((1, 16)), "INPUT1": np.zeros((1, 16))})
+        list(model.infer(inputs={"INPUT0": np.zeros((1, 16)), "INPUT1": np.zeros((1, 16))}))
+    responses = list(model.infer(inputs={"INPUT0": np.zeros((1, 16))}, raise_on_error=False))
+    assert len(responses) == 1 and responses[0].final and not responses[0].outputs
+    assert isinstance(responses[0].error, tritonserver.InvalidArgumentError), "raise_on_error=False returns it"
     with pytest.raises(tritonserver.InvalidArgumentError, match="Unsupported Value"):
         model.infer(inputs=add_sub_inputs(), parameters={"p": None})
     with pytest.raises(tritonserver.InvalidArgumentError, match="not supported"):
         model.infer(inputs={"INPUT0": object()})
     with pytest.raises(tritonserver.NotFoundError, match="nope"):
         server.model("nope").infer(inputs=add_sub_inputs())
+    with pytest.raises(tritonserver.NotFoundError, match="nope"):
+        server.model("nope").async_infer(inputs=add_sub_inputs())  # at submission, as Triton
     with pytest.raises(tritonserver.InternalError, match="nope"):
         server.load("nope")
     # The server goes on serving.
     assert list(model.infer(inputs=add_sub_inputs()))[0].outputs["OUTPUT0"].to_numpy()[0, 0] == 2
+
+
+def test_requests_built_as_triton_builds_them(server):
+    model = server.load("add_sub")
+    request = model.create_request(request_id="r-1", inputs=add_sub_inputs(), parameters={"p": 1.5})
+    assert isinstance(request, tritonserver.InferenceRequest) and request.model is model
+    response = next(model.infer(request))
+    assert response.request_id == "r-1" and response.error is None
+    sequence = server.load("simple_sequence")
+    start, end = tritonserver.RequestFlag.SEQUENCE_START, tritonserver.RequestFlag.SEQUENCE_END
+    totals = []
+    for value, flags in ((3, start), (4, 0), (5, end)):
+        request = tritonserver.InferenceRequest(model=sequence, correlation_id=42, flags=flags,
+                                                inputs={"INPUT": np.array([[value]], dtype=np.int32)})
+        totals.append(int(next(sequence.infer(request)).outputs["OUTPUT"].to_numpy()[0, 0]))
+    assert totals == [3, 7, 12], "correlation_id and the sequence flags reach the sequence batcher"
+    config = model.config()
+    config["max_batch_size"] = 4
+    server.load("add_sub", {"config": json.dumps(config)})
+    assert server.model("add_sub").config()["max_batch_size"] == 4, "load() takes Triton's config override"
 
 
 class DLPackOnly:
@@ -166,7 +197,7 @@ def test_inputs_from_lists_tensors_and_dlpack(server):
     out = list(model.infer(inputs=inputs))[0].outputs
     np.testing.assert_array_equal(np.from_dlpack(out["OUTPUT0"]), x * 2)
     with pytest.raises(tritonserver.InvalidArgumentError, match="'FP64', but model 'add_sub' expects 'FP32'"):
-        model.infer(inputs={"INPUT0": x.tolist(), "INPUT1": x})  # a list of floats is FP64, as in Triton
+        list(model.infer(inputs={"INPUT0": x.tolist(), "INPUT1": x}))  # a list of floats is FP64, as in Triton
     with pytest.raises(tritonserver.UnsupportedError, match="host memory only"):
         model.infer(inputs={"INPUT0": DLPackOnly(x, device=(2, 0)), "INPUT1": x})
     strings = server.load("strings")
@@ -182,25 +213,59 @@ def test_inputs_from_lists_tensors_and_dlpack(server):
 def test_decoupled_model_streams_and_can_be_cancelled(server):
     repeat = server.load("repeat")
     assert repeat.transaction_properties() == tritonserver.ModelTxnPropertyFlag.DECOUPLED
-    responses = list(repeat.infer(inputs={"IN": np.array([5, 6, 7], dtype=np.int32)}))
+    consumed = repeat.infer(inputs={"IN": np.array([5, 6, 7], dtype=np.int32)})
+    responses = list(consumed)
     values = [int(r.outputs["OUT"].to_numpy()[0]) for r in responses if r.outputs]
     assert values == [5, 6, 7]
     assert responses[-1].final and sum(r.final for r in responses) == 1
-    iterator = repeat.infer(inputs={"IN": np.arange(50, dtype=np.int32)})
+    # More responses than the server buffers: the model waits for a reader, so the stream stays
+    # in flight until cancelled.
+    iterator = repeat.infer(inputs={"IN": np.arange(5000, dtype=np.int32)})
     first = next(iterator)
     assert int(first.outputs["OUT"].to_numpy()[0]) == 0
     iterator.cancel()
     with pytest.raises(tritonserver.UnknownError, match="cancelled"):
         list(iterator)
+    # Both iterators are still referenced: neither request may hold the server's stop.
+    started = time.monotonic()
+    server.stop()
+    assert time.monotonic() - started < 10, "stop() waited for a request that should have left (exit timeout 30 s)"
+    assert consumed is not None and iterator is not None
+
+
+def test_async_cancel_stops_the_model(server):
+    repeat = server.load("repeat")
+
+    async def run():
+        iterator = repeat.async_infer(inputs={"IN": np.arange(5000, dtype=np.int32)})
+        first = await iterator.__anext__()
+        iterator.cancel()
+        with pytest.raises(tritonserver.UnknownError, match="cancelled"):
+            async for _ in iterator:
+                pass
+        return int(first.outputs["OUT"].to_numpy()[0])
+
+    assert asyncio.run(run()) == 0
+    started = time.monotonic()
+    server.stop()
+    assert time.monotonic() - started < 10, "the cancelled request was still in flight"
+
+
+def thread_count() -> int:
+    """Threads of this process, native ones included."""
+    return len(os.listdir("/proc/self/task"))
 
 
 def test_async_infer_overlaps_requests_without_a_thread_each(server):
-    model = server.load("slow")
+    model = server.load("pause")
+    n = 32
+    list(model.infer(inputs={"INPUT0": np.array([0], dtype=np.int32)}))  # the server's threads exist
 
-    async def run(n: int):
-        threads_before = threading.active_count()
+    async def run():
+        threads_before = thread_count()
         iterators = [model.async_infer(inputs={"INPUT0": np.array([i], dtype=np.int32)}) for i in range(n)]
-        assert threading.active_count() <= threads_before + 2, "no thread per request"
+        # One instance, 30 ms per execution: all of them are in flight now.
+        assert thread_count() <= threads_before + 4, "no thread per request"
 
         async def first(iterator):
             async for response in iterator:
@@ -209,9 +274,8 @@ def test_async_infer_overlaps_requests_without_a_thread_each(server):
         return await asyncio.gather(*(first(it) for it in iterators))
 
     started = time.monotonic()
-    assert asyncio.run(run(4)) == [0, 1, 2, 3]
-    # One instance, 300 ms per execution: four run one after another, and all finished.
-    assert time.monotonic() - started >= 1.2
+    assert asyncio.run(run()) == list(range(n))
+    assert time.monotonic() - started >= n * 0.03, "the executions ran one after another, all of them"
 
 
 def test_async_decoupled_and_response_queue(server):

@@ -127,11 +127,12 @@ fn response_to_py<'py>(py: Python<'py>, response: InferResponse) -> PyResult<Bou
     Ok(tuple.into_pyobject(py)?.into_any())
 }
 
-/// One answer for Python: a response tuple, or `TesseraError`.
+/// One answer for Python: a response tuple, or a `TesseraError` instance (not raised: an error
+/// the model answered is a response's error, which the iterator raises or returns).
 fn answer_to_py(py: Python<'_>, answer: CoreResult<InferResponse>) -> PyResult<Py<PyAny>> {
     match answer {
         Ok(response) => Ok(response_to_py(py, response)?.unbind()),
-        Err(e) => Err(core_error(e)),
+        Err(e) => Ok(core_error(e).into_value(py).into_any()),
     }
 }
 
@@ -213,7 +214,8 @@ impl Door {
 
     /// Runs a request, blocking this thread (without the GIL) until its first answer; returns
     /// `(first answer or None, rest)`, `rest` an [`AnswerStream`] for a decoupled model's others
-    /// (None for a model that answers once). Errors before the request runs raise.
+    /// (None for a model that answers once). An answer is a response tuple or an error instance.
+    /// Errors before the request runs (no such model) raise.
     fn infer(&self, py: Python<'_>, request: RequestArgs<'_>) -> PyResult<(Option<Py<PyAny>>, Option<AnswerStream>)> {
         let request = request_from_py(request)?;
         let (first, answers) = py
@@ -225,31 +227,36 @@ impl Door {
                 })
             })
             .map_err(core_error)?;
+        let first_is_last = match &first {
+            None => true,
+            Some(Ok(response)) => response.is_final,
+            Some(Err(_)) => false,
+        };
         let rest = match answers {
             Answers::One(_) => None,
-            stream @ Answers::Stream(_) => {
-                Some(AnswerStream { answers: Mutex::new(Some(stream)), runtime: self.runtime.clone() })
-            }
+            stream @ Answers::Stream(_) => Some(AnswerStream::new(stream, first_is_last, self.runtime.clone())),
         };
         let first = first.map(|answer| answer_to_py(py, answer)).transpose()?;
         Ok((first, rest))
     }
 
-    /// Runs a request without blocking: `on_answer(item)` is called (with the GIL, on a server
-    /// thread) for each answer (a response tuple), with `TesseraError` for an error, and with
-    /// `None` after the last. Returns a handle whose `cancel()` drops the request.
+    /// Runs a request without blocking: `on_answer(item, last)` is called (with the GIL, on a
+    /// server thread) for each answer — a response tuple or an error instance, `last` true when
+    /// no other follows — and `on_answer(None, True)` once a stream has ended. A request for a
+    /// model that is not there raises here. Returns a handle whose `cancel()` drops the request.
     fn infer_async(&self, request: RequestArgs<'_>, on_answer: Py<PyAny>) -> PyResult<Cancel> {
         let request = request_from_py(request)?;
+        // Triton raises for an unknown model when the request is submitted, not later.
+        self.door.is_decoupled(&request.model_name, request.model_version).map_err(core_error)?;
         let door = self.door.clone();
-        let deliver = move |item: Option<CoreResult<InferResponse>>| {
+        let deliver = move |item: Option<CoreResult<InferResponse>>, last: bool| {
             crate::keep_thread_state();
             Python::attach(|py| {
                 let value = match item {
                     None => Ok(py.None()),
-                    Some(Ok(response)) => response_to_py(py, response).map(Bound::unbind),
-                    Some(Err(e)) => Ok(core_error(e).into_value(py).into_any()),
+                    Some(answer) => answer_to_py(py, answer),
                 };
-                let result = value.and_then(|value| on_answer.call1(py, (value,)));
+                let result = value.and_then(|value| on_answer.call1(py, (value, last)));
                 if let Err(e) = result {
                     e.print(py);
                 }
@@ -257,44 +264,76 @@ impl Door {
         };
         let task = self.runtime.spawn(async move {
             match door.infer(request, Waiting::Async).await {
-                Err(e) => deliver(Some(Err(e))),
+                Err(e) => deliver(Some(Err(e)), true),
+                Ok(Answers::One(answer)) => deliver(answer, true),
                 Ok(mut answers) => {
                     while let Some(answer) = answers.next().await {
-                        deliver(Some(answer));
+                        let last = matches!(&answer, Ok(response) if response.is_final);
+                        deliver(Some(answer), last);
+                        if last {
+                            return;
+                        }
                     }
+                    deliver(None, true);
                 }
             }
-            deliver(None);
         });
         Ok(Cancel { abort: task.abort_handle() })
     }
 }
 
-/// The remaining answers of a decoupled model's request (see [`Door::infer`]).
+/// The remaining answers of a decoupled model's request (see [`Door::infer`]). The stream is
+/// dropped (the request leaves the server) after its final answer, or at `cancel()`.
 #[pyclass(frozen, module = "tessera._tessera")]
 pub struct AnswerStream {
     answers: Mutex<Option<Answers>>,
+    cancelled: tokio::sync::watch::Sender<bool>,
     runtime: tokio::runtime::Handle,
+}
+
+impl AnswerStream {
+    fn new(answers: Answers, ended: bool, runtime: tokio::runtime::Handle) -> Self {
+        let answers = if ended { None } else { Some(answers) };
+        Self { answers: Mutex::new(answers), cancelled: tokio::sync::watch::channel(false).0, runtime }
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Answers>> {
+        self.answers.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 #[pymethods]
 impl AnswerStream {
-    /// The next answer (a response tuple), or None after the last; blocks without the GIL.
+    /// The next answer (a response tuple or an error instance), or None after the last; blocks
+    /// without the GIL. The stream is taken out while waiting, so `cancel()` never waits on it.
     fn next(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         let next = py.detach(|| {
-            let mut guard = self.answers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            match guard.as_mut() {
-                Some(answers) => self.runtime.block_on(answers.next()),
-                None => None,
+            let taken = self.slot().take();
+            let mut answers = taken?;
+            let mut cancelled = self.cancelled.subscribe();
+            let answer = self.runtime.block_on(async {
+                tokio::select! {
+                    answer = answers.next() => answer,
+                    _ = cancelled.wait_for(|c| *c) => None,
+                }
+            });
+            let ended =
+                *self.cancelled.borrow() || matches!(&answer, None | Some(Ok(InferResponse { is_final: true, .. })));
+            if !ended {
+                *self.slot() = Some(answers);
             }
+            answer
         });
         next.map(|answer| answer_to_py(py, answer)).transpose()
     }
 
     /// Drops the request: the model sees it cancelled, and `next()` returns None.
-    fn cancel(&self) {
-        let taken = self.answers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        drop(taken);
+    fn cancel(&self, py: Python<'_>) {
+        py.detach(|| {
+            self.cancelled.send_replace(true);
+            let taken = self.slot().take();
+            drop(taken);
+        });
     }
 }
 
@@ -330,7 +369,7 @@ impl NetworkDoor {
     #[pyo3(signature = (timeout_secs = 30.0))]
     fn stop(&self, py: Python<'_>, timeout_secs: f64) -> bool {
         self.door.stop();
-        let timeout = std::time::Duration::from_secs_f64(timeout_secs.max(0.0));
+        let timeout = std::time::Duration::try_from_secs_f64(timeout_secs.max(0.0)).unwrap_or(std::time::Duration::MAX);
         py.detach(|| self.runtime.block_on(async { tokio::time::timeout(timeout, self.door.ended()).await.is_ok() }))
     }
 }

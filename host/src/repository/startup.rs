@@ -121,12 +121,26 @@ impl ModelManager {
 
     /// For an ensemble that failed only because some steps are in no repository (nor loaded):
     /// those steps. `None` for any other model or failure.
+    /// A step that is itself an ensemble waiting for such steps is awaited too.
     fn awaited_steps(&self, name: &str) -> Option<Vec<String>> {
+        self.awaited_steps_within(name, &mut Vec::new())
+    }
+
+    fn awaited_steps_within(&self, name: &str, seen: &mut Vec<String>) -> Option<Vec<String>> {
+        if seen.iter().any(|s| s == name) {
+            return None;
+        }
+        seen.push(name.to_string());
         let config = self.models.read().ok()?.get(name)?.ensemble.as_ref()?.config.clone();
-        let missing: Vec<String> = crate::scheduler::ensemble::plan::composing_models(&config)
-            .into_iter()
-            .filter(|step| !self.models.read().is_ok_and(|m| m.contains_key(step)) && self.locate(step).is_err())
-            .collect();
+        let mut missing = Vec::new();
+        for step in crate::scheduler::ensemble::plan::composing_models(&config) {
+            let known = self.models.read().is_ok_and(|m| m.contains_key(&step));
+            if !known && self.locate(&step).is_err() {
+                missing.push(step);
+            } else if known && let Some(inner) = self.awaited_steps_within(&step, seen) {
+                missing.extend(inner);
+            }
+        }
         (!missing.is_empty()).then_some(missing)
     }
 }

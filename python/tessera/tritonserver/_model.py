@@ -68,9 +68,7 @@ class Model:
         native = to_native(request)
         if request.response_queue is not None:
             iterator = QueuedResponseIterator(self, request.request_id, raise_on_error, request.response_queue)
-            with translated():
-                iterator._cancel = self._door().infer_async(native, iterator._deliver)
-            return iterator
+            return self._submit(native, iterator)
         try:
             first, rest = self._door().infer(native)
         except TesseraError as e:
@@ -84,8 +82,14 @@ class Model:
         request = self._request(inference_request, kwargs)
         native = to_native(request)
         iterator = AsyncResponseIterator(self, request.request_id, raise_on_error, request.response_queue)
+        return self._submit(native, iterator)
+
+    def _submit(self, native: Any, iterator: Any) -> Any:
+        """Starts a request whose responses the server delivers to `iterator` from its threads."""
         with translated():
             iterator._cancel = self._door().infer_async(native, iterator._deliver)
+        # Ended with UnavailableError if the server stops before the request does.
+        self._server._delivering.add(iterator)
         return iterator
 
     # --- metadata --------------------------------------------------------------------------------

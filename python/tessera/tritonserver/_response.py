@@ -39,11 +39,12 @@ class InferenceResponse:
 _TYPE_OF = {t.name: t for t in DataType}
 
 
-def response_of(model: "Model", item: Any, request_id: Optional[str]) -> InferenceResponse:
-    """An `InferenceResponse` from the native door's tuple, or from its error."""
+def response_of(model: "Model", item: Any, request_id: Optional[str], last: bool = True) -> InferenceResponse:
+    """An `InferenceResponse` from the native door's tuple, or from its error (`last`: no other
+    response follows it)."""
     if isinstance(item, BaseException):
         error = from_native(item)
-        return InferenceResponse(model=model, request_id=request_id, error=error, final=True)
+        return InferenceResponse(model=model, request_id=request_id or "", error=error, final=last)
     name, version, response_id, outputs, parameters, final = item
     tensors = {out_name: Tensor._of(_TYPE_OF[datatype], shape, raw) for out_name, datatype, shape, raw in outputs}
     if version != model.version or name != model.name:
@@ -61,29 +62,33 @@ def _end(model: "Model", request_id: Optional[str]) -> InferenceResponse:
     return InferenceResponse(model=model, request_id=request_id or "", final=True)
 
 
+def _cancelled(model: "Model", request_id: Optional[str]) -> InferenceResponse:
+    return InferenceResponse(model=model, request_id=request_id or "", error=UnknownError("Request was cancelled"),
+                             final=True)
+
+
 class ResponseIterator:
     """The responses of one request (`Model.infer`)."""
 
     def __init__(self, model: "Model", request_id: Optional[str], first: Any, rest: Any, raise_on_error: bool):
         self._model = model
         self._request_id = request_id
-        self._pending = collections.deque() if first is None else collections.deque([first])
+        self._first = first
         self._rest = rest
         self._raise = raise_on_error
         self._complete = False
+        self._cancelled = False
 
     def _read(self) -> InferenceResponse:
-        item = self._pending.popleft() if self._pending else None
-        if isinstance(item, InferenceResponse):
-            return item
+        if self._cancelled:
+            return _cancelled(self._model, self._request_id)
+        item, self._first = self._first, None
         if item is None and self._rest is not None:
-            try:
-                item = self._rest.next()
-            except Exception as e:  # noqa: BLE001 - the server's error, delivered as a response
-                item = e
+            item = self._rest.next()
         if item is None:
             return _end(self._model, self._request_id)
-        return response_of(self._model, item, self._request_id)
+        # A model that answers once: its one answer is the last. A stream: its end says so.
+        return response_of(self._model, item, self._request_id, last=self._rest is None)
 
     def __iter__(self) -> "ResponseIterator":
         return self
@@ -93,79 +98,91 @@ class ResponseIterator:
             raise StopIteration
         response = self._read()
         self._complete = response.final
+        if response.final:
+            self._rest = None
         if response.error is not None and self._raise:
             raise response.error
         return response
 
     def cancel(self) -> None:
         """Cancels the request: a decoupled model sees it cancelled; iteration ends."""
-        if self._rest is not None:
-            self._rest.cancel()
+        rest, self._rest = self._rest, None
+        if rest is not None:
+            rest.cancel()
         if not self._complete:
-            self._pending.clear()
-            self._pending.append(
-                InferenceResponse(model=self._model, request_id=self._request_id or "",
-                                  error=UnknownError("Request was cancelled"), final=True)
-            )
+            self._first = None
+            self._cancelled = True
 
 
-class QueuedResponseIterator(ResponseIterator):
+class _Delivered:
+    """Responses the server delivers from its threads (`Door.infer_async`), in order, each once;
+    nothing after the final one."""
+
+    def __init__(self, model: "Model", request_id: Optional[str]):
+        self._model = model
+        self._request_id = request_id
+        self._ended = False
+        self._lock = threading.Lock()
+        self._cancel = None
+
+    def _response(self, item: Any, last: bool) -> Optional[InferenceResponse]:
+        with self._lock:
+            if self._ended:
+                return None
+            response = _end(self._model, self._request_id) if item is None else response_of(
+                self._model, item, self._request_id, last)
+            self._ended = response.final
+            return response
+
+    def _end_now(self, error: BaseException) -> None:
+        """Ends the request from this side: `cancel()`, or the server's stop."""
+        if self._cancel is not None:
+            self._cancel.cancel()
+        self._deliver(error, True)
+
+
+class QueuedResponseIterator(_Delivered, ResponseIterator):
     """`Model.infer(..., response_queue=q)`: the server puts each response into `q` as it comes
     (whether or not anyone iterates, as in Triton) and into this iterator's own queue."""
 
     def __init__(self, model: "Model", request_id: Optional[str], raise_on_error: bool, response_queue: Any):
-        super().__init__(model, request_id, None, None, raise_on_error)
+        ResponseIterator.__init__(self, model, request_id, None, None, raise_on_error)
+        _Delivered.__init__(self, model, request_id)
         self._responses: queue.SimpleQueue = queue.SimpleQueue()
         self._user_queue = response_queue
-        self._cancel = None
-        self._ended = False
 
-    def _deliver(self, item: Any) -> None:
-        if self._ended:
-            return
-        response = _end(self._model, self._request_id) if item is None else response_of(
-            self._model, item, self._request_id)
-        if item is None and self._last_final:
-            return
-        self._last_final = response.final
-        self._ended = response.final
-        self._responses.put(response)
-        self._user_queue.put_nowait(response)
-
-    _last_final = False
+    def _deliver(self, item: Any, last: bool) -> None:
+        response = self._response(item, last)
+        if response is not None:
+            self._responses.put(response)
+            self._user_queue.put_nowait(response)
 
     def _read(self) -> InferenceResponse:
         return self._responses.get()
 
     def cancel(self) -> None:
-        if self._cancel is not None:
-            self._cancel.cancel()
-        self._deliver(UnknownError("Request was cancelled"))
+        self._end_now(UnknownError("Request was cancelled"))
 
 
-class AsyncResponseIterator:
+class AsyncResponseIterator(_Delivered):
     """The responses of one request (`Model.async_infer`), for `async for`."""
 
     def __init__(self, model: "Model", request_id: Optional[str], raise_on_error: bool,
                  response_queue: Any = None):
-        self._model = model
-        self._request_id = request_id
+        super().__init__(model, request_id)
         self._raise = raise_on_error
         self._complete = False
         self._items: collections.deque = collections.deque()
-        self._lock = threading.Lock()
         self._waiter: Optional[asyncio.Future] = None
         self._queue = response_queue
         self._queue_loop = asyncio.get_running_loop() if response_queue is not None else None
-        self._cancel = None
 
-    def _deliver(self, item: Any) -> None:
-        """Called by the server (any thread, with the GIL) for each answer; `None` at the end."""
-        response = _end(self._model, self._request_id) if item is None else response_of(
-            self._model, item, self._request_id)
+    def _deliver(self, item: Any, last: bool) -> None:
+        """Called by the server (any thread, with the GIL) for each answer."""
+        response = self._response(item, last)
+        if response is None:
+            return
         with self._lock:
-            if self._items and self._items[-1].final:
-                return  # already ended (cancelled, or the final response came before the end)
             self._items.append(response)
             waiter, self._waiter = self._waiter, None
         if self._queue is not None:
@@ -193,9 +210,7 @@ class AsyncResponseIterator:
         return response
 
     def cancel(self) -> None:
-        if self._cancel is not None:
-            self._cancel.cancel()
-        self._deliver(UnknownError("Request was cancelled"))
+        self._end_now(UnknownError("Request was cancelled"))
 
 
 def _wake(waiter: asyncio.Future) -> None:

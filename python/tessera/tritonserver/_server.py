@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+import weakref
 from typing import Annotated, Any, Optional, Union
 
 import tessera._tessera as _native
@@ -102,6 +103,7 @@ _REFUSED = {
     "repo_agent_directory": "repository agents are not implemented",
     "model_load_device_limits": "Tessera has no per-device load limits",
     "host_policies": "host policies are not implemented",
+    "backend_configuration": "Tessera's backends are built in and take their settings from each model's config",
 }
 _DEFAULTS = Options()
 
@@ -133,7 +135,8 @@ def _flags(options: Options) -> list:
     for resource in options.rate_limiter_resources:
         flags += ["--rate-limit-resource", f"{resource.name}:{resource.count}:{resource.device}"]
     for cache, settings in options.cache_config.items():
-        flags += ["--cache-config", ",".join([cache] + [f"{k}={v}" for k, v in settings.items()])]
+        for setting, value in settings.items():
+            flags += ["--cache-config", f"{cache},{setting}={value}"]
     flags += ["--exit-on-error", _bool(options.exit_on_error)]
     flags += ["--strict-readiness", _bool(options.strict_readiness)]
     flags += ["--exit-timeout-secs", str(options.exit_timeout)]
@@ -152,9 +155,6 @@ def _flags(options: Options) -> list:
     for group, settings in options.metrics_configuration.items():
         for setting, value in settings.items():
             flags += ["--metrics-config", f"{group},{setting}={value}" if group else f"{setting}={value}"]
-    for backend, settings in options.backend_configuration.items():
-        for setting, value in settings.items():
-            flags += ["--backend-config", f"{backend},{setting}={value}"]
     return flags
 
 
@@ -187,6 +187,9 @@ class Server:
         self.options = options if options is not None else Options(**kwargs)
         self._native = None
         self._door = None
+        # Requests whose responses the server delivers (async_infer, response queues), to end
+        # any still open when the server stops.
+        self._delivering: "weakref.WeakSet" = weakref.WeakSet()
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -217,6 +220,10 @@ class Server:
             native.stop()
         except RuntimeError as e:
             raise InternalError(str(e)) from None
+        finally:
+            for iterator in list(self._delivering):
+                iterator._deliver(UnavailableError("the server stopped before the request finished"), True)
+            self._delivering = weakref.WeakSet()
 
     def _started(self):
         if self._door is None:
