@@ -15,7 +15,9 @@ same shape.
 
 Placement: two replicas, at most one per node (`max_replicas_per_node=1`), so a two-node cluster
 gets one on each; if one dies, Ray Serve starts its replacement where there is room (the node that
-lost it). Each replica asks for half a CPU.
+lost it). Each replica asks for half a CPU. Tessera's runtime starts a worker thread per core of
+the node whatever Ray grants: on a big node, cap it with `TOKIO_WORKER_THREADS` in the replica's
+`runtime_env={"env_vars": {...}}` (docs/tritonserver.md, "Threads").
 
 Run it (a cluster started with `ray start`, the `tessera` package installed on every node, and the
 model repository at the same path on every node):
