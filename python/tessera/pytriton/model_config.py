@@ -8,6 +8,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
+from tessera._wire import NUMPY_OF_PROTOCOL
 from tessera.pytriton.exceptions import PyTritonModelConfigError
 
 
@@ -85,22 +86,8 @@ class Tensor:
     optional: Optional[bool] = False
 
 
-_TRITON_TYPES = {
-    np.dtype(np.bool_): ("TYPE_BOOL", "BOOL"),
-    np.dtype(np.uint8): ("TYPE_UINT8", "UINT8"),
-    np.dtype(np.uint16): ("TYPE_UINT16", "UINT16"),
-    np.dtype(np.uint32): ("TYPE_UINT32", "UINT32"),
-    np.dtype(np.uint64): ("TYPE_UINT64", "UINT64"),
-    np.dtype(np.int8): ("TYPE_INT8", "INT8"),
-    np.dtype(np.int16): ("TYPE_INT16", "INT16"),
-    np.dtype(np.int32): ("TYPE_INT32", "INT32"),
-    np.dtype(np.int64): ("TYPE_INT64", "INT64"),
-    np.dtype(np.float16): ("TYPE_FP16", "FP16"),
-    np.dtype(np.float32): ("TYPE_FP32", "FP32"),
-    np.dtype(np.float64): ("TYPE_FP64", "FP64"),
-}
-
-NUMPY_OF_PROTOCOL = {proto: dt for dt, (_, proto) in _TRITON_TYPES.items()}
+# numpy dtype -> (config data_type, protocol datatype). NUMPY_OF_PROTOCOL is re-exported here.
+_TRITON_TYPES = {dtype: (f"TYPE_{proto}", proto) for proto, dtype in NUMPY_OF_PROTOCOL.items()}
 
 
 def is_bytes_dtype(dtype: Any) -> bool:

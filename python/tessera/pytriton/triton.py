@@ -15,7 +15,6 @@ import logging
 import os
 import shutil
 import signal
-import struct
 import tempfile
 import threading
 from typing import Any, Callable, List, Optional, Sequence, Union
@@ -23,6 +22,7 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 import numpy as np
 
 import tessera
+from tessera._wire import deserialize_bytes, serialize_bytes
 from tessera.pytriton.decorators import TritonContext, _outputs_dict, _rows_error, _set_context, batch_inner
 from tessera.pytriton.exceptions import (
     PyTritonUnrecoverableError,
@@ -182,32 +182,13 @@ _UNSUPPORTED = {
 }
 
 
-def _bytes_elements(data: Any) -> np.ndarray:
-    """Triton's BYTES encoding (4-byte little-endian length, then the bytes) to an object array."""
-    raw = memoryview(data)
-    items, at = [], 0
-    while at < len(raw):
-        (n,) = struct.unpack_from("<I", raw, at)
-        items.append(bytes(raw[at + 4:at + 4 + n]))
-        at += 4 + n
-    return np.array(items, dtype=np.object_)
-
-
-def _serialize_bytes(value: np.ndarray) -> bytes:
-    parts = []
-    for item in value.reshape(-1):
-        b = item if isinstance(item, bytes) else str(item).encode("utf-8")
-        parts.append(struct.pack("<I", len(b)) + b)
-    return b"".join(parts)
-
-
 def _input_array(datatype: str, shape: List[int], data: Any) -> np.ndarray:
     dtype = NUMPY_OF_PROTOCOL.get(datatype)
     if dtype is not None:
         # A read-only view of the request's bytes: no copy.
         return np.frombuffer(data, dtype=dtype).reshape(shape)
     if datatype == "BYTES":
-        return _bytes_elements(data).reshape(shape)
+        return deserialize_bytes(data, shape)
     raise PyTritonValidationError(f"datatype {datatype} has no numpy equivalent")
 
 
@@ -391,7 +372,7 @@ class _BoundModel:
             if is_bytes:
                 if value.dtype.kind not in ("O", "S", "U"):
                     return f"output {name} of model {self.name} must be bytes, got {value.dtype}"
-                encoded.append((name, "BYTES", list(value.shape), _serialize_bytes(value)))
+                encoded.append((name, "BYTES", list(value.shape), serialize_bytes(value)))
                 continue
             item = self._tensor(name, value, expected, protocol)
             if isinstance(item, str):

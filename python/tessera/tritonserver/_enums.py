@@ -6,6 +6,8 @@ import enum
 
 import numpy as np
 
+from tessera._wire import NUMPY_OF_PROTOCOL
+
 
 class DataType(enum.IntEnum):
     INVALID = 0
@@ -106,19 +108,6 @@ class DLDeviceType:
     kDLHexagon = 16
 
 
-NUMPY_OF = {
-    DataType.BOOL: np.dtype(np.bool_),
-    DataType.UINT8: np.dtype(np.uint8),
-    DataType.UINT16: np.dtype(np.uint16),
-    DataType.UINT32: np.dtype(np.uint32),
-    DataType.UINT64: np.dtype(np.uint64),
-    DataType.INT8: np.dtype(np.int8),
-    DataType.INT16: np.dtype(np.int16),
-    DataType.INT32: np.dtype(np.int32),
-    DataType.INT64: np.dtype(np.int64),
-    DataType.FP16: np.dtype(np.float16),
-    DataType.FP32: np.dtype(np.float32),
-    DataType.FP64: np.dtype(np.float64),
-}
+NUMPY_OF = {DataType[name]: dtype for name, dtype in NUMPY_OF_PROTOCOL.items()}
 TRITON_OF = {dtype.type: data_type for data_type, dtype in NUMPY_OF.items()}
 TRITON_OF.update({np.bytes_: DataType.BYTES, np.str_: DataType.BYTES, np.object_: DataType.BYTES})

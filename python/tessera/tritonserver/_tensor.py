@@ -10,11 +10,11 @@ shared memory over HTTP/gRPC is the way in for those).
 from __future__ import annotations
 
 import dataclasses
-import struct
 from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from tessera._wire import deserialize_bytes, serialize_bytes
 from tessera.tritonserver._enums import NUMPY_OF, TRITON_OF, DataType, DLDeviceType, MemoryType
 from tessera.tritonserver._errors import InvalidArgumentError, UnsupportedError
 
@@ -51,30 +51,6 @@ def _host_array_from_dlpack(obj: Any) -> np.ndarray:
     if not array.flags.c_contiguous:
         raise InvalidArgumentError("Only contiguous tensors are supported (DLPack object is strided)")
     return array
-
-
-def serialize_bytes(array: np.ndarray) -> bytes:
-    """Triton's BYTES serialisation of an array of bytes/str/objects (C order)."""
-    parts = []
-    for item in array.reshape(-1):
-        if not isinstance(item, (bytes, bytearray)):
-            item = str(item).encode("utf-8")
-        parts.append(struct.pack("<I", len(item)))
-        parts.append(bytes(item))
-    return b"".join(parts)
-
-
-def deserialize_bytes(buffer: Any, shape: Sequence[int]) -> np.ndarray:
-    view = memoryview(buffer).cast("B")
-    items, offset = [], 0
-    while offset + 4 <= len(view):
-        (length,) = struct.unpack_from("<I", view, offset)
-        offset += 4
-        items.append(bytes(view[offset : offset + length]))
-        offset += length
-    out = np.empty(len(items), dtype=object)
-    out[:] = items
-    return out.reshape(tuple(shape))
 
 
 class Tensor:
