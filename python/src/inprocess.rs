@@ -12,13 +12,13 @@ use bytes::Bytes;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyDict;
 use tessera::{
     Answers, CoreError, CoreResult, DataType, InProcess, InferRequest, InferResponse, ParamValue, RequestedOutput,
     StartedDoor, Tensor, Waiting,
 };
 
-use crate::{TensorBytes, param_to_py};
+use crate::{parameters_to_py, tensors_to_py};
 
 create_exception!(_tessera, TesseraError, PyException, "An error the server answered: args are (kind, message).");
 
@@ -114,15 +114,8 @@ fn request_from_py(args: RequestArgs<'_>) -> PyResult<InferRequest> {
 /// `(model, version, id, outputs, parameters, final)`, outputs being `(name, datatype, shape,
 /// TensorBytes)`: the response's bytes, shared (no copy).
 fn response_to_py<'py>(py: Python<'py>, response: InferResponse) -> PyResult<Bound<'py, PyAny>> {
-    let outputs = PyList::empty(py);
-    for tensor in response.outputs {
-        let data = Bound::new(py, TensorBytes { data: tensor.data })?;
-        outputs.append((tensor.name, tensor.datatype.as_str(), tensor.shape, data))?;
-    }
-    let parameters = PyDict::new(py);
-    for (key, value) in &response.parameters {
-        parameters.set_item(key, param_to_py(py, value)?)?;
-    }
+    let outputs = tensors_to_py(py, &response.outputs)?;
+    let parameters = parameters_to_py(py, &response.parameters)?;
     let tuple = (response.model_name, response.model_version, response.id, outputs, parameters, response.is_final);
     Ok(tuple.into_pyobject(py)?.into_any())
 }

@@ -27,8 +27,8 @@ use tessera::{
 
 /// A request tensor's bytes, shared with the server (no copy), readable through the buffer protocol.
 #[pyclass(frozen, module = "tessera._tessera")]
-pub(crate) struct TensorBytes {
-    pub(crate) data: Bytes,
+struct TensorBytes {
+    data: Bytes,
 }
 
 #[pymethods]
@@ -58,7 +58,7 @@ impl TensorBytes {
     unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
 }
 
-pub(crate) fn param_to_py<'py>(py: Python<'py>, value: &ParamValue) -> PyResult<Bound<'py, PyAny>> {
+fn param_to_py<'py>(py: Python<'py>, value: &ParamValue) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
         ParamValue::Bool(b) => b.into_pyobject(py)?.to_owned().into_any(),
         ParamValue::Int(i) => i.into_pyobject(py)?.into_any(),
@@ -68,21 +68,33 @@ pub(crate) fn param_to_py<'py>(py: Python<'py>, value: &ParamValue) -> PyResult<
     })
 }
 
-/// The batch as Python sees it: a list of `(inputs, requested_outputs, parameters)` where inputs
-/// is a list of `(name, datatype, shape, TensorBytes)`.
+/// Tensors as Python sees them: a list of `(name, datatype, shape, TensorBytes)`, the bytes
+/// shared with the server (no copy).
+pub(crate) fn tensors_to_py<'py>(py: Python<'py>, tensors: &[Tensor]) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for tensor in tensors {
+        let data = Bound::new(py, TensorBytes { data: tensor.data.clone() })?;
+        list.append((tensor.name.as_str(), tensor.datatype.as_str(), tensor.shape.clone(), data))?;
+    }
+    Ok(list)
+}
+
+/// Request or response parameters as a Python dict.
+pub(crate) fn parameters_to_py<'py>(py: Python<'py>, parameters: &tessera::Parameters) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    for (key, value) in parameters {
+        dict.set_item(key, param_to_py(py, value)?)?;
+    }
+    Ok(dict)
+}
+
+/// The batch as Python sees it: a list of `(inputs, requested_outputs, parameters)`, inputs as
+/// [`tensors_to_py`] gives them.
 fn batch_to_py<'py>(py: Python<'py>, batch: &[ExecRequest]) -> PyResult<Bound<'py, PyList>> {
     let requests = PyList::empty(py);
     for request in batch {
-        let inputs = PyList::empty(py);
-        for tensor in &request.inputs {
-            let data = Bound::new(py, TensorBytes { data: tensor.data.clone() })?;
-            inputs.append((tensor.name.as_str(), tensor.datatype.as_str(), tensor.shape.clone(), data))?;
-        }
-        let parameters = PyDict::new(py);
-        for (key, value) in &request.parameters {
-            parameters.set_item(key, param_to_py(py, value)?)?;
-        }
-        requests.append((inputs, request.outputs.clone(), parameters))?;
+        let inputs = tensors_to_py(py, &request.inputs)?;
+        requests.append((inputs, request.outputs.clone(), parameters_to_py(py, &request.parameters)?))?;
     }
     Ok(requests)
 }
@@ -232,11 +244,7 @@ fn call_python_batched(
         Some(names)
     };
     let outputs = Python::attach(|py| {
-        let args = PyList::empty(py);
-        for tensor in &inputs {
-            let data = Bound::new(py, TensorBytes { data: tensor.data.clone() })?;
-            args.append((tensor.name.as_str(), tensor.datatype.as_str(), tensor.shape.clone(), data))?;
-        }
+        let args = tensors_to_py(py, &inputs)?;
         let result = function.bind(py).call1((args, total, wanted))?;
         Ok::<_, PyErr>(result_from_py(&result))
     });

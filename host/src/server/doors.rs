@@ -43,6 +43,10 @@ pub struct StartedDoor {
 }
 
 impl StartedDoor {
+    pub(super) fn new(address: Option<SocketAddr>, stop: watch::Sender<bool>, ended: watch::Receiver<bool>) -> Self {
+        Self { address, stop, ended }
+    }
+
     pub fn address(&self) -> Option<SocketAddr> {
         self.address
     }
@@ -152,11 +156,5 @@ impl Doors {
             }
         });
         (tx, rx)
-    }
-}
-
-impl StartedDoor {
-    pub(super) fn new(address: Option<SocketAddr>, stop: watch::Sender<bool>, ended: watch::Receiver<bool>) -> Self {
-        Self { address, stop, ended }
     }
 }
