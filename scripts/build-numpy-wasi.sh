@@ -4,11 +4,13 @@
 # checkout, keyed by the numpy and componentize-py versions and this recipe's own hash, so a
 # warm run costs a second and a fresh clone on the same machine reuses it.
 #
-#   usage: scripts/build-numpy-wasi.sh [--print-dir]
+#   usage: scripts/build-numpy-wasi.sh [--print-dir [--cached-only]]
 #
 #   --print-dir   print only the directory holding the built `numpy` package on stdout (what
 #                 scripts/build-python-guest.sh puts on the guest's path when model code imports
 #                 numpy); progress goes to stderr either way.
+#   --cached-only never build: fail unless the build is in the cache (the server's confined,
+#                 offline guest builds; scripts/setup.sh builds it).
 #
 # Env: TESSERA_CACHE_DIR (default ${XDG_CACHE_HOME:-~/.cache}/tessera), NUMPY_WASI_JOBS (ninja's
 # -j, default: the cores). A cold build takes about 3-4 minutes of CPU.
@@ -40,11 +42,17 @@ APT_PACKAGES=(clang-22 lld-22 llvm-22 libc++-22-dev-wasm32 libclang-rt-22-dev-wa
 LLVM=/usr/lib/llvm-22/bin
 
 print_dir=0
+cached_only=0
 case "${1:-}" in
   "") ;;
   --print-dir) print_dir=1 ;;
   -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-  *) echo "usage: $0 [--print-dir]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--print-dir [--cached-only]]" >&2; exit 2 ;;
+esac
+case "${2:-}" in
+  "") ;;
+  --cached-only) cached_only=1 ;;
+  *) echo "usage: $0 [--print-dir [--cached-only]]" >&2; exit 2 ;;
 esac
 
 log() { echo "build-numpy-wasi: $*" >&2; }
@@ -58,6 +66,7 @@ OUT=$CACHE/numpy-$NUMPY_VERSION-cpy-$CPY_VERSION-$recipe
 done_dir() { [ "$print_dir" = 1 ] && echo "$OUT/site"; exit 0; }
 
 [ -f "$OUT/site/.complete" ] && done_dir
+[ "$cached_only" = 0 ] || die "numpy for Python guests is not built ($OUT): run scripts/build-numpy-wasi.sh (scripts/setup.sh does) before serving models that use numpy"
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"
 flock 9

@@ -27,6 +27,18 @@
 # guest's Python 3.14 and bundled, cached by the file's content; a requirement with native code
 # (other than numpy) fails the build with its name.
 #
+# requirements.txt is data, never instructions: each line must be a package name with an optional
+# exact version (`name==1.2`), extras, an environment marker and `--hash=` options; pip options,
+# URLs, paths, `-r`/`-c` and version ranges are refused, naming the line (scripts/
+# python_guest_deps.py). Only wheels are installed, from pip's configured index: no sdist build
+# ever runs.
+#
+# TESSERA_BUILD_PHASE: `fetch` only installs requirements.txt's wheels into the dependency cache
+# (the one part that needs the network); `build` does the rest offline, failing if numpy or the
+# wheels are not in the caches; unset, both. The server runs the two phases as separate confined
+# processes (host/src/backend/python/confine.rs): the fetch may write only the dependency cache
+# and its build directory, the build only its build directory, with no network.
+#
 # componentize-py comes from $COMPONENTIZE_PY, else <repo>/.venv/bin/componentize-py (installed by
 # scripts/setup-python.sh from tests/requirements.txt), else PATH. About 5-30 s and 0.4-0.7 GB of
 # RAM per build. TESSERA_CACHE_DIR: where numpy and dependency builds are cached (default
@@ -35,6 +47,17 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SDK=$ROOT/guest-sdk/python
+
+# Run by the server, this shell only supervises: the server gives it SIGTERM when it dies
+# (PR_SET_PDEATHSIG), and it then kills its whole process group (componentize-py, pip), which
+# would otherwise run on orphaned. `wait` returns at once when a trapped signal arrives.
+if [ -n "${TESSERA_BUILD_PHASE:-}" ] && [ -z "${TESSERA_BUILD_SUPERVISED:-}" ]; then
+  TESSERA_BUILD_SUPERVISED=1 bash "${BASH_SOURCE[0]}" "$@" &
+  build=$!
+  trap 'kill -KILL 0' TERM
+  wait "$build"
+  exit $?
+fi
 WIT=$ROOT/wit
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
@@ -52,6 +75,11 @@ done
 [ "${#args[@]}" -eq 2 ] || { usage >&2; exit 2; }
 src=${args[0]}
 out=${args[1]}
+phase=${TESSERA_BUILD_PHASE:-all}
+case "$phase" in
+  all|fetch|build) ;;
+  *) echo "build-python-guest: TESSERA_BUILD_PHASE must be fetch, build or unset" >&2; exit 2 ;;
+esac
 
 if [ -d "$src" ]; then
   file=$src/model.py
@@ -92,16 +120,27 @@ PY=$ROOT/.venv/bin/python
 CACHE=${TESSERA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}
 requirements=$model_dir/requirements.txt
 [ -f "$requirements" ] || requirements=
+numpy_version=$(sed -n 's/^NUMPY_VERSION=//p' "$ROOT/scripts/build-numpy-wasi.sh")
+offline=()
+[ "$phase" = build ] && offline=(--offline)
+if [ "$phase" = fetch ]; then
+  if [ -n "$requirements" ]; then
+    "$PY" "$ROOT/scripts/python_guest_deps.py" requirements "$requirements" "$CACHE/python-deps" "$numpy_version" >/dev/null
+  fi
+  exit 0
+fi
 if "$PY" "$ROOT/scripts/python_guest_deps.py" uses-numpy "$model_dir" $requirements; then
-  numpy_site=$(bash "$ROOT/scripts/build-numpy-wasi.sh" --print-dir)
+  cached=()
+  [ "$phase" = build ] && cached=(--cached-only)
+  numpy_site=$(bash "$ROOT/scripts/build-numpy-wasi.sh" --print-dir "${cached[@]}")
   paths+=(-p "$numpy_site")
 fi
 if [ -n "$requirements" ]; then
-  numpy_version=$(sed -n 's/^NUMPY_VERSION=//p' "$ROOT/scripts/build-numpy-wasi.sh")
-  deps_site=$("$PY" "$ROOT/scripts/python_guest_deps.py" requirements "$requirements" "$CACHE/python-deps" "$numpy_version")
+  deps_site=$("$PY" "$ROOT/scripts/python_guest_deps.py" requirements "${offline[@]}" "$requirements" "$CACHE/python-deps" "$numpy_version")
   paths+=(-p "$deps_site")
 fi
 # Extra pure-Python dependencies: TESSERA_PYTHON_PATH=dir1:dir2 (e.g. a `pip install --target` dir).
+# (Not in the server's confined builds: its environment does not reach them.)
 IFS=: read -r -a extra <<< "${TESSERA_PYTHON_PATH:-}"
 for d in "${extra[@]}"; do [ -n "$d" ] && paths+=(-p "$(realpath "$d")"); done
 

@@ -55,6 +55,7 @@ pub fn exposition(state: &MetricsState) -> String {
     let counter_latencies = state.manager.metrics_settings().counter_latencies;
     let mut body = render(&state.manager.ready_models(), counter_latencies, state.host.as_deref(), &gpus);
     body.push_str(&state.custom.render());
+    body.push_str(&crate::backend::disk_cache::render());
     if let Some((exported, dropped)) = state.tracer.export_counts() {
         body.push_str(&trace_export_metrics(exported, dropped));
     }

@@ -5,6 +5,7 @@ pub mod batch;
 pub mod callable;
 mod child;
 pub mod onnx;
+pub(crate) mod disk_cache;
 pub mod python;
 #[cfg(feature = "torch")]
 pub mod torch;
@@ -212,6 +213,18 @@ pub trait Backend: Send + Sync {
     /// Fills inputs, outputs and max_batch_size from the model file (Triton's auto-complete).
     fn autocomplete(&self, config: &mut ModelConfig, model_path: &Path) -> CoreResult<()>;
     fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>>;
+    /// Slow work a load does before it takes the repository's control lock (a model.py build),
+    /// so that it holds up no other load or unload; the load under the lock then finds it done,
+    /// or its failure ([`Self::end_preparation`] forgets that). `Err` only when the work was
+    /// cancelled: the load ends there.
+    fn prepare_outside_lock(&self, _model: &str, _model_path: &Path) -> CoreResult<()> {
+        Ok(())
+    }
+    /// Cancels the preparation of `model` running now (every model's for `None`: the server
+    /// stops, and nothing is prepared after that).
+    fn cancel_preparation(&self, _model: Option<&str>) {}
+    /// The load of the model directory `dir` has ended: what its preparation remembered goes.
+    fn end_preparation(&self, _dir: &Path) {}
 }
 
 /// The backends this server was started with, in the order auto-detection tries their model
@@ -234,6 +247,16 @@ impl BackendRegistry {
     pub fn with(mut self, backend: Arc<dyn Backend>) -> Self {
         self.register(backend);
         self
+    }
+
+    /// [`Backend::cancel_preparation`] on every backend.
+    pub fn cancel_preparation(&self, model: Option<&str>) {
+        self.backends.iter().for_each(|b| b.cancel_preparation(model));
+    }
+
+    /// [`Backend::end_preparation`] on every backend.
+    pub fn end_preparation(&self, dir: &Path) {
+        self.backends.iter().for_each(|b| b.end_preparation(dir));
     }
 
     fn names(&self) -> String {

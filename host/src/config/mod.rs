@@ -12,7 +12,7 @@ use std::sync::{LazyLock, Mutex};
 
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
 
-pub use validate::{normalize, validate};
+pub use validate::{check_file_name, check_file_names, normalize, validate};
 
 /// Types generated from Triton's model_config.proto (package `inference`).
 pub use crate::proto::inference as pb;

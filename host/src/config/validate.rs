@@ -42,6 +42,53 @@ pub fn normalize_for(config: &mut ModelConfig, gpus: &[u32]) {
     }
 }
 
+/// A file name from a config (or an upload): it must name a file inside the model's
+/// directory, whatever is on disk. Checked on the text alone, before any file is opened, so
+/// the answer is the same whether such a path exists or not, and the value is not echoed.
+pub fn check_file_name(field: &str, name: &str) -> Result<(), String> {
+    use std::path::{Component, Path};
+    let inside = name.len() <= 1024
+        && !name.contains(['\0', '\\'])
+        && Path::new(name).components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+        && Path::new(name).components().any(|c| matches!(c, Component::Normal(_)));
+    if inside {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid {field}: it must name a file inside the model's directory (a relative path of at most 1024 \
+             bytes, without '..')"
+        ))
+    }
+}
+
+/// [`check_file_name`] on every config field that names a file: `default_model_filename`,
+/// the outputs' `label_filename`, warmup `input_data_file` and sequence `initial_state`
+/// `data_file`, for every backend.
+pub fn check_file_names(config: &ModelConfig) -> Result<(), ConfigError> {
+    use pb::model_sequence_batching::initial_state::StateData;
+    use pb::model_warmup::input::InputDataType;
+    let mut names: Vec<(&str, &str)> = Vec::new();
+    if !config.default_model_filename.is_empty() {
+        names.push(("default_model_filename", &config.default_model_filename));
+    }
+    for output in config.output.iter().filter(|o| !o.label_filename.is_empty()) {
+        names.push(("label_filename", &output.label_filename));
+    }
+    for input in config.model_warmup.iter().flat_map(|w| w.inputs.values()) {
+        if let Some(InputDataType::InputDataFile(file)) = &input.input_data_type {
+            names.push(("model_warmup input_data_file", file));
+        }
+    }
+    if let Some(pb::model_config::SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice {
+        for init in sb.state.iter().flat_map(|s| &s.initial_state) {
+            if let Some(StateData::DataFile(file)) = &init.state_data {
+                names.push(("initial_state data_file", file));
+            }
+        }
+    }
+    names.into_iter().try_for_each(|(field, name)| check_file_name(field, name).map_err(ConfigError::Invalid))
+}
+
 /// Checks a normalised config. `dir_name` is the model's directory in the repository.
 pub fn validate(config: &ModelConfig, dir_name: &str) -> Result<(), ConfigError> {
     validate_for(config, dir_name, &crate::gpu::device_ids())
@@ -50,6 +97,7 @@ pub fn validate(config: &ModelConfig, dir_name: &str) -> Result<(), ConfigError>
 /// [`validate`] for a machine whose GPUs are `gpus`.
 pub fn validate_for(config: &ModelConfig, dir_name: &str, gpus: &[u32]) -> Result<(), ConfigError> {
     let invalid = |m: String| Err(ConfigError::Invalid(m));
+    check_file_names(config)?;
     if config.name != dir_name {
         return invalid(format!(
             "unexpected model name '{}' in config.pbtxt: it must match the model directory name '{dir_name}'",
@@ -203,6 +251,26 @@ mod tests {
             cfg.version_policy.unwrap().policy_choice,
             Some(PolicyChoice::Latest(l)) if l.num_versions == 1
         ));
+    }
+
+    #[test]
+    fn file_names_stay_inside_the_model_directory_and_are_never_echoed() {
+        for good in ["model.py", "./model.onnx", "sub/dir/model.pt", "a..b"] {
+            assert_eq!(check_file_name("default_model_filename", good), Ok(()), "{good}");
+        }
+        let refused = check_file_name("default_model_filename", "../x").expect_err("refused");
+        for bad in ["/etc/passwd", "../../etc/passwd", "a/../../b", "..", ".", "", "a\\..\\b", "m\0.py", "sub/.."] {
+            let err = check_file_name("default_model_filename", bad).expect_err(bad);
+            assert_eq!(err, refused, "one answer whatever the path: {bad}");
+        }
+        assert!(!refused.contains("../x"), "{refused}");
+        let config = format!(
+            r#"name: "m" default_model_filename: "model.onnx" {IO}
+            model_warmup [ {{ name: "w" batch_size: 1 inputs {{ key: "x" value: {{ data_type: TYPE_FP32 dims: [ 1 ]
+              input_data_file: "../../../etc/passwd" }} }} }} ]"#
+        );
+        let err = load(&config).unwrap_err().to_string();
+        assert!(err.contains("invalid model_warmup input_data_file") && !err.contains("passwd"), "{err}");
     }
 
     #[test]

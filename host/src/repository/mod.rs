@@ -22,6 +22,7 @@ mod dependencies;
 mod index;
 mod layout;
 mod overrides;
+mod prepare;
 mod scan;
 mod startup;
 mod state;
@@ -132,9 +133,12 @@ impl ModelManager {
         if !valid_name(name) {
             return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
         }
+        let dir = self.load_dir(name, None);
+        self.prepare_outside_lock(name, config_override.clone(), None).await?;
         let _guard = self.control.lock().await;
         let outcome = self.load_locked(name, config_override, None).await;
         self.refresh_ensembles(Some(name));
+        self.end_preparation(dir.as_deref());
         outcome
     }
 
@@ -171,9 +175,12 @@ impl ModelManager {
                 return Err(poll_failed());
             }
         };
+        let path = dir.path.clone();
+        self.prepare_outside_lock(name, Some(config.clone()), Some(Arc::clone(&dir))).await?;
         let _guard = self.control.lock().await;
         let outcome = self.load_locked(name, Some(config), Some(dir)).await;
         self.refresh_ensembles(Some(name));
+        self.end_preparation(Some(&path));
         outcome
     }
 
@@ -256,6 +263,8 @@ impl ModelManager {
     /// unloads the composing models that were loaded only for it and that no other loaded
     /// ensemble uses, as Triton's repository manager does (its `qa/L0_lifecycle` checks this).
     pub async fn unload(self: &Arc<Self>, name: &str, unload_dependents: bool) -> CoreResult<()> {
+        // A build of the model running now (before or under the lock) ends first.
+        self.backends.cancel_preparation(Some(name));
         let _guard = self.control.lock().await;
         let mut names = vec![name.to_string()];
         if unload_dependents {
@@ -452,6 +461,8 @@ impl ModelManager {
         }
         let available = version_dirs(dir);
         config::normalize(&mut config);
+        // Before any file the config names is looked at: no path may leave the model directory.
+        config::check_file_names(&config).map_err(|e| CoreError::invalid_arg(e.to_string()))?;
         let versions = select_versions(&config, &available);
         if versions.is_empty() {
             return Err(CoreError::invalid_arg(format!(

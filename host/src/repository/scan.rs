@@ -51,9 +51,9 @@ impl ModelManager {
     }
 }
 
-/// A name that can be a model directory's: not empty, no `/`, not `.` or `..`.
+/// A name that can be a model directory's: not empty, no `/`, backslash or NUL, not `.` or `..`.
 pub(super) fn valid_name(name: &str) -> bool {
-    !(name.is_empty() || name.contains('/') || name == "." || name == "..")
+    !(name.is_empty() || name.len() > 1024 || name.contains(['/', '\\', '\0']) || name == "." || name == "..")
 }
 
 /// Whether a model directory's config.pbtxt mentions an ensemble (a cheap test that sends every

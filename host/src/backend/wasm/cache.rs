@@ -10,6 +10,7 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
 use super::bindings;
+use crate::backend::disk_cache::DiskCache;
 use super::compile::{self, Compiled, Compiler, write_atomically};
 use super::state::GuestState;
 use crate::error::{CoreError, CoreResult};
@@ -28,6 +29,8 @@ pub(super) type Prepared = Arc<bindings::ModelPre<GuestState>>;
 /// getting one back would mean compiling it again.
 pub(super) struct CompileCache {
     dir: Option<PathBuf>,
+    /// The size cap of `dir` (least recently used entries go).
+    disk: DiskCache,
     compiler: Compiler,
     components: Mutex<HashMap<String, Resident>>,
     /// One lock per key being prepared: models loading in parallel with the same component
@@ -41,8 +44,17 @@ enum Resident {
 }
 
 impl CompileCache {
-    pub(super) fn new(dir: Option<PathBuf>, compiler: Compiler) -> Self {
-        Self { dir, compiler, components: Mutex::default(), preparing: Mutex::default() }
+    pub(super) fn new(dir: Option<PathBuf>, max_bytes: u64, compiler: Compiler) -> Self {
+        let disk = DiskCache::new("compiled_components", ".cwasm", max_bytes);
+        Self { dir, disk, compiler, components: Mutex::default(), preparing: Mutex::default() }
+    }
+
+    /// A cache file was just written or used: it counts as the most recently used, and the
+    /// cache keeps to its cap.
+    fn used(&self, file: &Path) {
+        if let Some(dir) = &self.dir {
+            self.disk.admit(dir, file);
+        }
     }
 
     /// Compiles (or loads from the disk cache) and pre-instantiates a component; returns it with
@@ -100,6 +112,7 @@ impl CompileCache {
             if let Some(file) = self.dir.as_ref().map(|d| d.join(format!("{key}.cwasm")))
                 && let Ok(component) = deserialize_cached(engine, &file)
             {
+                self.used(&file);
                 return self.pre_instantiate(linker, &component, key, path);
             }
             let bytes = std::fs::read(path)
@@ -149,25 +162,33 @@ impl CompileCache {
             && file.is_file()
         {
             match deserialize_cached(engine, file) {
-                Ok(component) => return Ok(component),
+                Ok(component) => {
+                    self.used(file);
+                    return Ok(component);
+                }
                 Err(e) => tracing::warn!(file = %file.display(), "ignoring unusable compile cache entry: {e}"),
             }
         }
         match compile::compile(&self.compiler, engine, bytes, path, cached.as_deref())? {
-            Compiled::File(file) => deserialize_cached(engine, &file).map_err(|e| {
-                CoreError::internal(format!(
-                    "the compiled {} did not load from {}: {e:#}",
-                    path.display(),
-                    file.display()
-                ))
-            }),
+            Compiled::File(file) => {
+                let component = deserialize_cached(engine, &file).map_err(|e| {
+                    CoreError::internal(format!(
+                        "the compiled {} did not load from {}: {e:#}",
+                        path.display(),
+                        file.display()
+                    ))
+                })?;
+                self.used(&file);
+                Ok(component)
+            }
             Compiled::FromProcess(component) => Ok(component),
             Compiled::InServer(component) => {
                 if let Some(file) = &cached {
                     let written =
                         component.serialize().map_err(|e| e.to_string()).and_then(|data| write_atomically(file, &data));
-                    if let Err(e) = written {
-                        tracing::warn!(file = %file.display(), "could not write the compile cache: {e}");
+                    match written {
+                        Ok(()) => self.used(file),
+                        Err(e) => tracing::warn!(file = %file.display(), "could not write the compile cache: {e}"),
                     }
                 }
                 Ok(component)
@@ -248,13 +269,13 @@ mod tests {
         let path = tmp.0.join("model.wasm");
         let key = cache_key(&engine, EMPTY_COMPONENT);
 
-        let cache = CompileCache::new(Some(tmp.0.join("cache")), Compiler::InProcess);
+        let cache = CompileCache::new(Some(tmp.0.join("cache")), 0, Compiler::InProcess);
         cache.load_component(&engine, EMPTY_COMPONENT, &key, &path).expect("compile");
         let files = cwasm_files(&tmp.0.join("cache"));
         assert_eq!(files, vec![tmp.0.join("cache").join(format!("{key}.cwasm"))]);
 
         // A fresh cache (a restarted server) loads the artifact; a corrupt one is recompiled.
-        let restarted = CompileCache::new(Some(tmp.0.join("cache")), Compiler::InProcess);
+        let restarted = CompileCache::new(Some(tmp.0.join("cache")), 0, Compiler::InProcess);
         restarted.load_component(&engine, EMPTY_COMPONENT, &key, &path).expect("load from disk");
         std::fs::write(&files[0], b"not a compiled component").expect("corrupt the entry");
         restarted.load_component(&engine, EMPTY_COMPONENT, &key, &path).expect("recompile");
@@ -267,7 +288,7 @@ mod tests {
         let engine = Engine::default();
         let key = cache_key(&engine, EMPTY_COMPONENT);
         let compiler = Compiler::Process(compile::CompilerProcess::new("/nonexistent/tessera"));
-        let cache = CompileCache::new(Some(tmp.0.join("cache")), compiler);
+        let cache = CompileCache::new(Some(tmp.0.join("cache")), 0, compiler);
         cache.load_component(&engine, EMPTY_COMPONENT, &key, &tmp.0.join("model.wasm")).expect("compile");
         assert_eq!(cwasm_files(&tmp.0.join("cache")), vec![tmp.0.join("cache").join(format!("{key}.cwasm"))]);
     }
@@ -276,7 +297,7 @@ mod tests {
     fn prepare_reports_unreadable_invalid_and_incomplete_components() {
         let tmp = TempDir::new("prepare");
         let (engine, linker) = build_engine(Allocation::Pooling(1)).expect("engine");
-        let cache = CompileCache::new(None, Compiler::InProcess);
+        let cache = CompileCache::new(None, 0, Compiler::InProcess);
 
         let missing = tmp.0.join("missing.wasm");
         let Err(e) = cache.prepare(&engine, &linker, &missing) else { panic!("a missing file must fail") };

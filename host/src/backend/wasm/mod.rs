@@ -89,11 +89,19 @@ pub struct WasmOptions {
     /// Where components are compiled: the `tessera` binary compiles in a process of its own
     /// (see `compile`); an embedder compiles in-process.
     pub compiler: Compiler,
+    /// The size cap of `cache_dir` in bytes (0: none); the least recently used entries go.
+    pub cache_max_bytes: u64,
 }
 
 impl Default for WasmOptions {
     fn default() -> Self {
-        Self { cache_dir: default_cache_dir(), max_instances: 1000, idle_timeout: None, compiler: Compiler::InProcess }
+        Self {
+            cache_dir: default_cache_dir(),
+            max_instances: 1000,
+            idle_timeout: None,
+            compiler: Compiler::InProcess,
+            cache_max_bytes: crate::backend::python::DEFAULT_CACHE_MAX_BYTES,
+        }
     }
 }
 
@@ -171,7 +179,7 @@ impl WasmBackend {
         Self {
             engine,
             linker: Arc::new(linker),
-            components: Arc::new(CompileCache::new(options.cache_dir, options.compiler)),
+            components: Arc::new(CompileCache::new(options.cache_dir, options.cache_max_bytes, options.compiler)),
             live_set: LiveSet::new(options.max_instances, options.idle_timeout),
             infer: OnceLock::new(),
             runtime: tokio::runtime::Handle::try_current().ok(),

@@ -15,23 +15,31 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::child::drain_within;
+mod build;
+mod confine;
+mod sources;
+
+use build::{BuildError, Builds, Run};
+use confine::Confinement;
+use sources::Sources;
+
+use super::disk_cache::DiskCache;
 use super::wasm::{AllowList, WasmBackend};
 use super::{Backend, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
-use crate::error::{CoreError, CoreResult};
+use crate::error::{CoreError, CoreResult, ErrorKind};
 
 /// How the server builds and sandboxes models served from `model.py`.
 #[derive(Clone, Debug)]
 pub struct PythonOptions {
-    /// The builder: run as `bash BUILDER VERSION_DIR OUT.wasm`. `None`: model.py models fail to
-    /// load, saying how to name one.
+    /// The builder: run as `bash BUILDER SOURCE.py OUT.wasm`, confined (see `confine`).
+    /// `None`: model.py models fail to load, saying how to name one.
     pub builder: Option<PathBuf>,
     /// Where built components are kept; `None`: a directory of this process's own.
     pub cache_dir: Option<PathBuf>,
@@ -40,7 +48,13 @@ pub struct PythonOptions {
     /// The BLS allow-list of model.py models (`allowed_models` syntax: `*` or a comma list);
     /// `None`: only what each model's own `allowed_models` parameter lists.
     pub allowed_models: Option<String>,
+    /// The cap on the built components kept in `cache_dir`, in bytes (0: none); the least
+    /// recently used go first.
+    pub cache_max_bytes: u64,
 }
+
+/// The default cap of each build or compile cache: about a hundred numpy guests.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 4 << 30;
 
 impl Default for PythonOptions {
     fn default() -> Self {
@@ -49,6 +63,7 @@ impl Default for PythonOptions {
             cache_dir: default_cache_dir(),
             build_timeout: Duration::from_secs(900),
             allowed_models: None,
+            cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
         }
     }
 }
@@ -57,7 +72,16 @@ impl Default for PythonOptions {
 /// the compiled components (`--wasm-cache-dir`), so that servers with caches of their own share
 /// the builds, which take much longer than compiles.
 pub fn default_cache_dir() -> Option<PathBuf> {
-    super::wasm::default_cache_dir().and_then(|wasm| wasm.parent().map(|dir| dir.join("python-guests")))
+    cache_root().map(|root| root.join("python-guests"))
+}
+
+/// Where the builder keeps numpy and dependency builds, as `scripts/build-python-guest.sh`
+/// finds it: `$TESSERA_CACHE_DIR`, else `$XDG_CACHE_HOME/tessera`, else `~/.cache/tessera`.
+fn cache_root() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("TESSERA_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    super::wasm::default_cache_dir().and_then(|wasm| wasm.parent().map(Path::to_path_buf))
 }
 
 /// The checkout's builder, when the binary runs from a set-up checkout.
@@ -72,9 +96,16 @@ pub struct PythonGuests {
     /// The builder's own hash: a changed SDK or builder rebuilds every guest.
     builder_hash: Option<String>,
     cache_dir: PathBuf,
+    cache: DiskCache,
     timeout: Duration,
     /// One build of a given model at a time (two instances loading at once build once).
     building: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// The builds running now, to cancel.
+    builds: Builds,
+    /// Failed builds by model file, with their key, while the load that tried them runs: the
+    /// part of a load under the repository lock reports the failure of the build done before
+    /// it rather than building again (a model.py that loops would hold the lock).
+    failures: Mutex<HashMap<PathBuf, (String, CoreError)>>,
 }
 
 impl PythonGuests {
@@ -85,16 +116,19 @@ impl PythonGuests {
             builder: options.builder.clone(),
             builder_hash,
             cache_dir,
+            cache: DiskCache::new("python_guests", ".wasm", options.cache_max_bytes),
             timeout: options.build_timeout,
             building: Mutex::default(),
+            builds: Builds::default(),
+            failures: Mutex::default(),
         }
     }
 
-    /// The component built from the version directory holding `model_py`, building it if the
-    /// cache has none. A server without a builder (the OCI image has none) serves the
-    /// `model.wasm` beside `model.py` instead, built elsewhere by `tessera guest build`: the source
-    /// is the truth wherever it can be built, so a server with a builder ignores that file.
-    pub fn component(&self, model_py: &Path) -> CoreResult<PathBuf> {
+    /// The component built from `model_py` (the model file in its version directory; any name),
+    /// building it if the cache has none. A server without a builder (the OCI image has none)
+    /// serves the `model.wasm` beside it instead, built elsewhere by `tessera guest build`: the
+    /// source is the truth wherever it can be built, so a server with a builder ignores that file.
+    pub fn component(&self, model_py: &Path, model: &str) -> CoreResult<PathBuf> {
         let (Some(builder), Some(builder_hash)) = (&self.builder, &self.builder_hash) else {
             let prebuilt = model_py.with_file_name("model.wasm");
             if prebuilt.is_file() {
@@ -110,11 +144,15 @@ impl PythonGuests {
                 model_py.parent().unwrap_or(Path::new(".")).display()
             )));
         };
-        if !model_py.is_file() {
-            return Err(CoreError::unavailable(format!("{} not found", model_py.display())));
+        if self.builds.closed() {
+            return Err(CoreError::new(ErrorKind::Cancelled, "the server is stopping: no Python guest is built"));
         }
-        let dir = model_py.parent().unwrap_or(Path::new("."));
-        let key = source_hash(dir, builder_hash)?;
+        let version_dir = model_py.parent().unwrap_or(Path::new("."));
+        let sources = Sources::read(version_dir, model_py)?;
+        let key = sources.key(builder_hash);
+        if let Some(error) = self.failed(model_py, &key) {
+            return Err(error);
+        }
         let lock = {
             let mut building = self.building.lock().unwrap_or_else(|e| e.into_inner());
             Arc::clone(building.entry(key.clone()).or_default())
@@ -123,17 +161,119 @@ impl PythonGuests {
         let cache_dir = self.usable_cache_dir()?;
         let out = cache_dir.join(format!("{key}.wasm"));
         if out.is_file() {
+            self.cache.admit(&cache_dir, &out);
             return Ok(out);
         }
-        let tmp = cache_dir.join(format!(".{key}.{}.wasm", std::process::id()));
-        tracing::info!(model = %dir.display(), "building the Python guest (model.py -> component)");
+        if let Some(error) = self.failed(model_py, &key) {
+            return Err(error);
+        }
+        tracing::info!(model, "building the Python guest ({} -> component)", sources.entry.display());
         let started = std::time::Instant::now();
-        run_builder(builder, dir, &tmp, self.timeout)
-            .map_err(|e| CoreError::unavailable(format!("building {} failed: {e}", model_py.display())))?;
-        std::fs::rename(&tmp, &out)
-            .map_err(|e| CoreError::unavailable(format!("failed to keep the built {}: {e}", out.display())))?;
-        tracing::info!(model = %dir.display(), seconds = started.elapsed().as_secs_f64(), "built the Python guest");
-        Ok(out)
+        let built = self.build(builder, &sources, &cache_dir, &key, model).and_then(|tmp| {
+            std::fs::rename(&tmp, &out).map_err(|e| BuildError::Failed(format!("failed to keep the built guest: {e}")))
+        });
+        match built {
+            Ok(()) => {
+                tracing::info!(model, seconds = started.elapsed().as_secs_f64(), "built the Python guest");
+                self.cache.admit(&cache_dir, &out);
+                Ok(out)
+            }
+            Err(e) => {
+                let error = match e {
+                    BuildError::Failed(why) => {
+                        CoreError::unavailable(format!("building {} failed: {why}", model_py.display()))
+                    }
+                    BuildError::Cancelled => CoreError::new(
+                        ErrorKind::Cancelled,
+                        format!(
+                            "the build of {} was cancelled (model unloaded or server stopping)",
+                            model_py.display()
+                        ),
+                    ),
+                };
+                let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+                failures.insert(model_py.to_path_buf(), (key, error.clone()));
+                Err(error)
+            }
+        }
+    }
+
+    /// The failure of this very build earlier in the load running now.
+    fn failed(&self, model_py: &Path, key: &str) -> Option<CoreError> {
+        let failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        failures.get(model_py).filter(|(k, _)| k == key).map(|(_, e)| e.clone())
+    }
+
+    /// Builds in a fresh build directory: a fetch of requirements.txt's wheels (network, the
+    /// dependency cache writable), then the build proper (no network, only the build
+    /// directory writable). Returns the component, still in the build directory's parent.
+    fn build(
+        &self,
+        builder: &Path,
+        sources: &Sources,
+        cache_dir: &Path,
+        key: &str,
+        model: &str,
+    ) -> Result<PathBuf, BuildError> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = BuildDir::create(&cache_dir.join(format!(".build-{key}-{}-{n}", std::process::id())))?;
+        let src = dir.0.join("src");
+        sources.write(&src).map_err(|e| BuildError::Failed(format!("failed to stage the sources: {e}")))?;
+        let entry = src.join(&sources.entry);
+        let out = dir.0.join("out.wasm");
+        let root = cache_root();
+        let toolchain = toolchain(builder);
+        let fetch = sources.has_requirements().then(|| {
+            let mut fetch = toolchain.clone();
+            fetch.network = true;
+            fetch.write.push(dir.0.clone());
+            if let Some(root) = &root {
+                let deps = root.join("python-deps");
+                let _ = std::fs::create_dir_all(&deps);
+                fetch.write.push(deps);
+            }
+            fetch.read.extend(build::find_links_dirs());
+            fetch
+        });
+        let mut run = Run {
+            builder,
+            phase: "fetch",
+            source: &entry,
+            out: &out,
+            build_dir: &dir.0,
+            cache_root: root.as_deref(),
+            confinement: fetch.as_ref(),
+            timeout: self.timeout,
+            model,
+        };
+        if fetch.is_some() {
+            run.run(&self.builds)?;
+        }
+        let mut confined = toolchain;
+        confined.write.push(dir.0.clone());
+        // Of the shared caches, only numpy's and the dependencies' (not other models' guests).
+        confined.read.extend(root.iter().flat_map(|r| [r.join("numpy-wasi"), r.join("python-deps")]));
+        run.phase = "build";
+        run.confinement = Some(&confined);
+        run.run(&self.builds)?;
+        if !out.is_file() {
+            return Err(BuildError::Failed("the builder exited with success but wrote no component".into()));
+        }
+        let kept = cache_dir.join(format!(".{key}.{}-{n}.wasm", std::process::id()));
+        std::fs::rename(&out, &kept).map_err(|e| BuildError::Failed(format!("failed to keep the built guest: {e}")))?;
+        Ok(kept)
+    }
+
+    /// Ends the builds of `model` (all of them for `None`; after that no build starts).
+    pub fn cancel(&self, model: Option<&str>) {
+        self.builds.cancel(model);
+    }
+
+    /// A load of the model in `dir` ended: its remembered build failures go.
+    pub fn forget(&self, dir: &Path) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        failures.retain(|path, _| !path.starts_with(dir));
     }
 
     /// The cache directory, made if missing; where it cannot be (a container's read-only home),
@@ -151,6 +291,48 @@ impl PythonGuests {
     }
 }
 
+/// A build directory, removed with everything in it when dropped.
+struct BuildDir(PathBuf);
+
+impl BuildDir {
+    fn create(path: &Path) -> Result<Self, BuildError> {
+        std::fs::create_dir_all(path)
+            .map_err(|e| BuildError::Failed(format!("failed to create the build directory: {e}")))?;
+        Ok(Self(path.to_path_buf()))
+    }
+}
+
+impl Drop for BuildDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What every run of `builder` may read and execute: the system, and the checkout it belongs
+/// to (its scripts, the guest SDK, `wit/`, the `.venv` with componentize-py and the Python it
+/// was made from).
+fn toolchain(builder: &Path) -> Confinement {
+    let mut c = Confinement::system();
+    if let Some(dir) = builder.parent() {
+        c.read_exec.push(dir.to_path_buf());
+    }
+    if let Some(root) = builder.parent().and_then(Path::parent) {
+        for dir in ["scripts", "guest-sdk", "wit", ".venv"] {
+            c.read_exec.push(root.join(dir));
+        }
+        c.read.push(root.join("tests/requirements.txt"));
+        // The interpreter the venv was made from (`home = .../bin` in pyvenv.cfg).
+        if let Ok(cfg) = std::fs::read_to_string(root.join(".venv/pyvenv.cfg"))
+            && let Some(home) =
+                cfg.lines().find_map(|l| l.strip_prefix("home").map(|v| v.trim_start_matches([' ', '='])))
+            && let Some(prefix) = Path::new(home.trim()).parent()
+        {
+            c.read_exec.push(prefix.to_path_buf());
+        }
+    }
+    c
+}
+
 /// `tessera guest prepare`: builds every model.py model of `repositories` (a model whose
 /// config.pbtxt says `backend: "python"`, or that has none) into the cache, as a server would at
 /// load, so that a first start only loads them. Returns the components, or the first failure.
@@ -163,21 +345,29 @@ pub fn prepare(repositories: &[PathBuf], options: &PythonOptions) -> Result<Vec<
         models.sort();
         for model in models {
             let config = model.join("config.pbtxt");
+            let mut file = "model.py".to_string();
             if config.is_file() {
                 let text = std::fs::read_to_string(&config).map_err(|e| format!("{}: {e}", config.display()))?;
                 match crate::config::parse_pbtxt(&text, &config) {
-                    Ok(parsed) if parsed.backend == "python" => {}
+                    Ok(parsed) if parsed.backend == "python" => {
+                        if !parsed.default_model_filename.is_empty() {
+                            crate::config::check_file_name("default_model_filename", &parsed.default_model_filename)
+                                .map_err(|e| format!("{}: {e}", config.display()))?;
+                            file = parsed.default_model_filename;
+                        }
+                    }
                     _ => continue,
                 }
             }
+            let name = model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let mut versions: Vec<PathBuf> = std::fs::read_dir(&model)
                 .map_err(|e| format!("{}: {e}", model.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path().join("model.py")))
+                .filter_map(|e| e.ok().map(|e| e.path().join(&file)))
                 .filter(|p| p.is_file())
                 .collect();
             versions.sort();
             for model_py in versions {
-                built.push(guests.component(&model_py).map_err(|e| e.message)?);
+                built.push(guests.component(&model_py, &name).map_err(|e| e.message)?);
             }
         }
     }
@@ -242,7 +432,7 @@ impl Backend for PythonBackend {
 
     /// Triton's auto-complete: the model's own `auto_complete_config`, run in the guest.
     fn autocomplete(&self, config: &mut ModelConfig, model_path: &Path) -> CoreResult<()> {
-        let component = self.guests.component(model_path)?;
+        let component = self.guests.component(model_path, &config.name)?;
         let version_dir = model_path.parent().unwrap_or(Path::new("."));
         if let Some(completed) = self.wasm.auto_complete(&component, config, version_dir)? {
             *config = completed;
@@ -254,7 +444,7 @@ impl Backend for PythonBackend {
     }
 
     fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
-        let component = self.guests.component(ctx.model_path)?;
+        let component = self.guests.component(ctx.model_path, &ctx.config.name)?;
         let config = self.sandboxed_config(ctx.config);
         self.wasm.create_instance(&InstanceContext {
             config: &config,
@@ -263,31 +453,22 @@ impl Backend for PythonBackend {
             ..*ctx
         })
     }
-}
 
-/// The files of a version directory that a build reads (its Python modules and
-/// requirements.txt, at the top level) hashed with the builder's hash.
-fn source_hash(dir: &Path, builder_hash: &str) -> CoreResult<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map_err(|e| CoreError::unavailable(format!("failed to read {}: {e}", dir.display())))?
-        .filter_map(|entry| entry.ok())
-        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_file()))
-        .filter_map(|entry| entry.file_name().into_string().ok())
-        .filter(|name| name.ends_with(".py") || name == "requirements.txt")
-        .collect();
-    names.sort();
-    let mut hash = Sha256::new();
-    hash.update(builder_hash.as_bytes());
-    for name in names {
-        let path = dir.join(&name);
-        let bytes = std::fs::read(&path)
-            .map_err(|e| CoreError::unavailable(format!("failed to read {}: {e}", path.display())))?;
-        hash.update((name.len() as u64).to_le_bytes());
-        hash.update(name.as_bytes());
-        hash.update((bytes.len() as u64).to_le_bytes());
-        hash.update(&bytes);
+    fn prepare_outside_lock(&self, model: &str, model_path: &Path) -> CoreResult<()> {
+        match self.guests.component(model_path, model) {
+            Err(e) if e.kind == ErrorKind::Cancelled => Err(e),
+            // A failure is remembered for the load under the lock, which reports it.
+            _ => Ok(()),
+        }
     }
-    Ok(hex(&hash.finalize()))
+
+    fn cancel_preparation(&self, model: Option<&str>) {
+        self.guests.cancel(model);
+    }
+
+    fn end_preparation(&self, dir: &Path) {
+        self.guests.forget(dir);
+    }
 }
 
 /// The builder script's hash and, for the checkout's builder, that of what it builds with: the
@@ -331,59 +512,5 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Runs the builder on `dir` writing `out`, within `timeout`; `Err` holds the end of what it
-/// printed (its own message says what is wrong with the model).
-fn run_builder(builder: &Path, dir: &Path, out: &Path, timeout: Duration) -> Result<(), String> {
-    use std::os::unix::process::CommandExt;
-    let mut child = Command::new("bash")
-        .arg(builder)
-        .arg(dir)
-        .arg(out)
-        .stdin(Stdio::null())
-        // componentize-py is Rust: a backtrace would bury the model's own error (a SyntaxError)
-        .env("RUST_BACKTRACE", "0")
-        .env("RUST_LIB_BACKTRACE", "0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("could not start {}: {e}", builder.display()))?;
-    let group = child.id() as libc::pid_t;
-    let (_, stdout, stderr, timed_out) = drain_within(&mut child, &[], timeout, |_| {
-        // The builder's whole process group (it was started as its leader): componentize-py and
-        // pip run as its children and hold its pipes. SAFETY: kill(2) touches no memory of this
-        // process.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::kill(-group, libc::SIGKILL);
-        }
-    });
-    let status = child.wait();
-    let printed = format!("{}{}", String::from_utf8_lossy(&stdout), String::from_utf8_lossy(&stderr));
-    let tail = last_lines(&printed, 30);
-    if timed_out {
-        let _ = std::fs::remove_file(out);
-        return Err(format!(
-            "the build took longer than {}s (--python-guest-build-timeout-secs) and was stopped{}",
-            timeout.as_secs(),
-            if tail.is_empty() { String::new() } else { format!(":\n{tail}") }
-        ));
-    }
-    match status {
-        Ok(s) if s.success() && out.is_file() => Ok(()),
-        Ok(s) => {
-            let _ = std::fs::remove_file(out);
-            Err(if tail.is_empty() { format!("the builder exited with {s}") } else { tail })
-        }
-        Err(e) => Err(format!("waiting for the builder: {e}")),
-    }
-}
-
-fn last_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
 #[cfg(test)]
-#[path = "python_tests.rs"]
 mod tests;

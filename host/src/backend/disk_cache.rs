@@ -1,0 +1,165 @@
+//! Size caps for the on-disk caches of built Python guests and compiled components: each file
+//! is an entry, its modification time says when it was last used ([`touch`] on every hit), and
+//! after each addition the least recently used entries go until the cache fits its cap
+//! ([`DiskCache::admit`]). Every distinct uploaded `model.py` adds an entry, so without a cap a
+//! client with load access could fill the disk.
+//!
+//! An entry just written or just used is never evicted by the addition that follows it, and a
+//! server whose entry was evicted while it runs builds or compiles it again when it needs it.
+//! `/metrics` shows each cache's size, cap and evictions ([`render`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
+
+/// One capped cache directory: entries are the files whose names end with `suffix`.
+pub(crate) struct DiskCache {
+    name: &'static str,
+    suffix: &'static str,
+    max_bytes: u64,
+    stats: Arc<CacheStats>,
+    /// One sweep at a time in this process.
+    sweeping: Mutex<()>,
+}
+
+/// What `/metrics` shows of one cache.
+#[derive(Default)]
+struct CacheStats {
+    bytes: AtomicU64,
+    max_bytes: AtomicU64,
+    evictions: AtomicU64,
+    evicted_bytes: AtomicU64,
+}
+
+/// The caches of this process, by name, for `/metrics`.
+fn registry() -> &'static Mutex<Vec<(&'static str, Arc<CacheStats>)>> {
+    static CACHES: OnceLock<Mutex<Vec<(&'static str, Arc<CacheStats>)>>> = OnceLock::new();
+    CACHES.get_or_init(Mutex::default)
+}
+
+impl DiskCache {
+    /// `name` labels the metrics (`python_guests`, `compiled_components`); `max_bytes` 0: no cap.
+    pub(crate) fn new(name: &'static str, suffix: &'static str, max_bytes: u64) -> Self {
+        let stats = {
+            let mut caches = registry().lock().unwrap_or_else(|e| e.into_inner());
+            match caches.iter().find(|(n, _)| *n == name) {
+                Some((_, stats)) => Arc::clone(stats),
+                None => {
+                    let stats = Arc::new(CacheStats::default());
+                    caches.push((name, Arc::clone(&stats)));
+                    stats
+                }
+            }
+        };
+        stats.max_bytes.store(max_bytes, Ordering::Relaxed);
+        Self { name, suffix, max_bytes, stats, sweeping: Mutex::default() }
+    }
+
+    /// After `added` was written (or used) in `dir`: evicts the least recently used entries
+    /// until the cache fits its cap, never `added` itself. Returns the entries evicted.
+    pub(crate) fn admit(&self, dir: &Path, added: &Path) -> Vec<PathBuf> {
+        touch(added);
+        let _sweeping = self.sweeping.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = self.entries(dir);
+        let mut total: u64 = entries.iter().map(|(_, _, size)| size).sum();
+        let mut evicted = Vec::new();
+        if self.max_bytes > 0 && total > self.max_bytes {
+            entries.sort_by_key(|(_, used, _)| *used);
+            for (path, _, size) in entries {
+                if total <= self.max_bytes {
+                    break;
+                }
+                if path == added {
+                    continue;
+                }
+                if std::fs::remove_file(&path).is_ok() {
+                    total = total.saturating_sub(size);
+                    self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+                    self.stats.evicted_bytes.fetch_add(size, Ordering::Relaxed);
+                    tracing::info!(cache = self.name, entry = %path.display(), bytes = size, "evicted from the cache");
+                    evicted.push(path);
+                }
+            }
+        }
+        self.stats.bytes.store(total, Ordering::Relaxed);
+        evicted
+    }
+
+    /// The cache's entries: path, last use, size.
+    fn entries(&self, dir: &Path) -> Vec<(PathBuf, SystemTime, u64)> {
+        let Ok(read) = std::fs::read_dir(dir) else { return Vec::new() };
+        read.filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_str().is_some_and(|n| n.ends_with(self.suffix) && !n.starts_with('.')))
+            .filter_map(|e| {
+                let meta = e.metadata().ok().filter(|m| m.is_file())?;
+                Some((e.path(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len()))
+            })
+            .collect()
+    }
+}
+
+/// Marks an entry as just used (its modification time), for the least-recently-used order.
+pub(crate) fn touch(path: &Path) {
+    if let Ok(file) = std::fs::File::options().append(true).open(path) {
+        let _ = file.set_modified(SystemTime::now());
+    }
+}
+
+/// The caches' gauges and counters, in the Prometheus text format.
+pub(crate) fn render() -> String {
+    let caches = registry().lock().unwrap_or_else(|e| e.into_inner());
+    if caches.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let families: [(&str, &str, &str, fn(&CacheStats) -> u64); 4] = [
+        ("tessera_disk_cache_bytes", "gauge", "Bytes the cache's entries take on disk", |s| {
+            s.bytes.load(Ordering::Relaxed)
+        }),
+        ("tessera_disk_cache_max_bytes", "gauge", "The cache's size cap in bytes (0: none)", |s| {
+            s.max_bytes.load(Ordering::Relaxed)
+        }),
+        ("tessera_disk_cache_evictions_total", "counter", "Entries evicted, least recently used first", |s| {
+            s.evictions.load(Ordering::Relaxed)
+        }),
+        ("tessera_disk_cache_evicted_bytes_total", "counter", "Bytes of the entries evicted", |s| {
+            s.evicted_bytes.load(Ordering::Relaxed)
+        }),
+    ];
+    for (name, kind, help, read) in families {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (cache, stats) in caches.iter() {
+            out.push_str(&format!("{name}{{cache=\"{cache}\"}} {}\n", read(stats)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_least_recently_used_entries_go_first_and_the_new_one_stays() {
+        let dir = std::env::temp_dir().join(format!("tessera-disk-cache-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let cache = DiskCache::new("test_cache", ".bin", 250);
+        let old = SystemTime::now() - std::time::Duration::from_secs(3600);
+        for (i, name) in ["a.bin", "b.bin", "c.bin"].iter().enumerate() {
+            let path = dir.join(name);
+            std::fs::write(&path, [0u8; 100]).expect("write");
+            let file = std::fs::File::options().append(true).open(&path).expect("open");
+            file.set_modified(old + std::time::Duration::from_secs(i as u64)).expect("mtime");
+        }
+        std::fs::write(dir.join("other.txt"), [0u8; 1000]).expect("write");
+        touch(&dir.join("a.bin"));
+        let evicted = cache.admit(&dir, &dir.join("c.bin"));
+        assert_eq!(evicted, vec![dir.join("b.bin")], "b was used least recently; a was just touched");
+        assert!(dir.join("other.txt").exists(), "files that are not entries stay");
+        let metrics = render();
+        assert!(metrics.contains("tessera_disk_cache_evictions_total{cache=\"test_cache\"} 1"), "{metrics}");
+        assert!(metrics.contains("tessera_disk_cache_bytes{cache=\"test_cache\"} 200"), "{metrics}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

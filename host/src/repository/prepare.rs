@@ -1,0 +1,71 @@
+//! The part of a load that runs before the repository's control lock: the backends' slow
+//! preparation of the model's files (a `model.py` build, which runs the uploader's module code
+//! and may take up to its time limit). Holding the lock for it would let one upload stall
+//! every other load and unload; instead the load under the lock finds the work done, or its
+//! failure remembered, and an unload or the server's stop cancels it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::overrides::OverrideDir;
+use super::{ModelManager, model_filename};
+use crate::error::{CoreError, CoreResult, ErrorKind};
+use crate::scheduler::ensemble::is_ensemble;
+
+impl ModelManager {
+    /// Prepares the versions of `name` that a load would serve. `Err` only when the
+    /// preparation was cancelled (an unload of the model, the server stopping): the load ends
+    /// there. Every other failure is left for the load under the lock to report.
+    pub(super) async fn prepare_outside_lock(
+        self: &Arc<Self>,
+        name: &str,
+        config_override: Option<String>,
+        override_dir: Option<Arc<OverrideDir>>,
+    ) -> CoreResult<()> {
+        let this = Arc::clone(self);
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || this.prepare_files(&name, config_override.as_deref(), override_dir))
+            .await
+            .map_err(|e| CoreError::internal(format!("model preparation task failed: {e}")))?
+    }
+
+    fn prepare_files(
+        &self,
+        name: &str,
+        config_override: Option<&str>,
+        override_dir: Option<Arc<OverrideDir>>,
+    ) -> CoreResult<()> {
+        let Ok(dir) = self.source_dir(name, override_dir.as_deref()) else { return Ok(()) };
+        let (config, versions) = match self.prepare_config(name, &dir, config_override) {
+            Ok(prepared) => prepared,
+            Err(e) if e.kind == ErrorKind::Cancelled => return Err(e),
+            Err(_) => return Ok(()),
+        };
+        if is_ensemble(&config) {
+            return Ok(());
+        }
+        let Ok(backend) = self.backends.resolve(&config, None) else { return Ok(()) };
+        for version in versions {
+            let path = dir.join(version.to_string()).join(model_filename(&config, backend.default_model_filename()));
+            backend.prepare_outside_lock(name, &path)?;
+        }
+        Ok(())
+    }
+
+    /// The load of `name` has ended: what its preparation remembered goes.
+    pub(super) fn end_preparation(&self, dir: Option<&Path>) {
+        if let Some(dir) = dir {
+            self.backends.end_preparation(dir);
+        }
+    }
+
+    /// The server stops: preparations running now end, and none starts after.
+    pub fn cancel_preparations(&self) {
+        self.backends.cancel_preparation(None);
+    }
+
+    /// The directory a load of `name` reads, if it can be found.
+    pub(super) fn load_dir(&self, name: &str, override_dir: Option<&OverrideDir>) -> Option<PathBuf> {
+        self.source_dir(name, override_dir).ok()
+    }
+}
