@@ -16,8 +16,10 @@ is and is not tested).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -57,6 +59,11 @@ IMAGE_ARCHIVE = REPO_ROOT / "target" / "image" / "tessera.oci.tar"
 # The Kubernetes versions the rendered manifests are checked against (oldest supported, newest).
 KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")
 IMAGE_SIZE_LIMIT = 150_000_000
+# What an operator creates for the KServe and ModelMesh runtimes before applying them (their
+# headers say how); the chart makes its own Secret.
+OPERATOR_SECRETS = {("tessera-admin-key", "admin-key"): "4f0c2e9b7d51a8e3c6f2b0d9e7a1c5f3b8d2e6a0"}
+# The header the restricted categories need in every manifest (gRPC: triton-grpc-protocol-<it>).
+ADMIN_HEADER = "admin-key"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,6 +120,33 @@ def as_pod(container: dict, volumes: list[dict] | None = None) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "runtime-container"}, "spec": spec}
 
 
+def chart_secrets(docs: list[dict]) -> dict[tuple[str, str], str]:
+    """The values of the Secrets a rendered chart makes, by (name, key)."""
+    return {(d["metadata"]["name"], key): base64.b64decode(value).decode()
+            for d in docs if d["kind"] == "Secret" for key, value in d.get("data", {}).items()}
+
+
+def container_env(container: dict, secrets: dict[tuple[str, str], str]) -> dict[str, str]:
+    """The environment the kubelet gives a container: its plain values and its secretKeyRefs,
+    which must name a Secret that exists (the kubelet does not start the container otherwise)."""
+    env = {}
+    for entry in container.get("env", []):
+        if "value" in entry:
+            env[entry["name"]] = entry["value"]
+            continue
+        ref = entry["valueFrom"]["secretKeyRef"]
+        assert (ref["name"], ref["key"]) in secrets, f"{entry['name']}: no Secret {ref['name']} with {ref['key']}"
+        env[entry["name"]] = secrets[(ref["name"], ref["key"])]
+    return env
+
+
+def kubelet_expand(text: str, env: dict[str, str]) -> str:
+    """`$(VAR)` in a command or argument, as the kubelet expands it: `$$` is a `$`, and a name
+    not in the environment stays as written."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+
+
 # ---------------------------------------------------------------------------------------------
 # Running a manifest's container against the binary
 # ---------------------------------------------------------------------------------------------
@@ -135,10 +169,13 @@ def require_free(*ports: int) -> None:
 
 
 class ContainerProcess:
-    """A manifest's container run as a local process: its command and args as written, `tritonserver`
-    on PATH as the binary under that name, each volume's mount path replaced by a local directory."""
+    """A manifest's container run as a local process: its command and args as written (with the
+    kubelet's `$(VAR)` expansion), its environment (`secrets` the values of the Secrets it names),
+    `tritonserver` on PATH as the binary under that name, each volume's mount path replaced by a
+    local directory."""
 
-    def __init__(self, container: dict, mounts: dict[str, Path], work: Path, name: str):
+    def __init__(self, container: dict, mounts: dict[str, Path], work: Path, name: str,
+                 secrets: dict[tuple[str, str], str] | None = None):
         self.bin_dir = work / "bin"
         self.bin_dir.mkdir(parents=True, exist_ok=True)
         link = self.bin_dir / "tritonserver"
@@ -153,9 +190,10 @@ class ContainerProcess:
                 text = text.replace(path, str(mounts[path]))
             return text
 
-        self.argv = [local(a) for a in argv]
+        own_env = container_env(container, secrets or {})
+        self.argv = [local(kubelet_expand(a, own_env)) for a in argv]
         self.log_path = work / f"{name}.log"
-        env = server_env({"PATH": f"{self.bin_dir}:{os.environ['PATH']}"})
+        env = server_env({**own_env, "PATH": f"{self.bin_dir}:{os.environ['PATH']}"})
         with open(self.log_path, "wb") as log:
             log.write(("$ " + shlex.join(self.argv) + "\n").encode())
             log.flush()
@@ -242,6 +280,32 @@ def assert_infers_grpc(port: int, model: str = "add_sub", version: str = "") -> 
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected)
 
 
+def assert_trace_and_logging_are_the_operators(http_port: int, grpc_port: int, value: str) -> None:
+    """The trace-setting APIs (global and per model) and the logging API answer only a request with
+    the admin header (HTTP 403, gRPC UNAVAILABLE without it, as Triton answers); inference needs
+    none (the callers infer without it)."""
+    paths = ["/v2/trace/setting", "/v2/models/add_sub/trace/setting", "/v2/logging"]
+    for path in paths:
+        url = f"http://127.0.0.1:{http_port}{path}"
+        refused = requests.post(url, json={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}, timeout=10)
+        assert refused.status_code == 403, (path, refused.status_code, refused.text)
+        assert f"expecting header '{ADMIN_HEADER}'" in refused.text, refused.text
+        assert requests.get(url, timeout=10).status_code == 403, path
+        assert requests.get(url, headers={ADMIN_HEADER: "wrong"}, timeout=10).status_code == 403, path
+        allowed = requests.get(url, headers={ADMIN_HEADER: value}, timeout=10)
+        assert allowed.status_code == 200, (path, allowed.text)
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        calls = [(stub.TraceSetting, service_pb2.TraceSettingRequest()),
+                 (stub.TraceSetting, service_pb2.TraceSettingRequest(model_name="add_sub")),
+                 (stub.LogSettings, service_pb2.LogSettingsRequest())]
+        for call, request in calls:
+            with pytest.raises(grpc.RpcError) as refused:
+                call(request, timeout=10)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
+            call(request, timeout=10, metadata=((f"triton-grpc-protocol-{ADMIN_HEADER}", value),))
+
+
 def small_repository(root: Path, model_py: bool = False) -> Path:
     """A model repository with the quickstart's add_sub (ONNX) and add_sub_rust (WebAssembly);
     with `model_py`, also add_sub_py: a Triton model.py (`backend: "python"`) with the component
@@ -287,11 +351,11 @@ def test_helm_lint_passes_strict():
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_rendered_chart_validates_against_the_kubernetes_schemas(version):
     docs = rendered_chart()
-    assert sorted(d["kind"] for d in docs) == ["Deployment", "HorizontalPodAutoscaler", "Service"]
+    assert sorted(d["kind"] for d in docs) == ["Deployment", "HorizontalPodAutoscaler", "Secret", "Service"]
     assert_valid(docs, version)
     # Without autoscaling the Deployment carries the replica count instead.
     fixed = rendered_chart("autoscaling.enabled=false", "replicaCount=3")
-    assert sorted(d["kind"] for d in fixed) == ["Deployment", "Service"]
+    assert sorted(d["kind"] for d in fixed) == ["Deployment", "Secret", "Service"]
     assert one(fixed, "Deployment")["spec"]["replicas"] == 3
     assert_valid(fixed, version)
 
@@ -342,6 +406,30 @@ def test_chart_has_probes_ports_scraping_autoscaling_and_a_locked_down_pod():
     assert pod["spec"]["terminationGracePeriodSeconds"] > exit_timeout + int(prestop[-1].split()[1])
 
 
+def test_chart_restricts_trace_and_logging_by_default_with_a_secret_value():
+    docs = rendered_chart()
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    rule = "trace,logging:admin-key=$(TESSERA_ADMIN_KEY)"
+    assert f"--http-restricted-api={rule}" in container["args"]
+    assert f"--grpc-restricted-protocol={rule}" in container["args"]
+    secret = one(docs, "Secret")
+    ref = container["env"][0]["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"]) == (secret["metadata"]["name"], "admin-key")
+    value = chart_secrets(docs)[(ref["name"], ref["key"])]
+    assert len(value) == 40 and value.isalnum(), "a random value, not one the docs print"
+    # The operator's own Secret instead of the chart's.
+    own = rendered_chart("restrictedApi.existingSecret=ops-admin")
+    assert "Secret" not in {d["kind"] for d in own}
+    ref = one(own, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == "ops-admin"
+    # Opened, as Triton's defaults are: no Secret, no variable, no flags.
+    opened = rendered_chart("restrictedApi.categories=null")
+    assert "Secret" not in {d["kind"] for d in opened}
+    container = one(opened, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "env" not in container
+    assert not any("restricted" in a for a in container["args"])
+
+
 def test_prometheus_adapter_rule_reads_metrics_the_server_exports(tmp_path):
     """The HPA's custom metric is computed from two series; both exist, per model, on /metrics."""
     values = yaml.safe_load(ADAPTER_VALUES.read_text())
@@ -353,7 +441,8 @@ def test_prometheus_adapter_rule_reads_metrics_the_server_exports(tmp_path):
     deployment = one(rendered_chart(), "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     require_free(8000, 8001, 8002)
-    proc = ContainerProcess(container, {"/models": small_repository(tmp_path / "repo")}, tmp_path, "chart")
+    proc = ContainerProcess(container, {"/models": small_repository(tmp_path / "repo")}, tmp_path, "chart",
+                            chart_secrets(rendered_chart()))
     try:
         wait_probe(container["readinessProbe"], container_ports(container), "readiness", proc)
         assert_infers_http(8000)
@@ -369,13 +458,16 @@ def test_chart_container_runs_as_written(tmp_path):
     container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     ports = container_ports(container)
     require_free(*ports.values())
-    proc = ContainerProcess(container, {"/models": small_repository(tmp_path / "repo")}, tmp_path, "chart")
+    secrets = chart_secrets(docs)
+    proc = ContainerProcess(container, {"/models": small_repository(tmp_path / "repo")}, tmp_path, "chart",
+                            secrets)
     try:
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             wait_probe(container[probe], ports, probe, proc)
         assert_infers_http(ports["http"])
         assert_infers_grpc(ports["grpc"])
         assert_infers_grpc(ports["grpc"], "add_sub_rust")
+        assert_trace_and_logging_are_the_operators(ports["http"], ports["grpc"], next(iter(secrets.values())))
         assert "nv_inference_count" in requests.get(f"http://127.0.0.1:{ports['metrics']}/metrics", timeout=5).text
     finally:
         assert proc.stop() == 0
@@ -407,6 +499,9 @@ def test_kserve_runtime_and_inference_service_are_well_formed():
     container = spec["containers"][0]
     assert container["args"][0] == "tritonserver"
     assert {"--model-store=/mnt/models", "--grpc-port=9000", "--http-port=8080"} <= set(container["args"])
+    rule = "trace,logging:admin-key=$(TESSERA_ADMIN_KEY)"
+    assert {f"--http-restricted-api={rule}", f"--grpc-restricted-protocol={rule}"} <= set(container["args"])
+    assert container_env(container, OPERATOR_SECRETS)["TESSERA_ADMIN_KEY"]
     assert container_ports(container) == {"h2c": 9000}
     # The container itself is a valid core Container, and its volumes valid core Volumes.
     assert_valid([as_pod(container, spec["volumes"])], KUBERNETES_VERSIONS[-1])
@@ -425,12 +520,13 @@ def test_kserve_container_runs_as_written(tmp_path):
     require_free(http_port, grpc_port, 8002)
     # The storage initializer's download of storageUri lands at /mnt/models.
     proc = ContainerProcess(container, {"/mnt/models": small_repository(tmp_path / "mnt-models")}, tmp_path,
-                            "kserve")
+                            "kserve", OPERATOR_SECRETS)
     try:
         wait_until(lambda: http_get(http_port, "/v2/health/ready") == 200, STARTUP_DEADLINE, "KServe readiness")
         assert http_get(http_port, "/v2/health/live") == 200
         assert_infers_http(http_port)
         assert_infers_grpc(grpc_port)
+        assert_trace_and_logging_are_the_operators(http_port, grpc_port, next(iter(OPERATOR_SECRETS.values())))
         assert http_get(8002, "/metrics") == 200
     finally:
         assert proc.stop() == 0
@@ -449,8 +545,11 @@ def test_modelmesh_runtime_is_well_formed():
     container = spec["containers"][0]
     assert container["command"] == ["/bin/sh"]
     script = container["args"][1]
-    for needed in ("--model-control-mode=explicit", "--strict-model-config=false", "--strict-readiness=false"):
+    for needed in ("--model-control-mode=explicit", "--strict-model-config=false", "--strict-readiness=false",
+                   '"--http-restricted-api=trace,logging:admin-key=$TESSERA_ADMIN_KEY"',
+                   '"--grpc-restricted-protocol=trace,logging:admin-key=$TESSERA_ADMIN_KEY"'):
         assert needed in script
+    assert container_env(container, OPERATOR_SECRETS)["TESSERA_ADMIN_KEY"]
     assert container["livenessProbe"]["exec"]["command"][0] == "curl"
     assert_valid([as_pod(container, spec["volumes"])], KUBERNETES_VERSIONS[-1])
     assert_runtime_fits_the_default_image(spec, container)
@@ -556,13 +655,17 @@ def test_modelmesh_container_runs_as_written_and_serves_the_adapters_cycle(tmp_p
     require_free(8000, 8001, 8002)
     models = tmp_path / "models"  # the pod's emptyDir, shared with the adapter sidecar
     models.mkdir()
-    proc = ContainerProcess(container, {"/models": models}, tmp_path, "modelmesh")
+    proc = ContainerProcess(container, {"/models": models}, tmp_path, "modelmesh", OPERATOR_SECRETS)
     adapter = TritonAdapter(models, 8001)
     try:
         # The liveness probe is an exec of curl against localhost:8000, run here as the kubelet would.
         wait_probe(container["livenessProbe"], {}, "ModelMesh liveness", proc)
         assert (models / "_triton_models").is_dir()
         play_modelmesh_cycle(adapter, 8001, leftover="stale__isvc-aaaaaaaaaa")
+        # The adapter's calls need no header; tracing and logging do.
+        adapter.place_onnx_file("add_sub", QUICKSTART / "add_sub" / "1" / "model.onnx")
+        adapter.load("add_sub")
+        assert_trace_and_logging_are_the_operators(8000, 8001, next(iter(OPERATOR_SECRETS.values())))
     finally:
         adapter.close()
         assert proc.stop() == 0
@@ -635,8 +738,10 @@ class PodmanContainer:
     """A manifest's container run from the image the way a kubelet would: its command as the
     entrypoint, its args as the command, the securityContext's restrictions, a volume per mount."""
 
-    def __init__(self, image: str, container: dict, mounts: dict[str, tuple[Path, bool]], name: str):
+    def __init__(self, image: str, container: dict, mounts: dict[str, tuple[Path, bool]], name: str,
+                 secrets: dict[tuple[str, str], str] | None = None):
         self.name = f"tessera-test-{name}-{os.getpid()}"
+        env = container_env(container, secrets or {})
         podman("rm", "--force", "--ignore", self.name, check=False)
         args = [
             "run", "--detach", "--name", self.name, "--runtime", "runc", "--network", "host",
@@ -648,9 +753,11 @@ class PodmanContainer:
         ]
         for target, (source, read_only) in mounts.items():
             args += ["--volume", f"{source}:{target}:{'ro' if read_only else 'rw'}"]
+        for key, value in env.items():
+            args += ["--env", f"{key}={value}"]
         if container.get("command"):
-            args += ["--entrypoint", json.dumps(container["command"])]
-        args += [image, *container.get("args", [])]
+            args += ["--entrypoint", json.dumps([kubelet_expand(c, env) for c in container["command"]])]
+        args += [image, *(kubelet_expand(a, env) for a in container.get("args", []))]
         podman(*args)
 
     def logs(self) -> str:
@@ -726,7 +833,7 @@ def test_image_runs_the_chart_container(tmp_path, image):
     pod = one(rendered_chart(), "Deployment")["spec"]["template"]["spec"]
     repo = small_repository(tmp_path / "repo", model_py=True)
     mounts = manifest_mounts(pod["volumes"], container, {"/models": (repo, True)}, tmp_path)
-    run = PodmanContainer(image, container, mounts, "chart")
+    run = PodmanContainer(image, container, mounts, "chart", chart_secrets(rendered_chart()))
     try:
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             wait_probe(container[probe], ports, probe)
@@ -752,7 +859,7 @@ def test_image_runs_the_kserve_container(tmp_path, image):
     # KServe's storage initializer puts the repository at /mnt/models; the rest is the manifest's.
     repo = small_repository(tmp_path / "mnt-models")
     mounts = manifest_mounts(spec["volumes"], container, {"/mnt/models": (repo, True)}, tmp_path)
-    run = PodmanContainer(image, container, mounts, "kserve")
+    run = PodmanContainer(image, container, mounts, "kserve", OPERATOR_SECRETS)
     try:
         wait_until(lambda: http_get(http_port, "/v2/health/ready") == 200, STARTUP_DEADLINE, "KServe readiness")
         run.assert_running()
@@ -772,7 +879,7 @@ def test_image_runs_the_modelmesh_container_and_its_curl_probe(tmp_path, image):
     os.chmod(models, 0o777)  # an emptyDir the adapter sidecar (another user) writes too
     # ModelMesh adds the /models volume it shares with the adapter; the rest is the manifest's.
     mounts = manifest_mounts(spec["volumes"], container, {"/models": (models, False)}, tmp_path)
-    run = PodmanContainer(image, container, mounts, "modelmesh")
+    run = PodmanContainer(image, container, mounts, "modelmesh", OPERATOR_SECRETS)
     try:
         wait_probe(container["livenessProbe"], {}, "ModelMesh liveness (curl inside the image)",
                    run_exec=run.exec)

@@ -178,6 +178,7 @@ def test_a_model_past_its_series_cap_fails_to_load_and_the_refusal_is_counted(se
                120, "telemetry_rust's load to fail", srv)
     index = requests.post(srv.http("/v2/repository/index"), json={}, timeout=10).json()
     reason = next(e["reason"] for e in index if e["name"] == "telemetry_rust")
-    assert "model 'telemetry_rust' already has 1 metric series" in reason, reason
-    refused = scrape(srv)["tessera_custom_metric_series_refused"]
-    assert sample(refused, "tessera_custom_metric_series_refused_total", model="telemetry_rust") >= 1
+    assert "model 'telemetry_rust' already has 1 metric series (--metrics-config custom_series_per_model)" in reason, \
+        reason
+    refused = scrape(srv)["tessera_custom_metric_refused"]
+    assert sample(refused, "tessera_custom_metric_refused_total", model="telemetry_rust", reason="series") >= 1

@@ -308,7 +308,7 @@ impl Server {
         // Guests reach other models (BLS) through the one in-process entry point.
         let infer: Weak<dyn Infer> = Arc::downgrade(&(Arc::clone(&manager) as Arc<dyn Infer>));
         wasm.connect(infer);
-        let custom_metrics = CustomMetrics::new(config.metrics_settings.custom_series_per_model);
+        let custom_metrics = CustomMetrics::new(config.metrics_settings.custom);
         wasm.set_custom_metrics(Arc::clone(&custom_metrics));
         for model in config.registered_models {
             let name = model.config.name.clone();

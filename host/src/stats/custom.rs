@@ -3,9 +3,15 @@
 //!
 //! Tenancy: the server's names (`nv_`, `tessera_`) are refused, and every series carries labels
 //! `model` and `version` that the host sets to the creating model's, so one model can never write
-//! into another's series nor into the server's. Each model may hold at most
-//! `--metrics-config custom_series_per_model` live series; a series it asks for past that is
-//! refused and counted (`tessera_custom_metric_series_refused_total{model}`).
+//! into another's series nor into the server's.
+//!
+//! Bounds (`--metrics-config custom_*`, [`CustomLimits`]): the bytes of a metric or label name, of
+//! a label value and of a description, the buckets of a histogram, the live families and series
+//! of a model, and the bytes its families and series add to `/metrics`. A request past one is
+//! refused with a message naming the setting and counted in
+//! `tessera_custom_metric_refused_total{model,reason}`. A model's bytes are what its series'
+//! lines take (each value counted at [`VALUE_WIDTH`], the widest [`number`] writes) plus the HELP
+//! and TYPE lines of each family it holds a handle on.
 //!
 //! Lifetime, as in Triton: a series lives while a guest holds a handle to it (the registry keeps
 //! only weak references), and a family while a series or a guest handle holds it. So a model that
@@ -13,16 +19,19 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use super::latency::{Histogram, escape_label_value};
+pub use super::custom_limits::{CustomLimits, Refused, SpanDrop};
+use super::custom_limits::{ReasonCounts, quoted};
+use super::latency::{Histogram, escape_label_value, number};
 
 /// TensorRT-LLM's KV-cache block metrics (label `kv_cache_block_type`: `tokens_per`, `used`,
 /// `max`), which Triton's ORCA load report reads.
 pub const KV_CACHE_FAMILY: &str = "nv_trt_llm_kv_cache_block_metrics";
 
-/// The series a model may hold unless `--metrics-config custom_series_per_model` says otherwise.
-pub const DEFAULT_SERIES_PER_MODEL: usize = 1000;
+/// The most bytes [`number`] writes for a value (`-2.2250738585072014e-308`).
+pub const VALUE_WIDTH: usize = 24;
 
 /// Triton's metric kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,21 +59,33 @@ impl MetricKind {
     }
 }
 
-/// Every model's custom metric families.
+/// Every model's custom metric families, and the counts of what their guests were refused.
 #[derive(Debug)]
 pub struct CustomMetrics {
     families: Mutex<BTreeMap<String, Weak<Family>>>,
-    series_per_model: usize,
-    /// Series refused for the cap, by model.
-    refused: Mutex<BTreeMap<String, u64>>,
-    /// Held while a series is created.
+    /// Each model's handle on a family, by (model, family name).
+    claims: Mutex<BTreeMap<(String, String), Weak<ModelFamily>>>,
+    /// What each model holds.
+    usage: Mutex<BTreeMap<String, Arc<Usage>>>,
+    limits: CustomLimits,
+    refused: Mutex<ReasonCounts<Refused>>,
+    span_drops: Mutex<ReasonCounts<SpanDrop>>,
+    /// Held while a family handle or a series is created, so that two cannot both pass a bound.
     creating: Mutex<()>,
+}
+
+/// What one model holds; the handles give theirs back when they go.
+#[derive(Debug, Default)]
+struct Usage {
+    families: AtomicUsize,
+    series: AtomicUsize,
+    bytes: AtomicUsize,
 }
 
 /// A series' full label set: `model`, `version`, then the guest's, sorted.
 type Labels = Vec<(String, String)>;
 
-/// One metric name.
+/// One metric name, shared by the models that use it.
 #[derive(Debug)]
 pub struct Family {
     name: String,
@@ -74,12 +95,37 @@ pub struct Family {
     series: Mutex<BTreeMap<Labels, Weak<Series>>>,
 }
 
+/// One model's handle on a family: what a guest holds, and what its series hold.
+#[derive(Debug)]
+pub struct ModelFamily {
+    family: Arc<Family>,
+    model: String,
+    usage: Arc<Usage>,
+    /// The family's HELP and TYPE lines, charged to the model.
+    bytes: usize,
+}
+
+impl Drop for ModelFamily {
+    fn drop(&mut self) {
+        self.usage.families.fetch_sub(1, Ordering::Relaxed);
+        self.usage.bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 /// One series of a family.
 #[derive(Debug)]
 pub struct Series {
-    family: Arc<Family>,
-    model: String,
+    family: Arc<ModelFamily>,
     value: Mutex<Value>,
+    /// Its lines on `/metrics`, charged to the model.
+    bytes: usize,
+}
+
+impl Drop for Series {
+    fn drop(&mut self) {
+        self.family.usage.series.fetch_sub(1, Ordering::Relaxed);
+        self.family.usage.bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug)]
@@ -102,63 +148,145 @@ fn valid_name(name: &str, label: bool) -> bool {
         && !(label && name.starts_with("__"))
 }
 
+/// A family's HELP and TYPE lines.
+fn header(name: &str, description: &str, kind: MetricKind) -> String {
+    let help = description.replace('\\', "\\\\").replace('\n', "\\n");
+    format!("# HELP {name} {help}\n# TYPE {name} {}\n", kind.as_str())
+}
+
+/// The bytes a series' lines take on `/metrics`, each value at [`VALUE_WIDTH`].
+fn series_bytes(name: &str, labels: &str, value: &Value) -> usize {
+    let line = |suffix: &str, extra: usize| name.len() + suffix.len() + labels.len() + extra + 4 + VALUE_WIDTH;
+    match value {
+        Value::Scalar(_) => line("", 0),
+        Value::Histogram(h) => {
+            let buckets: usize =
+                h.bounds().iter().chain([&f64::INFINITY]).map(|b| line("_bucket", number(*b).len() + 6)).sum();
+            buckets + line("_sum", 0) + line("_count", 0)
+        }
+    }
+}
+
 impl CustomMetrics {
-    pub fn new(series_per_model: usize) -> Arc<Self> {
+    pub fn new(limits: CustomLimits) -> Arc<Self> {
         Arc::new(Self {
             families: Mutex::default(),
-            series_per_model,
+            claims: Mutex::default(),
+            usage: Mutex::default(),
+            limits,
             refused: Mutex::default(),
+            span_drops: Mutex::default(),
             creating: Mutex::default(),
         })
     }
 
-    /// The family `name`: an existing one of the same kind (its first description stays), or a
-    /// new one.
-    pub fn family(&self, name: &str, description: &str, kind: MetricKind) -> Result<Arc<Family>, String> {
+    /// Counts the refusal and words it: `what` failed because of `reason`.
+    fn refuse<T>(&self, model: &str, reason: Refused, what: &str, why: String) -> Result<T, String> {
+        lock(&self.refused).add(model, reason, 1);
+        Err(format!("{what}: {why} (--metrics-config {})", reason.setting()))
+    }
+
+    /// Counts `n` items of span data a guest of `model` had dropped.
+    pub fn count_span_drop(&self, model: &str, reason: SpanDrop, n: u64) {
+        if n > 0 {
+            lock(&self.span_drops).add(model, reason, n);
+        }
+    }
+
+    fn usage(&self, model: &str) -> Arc<Usage> {
+        Arc::clone(lock(&self.usage).entry(model.to_string()).or_default())
+    }
+
+    /// `model`'s handle on the family `name`: an existing one of the same kind (its first
+    /// description stays), or a new one.
+    pub fn family(
+        &self,
+        model: &str,
+        name: &str,
+        description: &str,
+        kind: MetricKind,
+    ) -> Result<Arc<ModelFamily>, String> {
+        const WHAT: &str = "Error when creating MetricFamily";
+        let limits = &self.limits;
+        if name.len() > limits.name_bytes {
+            let why = format!("the name {} is longer than {} bytes", quoted(name), limits.name_bytes);
+            return self.refuse(model, Refused::NameBytes, WHAT, why);
+        }
         if !valid_name(name, false) {
-            return Err(format!("Error when creating MetricFamily: '{name}' is not a valid metric name"));
+            return Err(format!("{WHAT}: '{name}' is not a valid metric name"));
         }
         // TensorRT-LLM's KV-cache family is the one `nv_` name a model may report: Triton's ORCA
         // load report reads it (`Frontend::load_report`).
         if (name.starts_with("nv_") && name != KV_CACHE_FAMILY) || name.starts_with("tessera_") {
-            return Err(format!(
-                "Error when creating MetricFamily: '{name}': names beginning with 'nv_' or 'tessera_' are the server's"
-            ));
+            return Err(format!("{WHAT}: '{name}': names beginning with 'nv_' or 'tessera_' are the server's"));
         }
-        let mut families = lock(&self.families);
-        if let Some(family) = families.get(name).and_then(Weak::upgrade) {
-            if family.kind != kind {
-                return Err(format!(
-                    "Error when creating MetricFamily: a metric family named '{name}' already exists with kind {}",
-                    family.kind.triton()
-                ));
+        if description.len() > limits.description_bytes {
+            let why = format!("the description of '{name}' is longer than {} bytes", limits.description_bytes);
+            return self.refuse(model, Refused::DescriptionBytes, WHAT, why);
+        }
+        let _creating = lock(&self.creating);
+        let key = (model.to_string(), name.to_string());
+        if let Some(claim) = lock(&self.claims).get(&key).and_then(Weak::upgrade) {
+            if claim.family.kind != kind {
+                return Err(already_exists(name, claim.family.kind));
             }
-            return Ok(family);
+            return Ok(claim);
         }
-        let family = Arc::new(Family {
-            name: name.to_string(),
-            description: description.to_string(),
-            kind,
-            series: Mutex::default(),
-        });
-        families.insert(name.to_string(), Arc::downgrade(&family));
-        families.retain(|_, f| f.strong_count() > 0);
-        Ok(family)
+        let family = {
+            let mut families = lock(&self.families);
+            match families.get(name).and_then(Weak::upgrade) {
+                Some(family) if family.kind != kind => return Err(already_exists(name, family.kind)),
+                Some(family) => family,
+                None => {
+                    let family = Arc::new(Family {
+                        name: name.to_string(),
+                        description: description.to_string(),
+                        kind,
+                        series: Mutex::default(),
+                    });
+                    families.retain(|_, f| f.strong_count() > 0);
+                    families.insert(name.to_string(), Arc::downgrade(&family));
+                    family
+                }
+            }
+        };
+        let usage = self.usage(model);
+        if usage.families.load(Ordering::Relaxed) >= limits.families_per_model {
+            let why = format!("model '{model}' already holds {} metric families", limits.families_per_model);
+            return self.refuse(model, Refused::Families, WHAT, why);
+        }
+        let bytes = header(&family.name, &family.description, kind).len();
+        if usage.bytes.load(Ordering::Relaxed) + bytes > limits.bytes_per_model {
+            return self.refuse(model, Refused::ModelBytes, WHAT, bytes_why(model, limits.bytes_per_model));
+        }
+        usage.families.fetch_add(1, Ordering::Relaxed);
+        usage.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let claim = Arc::new(ModelFamily { family, model: model.to_string(), usage, bytes });
+        let mut claims = lock(&self.claims);
+        claims.retain(|_, c| c.strong_count() > 0);
+        claims.insert(key, Arc::downgrade(&claim));
+        Ok(claim)
     }
 
-    /// The series of `family` with `labels`, for version `version` of `model`.
+    /// The series of `family` with `labels`, for version `version` of the family handle's model.
     pub fn series(
         &self,
-        family: &Arc<Family>,
-        model: &str,
+        family: &Arc<ModelFamily>,
         version: i64,
         labels: Vec<(String, String)>,
         buckets: Option<Vec<f64>>,
     ) -> Result<Arc<Series>, String> {
-        let fail = |why: String| Err(format!("Error when creating Metric: {why}"));
-        let value = match (family.kind, buckets) {
+        const WHAT: &str = "Error when creating Metric";
+        let fail = |why: String| Err(format!("{WHAT}: {why}"));
+        let (model, limits) = (family.model.as_str(), &self.limits);
+        let kind = family.family.kind;
+        let value = match (kind, buckets) {
             (MetricKind::Histogram, None) => return Err("Failed to create metric. Missing required buckets.".into()),
             (MetricKind::Histogram, Some(b)) => {
+                if b.len() > limits.buckets_per_histogram {
+                    let why = format!("{} buckets, more than {}", b.len(), limits.buckets_per_histogram);
+                    return self.refuse(model, Refused::Buckets, WHAT, why);
+                }
                 if b.is_empty() || b.iter().any(|v| !v.is_finite()) || b.windows(2).any(|p| p[0] >= p[1]) {
                     return fail("buckets must be finite and increasing".into());
                 }
@@ -167,6 +295,16 @@ impl CustomMetrics {
             (_, Some(_)) => return Err("Failed to create metric. Unexpected buckets found.".into()),
             (_, None) => Value::Scalar(0.0),
         };
+        for (name, value) in &labels {
+            if name.len() > limits.name_bytes {
+                let why = format!("the label name {} is longer than {} bytes", quoted(name), limits.name_bytes);
+                return self.refuse(model, Refused::NameBytes, WHAT, why);
+            }
+            if value.len() > limits.label_value_bytes {
+                let why = format!("the value of label '{name}' is longer than {} bytes", limits.label_value_bytes);
+                return self.refuse(model, Refused::LabelValueBytes, WHAT, why);
+            }
+        }
         let version = version.to_string();
         let mut key = vec![("model".to_string(), model.to_string()), ("version".to_string(), version)];
         for (name, value) in labels {
@@ -176,7 +314,8 @@ impl CustomMetrics {
             if let Some((_, own)) = key[..2].iter().find(|(k, _)| *k == name) {
                 if *own != value {
                     return fail(format!(
-                        "label '{name}' is set by the server to the model's own ('{own}'), not '{value}'"
+                        "label '{name}' is set by the server to the model's own ('{own}'), not {}",
+                        quoted(&value)
                     ));
                 }
                 continue;
@@ -187,37 +326,37 @@ impl CustomMetrics {
             key.push((name, value));
         }
         key[2..].sort();
-        if let Some(existing) = lock(&family.series).get(&key).and_then(Weak::upgrade) {
+        let shared = &family.family;
+        if let Some(existing) = lock(&shared.series).get(&key).and_then(Weak::upgrade) {
             return Ok(existing);
         }
-        // One creation at a time, so that two cannot both pass the cap.
         let _creating = lock(&self.creating);
-        if let Some(existing) = lock(&family.series).get(&key).and_then(Weak::upgrade) {
+        if let Some(existing) = lock(&shared.series).get(&key).and_then(Weak::upgrade) {
             return Ok(existing);
         }
-        if self.live_series(model) >= self.series_per_model {
-            *lock(&self.refused).entry(model.to_string()).or_default() += 1;
-            return fail(format!(
-                "model '{model}' already has {} metric series, the most the server allows a model \
-                 (--metrics-config custom_series_per_model)",
-                self.series_per_model
-            ));
+        let usage = &family.usage;
+        if usage.series.load(Ordering::Relaxed) >= limits.series_per_model {
+            let why = format!("model '{model}' already has {} metric series", limits.series_per_model);
+            return self.refuse(model, Refused::Series, WHAT, why);
         }
-        let created =
-            Arc::new(Series { family: Arc::clone(family), model: model.to_string(), value: Mutex::new(value) });
-        let mut series = lock(&family.series);
+        let bytes = series_bytes(&shared.name, &labels_text(&key), &value);
+        if usage.bytes.load(Ordering::Relaxed) + bytes > limits.bytes_per_model {
+            return self.refuse(model, Refused::ModelBytes, WHAT, bytes_why(model, limits.bytes_per_model));
+        }
+        usage.series.fetch_add(1, Ordering::Relaxed);
+        usage.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let created = Arc::new(Series { family: Arc::clone(family), value: Mutex::new(value), bytes });
+        let mut series = lock(&shared.series);
         series.retain(|_, s| s.strong_count() > 0);
         series.insert(key, Arc::downgrade(&created));
         Ok(created)
     }
 
-    /// The live series of `model`, in every family.
-    fn live_series(&self, model: &str) -> usize {
-        let families: Vec<Arc<Family>> = lock(&self.families).values().filter_map(Weak::upgrade).collect();
-        families
-            .iter()
-            .map(|family| lock(&family.series).values().filter_map(Weak::upgrade).filter(|s| s.model == model).count())
-            .sum()
+    /// The bytes `model`'s families and series add to `/metrics`, as charged against
+    /// `custom_bytes_per_model`.
+    #[cfg(test)]
+    fn model_bytes(&self, model: &str) -> usize {
+        lock(&self.usage).get(model).map_or(0, |u| u.bytes.load(Ordering::Relaxed))
     }
 
     /// KV-cache utilisation (used blocks over the maximum) and token capacity (the maximum times
@@ -240,7 +379,8 @@ impl CustomMetrics {
         Some((if max > 0.0 { used / max } else { 0.0 }, max * tokens_per))
     }
 
-    /// Every family with a live series, in Prometheus' text format, then the refusals.
+    /// Every family with a live series, in Prometheus' text format, then the refusals and the
+    /// guests' dropped span data.
     pub fn render(&self) -> String {
         let families: Vec<Arc<Family>> = lock(&self.families).values().filter_map(Weak::upgrade).collect();
         let mut out = String::new();
@@ -252,31 +392,49 @@ impl CustomMetrics {
             if live.is_empty() {
                 continue;
             }
-            let help = family.description.replace('\\', "\\\\").replace('\n', "\\n");
-            let _ = writeln!(out, "# HELP {} {help}\n# TYPE {} {}", family.name, family.name, family.kind.as_str());
+            out.push_str(&header(&family.name, &family.description, family.kind));
             for (labels, series) in live {
                 let text = labels_text(&labels);
                 match &*lock(&series.value) {
                     Value::Scalar(v) => {
-                        let _ = writeln!(out, "{}{{{text}}} {v}", family.name);
+                        let _ = writeln!(out, "{}{{{text}}} {}", family.name, number(*v));
                     }
                     Value::Histogram(h) => h.render(&mut out, &family.name, &text),
                 }
             }
         }
-        let refused = lock(&self.refused);
-        if !refused.is_empty() {
-            out.push_str(
-                "# HELP tessera_custom_metric_series_refused_total Custom metric series refused because the model \
-                 held as many as it may\n# TYPE tessera_custom_metric_series_refused_total counter\n",
-            );
-            for (model, count) in refused.iter() {
-                let labels = labels_text(&[("model".to_string(), model.clone())]);
-                let _ = writeln!(out, "tessera_custom_metric_series_refused_total{{{labels}}} {count}");
-            }
-        }
+        lock(&self.refused).render(
+            &mut out,
+            "tessera_custom_metric_refused_total",
+            "Custom metric families and series refused because they would pass a bound of --metrics-config \
+             (reason: the bound)",
+            Refused::as_str,
+        );
+        lock(&self.span_drops).render(
+            &mut out,
+            "tessera_guest_span_items_dropped_total",
+            "Spans, attributes and events of guests' own spans dropped because they would pass a bound \
+             (reason: the bound)",
+            SpanDrop::as_str,
+        );
         out
     }
+
+    #[cfg(test)]
+    fn refusals(&self, model: &str, reason: Refused) -> u64 {
+        lock(&self.refused).get(model, reason)
+    }
+}
+
+fn already_exists(name: &str, kind: MetricKind) -> String {
+    format!(
+        "Error when creating MetricFamily: a metric family named '{name}' already exists with kind {}",
+        kind.triton()
+    )
+}
+
+fn bytes_why(model: &str, limit: usize) -> String {
+    format!("model '{model}' would add more than {limit} bytes to /metrics")
 }
 
 fn labels_text(labels: &[(String, String)]) -> String {
@@ -286,7 +444,7 @@ fn labels_text(labels: &[(String, String)]) -> String {
 impl Series {
     /// Counter (by `value >= 0`) and gauge.
     pub fn increment(&self, value: f64) -> Result<(), String> {
-        let kind = self.family.kind;
+        let kind = self.family.family.kind;
         let fail = |why: &str| Err(format!("Failed to increment metric value: {} {why}", kind.triton()));
         match (&mut *lock(&self.value), kind) {
             (Value::Scalar(_), MetricKind::Counter) if value.is_nan() || value < 0.0 => {
@@ -302,7 +460,7 @@ impl Series {
 
     /// Gauge only.
     pub fn set(&self, value: f64) -> Result<(), String> {
-        match (&mut *lock(&self.value), self.family.kind) {
+        match (&mut *lock(&self.value), self.family.family.kind) {
             (Value::Scalar(v), MetricKind::Gauge) => {
                 *v = value;
                 Ok(())
@@ -318,9 +476,10 @@ impl Series {
                 h.observe(value);
                 Ok(())
             }
-            Value::Scalar(_) => {
-                Err(format!("Failed to observe metric value: {} does not support Observe", self.family.kind.triton()))
-            }
+            Value::Scalar(_) => Err(format!(
+                "Failed to observe metric value: {} does not support Observe",
+                self.family.family.kind.triton()
+            )),
         }
     }
 
@@ -338,3 +497,7 @@ impl Series {
 #[cfg(test)]
 #[path = "custom_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "custom_bounds_tests.rs"]
+mod bounds_tests;

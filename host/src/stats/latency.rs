@@ -53,9 +53,8 @@ pub struct MetricsSettings {
     pub summary_max_age: Duration,
     /// `phase_histograms`: the `tessera_inference_*_histogram_us` families (default true).
     pub phase_histograms: bool,
-    /// `custom_series_per_model`: the series of its own metrics a model may hold (see
-    /// `stats::custom`).
-    pub custom_series_per_model: usize,
+    /// `custom_*`: the bounds on a model's own metrics (see `stats::custom`).
+    pub custom: super::custom::CustomLimits,
 }
 
 impl Default for MetricsSettings {
@@ -67,7 +66,7 @@ impl Default for MetricsSettings {
             quantiles: DEFAULT_QUANTILES.to_vec(),
             summary_max_age: Duration::from_secs(60),
             phase_histograms: true,
-            custom_series_per_model: super::custom::DEFAULT_SERIES_PER_MODEL,
+            custom: super::custom::CustomLimits::default(),
         }
     }
 }
@@ -114,18 +113,17 @@ impl MetricsSettings {
                 "summary_latencies" => settings.summary_latencies = parse_flag(setting, value)?,
                 "phase_histograms" => settings.phase_histograms = parse_flag(setting, value)?,
                 "summary_quantiles" => settings.quantiles = parse_quantiles(value)?,
-                "custom_series_per_model" => {
-                    settings.custom_series_per_model = value.parse().map_err(|_| {
-                        format!("--metrics-config custom_series_per_model={value}: expected a number of series")
-                    })?;
-                }
                 "summary_max_age" => {
                     let secs = value.parse::<f64>().ok().filter(|s| s.is_finite() && *s > 0.0).ok_or_else(|| {
                         format!("--metrics-config summary_max_age={value}: expected a positive number of seconds")
                     })?;
                     settings.summary_max_age = Duration::from_secs_f64(secs);
                 }
-                _ => tracing::warn!("--metrics-config: unknown setting '{setting}' ignored"),
+                _ => {
+                    if !settings.custom.set(setting, value)? {
+                        tracing::warn!("--metrics-config: unknown setting '{setting}' ignored");
+                    }
+                }
             }
         }
         Ok(settings)
@@ -155,14 +153,18 @@ impl Histogram {
         self.count += 1;
     }
 
+    pub(super) fn bounds(&self) -> &[f64] {
+        &self.bounds
+    }
+
     pub(super) fn render(&self, out: &mut String, name: &str, labels: &str) {
         let mut cumulative = 0;
         for (bound, count) in self.bounds.iter().zip(&self.counts) {
             cumulative += count;
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{}\"}} {cumulative}", number(*bound));
         }
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", number(self.sum));
         let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
     }
 }
@@ -449,6 +451,20 @@ impl Latency {
 /// Prometheus label text for a model version: `model="..",version=".."`, escaped.
 pub fn model_labels(name: &str, version: i64) -> String {
     format!("model=\"{}\",version=\"{version}\"", escape_label_value(name))
+}
+
+/// A sample value or bucket bound as the exposition format reads it, in at most 24 bytes:
+/// Rust's shortest decimal, or its exponent form where that is longer (`1e300`, not 301 digits);
+/// `+Inf`, `-Inf`, `NaN`.
+pub(super) fn number(value: f64) -> String {
+    if value.is_nan() {
+        return "NaN".into();
+    }
+    if value.is_infinite() {
+        return if value > 0.0 { "+Inf" } else { "-Inf" }.into();
+    }
+    let plain = value.to_string();
+    if plain.len() <= 24 { plain } else { format!("{value:e}") }
 }
 
 /// A label value as the exposition format writes it: backslash, double quote and newline escaped.

@@ -52,6 +52,38 @@ fn bad_settings_are_refused_with_what_was_wrong() {
     assert!(error(&["summary_quantiles=0.5"]).contains("'0.5' has no ':'"));
     assert!(error(&["summary_quantiles=1.5:0.1"]).contains("not two numbers in [0, 1]"));
     assert!(error(&["summary_max_age=-1"]).contains("positive number of seconds"));
+    assert_eq!(
+        error(&["custom_label_value_bytes=1k"]),
+        "--metrics-config custom_label_value_bytes=1k: expected a whole number (0 or more)"
+    );
+}
+
+#[test]
+fn the_custom_metric_bounds_read_from_their_settings() {
+    use super::super::custom::CustomLimits;
+    assert_eq!(settings(&[]).unwrap().custom, CustomLimits::default());
+    let entries = [
+        "custom_series_per_model=1",
+        "custom_families_per_model=2",
+        "custom_name_bytes=3",
+        "custom_label_value_bytes=4",
+        "custom_description_bytes=5",
+        "custom_buckets_per_histogram=6",
+        "custom_bytes_per_model=7",
+    ];
+    let limits = settings(&entries).unwrap().custom;
+    assert_eq!(
+        limits,
+        CustomLimits {
+            series_per_model: 1,
+            families_per_model: 2,
+            name_bytes: 3,
+            label_value_bytes: 4,
+            description_bytes: 5,
+            buckets_per_histogram: 6,
+            bytes_per_model: 7,
+        }
+    );
 }
 
 #[test]

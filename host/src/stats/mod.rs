@@ -3,6 +3,7 @@
 //! distributions for `/metrics` ([`latency`]).
 
 pub mod custom;
+mod custom_limits;
 pub mod host;
 pub mod latency;
 

@@ -16,7 +16,7 @@ mod otlp;
 mod settings;
 mod tensors;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -201,6 +201,9 @@ struct Inner {
     ids: Arc<AtomicU64>,
     sink: Arc<dyn TraceSink>,
     record: Mutex<TraceRecord>,
+    /// Bytes the guests' own spans may still add, shared by the trace and its children (one
+    /// client request): `--trace-config guest_span_bytes`.
+    guest_bytes: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Trace {
@@ -210,10 +213,17 @@ impl std::fmt::Debug for Trace {
 }
 
 impl Trace {
-    fn new(parent_id: u64, level: Level, otel: Option<OtelIds>, ids: Arc<AtomicU64>, sink: Arc<dyn TraceSink>) -> Self {
+    fn new(
+        parent_id: u64,
+        level: Level,
+        otel: Option<OtelIds>,
+        ids: Arc<AtomicU64>,
+        sink: Arc<dyn TraceSink>,
+        guest_bytes: Arc<AtomicUsize>,
+    ) -> Self {
         let id = ids.fetch_add(1, Ordering::Relaxed);
         let record = TraceRecord { id, parent_id, started_ns: now_ns(), otel, ..Default::default() };
-        Self(Arc::new(Inner { id, parent_id, level, otel, ids, sink, record: Mutex::new(record) }))
+        Self(Arc::new(Inner { id, parent_id, level, otel, ids, sink, record: Mutex::new(record), guest_bytes }))
     }
 
     pub fn id(&self) -> u64 {
@@ -227,7 +237,9 @@ impl Trace {
     /// A trace for a request this one's handler makes (a composing model's, a BLS call's).
     pub fn child(&self) -> Trace {
         let otel = self.0.otel.as_ref().map(OtelIds::child);
-        Trace::new(self.0.id, self.0.level, otel, Arc::clone(&self.0.ids), Arc::clone(&self.0.sink))
+        let (ids, sink, guest_bytes) =
+            (Arc::clone(&self.0.ids), Arc::clone(&self.0.sink), Arc::clone(&self.0.guest_bytes));
+        Trace::new(self.0.id, self.0.level, otel, ids, sink, guest_bytes)
     }
 
     /// Records `activity` now.
@@ -263,6 +275,12 @@ impl Trace {
         }
     }
 
+    /// Takes `bytes` of what the guests' spans may still add to this request's traces; false,
+    /// taking nothing, when fewer are left.
+    pub fn take_guest_bytes(&self, bytes: usize) -> bool {
+        self.0.guest_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(bytes)).is_ok()
+    }
+
     /// Adds a span the model's guest code opened and has ended.
     pub fn add_guest_span(&self, span: GuestSpan) {
         self.with_record(|r| r.guest_spans.push(span));
@@ -285,7 +303,14 @@ impl Drop for Inner {
 /// A trace at level TIMESTAMPS that goes to `sink`, for other modules' tests.
 #[cfg(test)]
 pub(crate) fn test_trace(sink: Arc<dyn TraceSink>) -> Trace {
-    Trace::new(0, Level { timestamps: true, tensors: false }, None, Arc::new(AtomicU64::new(1)), sink)
+    test_trace_with_guest_bytes(sink, usize::MAX)
+}
+
+/// [`test_trace`] whose guests' spans may add `guest_bytes`.
+#[cfg(test)]
+pub(crate) fn test_trace_with_guest_bytes(sink: Arc<dyn TraceSink>, guest_bytes: usize) -> Trace {
+    let level = Level { timestamps: true, tensors: false };
+    Trace::new(0, level, None, Arc::new(AtomicU64::new(1)), sink, Arc::new(AtomicUsize::new(guest_bytes)))
 }
 
 /// Stamps `activity` now on `trace`, when the request is traced.

@@ -3,7 +3,7 @@
 //! value field by field, and sampling (`rate`, `count`) counted per settings holder.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::{ExportSettings, FileSink, OtelIds, OtlpSink, Trace, TraceParent, TraceSink};
@@ -83,7 +83,14 @@ pub struct TraceConfig {
     pub log_frequency: u32,
     /// OpenTelemetry mode's settings (`url`, `resource`, `bsp_*`), as given.
     pub opentelemetry: BTreeMap<String, String>,
+    /// `guest_span_bytes` (Tessera's): what the guests' own spans may add to one client
+    /// request's traces, counted as the trace file writes them; past it, spans, attributes and
+    /// events are dropped. Not changed by the trace-setting API.
+    pub guest_span_bytes: usize,
 }
+
+/// The default `guest_span_bytes`: 64 KiB.
+pub const DEFAULT_GUEST_SPAN_BYTES: usize = 64 << 10;
 
 impl Default for TraceConfig {
     fn default() -> Self {
@@ -95,6 +102,7 @@ impl Default for TraceConfig {
             file: String::new(),
             log_frequency: 0,
             opentelemetry: BTreeMap::new(),
+            guest_span_bytes: DEFAULT_GUEST_SPAN_BYTES,
         }
     }
 }
@@ -170,6 +178,11 @@ impl TraceConfig {
                     }
                     "count" => {
                         config.count = value.parse().map_err(|_| bad(&option, format!("invalid count: {value}")))?;
+                    }
+                    "guest_span_bytes" => {
+                        config.guest_span_bytes = value.parse().map_err(|_| {
+                            bad(&option, format!("invalid guest_span_bytes: {value} (a number of bytes)"))
+                        })?;
                     }
                     _ => {}
                 },
@@ -320,8 +333,10 @@ impl Tracer {
             return None;
         }
         let otel = global.mode == TraceMode::OpenTelemetry;
+        let guest_bytes = || Arc::new(AtomicUsize::new(global.guest_span_bytes));
         if let Some(remote) = traceparent.filter(|_| otel).and_then(TraceParent::parse) {
-            return Some(Trace::new(0, level, Some(OtelIds::new(Some(&remote))), Arc::clone(&self.ids), sink));
+            let ids = Some(OtelIds::new(Some(&remote)));
+            return Some(Trace::new(0, level, ids, Arc::clone(&self.ids), sink, guest_bytes()));
         }
         sampler.seen += 1;
         if sampler.seen % u64::from(rate) != 0 {
@@ -334,7 +349,7 @@ impl Tracer {
             _ => {}
         }
         let ids = otel.then(|| OtelIds::new(None));
-        Some(Trace::new(0, level, ids, Arc::clone(&self.ids), sink))
+        Some(Trace::new(0, level, ids, Arc::clone(&self.ids), sink, guest_bytes()))
     }
 
     /// The settings of `model`, or the global ones, as the trace-setting API answers them.

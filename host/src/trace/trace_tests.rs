@@ -21,7 +21,7 @@ impl TraceSink for Kept {
 fn on(level: Level) -> (Trace, Arc<Kept>) {
     let kept = Arc::new(Kept::default());
     let sink: Arc<dyn TraceSink> = kept.clone();
-    (Trace::new(0, level, None, Arc::new(AtomicU64::new(1)), sink), kept)
+    (Trace::new(0, level, None, Arc::new(AtomicU64::new(1)), sink, Arc::new(AtomicUsize::new(usize::MAX))), kept)
 }
 
 const TIMESTAMPS: Level = Level { timestamps: true, tensors: false };
@@ -251,4 +251,25 @@ fn a_child_trace_keeps_the_trace_id_and_hangs_under_its_callers_model_span() {
     let fresh = OtelIds::new(None);
     assert_ne!(fresh.trace_id, [0; 16]);
     assert_eq!(fresh.parent, None);
+}
+
+#[test]
+fn guests_span_bytes_are_one_budget_per_client_request_shared_with_its_children() {
+    assert_eq!(TraceConfig::default().guest_span_bytes, 64 << 10);
+    assert_eq!(config(&["guest_span_bytes=100"]).guest_span_bytes, 100);
+    let bad = TraceConfig::from_flags(&["guest_span_bytes=lots".into()], &LegacyFlags::default()).unwrap_err();
+    assert!(bad.contains("invalid guest_span_bytes: lots"), "{bad}");
+    let dir = temp_dir("guest-bytes");
+    let tracer = tracer_with_file(&dir, &["level=TIMESTAMPS", "rate=1", "guest_span_bytes=100"]);
+    let trace = tracer.sample("m", None).unwrap();
+    let child = trace.child();
+    assert!(trace.take_guest_bytes(60));
+    assert!(!child.take_guest_bytes(41), "a BLS call's or composing model's trace shares its request's bytes");
+    assert!(child.take_guest_bytes(40));
+    assert!(!trace.take_guest_bytes(1));
+    let next = tracer.sample("m", None).unwrap();
+    assert!(next.take_guest_bytes(100), "every request has its own");
+    drop((trace, child, next));
+    tracer.close();
+    let _ = std::fs::remove_dir_all(&dir);
 }

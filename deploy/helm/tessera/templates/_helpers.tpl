@@ -17,3 +17,11 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
+
+{{- define "tessera.adminSecretName" -}}
+{{- .Values.restrictedApi.existingSecret | default (printf "%s-admin-key" (include "tessera.fullname" .)) -}}
+{{- end -}}
+
+{{- define "tessera.restrictedRule" -}}
+{{- join "," .Values.restrictedApi.categories }}:{{ .Values.restrictedApi.header }}=$(TESSERA_ADMIN_KEY)
+{{- end -}}

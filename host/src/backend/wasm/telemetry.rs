@@ -2,8 +2,11 @@
 //! its own spans in the trace of the request it serves.
 //!
 //! A guest's span data is bounded (attributes and events per span, spans per `execute` call,
-//! bytes per string): past a bound, what is added is dropped, and the span says how much in its
-//! attribute `tessera.dropped`. Tracing is the operator's, and a guest must not grow it at will.
+//! bytes per string, and the bytes all its spans add to one client request's traces,
+//! `--trace-config guest_span_bytes`): past a bound, what is added is dropped, the span says how
+//! much in its attribute `tessera.dropped`, and `/metrics` counts it
+//! (`tessera_guest_span_items_dropped_total{model,reason}`). Tracing is the operator's, and a
+//! guest must not grow it at will.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
@@ -13,7 +16,7 @@ use super::bindings::tessera::model::telemetry as wit_telemetry;
 use super::state::{BlsCalls, GuestShared, Handles, cut_text, table_error};
 use super::wit;
 use crate::error::CoreError;
-use crate::stats::custom::{CustomMetrics, Family, MetricKind, Series};
+use crate::stats::custom::{CustomMetrics, MetricKind, ModelFamily, Series, SpanDrop};
 use crate::trace::{GuestSpan, SpanEvent, SpanValue, Trace, now_ns, random_id};
 
 /// Attributes, and events, one span keeps.
@@ -22,6 +25,15 @@ const SPAN_ITEMS: usize = 128;
 const SPANS_PER_CALL: usize = 256;
 /// Bytes of one name or string value a span keeps.
 const SPAN_TEXT_BYTES: usize = 1024;
+/// What a span takes in Triton's trace file beside its name, attributes and events: the trace
+/// id, span ids, times, keys and punctuation, and its `tessera.dropped` attribute.
+const SPAN_BYTES: usize = 240;
+/// What an event takes beside its name and attributes.
+const EVENT_BYTES: usize = 56;
+/// What an attribute takes beside its key and value (`:` and `,`).
+const ATTRIBUTE_BYTES: usize = 2;
+/// The most a number takes.
+const NUMBER_BYTES: usize = 24;
 
 /// What the guest's telemetry needs that every store of its model shares.
 #[derive(Default)]
@@ -32,7 +44,7 @@ pub(super) struct GuestTelemetry {
 }
 
 /// A metric family resource.
-pub struct HostMetricFamily(Arc<Family>);
+pub struct HostMetricFamily(Arc<ModelFamily>);
 
 /// A metric (series) resource.
 pub struct HostMetric(Arc<Series>);
@@ -98,6 +110,27 @@ fn text(value: String) -> String {
     cut_text(value, SPAN_TEXT_BYTES, "span strings keep")
 }
 
+/// The bytes `text` takes as a JSON string.
+fn json_bytes(text: &str) -> usize {
+    2 + text
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..0x20 => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
+}
+
+/// The bytes an attribute takes in the trace file.
+fn attribute_bytes(key: &str, value: &SpanValue) -> usize {
+    let value = match value {
+        SpanValue::String(s) => json_bytes(s),
+        SpanValue::Bool(_) | SpanValue::Int(_) | SpanValue::Double(_) => NUMBER_BYTES,
+    };
+    json_bytes(key) + value + ATTRIBUTE_BYTES
+}
+
 fn span_value(value: wit::ParamValue) -> SpanValue {
     match value {
         wit::ParamValue::Bool(b) => SpanValue::Bool(b),
@@ -112,13 +145,25 @@ impl TelemetryView<'_> {
         Ok(Arc::clone(&self.handles.table.get(span).map_err(table_error)?.0))
     }
 
-    /// Runs `f` on the span if it is still being recorded.
-    fn with_span(&self, span: &Resource<HostSpan>, f: impl FnOnce(&mut OpenSpan)) -> wasmtime::Result<()> {
+    /// Runs `f` on the span if it is still being recorded, and counts the items it dropped,
+    /// by why.
+    fn with_span(
+        &self,
+        span: &Resource<HostSpan>,
+        f: impl FnOnce(&mut OpenSpan) -> Vec<(SpanDrop, u64)>,
+    ) -> wasmtime::Result<()> {
         let span = self.open_span(span)?;
-        if let Some(open) = span.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
-            f(open);
+        let dropped = span.lock().unwrap_or_else(PoisonError::into_inner).as_mut().map(f).unwrap_or_default();
+        for (reason, n) in dropped {
+            self.count_dropped(reason, n);
         }
         Ok(())
+    }
+
+    fn count_dropped(&self, reason: SpanDrop, n: u64) {
+        if let Some(metrics) = &self.shared.telemetry.metrics {
+            metrics.count_span_drop(&self.shared.model_name, reason, n);
+        }
     }
 }
 
@@ -140,7 +185,7 @@ impl wit_telemetry::HostMetricFamily for TelemetryView<'_> {
             wit_telemetry::MetricKind::Gauge => MetricKind::Gauge,
             wit_telemetry::MetricKind::Histogram => MetricKind::Histogram,
         };
-        match metrics.family(&name, &description, kind) {
+        match metrics.family(&self.shared.model_name, &name, &description, kind) {
             Ok(family) => Ok(Ok(self.handles.table.push(HostMetricFamily(family)).map_err(table_error)?)),
             Err(e) => Ok(Err(refused(e))),
         }
@@ -157,7 +202,7 @@ impl wit_telemetry::HostMetricFamily for TelemetryView<'_> {
             return Ok(Err(refused("custom metrics are not available here".into())));
         };
         let version = self.shared.telemetry.model_version;
-        match metrics.series(&family, &self.shared.model_name, version, labels, buckets) {
+        match metrics.series(&family, version, labels, buckets) {
             Ok(series) => Ok(Ok(self.handles.table.push(HostMetric(series)).map_err(table_error)?)),
             Err(e) => Ok(Err(refused(e))),
         }
@@ -201,26 +246,40 @@ impl wit_telemetry::HostSpan for TelemetryView<'_> {
             None => None,
         };
         let spans = &mut self.bls.spans;
+        let mut dropped = None;
         let open = match &self.bls.trace {
-            Some(trace) if spans.opened < SPANS_PER_CALL => {
-                spans.opened += 1;
-                let span = GuestSpan {
-                    span_id: random_id(),
-                    parent,
-                    name: text(name),
-                    start_ns: now_ns(),
-                    end_ns: 0,
-                    attributes: Vec::new(),
-                    events: Vec::new(),
-                };
-                Some(OpenSpan { trace: trace.clone(), span, dropped: 0 })
+            Some(_) if spans.opened >= SPANS_PER_CALL => {
+                dropped = Some(SpanDrop::SpansPerCall);
+                None
             }
-            _ => None,
+            Some(trace) => {
+                let name = text(name);
+                if trace.take_guest_bytes(SPAN_BYTES + json_bytes(&name)) {
+                    spans.opened += 1;
+                    let span = GuestSpan {
+                        span_id: random_id(),
+                        parent,
+                        name,
+                        start_ns: now_ns(),
+                        end_ns: 0,
+                        attributes: Vec::new(),
+                        events: Vec::new(),
+                    };
+                    Some(OpenSpan { trace: trace.clone(), span, dropped: 0 })
+                } else {
+                    dropped = Some(SpanDrop::RequestBytes);
+                    None
+                }
+            }
+            None => None,
         };
+        if let Some(reason) = dropped {
+            self.count_dropped(reason, 1);
+        }
         let recording = open.is_some();
         let span = Arc::new(Mutex::new(open));
         if recording {
-            spans.open.push(Arc::downgrade(&span));
+            self.bls.spans.open.push(Arc::downgrade(&span));
         }
         self.handles.table.push(HostSpan(span)).map_err(table_error)
     }
@@ -231,11 +290,17 @@ impl wit_telemetry::HostSpan for TelemetryView<'_> {
 
     fn set_attribute(&mut self, span: Resource<HostSpan>, key: String, value: wit::ParamValue) -> wasmtime::Result<()> {
         self.with_span(&span, |open| {
-            if open.span.attributes.len() < SPAN_ITEMS {
-                open.span.attributes.push((text(key), span_value(value)));
-            } else {
+            if open.span.attributes.len() >= SPAN_ITEMS {
                 open.dropped += 1;
+                return vec![(SpanDrop::SpanItems, 1)];
             }
+            let (key, value) = (text(key), span_value(value));
+            if !open.trace.take_guest_bytes(attribute_bytes(&key, &value)) {
+                open.dropped += 1;
+                return vec![(SpanDrop::RequestBytes, 1)];
+            }
+            open.span.attributes.push((key, value));
+            Vec::new()
         })
     }
 
@@ -248,12 +313,27 @@ impl wit_telemetry::HostSpan for TelemetryView<'_> {
         self.with_span(&span, |open| {
             if open.span.events.len() >= SPAN_ITEMS {
                 open.dropped += 1;
-                return;
+                return vec![(SpanDrop::SpanItems, 1)];
             }
-            let kept = attributes.len().min(SPAN_ITEMS);
-            open.dropped += (attributes.len() - kept) as i64;
-            let attributes = attributes.into_iter().take(kept).map(|(k, v)| (text(k), span_value(v))).collect();
-            open.span.events.push(SpanEvent { name: text(name), ns: now_ns(), attributes });
+            let name = text(name);
+            if !open.trace.take_guest_bytes(EVENT_BYTES + json_bytes(&name)) {
+                open.dropped += 1;
+                return vec![(SpanDrop::RequestBytes, 1)];
+            }
+            let over = attributes.len().saturating_sub(SPAN_ITEMS) as u64;
+            let mut out_of_bytes = 0;
+            let mut kept = Vec::new();
+            for (key, value) in attributes.into_iter().take(SPAN_ITEMS) {
+                let (key, value) = (text(key), span_value(value));
+                if open.trace.take_guest_bytes(attribute_bytes(&key, &value)) {
+                    kept.push((key, value));
+                } else {
+                    out_of_bytes += 1;
+                }
+            }
+            open.dropped += (over + out_of_bytes) as i64;
+            open.span.events.push(SpanEvent { name, ns: now_ns(), attributes: kept });
+            vec![(SpanDrop::SpanItems, over), (SpanDrop::RequestBytes, out_of_bytes)]
         })
     }
 

@@ -5,7 +5,8 @@ use wit_telemetry::{HostMetric as _, HostMetricFamily as _, HostSpan as _};
 use super::*;
 use crate::backend::wasm::sandbox::AllowList;
 use crate::backend::wasm::test_support::{shared, state};
-use crate::trace::{TraceRecord, TraceSink, test_trace};
+use crate::stats::custom::CustomLimits;
+use crate::trace::{FileSink, TraceRecord, TraceSink, test_trace, test_trace_with_guest_bytes};
 
 #[derive(Default)]
 struct Kept(Mutex<Vec<TraceRecord>>);
@@ -92,7 +93,7 @@ fn metrics_without_a_registry_are_refused_with_a_message() {
 
 #[test]
 fn a_guests_series_is_labelled_with_its_model_and_leaves_with_its_handles() {
-    let registry = CustomMetrics::new(10);
+    let registry = CustomMetrics::new(CustomLimits::default());
     let mut guest = shared(AllowList::Nothing, None);
     Arc::get_mut(&mut guest).unwrap().telemetry =
         GuestTelemetry { metrics: Some(Arc::clone(&registry)), model_version: 4 };
@@ -108,4 +109,80 @@ fn a_guests_series_is_labelled_with_its_model_and_leaves_with_its_handles() {
     wit_telemetry::HostMetric::drop(&mut view, metric).unwrap();
     wit_telemetry::HostMetricFamily::drop(&mut view, family).unwrap();
     assert_eq!(registry.render(), "");
+}
+
+#[test]
+fn a_requests_span_bytes_are_bounded_as_the_trace_file_writes_them_and_the_drops_counted() {
+    let dir = std::env::temp_dir().join(format!("tessera-guest-span-bytes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.json");
+    let sink = Arc::new(FileSink::start(path.display().to_string(), 0));
+    let registry = CustomMetrics::new(CustomLimits::default());
+    let mut guest = shared(AllowList::Nothing, None);
+    Arc::get_mut(&mut guest).unwrap().telemetry =
+        GuestTelemetry { metrics: Some(Arc::clone(&registry)), model_version: 1 };
+    let mut s = state(guest);
+    const BUDGET: usize = 8 << 10;
+    s.bls.trace = Some(test_trace_with_guest_bytes(sink.clone(), BUDGET));
+    let mut view = s.telemetry();
+    // Strings that the trace file writes six bytes a character (`\u0001`), and plain ones.
+    let escaped = || wit::ParamValue::String("\u{1}".repeat(1024));
+    let mut spans = Vec::new();
+    for i in 0..40 {
+        let span = view.start(format!("span{i}"), None).unwrap();
+        for j in 0..10 {
+            view.set_attribute(Resource::new_borrow(span.rep()), format!("k{j}"), escaped()).unwrap();
+        }
+        let attributes = vec![("a".to_string(), wit::ParamValue::String("x".repeat(1024)))];
+        view.add_event(Resource::new_borrow(span.rep()), "e".into(), attributes).unwrap();
+        spans.push(span);
+    }
+    let late = view.start("late".into(), None).unwrap();
+    assert!(!view.is_recording(Resource::new_borrow(late.rep())).unwrap(), "no bytes were left for a span");
+    s.bls.spans.end_all();
+    s.bls.trace = None;
+    drop(s);
+    sink.close();
+    let written = std::fs::metadata(&path).unwrap().len() as usize;
+    // The trace's own object ({"id":..,"model_name":..}) and the array's brackets are not the guest's.
+    assert!(written <= BUDGET + 256, "{written} bytes written for a budget of {BUDGET}");
+    let objects: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let spans: Vec<&serde_json::Value> = objects.as_array().unwrap().iter().filter_map(|o| o.get("span")).collect();
+    assert!(!spans.is_empty() && spans.len() < 40, "{}", spans.len());
+    // The first span kept one attribute of six kilobytes as written: counted as written, not
+    // as the 1 KiB the guest sent.
+    let first = spans[0]["attributes"].as_object().unwrap();
+    assert_eq!(first.keys().filter(|k| k.starts_with('k')).count(), 1, "{first:?}");
+    let text = registry.render();
+    let line = "tessera_guest_span_items_dropped_total{model=\"guest\",reason=\"request_bytes\"} ";
+    let dropped: u64 = text.lines().find_map(|l| l.strip_prefix(line)).unwrap().parse().unwrap();
+    let in_spans: u64 = spans.iter().map(|s| s["attributes"]["tessera.dropped"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(dropped, in_spans + (41 - spans.len() as u64), "what the spans say they lost, and the spans lost");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn spans_past_the_calls_bound_are_counted_too() {
+    let registry = CustomMetrics::new(CustomLimits::default());
+    let kept = Arc::new(Kept::default());
+    let mut guest = shared(AllowList::Nothing, None);
+    Arc::get_mut(&mut guest).unwrap().telemetry =
+        GuestTelemetry { metrics: Some(Arc::clone(&registry)), model_version: 1 };
+    let mut s = state(guest);
+    s.bls.trace = Some(test_trace(kept.clone()));
+    let mut view = s.telemetry();
+    for _ in 0..SPANS_PER_CALL + 2 {
+        let span = view.start("s".into(), None).unwrap();
+        wit_telemetry::HostSpan::drop(&mut view, span).unwrap();
+    }
+    s.bls.spans.end_all();
+    s.bls.trace = None;
+    drop(s);
+    assert_eq!(kept.0.lock().unwrap()[0].guest_spans.len(), SPANS_PER_CALL);
+    assert!(
+        registry
+            .render()
+            .contains("tessera_guest_span_items_dropped_total{model=\"guest\",reason=\"spans_per_call\"} 2\n")
+    );
 }
