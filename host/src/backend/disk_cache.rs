@@ -33,8 +33,10 @@ struct CacheStats {
 }
 
 /// The caches of this process, by name, for `/metrics`.
-fn registry() -> &'static Mutex<Vec<(&'static str, Arc<CacheStats>)>> {
-    static CACHES: OnceLock<Mutex<Vec<(&'static str, Arc<CacheStats>)>>> = OnceLock::new();
+type Registry = Mutex<Vec<(&'static str, Arc<CacheStats>)>>;
+
+fn registry() -> &'static Registry {
+    static CACHES: OnceLock<Registry> = OnceLock::new();
     CACHES.get_or_init(Mutex::default)
 }
 
@@ -113,7 +115,8 @@ pub(crate) fn render() -> String {
         return String::new();
     }
     let mut out = String::new();
-    let families: [(&str, &str, &str, fn(&CacheStats) -> u64); 4] = [
+    type Read = fn(&CacheStats) -> u64;
+    let families: [(&str, &str, &str, Read); 4] = [
         ("tessera_disk_cache_bytes", "gauge", "Bytes the cache's entries take on disk", |s| {
             s.bytes.load(Ordering::Relaxed)
         }),

@@ -344,6 +344,10 @@ pub struct ServeArgs {
     /// with a warm cache skips compilation.
     #[arg(long, env = "TESSERA_WASM_CACHE_DIR")]
     pub wasm_cache_dir: Option<PathBuf>,
+    /// Size cap of the compiled-component cache, in MiB (0: none): past it the least recently
+    /// used entries are deleted (`tessera_disk_cache_*` on /metrics).
+    #[arg(long, env = "TESSERA_WASM_CACHE_MAX_MIB", default_value_t = 4096)]
+    pub wasm_cache_max_mib: u64,
     /// Most WebAssembly model instances live at once (sizes the pooling allocator). A server may
     /// hold more Wasm models than this: past it, the least recently used idle instance is
     /// evicted and rebuilt on its model's next request.
@@ -378,6 +382,11 @@ pub struct ServeArgs {
     /// to load (a first build with numpy also builds numpy for the guest: minutes).
     #[arg(long, env = "TESSERA_PYTHON_GUEST_BUILD_TIMEOUT_SECS", default_value_t = 900)]
     pub python_guest_build_timeout_secs: u64,
+    /// Size cap of the cache of built model.py guests, in MiB (0: none): past it the least
+    /// recently used are deleted (`tessera_disk_cache_*` on /metrics). Every distinct uploaded
+    /// model.py adds one (20-40 MiB).
+    #[arg(long, env = "TESSERA_PYTHON_GUEST_CACHE_MAX_MIB", default_value_t = 4096)]
+    pub python_guest_cache_max_mib: u64,
     /// The models that models served from `model.py` may call through BLS (`*`, or a comma
     /// list), as Triton lets a Python model call any model; a model's own `allowed_models`
     /// parameter narrows it. Default: only what each model's `allowed_models` lists.
@@ -501,6 +510,7 @@ impl ServeArgs {
             max_instances: self.wasm_max_instances,
             idle_timeout: (self.wasm_instance_idle_secs > 0)
                 .then(|| std::time::Duration::from_secs(self.wasm_instance_idle_secs)),
+            cache_max_bytes: self.wasm_cache_max_mib.saturating_mul(1 << 20),
             ..WasmOptions::default()
         };
         if let Some(dir) = &self.wasm_cache_dir {
@@ -509,6 +519,7 @@ impl ServeArgs {
         let mut python = PythonOptions {
             build_timeout: Duration::from_secs(self.python_guest_build_timeout_secs.max(1)),
             allowed_models: self.python_allowed_models.clone(),
+            cache_max_bytes: self.python_guest_cache_max_mib.saturating_mul(1 << 20),
             ..PythonOptions::default()
         };
         if let Some(builder) = &self.python_guest_builder {

@@ -404,6 +404,17 @@ impl Server {
             }
             tasks.spawn(task);
         }
+        // A stop ends the model.py builds running now (a load's or an unload's waits on them):
+        // the process exits without waiting for a build's time limit.
+        let mut stopped = stop_tx.subscribe();
+        let preparing = Arc::downgrade(&manager);
+        tokio::spawn(async move {
+            if stopped.wait_for(|s| *s).await.is_ok()
+                && let Some(manager) = preparing.upgrade()
+            {
+                manager.cancel_preparations();
+            }
+        });
         let stopping = Arc::new(Stopping {
             stop_tx,
             drain_started: OnceLock::new(),
