@@ -145,16 +145,35 @@ impl Restrictions {
     ) -> Result<(), Refusal> {
         let Some(rule) = self.rules.get(&category) else { return Ok(()) };
         let name = format!("{prefix}{}", rule.key).to_ascii_lowercase();
-        if header(&name) == Some(rule.value.as_str()) {
+        if header(&name).is_some_and(|given| same_secret(given.as_bytes(), rule.value.as_bytes())) {
             return Ok(());
         }
         Err(Refusal { expected: format!("{prefix}{}", rule.key) })
     }
 }
 
+/// Compares a header with the rule's value in time that depends on their lengths only, not on
+/// where they first differ: the value is the operator's secret.
+fn same_secret(given: &[u8], secret: &[u8]) -> bool {
+    let mut differ = given.len() ^ secret.len();
+    for (i, byte) in secret.iter().enumerate() {
+        differ |= usize::from(byte ^ given.get(i).copied().unwrap_or(!byte));
+    }
+    differ == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_secret_matches_only_itself() {
+        assert!(same_secret(b"s3cret", b"s3cret"));
+        for other in [&b""[..], b"s3cre", b"s3cret!", b"S3cret", b"s3creu"] {
+            assert!(!same_secret(other, b"s3cret"), "{other:?}");
+        }
+        assert!(same_secret(b"", b""));
+    }
 
     fn parse(values: &[&str]) -> Result<Restrictions, String> {
         Restrictions::parse("http-restricted-api", &values.iter().map(|v| v.to_string()).collect::<Vec<_>>())
