@@ -40,11 +40,20 @@ pub enum Answers {
 }
 
 impl Answers {
-    /// The next answer; `None` after the last.
+    /// The next answer; `None` after the last. A stream the server's stop cuts short (its exit
+    /// timeout passed) ends with an error saying so, not with a plain end.
     pub async fn next(&mut self) -> Option<CoreResult<InferResponse>> {
         match self {
             Answers::One(answer) => answer.take(),
             Answers::Stream(stream) => stream.recv().await,
+        }
+    }
+
+    /// Whether the last answer has been returned (nothing follows).
+    pub fn is_over(&self) -> bool {
+        match self {
+            Answers::One(answer) => answer.is_none(),
+            Answers::Stream(stream) => stream.is_over(),
         }
     }
 }

@@ -220,11 +220,12 @@ impl Door {
                 })
             })
             .map_err(core_error)?;
-        let first_is_last = match &first {
-            None => true,
-            Some(Ok(response)) => response.is_final,
-            Some(Err(_)) => false,
-        };
+        let first_is_last = answers.is_over()
+            || match &first {
+                None => true,
+                Some(Ok(response)) => response.is_final,
+                Some(Err(_)) => false,
+            };
         let rest = match answers {
             Answers::One(_) => None,
             stream @ Answers::Stream(_) => Some(AnswerStream::new(stream, first_is_last, self.runtime.clone())),
@@ -261,7 +262,8 @@ impl Door {
                 Ok(Answers::One(answer)) => deliver(answer, true),
                 Ok(mut answers) => {
                     while let Some(answer) = answers.next().await {
-                        let last = matches!(&answer, Ok(response) if response.is_final);
+                        // A stream cut by the server's stop ends with its error.
+                        let last = matches!(&answer, Ok(response) if response.is_final) || answers.is_over();
                         deliver(Some(answer), last);
                         if last {
                             return;
@@ -310,14 +312,21 @@ impl AnswerStream {
                     _ = cancelled.wait_for(|c| *c) => None,
                 }
             });
-            let ended =
-                *self.cancelled.borrow() || matches!(&answer, None | Some(Ok(InferResponse { is_final: true, .. })));
+            let ended = *self.cancelled.borrow()
+                || answers.is_over()
+                || matches!(&answer, None | Some(Ok(InferResponse { is_final: true, .. })));
             if !ended {
                 *self.slot() = Some(answers);
             }
             answer
         });
         next.map(|answer| answer_to_py(py, answer)).transpose()
+    }
+
+    /// Whether nothing follows: the last answer has been returned (a final response, the end, or
+    /// the error of a stream the server's stop cut short), or the request was cancelled.
+    fn ended(&self) -> bool {
+        self.slot().is_none()
     }
 
     /// Drops the request: the model sees it cancelled, and `next()` returns None.

@@ -191,6 +191,10 @@ pub struct ServeArgs {
     /// Accepted for compatibility with Triton command lines (tonic answers pings without calls).
     #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub grpc_keepalive_permit_without_calls: bool,
+    /// Milliseconds a gRPC connection may have no call in flight before it is closed gracefully
+    /// (GOAWAY: its client reconnects at its next call); 0: never.
+    #[arg(long, default_value_t = 300_000)]
+    pub grpc_max_connection_idle: u64,
     /// Accepted for compatibility with Triton command lines.
     #[arg(long)]
     pub grpc_http2_max_pings_without_data: Option<u64>,
@@ -565,6 +569,8 @@ impl ServeArgs {
                 max_connections: self.grpc_max_connections.unwrap_or_else(default_max_connections).max(1),
                 stream_responses: self.grpc_max_response_pool_size.unwrap_or(crate::grpc::DEFAULT_STREAM_RESPONSES),
                 first_bytes_timeout: Duration::from_secs(self.http_header_read_timeout.max(1)),
+                max_connection_idle: (self.grpc_max_connection_idle > 0)
+                    .then(|| Duration::from_millis(self.grpc_max_connection_idle)),
             },
             metrics: self.allow_metrics.then(|| Listen::new(&self.metrics_address, self.metrics_port)),
             cpu_metrics_interval: self.allow_cpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
@@ -660,7 +666,7 @@ pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         let server = match Server::start(config).await {
             Ok(server) => server,
             Err(e) => {
@@ -684,7 +690,12 @@ pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
         };
         tracing::info!("server stopped");
         code
-    })
+    });
+    // The process ends here. Dropping the runtime would shut its timers down under work still
+    // running past the exit timeout (a guest blocked in a call, which then panics) and wait for
+    // that work without bound: leave it to the process's exit instead.
+    std::mem::forget(runtime);
+    code
 }
 
 async fn shutdown_signal() {

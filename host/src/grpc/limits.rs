@@ -26,7 +26,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use tonic::Status;
 
-use super::serve::GrpcConnectInfo;
+use super::connection::{CallInFlight, GrpcConnectInfo};
 use tonic::body::Body;
 
 use crate::limits::{
@@ -86,9 +86,9 @@ where
         let info = parts.extensions.get::<GrpcConnectInfo>().or_else(|| {
             parts.extensions.get::<tonic::transport::server::TlsConnectInfo<GrpcConnectInfo>>().map(|t| t.get_ref())
         });
-        if let Some(info) = info {
-            info.used.mark();
-        }
+        // The call is in flight on its connection (no longer a silent one, not idle) until its
+        // response is done.
+        let call = info.map(|info| info.used.begin_call());
         let compression = match parts.headers.get("grpc-encoding").map(http::HeaderValue::as_bytes) {
             Some(b"gzip") => Some(Compression::Gzip),
             Some(b"deflate") => Some(Compression::Deflate),
@@ -114,15 +114,17 @@ where
         let response = self.inner.call(http::Request::from_parts(parts, Body::new(body)));
         Box::pin(async move {
             let response = response.await?;
-            Ok(response.map(|body| Body::new(HoldingBody { inner: body, _held: held })))
+            Ok(response.map(|body| Body::new(HoldingBody { inner: body, _held: held, _call: call })))
         })
     }
 }
 
-/// A response body that keeps its request's reservation until it is done.
+/// A response body that keeps its request's reservation, and its call counted on its
+/// connection, until it is done.
 struct HoldingBody<B> {
     inner: B,
     _held: Held,
+    _call: Option<CallInFlight>,
 }
 
 impl<B: HttpBody<Data = Bytes> + Unpin> HttpBody for HoldingBody<B> {

@@ -8,12 +8,14 @@
 //! response is sent as an empty response only when the request sets
 //! `triton_enable_empty_final_response`.
 //!
-//! Files by job: `options` (the door's settings), `serve` (connections, TLS, the layers in front
-//! of the services: `restrict` for restricted protocols, `limits` for message bounds), this file
+//! Files by job: `options` (the door's settings), `serve` (the accept loop, TLS, the layers in
+//! front of the services: `restrict` for restricted protocols, `limits` for message bounds),
+//! `connection` (one connection's slot and its silent and idle clocks), this file
 //! (the inference service's calls), `stream` (`ModelStreamInfer`'s requests), `health`, `codec`
 //! (protobuf <-> core types) and `status` (errors to gRPC codes).
 
 pub mod codec;
+mod connection;
 mod health;
 pub mod limits;
 mod options;

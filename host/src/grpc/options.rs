@@ -33,7 +33,17 @@ pub struct GrpcOptions {
     /// How long a new connection may stay silent before its first bytes (the HTTP/2 preface or
     /// a TLS hello) before it is closed (`--http-header-read-timeout`).
     pub first_bytes_timeout: Duration,
+    /// How long a connection may have no call in flight before it is closed gracefully (GOAWAY;
+    /// its client reconnects at its next call); `None`: never (`--grpc-max-connection-idle`).
+    pub max_connection_idle: Option<Duration>,
 }
+
+/// Default of `--grpc-max-connection-idle`: five minutes. A client's channel reconnects by itself
+/// after the graceful close, so long-lived Triton channels keep working at the cost of one
+/// handshake after five idle minutes; five minutes is also Triton's (gRPC core's) shortest ping
+/// interval a client may use on a connection without calls, so a client that keeps an idle
+/// connection alive with pings gets no more from Triton.
+pub const DEFAULT_MAX_CONNECTION_IDLE: Duration = Duration::from_secs(300);
 
 impl Default for GrpcOptions {
     fn default() -> Self {
@@ -47,6 +57,7 @@ impl Default for GrpcOptions {
             max_connections: 1024,
             stream_responses: super::DEFAULT_STREAM_RESPONSES,
             first_bytes_timeout: Duration::from_secs(30),
+            max_connection_idle: Some(DEFAULT_MAX_CONNECTION_IDLE),
         }
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! Per connection, a watchdog reads three clocks (decisions, with their defaults in `cli.rs`):
 //! - header read: a request whose first byte has arrived must have its whole header within
-//!   `header_read` (a half-sent header is closed, not waited on forever);
+//!   `header_read` (a half-sent header is closed, not waited on forever), and a new connection
+//!   must begin its first request within `header_read` too (a silent socket holds no slot for
+//!   longer);
 //! - keep-alive idle: a connection with no request in progress and no bytes for `keepalive_idle`
 //!   is closed (a request being served, however long, is never cut);
 //! - body read: a request's body must arrive within `body_read` of its header (a trickled body
@@ -11,12 +13,20 @@
 //!
 //! At the connection cap a new client is answered at once with 503 and closed, instead of
 //! waiting in the kernel's backlog until some other client leaves.
+//!
+//! At the stop (SIGTERM's drain included) the listener closes at once, so new clients are
+//! refused, and each connection ends after the requests its client has already sent: a request
+//! being served finishes, a request whose bytes have arrived but are not read yet is read and
+//! answered (with `connection: close`), and an idle connection closes at once. Checking the
+//! socket for unread bytes before closing is what keeps a request sent just before the signal
+//! from being dropped unanswered.
 
 use crate::execution::accept::Acceptor;
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -63,6 +73,10 @@ struct Activity {
     header_started_ms: AtomicU64,
     /// Requests whose header has been read and whose response body has not finished.
     in_flight: AtomicUsize,
+    /// Whether a request has begun on the connection (a header has been read).
+    used: AtomicBool,
+    /// The server is stopping: every response from now on says `connection: close`.
+    closing: AtomicBool,
 }
 
 impl Activity {
@@ -72,6 +86,8 @@ impl Activity {
             last_io_ms: AtomicU64::new(1),
             header_started_ms: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            used: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
         }
     }
 
@@ -85,17 +101,14 @@ impl Activity {
     }
 }
 
-/// Serves `router` on `listener` until `stop` turns true, then lets open requests finish. When
-/// `draining` turns true (SIGTERM), idle keep-alive connections close at once and busy ones after
-/// their request, so clients reconnect wherever the load balancer now sends them; connections
-/// accepted during the drain serve one request each.
+/// Serves `router` on `listener` until `stop` turns true, then closes the listener at once (new
+/// clients are refused) and lets each connection answer what its client has already sent.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
     threads: Arc<ConnectionThreads>,
     mut stop: tokio::sync::watch::Receiver<bool>,
-    draining: tokio::sync::watch::Receiver<bool>,
 ) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut connections = JoinSet::new();
@@ -122,7 +135,7 @@ pub async fn serve(
             connections.spawn(async move { refuse(stream, max).await });
             continue;
         };
-        let (router, limits, stop, draining) = (router.clone(), limits.clone(), stop.clone(), draining.clone());
+        let (router, limits, stop) = (router.clone(), limits.clone(), stop.clone());
         match threads.pick() {
             Some((_, runtime, open)) => {
                 // A stream polls its events from the reactor it was registered with: re-register it
@@ -131,7 +144,7 @@ pub async fn serve(
                 connections.spawn_on(
                     async move {
                         if let Ok(stream) = TcpStream::from_std(stream) {
-                            serve_connection(stream, router, limits, stop, draining).await;
+                            serve_connection(stream, router, limits, stop).await;
                         }
                         drop((slot, open));
                     },
@@ -140,12 +153,15 @@ pub async fn serve(
             }
             None => {
                 connections.spawn(async move {
-                    serve_connection(stream, router, limits, stop, draining).await;
+                    serve_connection(stream, router, limits, stop).await;
                     drop(slot);
                 });
             }
         }
     }
+    // New clients are refused from here on (the kernel answers them), not left in the backlog
+    // while the open connections finish.
+    drop(listener);
     while connections.join_next().await.is_some() {}
     Ok(())
 }
@@ -185,9 +201,8 @@ async fn serve_connection(
     router: Router,
     limits: ConnectionLimits,
     mut stop: tokio::sync::watch::Receiver<bool>,
-    mut draining: tokio::sync::watch::Receiver<bool>,
 ) {
-    let drained_already = *draining.borrow();
+    let fd = stream.as_raw_fd();
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(WatchedIo { inner: stream, activity: Arc::clone(&activity) });
     let body_read = limits.body_read;
@@ -195,19 +210,25 @@ async fn serve_connection(
     let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
         // The header is complete: the request is in flight until its response body ends.
         service_activity.header_started_ms.store(0, Ordering::Relaxed);
+        service_activity.used.store(true, Ordering::Relaxed);
         service_activity.in_flight.fetch_add(1, Ordering::Relaxed);
         let guard = InFlight(Arc::clone(&service_activity));
         let request = request.map(|body| Body::new(DeadlineBody::new(body, body_read)));
         let router = router.clone();
+        let activity = Arc::clone(&service_activity);
         async move {
-            let response = router.oneshot(request).await.unwrap_or_else(|never| match never {});
+            let mut response = router.oneshot(request).await.unwrap_or_else(|never| match never {});
+            if activity.closing.load(Ordering::Relaxed) {
+                // The server is stopping: this is the connection's last response.
+                response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+            }
             Ok::<_, std::convert::Infallible>(
                 response.map(|body| Body::new(GuardedBody { inner: body, _guard: guard })),
             )
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).keep_alive(!drained_already).header_read_timeout(None);
+    builder.timer(TokioTimer::new()).header_read_timeout(None);
     // Self-wakes (the request body's "want" signal) are polled again in place, not rescheduled.
     let mut connection = RepollOnSelfWake::new(builder.serve_connection(io, service).with_upgrades());
     let tick =
@@ -224,11 +245,16 @@ async fn serve_connection(
             }
             _ = stopped(&mut stop), if !stopping => {
                 stopping = true;
-                connection.inner_mut().graceful_shutdown();
-            }
-            _ = stopped(&mut draining), if !stopping && !drained_already => {
-                stopping = true;
-                connection.inner_mut().graceful_shutdown();
+                activity.closing.store(true, Ordering::Relaxed);
+                // A request the client has sent but hyper has not read yet (its bytes wait in
+                // the socket or in hyper's buffer) is read and answered, with `connection: close`;
+                // closing now would drop it unanswered. Otherwise hyper closes an idle connection
+                // at once and a busy one after its response.
+                let unread = activity.in_flight.load(Ordering::Relaxed) == 0
+                    && (activity.header_started_ms.load(Ordering::Relaxed) > 0 || bytes_waiting(fd));
+                if !unread {
+                    connection.inner_mut().graceful_shutdown();
+                }
             }
             _ = watchdog.tick() => {
                 if let Some(reason) = stalled(&activity, &limits) {
@@ -238,6 +264,17 @@ async fn serve_connection(
             }
         }
     }
+}
+
+/// Whether the client has sent bytes the server has not read yet (a request's beginning).
+#[allow(unsafe_code)]
+fn bytes_waiting(fd: RawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: `fd` is the connection's socket, open while the connection that owns it is alive
+    // (the caller holds it); `recv` writes at most one byte into `byte`, which outlives the call.
+    // MSG_PEEK leaves the byte in the socket for hyper to read; MSG_DONTWAIT never blocks.
+    let read = unsafe { libc::recv(fd, (&raw mut byte).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    read > 0
 }
 
 /// Why a connection should be closed now, if it should.
@@ -252,6 +289,12 @@ fn stalled(activity: &Activity, limits: &ConnectionLimits) -> Option<&'static st
             .then_some("the request header did not arrive in time (--http-header-read-timeout)");
     }
     let last = activity.last_io_ms.load(Ordering::Relaxed);
+    if !activity.used.load(Ordering::Relaxed) {
+        // A connection that has sent nothing yet gets the header's time, not a kept-alive one's.
+        let limit = limits.header_read.min(limits.keepalive_idle);
+        return (now.saturating_sub(last) > millis(limit))
+            .then_some("no request on a new connection (--http-header-read-timeout)");
+    }
     (now.saturating_sub(last) > millis(limits.keepalive_idle))
         .then_some("idle keep-alive connection (--http-keepalive-timeout)")
 }
@@ -392,3 +435,7 @@ impl AsyncWrite for WatchedIo {
         self.inner.is_write_vectored()
     }
 }
+
+#[cfg(test)]
+#[path = "serve_tests.rs"]
+mod tests;

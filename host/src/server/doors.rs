@@ -106,9 +106,8 @@ impl Doors {
                     body_budget: self.budget.clone(),
                 };
                 let (limits, threads) = (self.http_connections.clone(), Arc::clone(&self.threads));
-                let draining = self.frontend.lifecycle.drain_signal();
                 Box::pin(async move {
-                    crate::http::serve(listener, router(state), limits, threads, stop, draining)
+                    crate::http::serve(listener, router(state), limits, threads, stop)
                         .await
                         .map_err(|e| format!("HTTP server failed: {e}"))
                 })

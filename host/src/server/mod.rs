@@ -482,18 +482,32 @@ impl Stopping {
         self.abort.notify_one();
     }
 
+    /// The drain: readiness turns false and the doors stop taking connections at once (requests
+    /// already sent on open ones are answered); requests in flight get what is left of the exit
+    /// timeout, and those still running then are given up (their streams end with an error).
     async fn drain_then_stop(&self) {
         let started = *self.drain_started.get_or_init(Instant::now);
+        self.lifecycle.begin_drain();
+        self.stop();
         let waiting = self.lifecycle.in_flight();
         tracing::info!(
-            "draining: not ready; waiting up to {}s (--exit-timeout-secs) for {waiting} inference request(s) in flight",
+            "draining: not ready, not taking connections; waiting up to {}s (--exit-timeout-secs) for {waiting} \
+             inference request(s) in flight",
             self.exit_timeout.as_secs()
         );
-        let left = self.lifecycle.drain(self.exit_timeout.saturating_sub(started.elapsed())).await;
-        if left > 0 {
-            tracing::warn!("{left} inference request(s) still in flight at the exit timeout; stopping anyway");
+        if self.lifecycle.wait_idle(self.exit_timeout.saturating_sub(started.elapsed())).await > 0 {
+            self.give_up();
         }
-        self.stop();
+    }
+
+    /// At the exit timeout: the requests still in flight are given up (once, whichever of the
+    /// drain and [`ServerHandle::wait`] gets there first).
+    fn give_up(&self) {
+        let left = self.lifecycle.in_flight();
+        if left > 0 && !self.lifecycle.is_abandoned() {
+            tracing::warn!("{left} inference request(s) still in flight at the exit timeout; stopping anyway");
+            self.lifecycle.abandon();
+        }
     }
 
     /// What is left of the exit timeout (counted from the drain's start, or from now).
@@ -609,6 +623,7 @@ impl ServerHandle {
                     }
                 },
                 () = &mut deadline => {
+                    self.stopping.give_up();
                     tracing::warn!("connections still open {}s after the stop signal; exiting", exit_timeout.as_secs());
                     self.tasks.abort_all();
                     break;
@@ -641,9 +656,9 @@ impl StopHandle {
         self.0.stop_now();
     }
 
-    /// What SIGTERM does: readiness turns false at once while the doors keep serving; the doors
-    /// stop once no inference request is in flight or the exit timeout has passed (see
-    /// [`crate::lifecycle`]).
+    /// What SIGTERM does: readiness turns false and the doors stop taking connections at once,
+    /// while requests already sent on open connections are answered; returns once no inference
+    /// request is in flight or the exit timeout has passed (see [`crate::lifecycle`]).
     pub async fn drain_then_stop(&self) {
         self.0.drain_then_stop().await;
     }

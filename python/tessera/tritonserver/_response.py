@@ -5,7 +5,9 @@ allows (the GIL released meanwhile); a decoupled model's later responses are rea
 a time, blocking without the GIL. Asynchronous: the server delivers each response to the
 iterator from its own threads (`loop.call_soon_threadsafe`): no thread per request, nothing
 polled. After the last response, iteration stops; a decoupled stream that ends without a final
-response yields one with no outputs and `final=True`, as Triton's final flag does.
+response yields one with no outputs and `final=True`, as Triton's final flag does. A stream the
+server's `stop()` cuts short (its exit timeout passed) ends with an `UnavailableError` response
+(`final=True`), raised when `raise_on_error`, so a reader can tell it from a complete stream.
 """
 
 from __future__ import annotations
@@ -87,8 +89,10 @@ class ResponseIterator:
             item = self._rest.next()
         if item is None:
             return _end(self._model, self._request_id)
-        # A model that answers once: its one answer is the last. A stream: its end says so.
-        return response_of(self._model, item, self._request_id, last=self._rest is None)
+        # A model that answers once: its one answer is the last. A stream: its end says so, or
+        # the stream itself (an error the server's stop cut it short with is its last answer).
+        last = self._rest is None or self._rest.ended()
+        return response_of(self._model, item, self._request_id, last=last)
 
     def __iter__(self) -> "ResponseIterator":
         return self
