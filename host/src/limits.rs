@@ -5,7 +5,9 @@
 //!   until its response is built, so that many large or compressed requests at once are refused
 //!   instead of multiplying memory.
 //! - [`inflate`]: decompression a chunk at a time, each chunk charged before it is produced and
-//!   refused the moment the output passes the request's size limit.
+//!   refused the moment the output passes the request's size limit; large output goes to
+//!   [`Pages`] of its own, which the kernel gets back the moment they are released, so what is
+//!   resident stays what the budget counts.
 //! - [`MAX_INPUTS`], [`MAX_OUTPUTS`], [`MAX_PARAMETERS`]: counts per request, checked while a
 //!   request is parsed (HTTP JSON) or scanned before it is decoded (gRPC protobuf).
 
@@ -16,6 +18,10 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{CoreError, CoreResult};
+
+#[path = "limits_pages.rs"]
+mod pages;
+pub use pages::Pages;
 
 /// Most inputs one request may name. Triton sets no number; models with more inputs than this
 /// are unheard of, and the bound stops a body of a million tiny `inputs` objects while it is
@@ -138,46 +144,112 @@ pub enum InflateError {
     Corrupt(std::io::Error),
 }
 
+/// Inflated bytes: a small output in an ordinary vector, a large one in [`Pages`] of its own.
+pub enum Inflated {
+    Small(Vec<u8>),
+    Large(Pages),
+}
+
+impl Inflated {
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Self::Small(bytes) => bytes,
+            Self::Large(pages) => pages.as_slice(),
+        }
+    }
+
+    /// The bytes, no copy.
+    pub fn into_bytes(self) -> bytes::Bytes {
+        match self {
+            Self::Small(bytes) => bytes::Bytes::from(bytes),
+            Self::Large(pages) => pages.into_bytes(),
+        }
+    }
+
+    /// The bytes in frames of about `chunk` bytes, no copy; a large output's frames each give
+    /// their memory back as soon as they are dropped ([`Pages::into_frames`]).
+    pub fn into_frames(self, chunk: usize) -> Vec<bytes::Bytes> {
+        match self {
+            Self::Small(bytes) if bytes.is_empty() => Vec::new(),
+            Self::Small(bytes) => vec![bytes::Bytes::from(bytes)],
+            Self::Large(pages) => pages.into_frames(chunk),
+        }
+    }
+}
+
+/// Output up to this size is inflated into an ordinary vector; past it, into [`Pages`].
+const SMALL_OUTPUT: usize = INFLATE_CHUNK;
+
 /// Inflates `raw`, charging `budget` for each chunk before producing it and stopping the moment
 /// the output passes `limit`: a small bomb costs at most `limit` (and its budget), never more.
-/// The buffer starts at the size gzip's trailer announces (or a guess) and, if that was short,
-/// grows once straight to the limit: pages never written cost no memory, whereas doubling would
-/// leave a trail of freed copies behind.
+/// Large output goes to pages mapped for it alone, at first as many as gzip's trailer announces
+/// (or a guess), then, if that was short, straight up to the limit (the mapping grows in place or
+/// moves without a copy): pages never written cost no memory, and every page goes back to the
+/// kernel when the output is released, whichever thread then takes the next request's.
 pub fn inflate(
     raw: bytes::Bytes,
     compression: Compression,
     limit: usize,
     budget: &RequestBudget,
     reservation: &mut Reservation,
-) -> Result<Vec<u8>, InflateError> {
+) -> Result<Inflated, InflateError> {
     let hint = if compression == Compression::Gzip { gzip_size_hint(&raw) } else { None };
     if hint.is_some_and(|n| n > limit) {
         // The data says what it inflates to: refused without inflating it. (The trailer holds the
         // size modulo 2^32, so data that lies is still caught by the streaming limit below.)
         return Err(InflateError::TooLarge);
     }
-    let first =
-        hint.unwrap_or(raw.len().saturating_mul(4)).saturating_add(1).clamp(INFLATE_CHUNK.min(limit + 1), limit + 1);
-    let mut out: Vec<u8> = Vec::with_capacity(first);
+    let expected = hint.unwrap_or(raw.len().saturating_mul(4)).saturating_add(1).min(limit + 1);
     let mut decoder: Box<dyn Read + Send> = match compression {
         Compression::Gzip => Box::new(flate2::read::GzDecoder::new(std::io::Cursor::new(raw))),
         Compression::Deflate => Box::new(flate2::read::ZlibDecoder::new(std::io::Cursor::new(raw))),
     };
+    let mut small: Vec<u8> = Vec::with_capacity(expected.min(SMALL_OUTPUT));
+    if expected <= SMALL_OUTPUT {
+        loop {
+            if small.len() > limit {
+                return Err(InflateError::TooLarge);
+            }
+            if small.len() == small.capacity() {
+                if small.len() >= SMALL_OUTPUT.min(limit + 1) {
+                    break;
+                }
+                small.reserve_exact(SMALL_OUTPUT.min(limit + 1) - small.len());
+            }
+            let room = (small.capacity() - small.len()).min(INFLATE_CHUNK);
+            budget.grow(reservation, room).map_err(InflateError::Budget)?;
+            let start = small.len();
+            small.resize(start + room, 0);
+            let read = decoder.read(&mut small[start..]).map_err(InflateError::Corrupt)?;
+            small.truncate(start + read);
+            if read == 0 {
+                return Ok(Inflated::Small(small));
+            }
+        }
+    }
+    let mapped = |e: std::io::Error| {
+        InflateError::Budget(CoreError::unavailable(format!("no memory for the decompressed request: {e}")))
+    };
+    let mut out = Pages::new(expected.max(small.len() + INFLATE_CHUNK).min(limit + 1)).map_err(mapped)?;
+    out.extend_from_slice(&small);
+    drop(small);
     loop {
         if out.len() > limit {
             return Err(InflateError::TooLarge);
         }
         if out.len() == out.capacity() {
-            out.reserve_exact(limit + 1 - out.len());
+            out.grow(limit + 1).map_err(mapped)?;
         }
         let room = (out.capacity() - out.len()).min(INFLATE_CHUNK);
         budget.grow(reservation, room).map_err(InflateError::Budget)?;
-        let start = out.len();
-        out.resize(start + room, 0);
-        let read = decoder.read(&mut out[start..]).map_err(InflateError::Corrupt)?;
-        out.truncate(start + read);
+        let read = decoder.read(&mut out.spare()[..room]).map_err(InflateError::Corrupt)?;
+        out.advance(read);
         if read == 0 {
-            return Ok(out);
+            return Ok(Inflated::Large(out));
         }
     }
 }
@@ -241,7 +313,11 @@ mod tests {
         let roomy = RequestBudget::new(8 << 20);
         let mut reservation = Reservation::default();
         let out = inflate(data, Compression::Deflate, 4 << 20, &roomy, &mut reservation).ok().unwrap();
-        assert_eq!(out, vec![1u8; 2 << 20]);
+        assert!(matches!(out, Inflated::Large(_)), "2 MiB of output is large");
+        assert_eq!(out.as_slice(), &vec![1u8; 2 << 20][..]);
+        let small = compress(b"{\"inputs\": []}", Compression::Gzip);
+        let out = inflate(small, Compression::Gzip, 4 << 20, &roomy, &mut reservation).ok().unwrap();
+        assert!(matches!(&out, Inflated::Small(v) if v == b"{\"inputs\": []}"));
     }
 
     #[tokio::test]

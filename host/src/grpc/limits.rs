@@ -9,13 +9,19 @@
 //!   budget, stopping at the size limit (tonic would inflate a bomb up to the limit, 2 GiB by
 //!   default, before looking), and hands tonic the plain message;
 //! - for `ModelInfer` and `ModelStreamInfer`, scans the message's wire format (no decoding) for
-//!   its counts of inputs, outputs and parameters ([`MAX_INPUTS`] and friends: INVALID_ARGUMENT
+//!   its counts of inputs, outputs and parameters (`crate::limits::MAX_INPUTS` and friends: INVALID_ARGUMENT
 //!   past them) and for what decoding it will allocate beyond its own bytes (e.g. a vector entry
 //!   per one-byte `bytes_contents` element), which is charged to the budget too.
 //!
 //! A unary call holds its reservation until its response body is done. A stream holds the
 //! reservation of the message it read last: each message's budget is given back when the next
 //! one arrives or the stream ends (a stream's requests are decoded one after the other).
+//!
+//! Large messages never sit in memory twice or beyond what is charged: a plain one of at least
+//! [`LARGE_MESSAGE`] bytes is read into pages of its own, an inflated one is inflated into such
+//! pages ([`Pages`]), and either is handed to tonic in frames that give their pages back to the
+//! kernel as tonic copies them into its own buffer. So under any burst (of compression bombs, say)
+//! the memory these messages hold is what the budget counts, and it is released when they are.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,12 +35,16 @@ use tonic::Status;
 use super::connection::{CallInFlight, GrpcConnectInfo};
 use tonic::body::Body;
 
-use crate::limits::{
-    Compression, InflateError, MAX_INPUTS, MAX_OUTPUTS, MAX_PARAMETERS, RequestBudget, Reservation, inflate,
-};
+pub use super::scan::{ScanError, scan_infer_request};
+use crate::limits::{Compression, InflateError, Pages, RequestBudget, Reservation, inflate};
 
 /// The gRPC length prefix: a compressed flag and a big-endian u32 length.
 const PREFIX: usize = 5;
+
+/// A plain message at least this long is read into [`Pages`] of its own.
+const LARGE_MESSAGE: usize = 1 << 20;
+/// A message is handed to tonic in frames of this size (see the module).
+const FRAME: usize = 1 << 20;
 
 /// The layer (`Server::builder().layer(...)`).
 #[derive(Clone)]
@@ -155,15 +165,17 @@ enum State {
         len: usize,
         wait: Reserving,
     },
-    /// Reading a message's `len` bytes (budget reserved).
+    /// Reading a message's `len` bytes (budget reserved): into `pages` when it is large and sent
+    /// plain, else into the buffer.
     Message {
         compressed: bool,
         len: usize,
+        pages: Option<Pages>,
     },
-    /// A message is ready to hand on: its prefix, then its bytes.
+    /// A message is ready to hand on: its prefix, then its bytes in frames.
     Emit {
         prefix: Option<Bytes>,
-        message: Option<Bytes>,
+        frames: std::vec::IntoIter<Bytes>,
     },
     Failed,
 }
@@ -187,6 +199,10 @@ impl LimitedBody {
         }
     }
 
+    fn take_held(&self) -> Reservation {
+        self.held.lock().map(|mut held| std::mem::take(&mut *held)).unwrap_or_default()
+    }
+
     fn fail(&mut self, status: Status) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         self.state = State::Failed;
         self.buffer = BytesMut::new();
@@ -194,40 +210,70 @@ impl LimitedBody {
         Poll::Ready(Some(Err(status)))
     }
 
-    /// One complete message's bytes as tonic should see them: inflated, counted and charged.
-    fn finish(&mut self, compressed: bool, message: Bytes) -> Result<Bytes, Status> {
+    /// One complete message read into the buffer, as tonic should see it: inflated, counted and
+    /// charged; its length and its frames.
+    fn finish(&mut self, compressed: bool, message: Bytes) -> Result<(usize, Vec<Bytes>), Status> {
         let limit = self.limits.max_message_size;
-        let mut reservation = self.held.lock().map(|mut held| std::mem::take(&mut *held)).unwrap_or_default();
-        let message = match (compressed, self.compression) {
-            (true, Some(compression)) => {
-                match inflate(message, compression, limit, &self.limits.budget, &mut reservation) {
-                    Ok(plain) => Bytes::from(plain),
-                    Err(InflateError::TooLarge) => {
-                        return Err(Status::resource_exhausted(format!(
-                            "Received message larger than max (over {limit} bytes once decompressed vs. {limit})"
-                        )));
-                    }
-                    Err(InflateError::Budget(e)) => return Err(Status::unavailable(e.message)),
-                    Err(InflateError::Corrupt(e)) => {
-                        return Err(Status::internal(format!(
-                            "failed to decompress the {} message: {e}",
-                            compression.name()
-                        )));
-                    }
-                }
-            }
+        let mut reservation = self.take_held();
+        let (compressed, compression) = match (compressed, self.compression) {
+            (true, Some(compression)) => (message, compression),
             // A compressed flag without an encoding tonic and we know: tonic answers it.
-            _ => message,
+            _ => {
+                self.admit(&message, reservation)?;
+                return Ok((message.len(), if message.is_empty() { Vec::new() } else { vec![message] }));
+            }
         };
+        let plain = match inflate(compressed, compression, limit, &self.limits.budget, &mut reservation) {
+            Ok(plain) => plain,
+            Err(InflateError::TooLarge) => {
+                return Err(Status::resource_exhausted(format!(
+                    "Received message larger than max (over {limit} bytes once decompressed vs. {limit})"
+                )));
+            }
+            Err(InflateError::Budget(e)) => return Err(Status::unavailable(e.message)),
+            Err(InflateError::Corrupt(e)) => {
+                return Err(Status::internal(format!("failed to decompress the {} message: {e}", compression.name())));
+            }
+        };
+        self.admit(plain.as_slice(), reservation)?;
+        Ok((plain.len(), plain.into_frames(FRAME)))
+    }
+
+    /// A large plain message read into its own pages: counted and charged; its length and frames.
+    fn finish_pages(&mut self, pages: Pages) -> Result<(usize, Vec<Bytes>), Status> {
+        let reservation = self.take_held();
+        self.admit(pages.as_slice(), reservation)?;
+        Ok((pages.len(), pages.into_frames(FRAME)))
+    }
+
+    /// Scans an infer message for its counts and charges what decoding it will allocate; the
+    /// reservation goes back to the request's.
+    fn admit(&self, message: &[u8], mut reservation: Reservation) -> Result<(), Status> {
         if self.scan {
-            let shape = scan_infer_request(&message).map_err(ScanError::status)?;
+            let shape = scan_infer_request(message).map_err(ScanError::status)?;
             self.limits
                 .budget
                 .grow(&mut reservation, shape.decoded_extra)
                 .map_err(|e| Status::unavailable(e.message))?;
         }
         self.hold(reservation);
-        Ok(message)
+        Ok(())
+    }
+
+    /// What a complete message becomes: its prefix (plain now), then its frames.
+    fn emit(&mut self, finished: Result<(usize, Vec<Bytes>), Status>) -> Option<Status> {
+        match finished {
+            Ok((len, frames)) => {
+                let mut prefix = [0u8; PREFIX];
+                // The message was kept within max_message_size, itself at most u32::MAX (checked
+                // against the 4-byte length above).
+                let n = u32::try_from(len).unwrap_or(u32::MAX);
+                prefix[1..].copy_from_slice(&n.to_be_bytes());
+                self.state = State::Emit { prefix: Some(Bytes::copy_from_slice(&prefix)), frames: frames.into_iter() };
+                None
+            }
+            Err(status) => Some(status),
+        }
     }
 }
 
@@ -240,14 +286,13 @@ impl HttpBody for LimitedBody {
         loop {
             match &mut this.state {
                 State::Failed => return Poll::Ready(None),
-                State::Emit { prefix, message } => {
+                State::Emit { prefix, frames } => {
                     if let Some(prefix) = prefix.take() {
                         return Poll::Ready(Some(Ok(Frame::data(prefix))));
                     }
-                    let message = message.take();
-                    this.state = State::Prefix;
-                    if let Some(message) = message.filter(|m| !m.is_empty()) {
-                        return Poll::Ready(Some(Ok(Frame::data(message))));
+                    match frames.next() {
+                        Some(frame) => return Poll::Ready(Some(Ok(Frame::data(frame)))),
+                        None => this.state = State::Prefix,
                     }
                     continue;
                 }
@@ -284,28 +329,47 @@ impl HttpBody for LimitedBody {
                     match ready!(wait.as_mut().poll(cx)) {
                         Ok(reservation) => {
                             this.hold(reservation);
-                            this.state = State::Message { compressed, len };
+                            let pages = if !compressed && len >= LARGE_MESSAGE {
+                                match Pages::new(len) {
+                                    Ok(mut pages) => {
+                                        let here = pages.extend_from_slice(&this.buffer[..len.min(this.buffer.len())]);
+                                        this.buffer.advance(here);
+                                        Some(pages)
+                                    }
+                                    Err(e) => {
+                                        return this.fail(Status::unavailable(format!(
+                                            "no memory for a message of {len} bytes: {e}"
+                                        )));
+                                    }
+                                }
+                            } else {
+                                None
+                            };
+                            this.state = State::Message { compressed, len, pages };
                             continue;
                         }
                         Err(status) => return this.fail(status),
                     }
                 }
-                State::Message { compressed, len } if this.buffer.len() >= *len => {
+                State::Message { len, pages: Some(pages), .. } if pages.len() >= *len => {
+                    let State::Message { pages: Some(pages), .. } = std::mem::replace(&mut this.state, State::Prefix)
+                    else {
+                        continue;
+                    };
+                    let finished = this.finish_pages(pages);
+                    if let Some(status) = this.emit(finished) {
+                        return this.fail(status);
+                    }
+                    continue;
+                }
+                State::Message { compressed, len, pages: None } if this.buffer.len() >= *len => {
                     let (compressed, len) = (*compressed, *len);
                     let message = this.buffer.split_to(len).freeze();
-                    match this.finish(compressed, message) {
-                        Ok(message) => {
-                            let mut prefix = [0u8; PREFIX];
-                            // `finish` kept it within max_message_size, itself at most u32::MAX
-                            // (checked against the 4-byte length above).
-                            let n = u32::try_from(message.len()).unwrap_or(u32::MAX);
-                            prefix[1..].copy_from_slice(&n.to_be_bytes());
-                            this.state =
-                                State::Emit { prefix: Some(Bytes::copy_from_slice(&prefix)), message: Some(message) };
-                            continue;
-                        }
-                        Err(status) => return this.fail(status),
+                    let finished = this.finish(compressed, message);
+                    if let Some(status) = this.emit(finished) {
+                        return this.fail(status);
                     }
+                    continue;
                 }
                 State::Prefix | State::Message { .. } => {
                     if this.ended {
@@ -316,7 +380,16 @@ impl HttpBody for LimitedBody {
                     }
                     match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                         Some(Ok(frame)) => match frame.into_data() {
-                            Ok(data) => this.buffer.extend_from_slice(&data),
+                            Ok(data) => {
+                                let taken = match &mut this.state {
+                                    State::Message { len, pages: Some(pages), .. } => {
+                                        let wanted = len.saturating_sub(pages.len()).min(data.len());
+                                        pages.extend_from_slice(&data[..wanted])
+                                    }
+                                    _ => 0,
+                                };
+                                this.buffer.extend_from_slice(&data[taken..]);
+                            }
                             // Trailers (rare in requests) go on as they are, after what was read.
                             Err(frame) => return Poll::Ready(Some(Ok(frame))),
                         },
@@ -334,315 +407,5 @@ impl HttpBody for LimitedBody {
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::default()
-    }
-}
-
-/// What a `ModelInferRequest`'s wire bytes say about decoding it: its counts, and the bytes
-/// decoding allocates beyond the message's own (vector and map entries; an overestimate).
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct InferRequestShape {
-    pub inputs: usize,
-    pub outputs: usize,
-    pub decoded_extra: usize,
-}
-
-/// Bytes a decoded map entry, input, output or `bytes` element costs besides its own bytes
-/// (generous: struct sizes plus growth of the vectors and maps that hold them).
-const PER_PARAMETER: usize = 128;
-const PER_TENSOR: usize = 512;
-const PER_BYTES_ELEMENT: usize = 64;
-
-/// Why a scan refused a message.
-#[derive(Debug, PartialEq, Eq)]
-pub enum ScanError {
-    /// Not protobuf: answered as a failed decode is (INTERNAL, as Triton's gRPC core does).
-    Malformed,
-    /// Past one of this server's bounds (INVALID_ARGUMENT).
-    TooMany(String),
-}
-
-impl ScanError {
-    fn status(self) -> Status {
-        match self {
-            Self::Malformed => {
-                Status::internal("failed to decode Protobuf message: buffer underflow or invalid wire format")
-            }
-            Self::TooMany(message) => Status::invalid_argument(message),
-        }
-    }
-}
-
-/// Scans a `ModelInferRequest` (field numbers from grpc_service.proto) without decoding it.
-pub fn scan_infer_request(message: &[u8]) -> Result<InferRequestShape, ScanError> {
-    let mut shape = InferRequestShape::default();
-    let mut parameters = 0usize;
-    for field in Fields(message) {
-        let field = field?;
-        match (field.number, field.value) {
-            (4, Value::Bytes(_)) => {
-                parameters += 1;
-                shape.decoded_extra += PER_PARAMETER;
-            }
-            (5, Value::Bytes(input)) => {
-                shape.inputs += 1;
-                shape.decoded_extra += PER_TENSOR + scan_tensor(input, 4, Some(3), Some(5))?;
-            }
-            (6, Value::Bytes(output)) => {
-                shape.outputs += 1;
-                shape.decoded_extra += PER_TENSOR + scan_tensor(output, 2, None, None)?;
-            }
-            (7, Value::Bytes(_)) => shape.decoded_extra += PER_BYTES_ELEMENT,
-            _ => {}
-        }
-    }
-    if shape.inputs > MAX_INPUTS {
-        return Err(ScanError::TooMany(format!("the request has more than {MAX_INPUTS} inputs (this server's limit)")));
-    }
-    if shape.outputs > MAX_OUTPUTS {
-        return Err(ScanError::TooMany(format!(
-            "the request has more than {MAX_OUTPUTS} requested outputs (this server's limit)"
-        )));
-    }
-    if parameters > MAX_PARAMETERS {
-        return Err(ScanError::TooMany(format!(
-            "the request has more than {MAX_PARAMETERS} parameters (this server's limit)"
-        )));
-    }
-    Ok(shape)
-}
-
-/// Extra decoded bytes of one input or output tensor message: its parameters (field
-/// `parameters_field`, bounded by [`MAX_PARAMETERS`]), its shape (packed or not) and its typed
-/// contents.
-fn scan_tensor(
-    message: &[u8],
-    parameters_field: u32,
-    shape_field: Option<u32>,
-    contents_field: Option<u32>,
-) -> Result<usize, ScanError> {
-    let mut extra = 0usize;
-    let mut parameters = 0usize;
-    for field in Fields(message) {
-        let field = field?;
-        if field.number == parameters_field {
-            parameters += 1;
-            extra += PER_PARAMETER;
-        } else if Some(field.number) == shape_field {
-            extra += repeated_scalar_bytes(&field.value, 8);
-        } else if Some(field.number) == contents_field
-            && let Value::Bytes(contents) = field.value
-        {
-            extra += scan_contents(contents)?;
-        }
-    }
-    if parameters > MAX_PARAMETERS {
-        return Err(ScanError::TooMany(format!(
-            "a tensor of the request has more than {MAX_PARAMETERS} parameters (this server's limit)"
-        )));
-    }
-    Ok(extra)
-}
-
-/// Decoded bytes of `InferTensorContents`: every repeated field's elements at their in-memory
-/// size, twice over for vector growth.
-fn scan_contents(message: &[u8]) -> Result<usize, ScanError> {
-    let mut extra = 0usize;
-    for field in Fields(message) {
-        let field = field?;
-        extra += match field.number {
-            1 => repeated_scalar_bytes(&field.value, 1),
-            2 | 4 | 6 => repeated_scalar_bytes(&field.value, 4),
-            3 | 5 | 7 => repeated_scalar_bytes(&field.value, 8),
-            8 => PER_BYTES_ELEMENT,
-            _ => 0,
-        };
-    }
-    Ok(extra)
-}
-
-/// In-memory bytes (twice over, for vector growth) of the elements one occurrence of a repeated
-/// scalar field holds: a packed run counts its varints (or fixed-width values), a lone value one.
-fn repeated_scalar_bytes(value: &Value<'_>, size: usize) -> usize {
-    let elements = match value {
-        // Varints end at bytes without the continuation bit; fixed-width values are shorter
-        // than that count, so it bounds both.
-        Value::Bytes(packed) => packed.iter().filter(|b| **b < 0x80).count(),
-        Value::Scalar => 1,
-    };
-    elements.saturating_mul(size).saturating_mul(2)
-}
-
-/// Deepest nesting of groups a message may have (prost's recursion limit).
-const MAX_GROUP_DEPTH: usize = 100;
-
-/// A field's payload: length-delimited bytes, or any other wire type.
-enum Value<'a> {
-    Bytes(&'a [u8]),
-    Scalar,
-}
-
-struct Field<'a> {
-    number: u32,
-    value: Value<'a>,
-}
-
-/// The fields of a protobuf message, in order, read from its wire format.
-struct Fields<'a>(&'a [u8]);
-
-impl<'a> Iterator for Fields<'a> {
-    type Item = Result<Field<'a>, ScanError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.0.is_empty() {
-            return None;
-        }
-        let result = self.read_field();
-        if result.is_err() {
-            self.0 = &[];
-        }
-        Some(result)
-    }
-}
-
-impl<'a> Fields<'a> {
-    fn varint(&mut self) -> Result<u64, ScanError> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let Some((&byte, rest)) = self.0.split_first() else {
-                return Err(ScanError::Malformed);
-            };
-            self.0 = rest;
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte < 0x80 {
-                return Ok(value);
-            }
-        }
-        Err(ScanError::Malformed)
-    }
-
-    fn skip(&mut self, n: usize) -> Result<&'a [u8], ScanError> {
-        if self.0.len() < n {
-            return Err(ScanError::Malformed);
-        }
-        let (taken, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(taken)
-    }
-
-    fn read_field(&mut self) -> Result<Field<'a>, ScanError> {
-        let key = self.varint()?;
-        let number = u32::try_from(key >> 3).map_err(|_| ScanError::Malformed)?;
-        let value = match key & 7 {
-            0 => {
-                self.varint()?;
-                Value::Scalar
-            }
-            1 => {
-                self.skip(8)?;
-                Value::Scalar
-            }
-            2 => {
-                let len = usize::try_from(self.varint()?).map_err(|_| ScanError::Malformed)?;
-                Value::Bytes(self.skip(len)?)
-            }
-            5 => {
-                self.skip(4)?;
-                Value::Scalar
-            }
-            3 => {
-                self.skip_group(number)?;
-                Value::Scalar
-            }
-            // An end-group without its start, or a wire type that does not exist.
-            _ => return Err(ScanError::Malformed),
-        };
-        Ok(Field { number, value })
-    }
-
-    /// Skips a (deprecated, but valid) group up to its end-group key, as decoders skip unknown
-    /// groups; nested at most [`MAX_GROUP_DEPTH`] deep, as prost's recursion limit bounds them.
-    fn skip_group(&mut self, number: u32) -> Result<(), ScanError> {
-        let mut open = vec![number];
-        while let Some(&innermost) = open.last() {
-            let key = self.varint()?;
-            let inner = u32::try_from(key >> 3).map_err(|_| ScanError::Malformed)?;
-            match key & 7 {
-                0 => drop(self.varint()?),
-                1 => drop(self.skip(8)?),
-                2 => {
-                    let len = usize::try_from(self.varint()?).map_err(|_| ScanError::Malformed)?;
-                    self.skip(len)?;
-                }
-                5 => drop(self.skip(4)?),
-                3 if open.len() < MAX_GROUP_DEPTH => open.push(inner),
-                4 if inner == innermost => drop(open.pop()),
-                _ => return Err(ScanError::Malformed),
-            }
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use prost::Message;
-
-    use super::*;
-    use crate::proto::inference as pb;
-
-    fn input(name: &str) -> pb::model_infer_request::InferInputTensor {
-        pb::model_infer_request::InferInputTensor {
-            name: name.into(),
-            datatype: "BYTES".into(),
-            shape: vec![3],
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn counts_and_decoded_size_are_read_without_decoding() {
-        let mut request = pb::ModelInferRequest {
-            model_name: "m".into(),
-            inputs: vec![input("a"), input("b")],
-            ..Default::default()
-        };
-        request.inputs[0].contents =
-            Some(pb::InferTensorContents { bytes_contents: vec![vec![1], vec![], vec![2]], ..Default::default() });
-        request.raw_input_contents = vec![Bytes::from_static(b"xyz")];
-        let shape = scan_infer_request(&request.encode_to_vec()).unwrap();
-        assert_eq!((shape.inputs, shape.outputs), (2, 0));
-        // Two tensors, two shapes of one element, three bytes elements, one raw entry.
-        assert_eq!(shape.decoded_extra, 2 * PER_TENSOR + 2 * 16 + 3 * PER_BYTES_ELEMENT + PER_BYTES_ELEMENT);
-    }
-
-    #[test]
-    fn too_many_inputs_or_parameters_are_refused_before_decoding() {
-        let request = pb::ModelInferRequest {
-            inputs: (0..=MAX_INPUTS).map(|i| input(&i.to_string())).collect(),
-            ..Default::default()
-        };
-        let error = scan_infer_request(&request.encode_to_vec()).err().unwrap();
-        assert!(matches!(&error, ScanError::TooMany(m) if m.contains("more than 4096 inputs")), "{error:?}");
-        let mut one = input("x");
-        one.parameters = (0..=MAX_PARAMETERS).map(|i| (i.to_string(), pb::InferParameter::default())).collect();
-        let request = pb::ModelInferRequest { inputs: vec![one], ..Default::default() };
-        let error = scan_infer_request(&request.encode_to_vec()).err().unwrap();
-        assert!(matches!(&error, ScanError::TooMany(m) if m.contains("more than 1024 parameters")), "{error:?}");
-    }
-
-    #[test]
-    fn a_packed_run_of_one_byte_varints_is_charged_at_its_decoded_size() {
-        let mut one = input("x");
-        one.contents = Some(pb::InferTensorContents { int64_contents: vec![0; 1000], ..Default::default() });
-        let request = pb::ModelInferRequest { inputs: vec![one], ..Default::default() };
-        let shape = scan_infer_request(&request.encode_to_vec()).unwrap();
-        assert!(shape.decoded_extra >= 8 * 1000, "{shape:?}");
-    }
-
-    #[test]
-    fn malformed_bytes_are_an_error_not_a_panic() {
-        for bytes in [&[0x2a, 0x05, 1][..], &[0xff; 11][..], &[0x0b][..], &[0x2a][..]] {
-            assert_eq!(scan_infer_request(bytes).err(), Some(ScanError::Malformed), "{bytes:?}");
-        }
     }
 }

@@ -20,6 +20,7 @@ mod health;
 pub mod limits;
 mod options;
 mod restrict;
+mod scan;
 mod serve;
 mod status;
 mod stream;

@@ -81,7 +81,7 @@ pub async fn read(
     let raw = raw.freeze();
     let Some(compression) = compression else { return Ok((raw, reservation)) };
     match inflate(raw, compression, limit, budget, &mut reservation) {
-        Ok(out) => Ok((Bytes::from(out), reservation)),
+        Ok(out) => Ok((out.into_bytes(), reservation)),
         Err(InflateError::TooLarge) => Err(too_large(limit)),
         Err(InflateError::Budget(e)) => Err(e),
         Err(InflateError::Corrupt(e)) => {
