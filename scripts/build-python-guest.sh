@@ -52,9 +52,9 @@ SDK=$ROOT/guest-sdk/python
 # (PR_SET_PDEATHSIG), and it then kills its whole process group (componentize-py, pip), which
 # would otherwise run on orphaned. `wait` returns at once when a trapped signal arrives.
 if [ -n "${TESSERA_BUILD_PHASE:-}" ] && [ -z "${TESSERA_BUILD_SUPERVISED:-}" ]; then
+  trap 'kill -KILL 0' TERM
   TESSERA_BUILD_SUPERVISED=1 bash "${BASH_SOURCE[0]}" "$@" &
   build=$!
-  trap 'kill -KILL 0' TERM
   wait "$build"
   exit $?
 fi

@@ -113,7 +113,7 @@ _MARKER_VARIABLES = ("python_version", "python_full_version", "implementation_na
                      "platform_machine", "platform_release", "platform_version", "sys_platform",
                      "os_name", "extra")
 _MARKER_TOKEN = re.compile(r"""\s*(?:(?P<var>[a-z_]+)|(?P<op>===|==|!=|<=|>=|~=|<|>|\(|\))|"""
-                           r"""(?P<str>"[A-Za-z0-9._ +*-]{0,64}"|'[A-Za-z0-9._ +*-]{0,64}'))""")
+                           r"""(?P<str>"[A-Za-z0-9._+*-]{0,64}"|'[A-Za-z0-9._+*-]{0,64}'))""")
 _REQUIREMENT = re.compile(r"(?P<name>%s)(?:\[(?P<extras>%s(?:\s*,\s*%s)*)\])?(?:\s*==\s*(?P<version>%s))?$"
                           % (_NAME, _NAME, _NAME, _VERSION))
 _HASH = re.compile(r"--hash=(sha256|sha384|sha512):[0-9a-f]{32,128}$")
@@ -274,6 +274,9 @@ def requirements(path, cache_dir, numpy_version, offline=False):
         frozen = sorted(e[:-len(".dist-info")] for e in os.listdir(target) if e.endswith(".dist-info"))
         with open(os.path.join(target, ".complete"), "w") as f:
             f.write("\n".join(frozen) + "\n")
+        if os.path.isfile(os.path.join(site, ".complete")):
+            print(site)  # a concurrent fetch finished first: keep its site, drop this one
+            return
         shutil.rmtree(site, ignore_errors=True)
         os.rename(target, site)
     print(site)

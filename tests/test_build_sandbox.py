@@ -340,6 +340,13 @@ def test_a_build_that_never_ends_holds_up_no_other_load_and_unload_ends_it(expli
     assert not thread.is_alive(), "the unload did not end the build"
     assert outcome["response"].status_code != 200 and "cancelled" in outcome["response"].text, outcome
     wait_until(lambda: not build_processes(srv.process.pid), 30, "the builder's processes to end", srv)
+    # A cancelled build is not remembered: the next load builds again (and is cancelled again).
+    thread, outcome = start_looping_load(srv)
+    r = requests.post(srv.http("/v2/repository/models/looping/unload"), json={}, timeout=120)
+    assert r.status_code == 200, r.text
+    thread.join(60)
+    assert not thread.is_alive() and "cancelled" in outcome["response"].text, outcome
+    wait_until(lambda: not build_processes(srv.process.pid), 30, "the builder's processes to end", srv)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])

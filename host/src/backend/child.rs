@@ -6,11 +6,16 @@ use std::process::Child;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
+/// At most this much of each of a helper's pipes is kept (the end of it): a model's build prints
+/// what its module-level code prints, which must not grow the server.
+pub(crate) const KEPT_OUTPUT: usize = 64 << 10;
+
 /// Feeds `input` to the child's stdin and reads its stdout and stderr to their ends, each on a
 /// thread of its own (so no pipe waits on another), calling `stop` on the child if that takes
 /// longer than `timeout`: its pipes then close and the reads end. `stop` must end every process
 /// that holds the pipes (the child, or its whole process group when it starts others). Returns
-/// how the feeding went, stdout, stderr, and whether `stop` was called.
+/// how the feeding went, the last [`KEPT_OUTPUT`] bytes of stdout and of stderr, and whether
+/// `stop` was called.
 pub(crate) fn drain_within(
     child: &mut Child,
     input: &[u8],
@@ -18,11 +23,26 @@ pub(crate) fn drain_within(
     stop: impl FnOnce(&mut Child),
 ) -> (std::io::Result<()>, Vec<u8>, Vec<u8>, bool) {
     fn read_all(pipe: Option<impl Read>) -> Vec<u8> {
-        let mut buf = Vec::new();
-        if let Some(mut pipe) = pipe {
-            let _ = pipe.read_to_end(&mut buf);
+        let mut kept = Vec::new();
+        let Some(mut pipe) = pipe else { return kept };
+        let mut chunk = vec![0u8; 16 << 10];
+        loop {
+            match pipe.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    kept.extend_from_slice(&chunk[..n]);
+                    if kept.len() > 2 * KEPT_OUTPUT {
+                        kept.drain(..kept.len() - KEPT_OUTPUT);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
         }
-        buf
+        if kept.len() > KEPT_OUTPUT {
+            kept.drain(..kept.len() - KEPT_OUTPUT);
+        }
+        kept
     }
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let (done, ended) = mpsc::channel::<()>();

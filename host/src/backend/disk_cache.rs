@@ -21,6 +21,26 @@ pub(crate) struct DiskCache {
     stats: Arc<CacheStats>,
     /// One sweep at a time in this process.
     sweeping: Mutex<()>,
+    /// Entries about to be read (by how many): no sweep removes them.
+    pinned: Mutex<std::collections::HashMap<PathBuf, usize>>,
+}
+
+/// Keeps an entry from eviction while it lives ([`DiskCache::pin`]).
+pub(crate) struct Pinned<'a> {
+    cache: &'a DiskCache,
+    path: PathBuf,
+}
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        let mut pinned = self.cache.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = pinned.get_mut(&self.path) {
+            *count -= 1;
+            if *count == 0 {
+                pinned.remove(&self.path);
+            }
+        }
+    }
 }
 
 /// What `/metrics` shows of one cache.
@@ -55,7 +75,13 @@ impl DiskCache {
             }
         };
         stats.max_bytes.store(max_bytes, Ordering::Relaxed);
-        Self { name, suffix, max_bytes, stats, sweeping: Mutex::default() }
+        Self { name, suffix, max_bytes, stats, sweeping: Mutex::default(), pinned: Mutex::default() }
+    }
+
+    /// Keeps `path` from eviction until the guard drops (a caller about to read it).
+    pub(crate) fn pin(&self, path: &Path) -> Pinned<'_> {
+        *self.pinned.lock().unwrap_or_else(|e| e.into_inner()).entry(path.to_path_buf()).or_default() += 1;
+        Pinned { cache: self, path: path.to_path_buf() }
     }
 
     /// After `added` was written (or used) in `dir`: evicts the least recently used entries
@@ -72,7 +98,7 @@ impl DiskCache {
                 if total <= self.max_bytes {
                     break;
                 }
-                if path == added {
+                if path == added || self.pinned.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&path) {
                     continue;
                 }
                 if std::fs::remove_file(&path).is_ok() {

@@ -215,16 +215,17 @@ pub trait Backend: Send + Sync {
     fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>>;
     /// Slow work a load does before it takes the repository's control lock (a model.py build),
     /// so that it holds up no other load or unload; the load under the lock then finds it done,
-    /// or its failure ([`Self::end_preparation`] forgets that). `Err` only when the work was
-    /// cancelled: the load ends there.
+    /// or its failure, remembered until the next load of the model begins
+    /// ([`Self::begin_preparation`]). `Err` only when the work was cancelled: the load ends there.
     fn prepare_outside_lock(&self, _model: &str, _model_path: &Path) -> CoreResult<()> {
         Ok(())
     }
     /// Cancels the preparation of `model` running now (every model's for `None`: the server
     /// stops, and nothing is prepared after that).
     fn cancel_preparation(&self, _model: Option<&str>) {}
-    /// The load of the model directory `dir` has ended: what its preparation remembered goes.
-    fn end_preparation(&self, _dir: &Path) {}
+    /// A load of the model directory `dir` begins: what an earlier load's preparation remembered
+    /// of it goes, so this load tries afresh.
+    fn begin_preparation(&self, _dir: &Path) {}
 }
 
 /// The backends this server was started with, in the order auto-detection tries their model
@@ -254,9 +255,9 @@ impl BackendRegistry {
         self.backends.iter().for_each(|b| b.cancel_preparation(model));
     }
 
-    /// [`Backend::end_preparation`] on every backend.
-    pub fn end_preparation(&self, dir: &Path) {
-        self.backends.iter().for_each(|b| b.end_preparation(dir));
+    /// [`Backend::begin_preparation`] on every backend.
+    pub fn begin_preparation(&self, dir: &Path) {
+        self.backends.iter().for_each(|b| b.begin_preparation(dir));
     }
 
     fn names(&self) -> String {

@@ -133,12 +133,10 @@ impl ModelManager {
         if !valid_name(name) {
             return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
         }
-        let dir = self.load_dir(name, None);
         self.prepare_outside_lock(name, config_override.clone(), None).await?;
         let _guard = self.control.lock().await;
         let outcome = self.load_locked(name, config_override, None).await;
         self.refresh_ensembles(Some(name));
-        self.end_preparation(dir.as_deref());
         outcome
     }
 
@@ -175,12 +173,10 @@ impl ModelManager {
                 return Err(poll_failed());
             }
         };
-        let path = dir.path.clone();
         self.prepare_outside_lock(name, Some(config.clone()), Some(Arc::clone(&dir))).await?;
         let _guard = self.control.lock().await;
         let outcome = self.load_locked(name, Some(config), Some(dir)).await;
         self.refresh_ensembles(Some(name));
-        self.end_preparation(Some(&path));
         outcome
     }
 

@@ -4,7 +4,6 @@
 //! every other load and unload; instead the load under the lock finds the work done, or its
 //! failure remembered, and an unload or the server's stop cancels it.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::overrides::OverrideDir;
@@ -36,6 +35,7 @@ impl ModelManager {
         override_dir: Option<Arc<OverrideDir>>,
     ) -> CoreResult<()> {
         let Ok(dir) = self.source_dir(name, override_dir.as_deref()) else { return Ok(()) };
+        self.backends.begin_preparation(&dir);
         let (config, versions) = match self.prepare_config(name, &dir, config_override) {
             Ok(prepared) => prepared,
             Err(e) if e.kind == ErrorKind::Cancelled => return Err(e),
@@ -52,20 +52,8 @@ impl ModelManager {
         Ok(())
     }
 
-    /// The load of `name` has ended: what its preparation remembered goes.
-    pub(super) fn end_preparation(&self, dir: Option<&Path>) {
-        if let Some(dir) = dir {
-            self.backends.end_preparation(dir);
-        }
-    }
-
     /// The server stops: preparations running now end, and none starts after.
     pub fn cancel_preparations(&self) {
         self.backends.cancel_preparation(None);
-    }
-
-    /// The directory a load of `name` reads, if it can be found.
-    pub(super) fn load_dir(&self, name: &str, override_dir: Option<&OverrideDir>) -> Option<PathBuf> {
-        self.source_dir(name, override_dir).ok()
     }
 }

@@ -22,6 +22,23 @@ pub(super) enum BuildError {
     Cancelled,
 }
 
+impl BuildError {
+    /// The failure with the build directory and the cache named by placeholders: what the
+    /// builder printed goes to the client, the server's paths do not.
+    pub(super) fn redacted(self, build_dir: &Path, cache_root: Option<&Path>) -> Self {
+        match self {
+            BuildError::Failed(why) => {
+                let mut why = why.replace(&*build_dir.to_string_lossy(), "<build>");
+                if let Some(root) = cache_root {
+                    why = why.replace(&*root.to_string_lossy(), "<cache>");
+                }
+                BuildError::Failed(why)
+            }
+            cancelled => cancelled,
+        }
+    }
+}
+
 /// The builds running now, by model, so they can be cancelled.
 #[derive(Default)]
 pub(super) struct Builds {
@@ -141,8 +158,10 @@ impl Run<'_> {
         let id = builds.register(self.model, child.id() as libc::pid_t, &cancelled);
         let group = child.id() as libc::pid_t;
         let (_, stdout, stderr, timed_out) = drain_within(&mut child, &[], self.timeout, |_| kill_group(group));
-        let status = child.wait();
+        // Before the leader is reaped, while its group id cannot be reused: a cancel after this
+        // finds nothing to kill.
         builds.unregister(id);
+        let status = child.wait();
         if cancelled.load(Ordering::SeqCst) {
             return Err(BuildError::Cancelled);
         }

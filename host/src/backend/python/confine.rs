@@ -123,6 +123,9 @@ impl Confinement {
         if abi >= 5 {
             fs |= IOCTL_DEV;
         }
+        if abi < 4 && !self.network {
+            warn_once_no_network_rules();
+        }
         let net = if abi >= 4 && !self.network { NET_BIND_TCP | NET_CONNECT_TCP } else { 0 };
         let scoped = if abi >= 6 { SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL } else { 0 };
         let attr = RulesetAttr { handled_access_fs: fs, handled_access_net: net, scoped };
@@ -217,6 +220,16 @@ pub(super) fn landlock_abi() -> i64 {
         )
     };
     abi.max(0)
+}
+
+fn warn_once_no_network_rules() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            "this kernel's Landlock has no network rules (ABI 4, Linux 6.7): Python guest builds are confined \
+             to their files but may open TCP connections; see docs/wasm.md"
+        );
+    });
 }
 
 fn warn_unconfined_once() {

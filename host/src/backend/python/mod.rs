@@ -29,7 +29,7 @@ use build::{BuildError, Builds, Run};
 use confine::Confinement;
 use sources::Sources;
 
-use super::disk_cache::DiskCache;
+use super::disk_cache::{DiskCache, Pinned};
 use super::wasm::{AllowList, WasmBackend};
 use super::{Backend, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
@@ -102,9 +102,10 @@ pub struct PythonGuests {
     building: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     /// The builds running now, to cancel.
     builds: Builds,
-    /// Failed builds by model file, with their key, while the load that tried them runs: the
-    /// part of a load under the repository lock reports the failure of the build done before
-    /// it rather than building again (a model.py that loops would hold the lock).
+    /// Failed builds by model file, with their key, until the next load of the model begins:
+    /// the part of a load under the repository lock reports the failure of the build done
+    /// before it rather than building again (a model.py that loops would hold the lock). A
+    /// cancelled build is not remembered: the next load builds again.
     failures: Mutex<HashMap<PathBuf, (String, CoreError)>>,
 }
 
@@ -112,6 +113,7 @@ impl PythonGuests {
     pub fn new(options: &PythonOptions) -> Self {
         let builder_hash = options.builder.as_deref().map(builder_hash);
         let cache_dir = options.cache_dir.clone().unwrap_or_else(private_cache_dir);
+        sweep_leftovers(&cache_dir);
         Self {
             builder: options.builder.clone(),
             builder_hash,
@@ -129,11 +131,17 @@ impl PythonGuests {
     /// serves the `model.wasm` beside it instead, built elsewhere by `tessera guest build`: the
     /// source is the truth wherever it can be built, so a server with a builder ignores that file.
     pub fn component(&self, model_py: &Path, model: &str) -> CoreResult<PathBuf> {
+        self.component_pinned(model_py, model).map(|(path, _)| path)
+    }
+
+    /// [`Self::component`], kept from the cache's eviction while the guard lives (the caller
+    /// reads it before dropping the guard).
+    fn component_pinned(&self, model_py: &Path, model: &str) -> CoreResult<(PathBuf, Option<Pinned<'_>>)> {
         let (Some(builder), Some(builder_hash)) = (&self.builder, &self.builder_hash) else {
             let prebuilt = model_py.with_file_name("model.wasm");
             if prebuilt.is_file() {
                 tracing::info!(model = %prebuilt.display(), "no Python guest builder: serving the prebuilt component");
-                return Ok(prebuilt);
+                return Ok((prebuilt, None));
             }
             return Err(CoreError::unavailable(format!(
                 "{} is a Python model, and this server has no Python guest builder: start it with \
@@ -160,9 +168,10 @@ impl PythonGuests {
         let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let cache_dir = self.usable_cache_dir()?;
         let out = cache_dir.join(format!("{key}.wasm"));
+        let pinned = self.cache.pin(&out);
         if out.is_file() {
             self.cache.admit(&cache_dir, &out);
-            return Ok(out);
+            return Ok((out, Some(pinned)));
         }
         if let Some(error) = self.failed(model_py, &key) {
             return Err(error);
@@ -176,23 +185,24 @@ impl PythonGuests {
             Ok(()) => {
                 tracing::info!(model, seconds = started.elapsed().as_secs_f64(), "built the Python guest");
                 self.cache.admit(&cache_dir, &out);
-                Ok(out)
+                Ok((out, Some(pinned)))
             }
             Err(e) => {
+                // Named relative to the version directory: the server's paths are not the
+                // client's business.
+                let entry = sources.entry.display();
                 let error = match e {
-                    BuildError::Failed(why) => {
-                        CoreError::unavailable(format!("building {} failed: {why}", model_py.display()))
-                    }
+                    BuildError::Failed(why) => CoreError::unavailable(format!("building {entry} failed: {why}")),
                     BuildError::Cancelled => CoreError::new(
                         ErrorKind::Cancelled,
-                        format!(
-                            "the build of {} was cancelled (model unloaded or server stopping)",
-                            model_py.display()
-                        ),
+                        format!("the build of {entry} was cancelled (model unloaded or server stopping)"),
                     ),
                 };
-                let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-                failures.insert(model_py.to_path_buf(), (key, error.clone()));
+                tracing::warn!(model, path = %model_py.display(), "{}", error.message);
+                if error.kind != ErrorKind::Cancelled {
+                    let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+                    failures.insert(model_py.to_path_buf(), (key, error.clone()));
+                }
                 Err(error)
             }
         }
@@ -248,7 +258,7 @@ impl PythonGuests {
             model,
         };
         if fetch.is_some() {
-            run.run(&self.builds)?;
+            run.run(&self.builds).map_err(|e| e.redacted(&dir.0, root.as_deref()))?;
         }
         let mut confined = toolchain;
         confined.write.push(dir.0.clone());
@@ -256,8 +266,9 @@ impl PythonGuests {
         confined.read.extend(root.iter().flat_map(|r| [r.join("numpy-wasi"), r.join("python-deps")]));
         run.phase = "build";
         run.confinement = Some(&confined);
-        run.run(&self.builds)?;
-        if !out.is_file() {
+        run.run(&self.builds).map_err(|e| e.redacted(&dir.0, root.as_deref()))?;
+        // A regular file, not a link the build made to another model's guest or a host file.
+        if !std::fs::symlink_metadata(&out).is_ok_and(|m| m.is_file()) {
             return Err(BuildError::Failed("the builder exited with success but wrote no component".into()));
         }
         let kept = cache_dir.join(format!(".{key}.{}-{n}.wasm", std::process::id()));
@@ -270,7 +281,7 @@ impl PythonGuests {
         self.builds.cancel(model);
     }
 
-    /// A load of the model in `dir` ended: its remembered build failures go.
+    /// A load of the model in `dir` begins: the build failures remembered of it go.
     pub fn forget(&self, dir: &Path) {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         failures.retain(|path, _| !path.starts_with(dir));
@@ -291,12 +302,29 @@ impl PythonGuests {
     }
 }
 
+/// What builds of a killed server left in the cache (build directories, components not yet
+/// renamed into place), a day after: a build in progress is never that old.
+fn sweep_leftovers(cache_dir: &Path) {
+    let Ok(read) = std::fs::read_dir(cache_dir) else { return };
+    let day_ago = std::time::SystemTime::now() - Duration::from_secs(24 * 3600);
+    for entry in read.filter_map(|e| e.ok()) {
+        let name = entry.file_name();
+        let old = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t < day_ago);
+        if name.to_string_lossy().starts_with('.') && old {
+            let path = entry.path();
+            let _ = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+        }
+    }
+}
+
 /// A build directory, removed with everything in it when dropped.
 struct BuildDir(PathBuf);
 
 impl BuildDir {
     fn create(path: &Path) -> Result<Self, BuildError> {
-        std::fs::create_dir_all(path)
+        // Fresh: whatever a killed server left under this name goes first.
+        let _ = std::fs::remove_dir_all(path);
+        std::fs::create_dir(path)
             .map_err(|e| BuildError::Failed(format!("failed to create the build directory: {e}")))?;
         Ok(Self(path.to_path_buf()))
     }
@@ -313,19 +341,24 @@ impl Drop for BuildDir {
 /// was made from).
 fn toolchain(builder: &Path) -> Confinement {
     let mut c = Confinement::system();
-    if let Some(dir) = builder.parent() {
-        c.read_exec.push(dir.to_path_buf());
-    }
-    if let Some(root) = builder.parent().and_then(Path::parent) {
+    c.read_exec.push(builder.to_path_buf());
+    // A checkout's builder (`<root>/scripts/build-python-guest.sh`) and what it builds with;
+    // another builder gets only itself and the system.
+    let root = builder.parent().filter(|dir| dir.file_name().is_some_and(|n| n == "scripts")).and_then(Path::parent);
+    if let Some(root) = root {
         for dir in ["scripts", "guest-sdk", "wit", ".venv"] {
             c.read_exec.push(root.join(dir));
         }
         c.read.push(root.join("tests/requirements.txt"));
-        // The interpreter the venv was made from (`home = .../bin` in pyvenv.cfg).
+        // The interpreter the venv was made from (`home = <prefix>/bin` in pyvenv.cfg), when
+        // that is a prefix of its own (not `/`, and not holding the caches).
+        let cache = cache_root();
         if let Ok(cfg) = std::fs::read_to_string(root.join(".venv/pyvenv.cfg"))
             && let Some(home) =
                 cfg.lines().find_map(|l| l.strip_prefix("home").map(|v| v.trim_start_matches([' ', '='])))
             && let Some(prefix) = Path::new(home.trim()).parent()
+            && prefix.components().count() > 2
+            && cache.as_deref().is_none_or(|cache| !cache.starts_with(prefix))
         {
             c.read_exec.push(prefix.to_path_buf());
         }
@@ -432,7 +465,7 @@ impl Backend for PythonBackend {
 
     /// Triton's auto-complete: the model's own `auto_complete_config`, run in the guest.
     fn autocomplete(&self, config: &mut ModelConfig, model_path: &Path) -> CoreResult<()> {
-        let component = self.guests.component(model_path, &config.name)?;
+        let (component, _pinned) = self.guests.component_pinned(model_path, &config.name)?;
         let version_dir = model_path.parent().unwrap_or(Path::new("."));
         if let Some(completed) = self.wasm.auto_complete(&component, config, version_dir)? {
             *config = completed;
@@ -444,7 +477,7 @@ impl Backend for PythonBackend {
     }
 
     fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
-        let component = self.guests.component(ctx.model_path, &ctx.config.name)?;
+        let (component, _pinned) = self.guests.component_pinned(ctx.model_path, &ctx.config.name)?;
         let config = self.sandboxed_config(ctx.config);
         self.wasm.create_instance(&InstanceContext {
             config: &config,
@@ -466,7 +499,7 @@ impl Backend for PythonBackend {
         self.guests.cancel(model);
     }
 
-    fn end_preparation(&self, dir: &Path) {
+    fn begin_preparation(&self, dir: &Path) {
         self.guests.forget(dir);
     }
 }

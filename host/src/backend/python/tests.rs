@@ -147,8 +147,9 @@ fn a_build_is_cancelled_by_its_model_and_by_the_stop() {
 
 #[test]
 fn the_builder_writes_only_its_build_directory_and_reaches_no_port() {
-    if confine::landlock_abi() < 4 {
-        eprintln!("skipped: this kernel has no Landlock network rules");
+    let abi = confine::landlock_abi();
+    if abi < 1 {
+        eprintln!("skipped: this kernel has no Landlock");
         return;
     }
     let dir = TempDir::new("confined");
@@ -170,7 +171,12 @@ fn the_builder_writes_only_its_build_directory_and_reaches_no_port() {
         ),
     );
     run(&builder, &dir.0, Duration::from_secs(60), &Builds::default()).expect("the build runs");
-    assert_eq!(std::fs::read_to_string(&report).expect("report"), "done\n", "it wrote its report and nothing else");
+    let mut reported = std::fs::read_to_string(&report).expect("report");
+    // Network rules need Landlock ABI 4 (Linux 6.7); the file rules hold from ABI 1.
+    if abi < 4 {
+        reported = reported.replace("port-reachable\n", "");
+    }
+    assert_eq!(reported, "done\n", "it wrote its report and nothing else");
     assert!(!tools.0.join("written").exists());
 }
 
@@ -251,5 +257,10 @@ fn the_build_cache_keeps_to_its_cap_least_recently_used_first() {
     let kept: Vec<bool> = built.iter().map(|p| p.exists()).collect();
     assert_eq!(kept, vec![true, false, true, true], "three fit; the least recently used went");
     let metrics = crate::backend::disk_cache::render();
-    assert!(metrics.contains("tessera_disk_cache_evictions_total{cache=\"python_guests\"}"), "{metrics}");
+    let evictions: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tessera_disk_cache_evictions_total{cache=\"python_guests\"} "))
+        .and_then(|v| v.parse().ok())
+        .expect("the evictions counter");
+    assert!(evictions >= 1, "{metrics}");
 }
