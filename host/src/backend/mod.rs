@@ -4,8 +4,8 @@
 pub mod batch;
 pub mod callable;
 mod child;
-pub mod onnx;
 pub(crate) mod disk_cache;
+pub mod onnx;
 pub mod python;
 #[cfg(feature = "torch")]
 pub mod torch;

@@ -10,9 +10,9 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
 use super::bindings;
-use crate::backend::disk_cache::DiskCache;
 use super::compile::{self, Compiled, Compiler, write_atomically};
 use super::state::GuestState;
+use crate::backend::disk_cache::DiskCache;
 use crate::error::{CoreError, CoreResult};
 
 /// A compiled, pre-instantiated component.
