@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::confine::Confinement;
-use crate::backend::child::drain_within;
+use crate::backend::child::{BUILD_OUTPUT, drain_within};
 
 /// Why a run did not produce its output.
 #[derive(Debug)]
@@ -157,7 +157,8 @@ impl Run<'_> {
         let cancelled = Arc::new(AtomicBool::new(false));
         let id = builds.register(self.model, child.id() as libc::pid_t, &cancelled);
         let group = child.id() as libc::pid_t;
-        let (_, stdout, stderr, timed_out) = drain_within(&mut child, &[], self.timeout, |_| kill_group(group));
+        let (_, stdout, stderr, timed_out) =
+            drain_within(&mut child, &[], self.timeout, |_| kill_group(group), Some(BUILD_OUTPUT));
         // Before the leader is reaped, while its group id cannot be reused: a cancel after this
         // finds nothing to kill.
         builds.unregister(id);

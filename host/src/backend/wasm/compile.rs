@@ -202,9 +202,11 @@ fn in_child(
                 ))),
             }
         })?;
-    let (fed, stdout, stderr, timed_out) = drain_within(&mut child, bytes, process.timeout, |child| {
+    let stop = |child: &mut std::process::Child| {
         let _ = child.kill();
-    });
+    };
+    // The artifact comes back on stdout (no cache directory): kept whole.
+    let (fed, stdout, stderr, timed_out) = drain_within(&mut child, bytes, process.timeout, stop, None);
     let status = child.wait().map_err(|e| {
         ChildFailure::Failed(CoreError::internal(format!(
             "waiting for the compiler process of {}: {e}",
