@@ -186,11 +186,19 @@ class AsyncResponseIterator(_Delivered):
         response = self._response(item, last)
         if response is None:
             return
+        if self._queue is not None:
+            # On the queue's loop, the queue first: a response the iterator yields is already in
+            # the caller's queue, so a caller that drains the queue after iterating sees them all.
+            self._queue_loop.call_soon_threadsafe(self._publish, response)
+        else:
+            self._publish(response)
+
+    def _publish(self, response: InferenceResponse) -> None:
+        if self._queue is not None:
+            self._queue.put_nowait(response)
         with self._lock:
             self._items.append(response)
             waiter, self._waiter = self._waiter, None
-        if self._queue is not None:
-            self._queue_loop.call_soon_threadsafe(self._queue.put_nowait, response)
         if waiter is not None:
             waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
