@@ -394,6 +394,15 @@ def wait_until(pred: Callable[[], bool], deadline: float, what: str, server: Tes
     pytest.fail(msg, pytrace=False)
 
 
+def connection_refused(port: int) -> bool:
+    """Whether a TCP connect to 127.0.0.1:port is refused (nothing listens there)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return False
+    except ConnectionRefusedError:
+        return True
+
+
 def model_ready(server: TesseraServer, model: str, version: str | int | None = None) -> bool:
     path = f"/v2/models/{model}" + (f"/versions/{version}" if version not in (None, "") else "") + "/ready"
     return requests.get(server.http(path), timeout=10).status_code == 200

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tessera_testlib import assert_no_panic, wait_model_ready, wait_until
+from tessera_testlib import assert_no_panic, connection_refused, wait_model_ready, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -69,14 +69,6 @@ def slow_infer(value: int) -> bytes:
             f"Content-Length: {len(body)}\r\n\r\n{body}").encode()
 
 
-def refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-        return False
-    except ConnectionRefusedError:
-        return True
-
-
 def test_sigterm_refuses_new_connections_at_once_and_answers_every_request_already_sent(server_factory, repo):
     write_slow(repo)
     srv = server_factory(repo, ["--exit-timeout-secs=30", "--http-keepalive-timeout=600"])
@@ -96,7 +88,7 @@ def test_sigterm_refuses_new_connections_at_once_and_answers_every_request_alrea
         os.kill(srv.process.pid, signal.SIGCONT)
     signalled = time.monotonic()
     # Both doors refuse new clients at once, long before the requests in flight are done.
-    wait_until(lambda: refused(srv.http_port) and refused(srv.grpc_port), 2, "new connections refused", srv)
+    wait_until(lambda: connection_refused(srv.http_port) and connection_refused(srv.grpc_port), 2, "new connections refused", srv)
     assert time.monotonic() - signalled < SLOW_MS / 1000, "the doors kept accepting while requests ran"
     for i, c in enumerate(connections):
         c.settimeout(30)

@@ -14,7 +14,7 @@ import time
 
 import requests
 
-from tessera_testlib import QUICKSTART, copy_faulty, wait_model_ready, wait_until
+from tessera_testlib import QUICKSTART, connection_refused, copy_faulty, wait_model_ready, wait_until
 
 from test_deploy import one, rendered_chart
 
@@ -93,7 +93,7 @@ def test_sigterm_closes_the_doors_at_once_and_drains_in_flight_requests(server_f
     srv.process.send_signal(signal.SIGTERM)
     # Not ready, and not taking connections, at once: a probe or a late client is refused (and
     # goes elsewhere), while the request in flight goes on (tests/test_drain.py has the rest).
-    wait_until(lambda: refused(srv.port), 2, "connections refused after SIGTERM", srv)
+    wait_until(lambda: connection_refused(srv.port), 2, "connections refused after SIGTERM", srv)
     assert time.monotonic() - signalled < 2
     stream.join(30)
     assert stream.error is None, stream.error
@@ -104,14 +104,6 @@ def test_sigterm_closes_the_doors_at_once_and_drains_in_flight_requests(server_f
     log = srv.log_text()
     assert "draining: not ready" in log
     assert "still in flight" not in log
-
-
-def refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-        return False
-    except ConnectionRefusedError:
-        return True
 
 
 def test_the_exit_timeout_bounds_the_drain(server_factory, repo):
