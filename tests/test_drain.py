@@ -23,6 +23,8 @@ import tritonclient.grpc as grpcclient
 
 from tessera_testlib import assert_no_panic, connection_refused, wait_model_ready, wait_until
 
+from test_lifecycle import write_repeat
+
 pytestmark = pytest.mark.timeout(180)
 
 SLOW_MS = 3000
@@ -249,18 +251,6 @@ def test_an_http_socket_that_never_sends_a_request_is_closed_after_the_header_ti
     used.close()
 
 
-REPEAT = """name: "slow_repeat"
-backend: "repeat"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },
-        { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
-        { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
-         { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
-"""
-
-
 def long_stream_inputs(count: int = 40, delay_ms: int = 500) -> dict:
     return {"IN": np.arange(count, dtype=np.int32), "DELAY": np.full(count, delay_ms, dtype=np.uint32),
             "WAIT": np.array([0], dtype=np.uint32)}
@@ -269,8 +259,7 @@ def long_stream_inputs(count: int = 40, delay_ms: int = 500) -> dict:
 def test_an_in_process_stream_cut_by_stop_ends_with_an_error(repo):
     import tessera.tritonserver as tritonserver
 
-    (repo / "slow_repeat" / "1").mkdir(parents=True)
-    (repo / "slow_repeat" / "config.pbtxt").write_text(REPEAT)
+    write_repeat(repo)
     server = tritonserver.Server(model_repository=str(repo), exit_timeout=1, log_info=False)
     server.start(wait_until_ready=True, timeout=120)
     model = server.model("slow_repeat")
