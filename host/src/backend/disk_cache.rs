@@ -21,6 +21,8 @@ pub(crate) struct DiskCache {
     stats: Arc<CacheStats>,
     /// One sweep at a time in this process.
     sweeping: Mutex<()>,
+    /// Whether a sweep has measured the cache yet (a hit sweeps only before the first).
+    measured: std::sync::atomic::AtomicBool,
     /// Entries about to be read (by how many): no sweep removes them.
     pinned: Mutex<std::collections::HashMap<PathBuf, usize>>,
 }
@@ -75,7 +77,15 @@ impl DiskCache {
             }
         };
         stats.max_bytes.store(max_bytes, Ordering::Relaxed);
-        Self { name, suffix, max_bytes, stats, sweeping: Mutex::default(), pinned: Mutex::default() }
+        Self {
+            name,
+            suffix,
+            max_bytes,
+            stats,
+            sweeping: Mutex::default(),
+            measured: Default::default(),
+            pinned: Mutex::default(),
+        }
     }
 
     /// Keeps `path` from eviction until the guard drops (a caller about to read it).
@@ -84,10 +94,21 @@ impl DiskCache {
         Pinned { cache: self, path: path.to_path_buf() }
     }
 
-    /// After `added` was written (or used) in `dir`: evicts the least recently used entries
-    /// until the cache fits its cap, never `added` itself. Returns the entries evicted.
+    /// `used`, an entry of `dir`, was just read from the cache: it becomes the most recently
+    /// used. A hit adds no bytes, so it sweeps only when nothing has measured the cache yet.
+    pub(crate) fn hit(&self, dir: &Path, used: &Path) {
+        if self.measured.load(Ordering::Relaxed) {
+            touch(used);
+        } else {
+            self.admit(dir, used);
+        }
+    }
+
+    /// After `added` was written in `dir`: evicts the least recently used entries until the
+    /// cache fits its cap, never `added` itself. Returns the entries evicted.
     pub(crate) fn admit(&self, dir: &Path, added: &Path) -> Vec<PathBuf> {
         touch(added);
+        self.measured.store(true, Ordering::Relaxed);
         let _sweeping = self.sweeping.lock().unwrap_or_else(|e| e.into_inner());
         let mut entries = self.entries(dir);
         let mut total: u64 = entries.iter().map(|(_, _, size)| size).sum();

@@ -170,7 +170,7 @@ impl PythonGuests {
         let out = cache_dir.join(format!("{key}.wasm"));
         let pinned = self.cache.pin(&out);
         if out.is_file() {
-            self.cache.admit(&cache_dir, &out);
+            self.cache.hit(&cache_dir, &out);
             return Ok((out, Some(pinned)));
         }
         if let Some(error) = self.failed(model_py, &key) {
@@ -178,10 +178,7 @@ impl PythonGuests {
         }
         tracing::info!(model, "building the Python guest ({} -> component)", sources.entry.display());
         let started = std::time::Instant::now();
-        let built = self.build(builder, &sources, &cache_dir, &key, model).and_then(|tmp| {
-            std::fs::rename(&tmp, &out).map_err(|e| BuildError::Failed(format!("failed to keep the built guest: {e}")))
-        });
-        match built {
+        match self.build(builder, &sources, &cache_dir, &out, model) {
             Ok(()) => {
                 tracing::info!(model, seconds = started.elapsed().as_secs_f64(), "built the Python guest");
                 self.cache.admit(&cache_dir, &out);
@@ -208,7 +205,7 @@ impl PythonGuests {
         }
     }
 
-    /// The failure of this very build earlier in the load running now.
+    /// The remembered failure of a build of these very sources (see `failures`).
     fn failed(&self, model_py: &Path, key: &str) -> Option<CoreError> {
         let failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         failures.get(model_py).filter(|(k, _)| k == key).map(|(_, e)| e.clone())
@@ -216,17 +213,18 @@ impl PythonGuests {
 
     /// Builds in a fresh build directory: a fetch of requirements.txt's wheels (network, the
     /// dependency cache writable), then the build proper (no network, only the build
-    /// directory writable). Returns the component, still in the build directory's parent.
+    /// directory writable). The component is moved to `cached` (in `cache_dir`) at the end.
     fn build(
         &self,
         builder: &Path,
         sources: &Sources,
         cache_dir: &Path,
-        key: &str,
+        cached: &Path,
         model: &str,
-    ) -> Result<PathBuf, BuildError> {
+    ) -> Result<(), BuildError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let key = cached.file_stem().map(|k| k.to_string_lossy().into_owned()).unwrap_or_default();
         let dir = BuildDir::create(&cache_dir.join(format!(".build-{key}-{}-{n}", std::process::id())))?;
         let src = dir.0.join("src");
         sources.write(&src).map_err(|e| BuildError::Failed(format!("failed to stage the sources: {e}")))?;
@@ -271,9 +269,8 @@ impl PythonGuests {
         if !std::fs::symlink_metadata(&out).is_ok_and(|m| m.is_file()) {
             return Err(BuildError::Failed("the builder exited with success but wrote no component".into()));
         }
-        let kept = cache_dir.join(format!(".{key}.{}-{n}.wasm", std::process::id()));
-        std::fs::rename(&out, &kept).map_err(|e| BuildError::Failed(format!("failed to keep the built guest: {e}")))?;
-        Ok(kept)
+        // The build directory is in the cache directory: one rename, on one filesystem.
+        std::fs::rename(&out, cached).map_err(|e| BuildError::Failed(format!("failed to keep the built guest: {e}")))
     }
 
     /// Ends the builds of `model` (all of them for `None`; after that no build starts).
@@ -302,8 +299,8 @@ impl PythonGuests {
     }
 }
 
-/// What builds of a killed server left in the cache (build directories, components not yet
-/// renamed into place), a day after: a build in progress is never that old.
+/// What builds of a killed server left in the cache (their build directories), a day after: a
+/// build in progress is never that old.
 fn sweep_leftovers(cache_dir: &Path) {
     let Ok(read) = std::fs::read_dir(cache_dir) else { return };
     let day_ago = std::time::SystemTime::now() - Duration::from_secs(24 * 3600);

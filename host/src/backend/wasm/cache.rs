@@ -49,9 +49,15 @@ impl CompileCache {
         Self { dir, disk, compiler, components: Mutex::default(), preparing: Mutex::default() }
     }
 
-    /// A cache file was just written or used: it counts as the most recently used, and the
-    /// cache keeps to its cap.
+    /// A cache file was just read: it counts as the most recently used.
     fn used(&self, file: &Path) {
+        if let Some(dir) = &self.dir {
+            self.disk.hit(dir, file);
+        }
+    }
+
+    /// A cache file was just written: the cache keeps to its cap.
+    fn written(&self, file: &Path) {
         if let Some(dir) = &self.dir {
             self.disk.admit(dir, file);
         }
@@ -178,7 +184,7 @@ impl CompileCache {
                         file.display()
                     ))
                 })?;
-                self.used(&file);
+                self.written(&file);
                 Ok(component)
             }
             Compiled::FromProcess(component) => Ok(component),
@@ -187,7 +193,7 @@ impl CompileCache {
                     let written =
                         component.serialize().map_err(|e| e.to_string()).and_then(|data| write_atomically(file, &data));
                     match written {
-                        Ok(()) => self.used(file),
+                        Ok(()) => self.written(file),
                         Err(e) => tracing::warn!(file = %file.display(), "could not write the compile cache: {e}"),
                     }
                 }
