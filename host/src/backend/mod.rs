@@ -226,6 +226,11 @@ pub trait Backend: Send + Sync {
     /// A load of the model directory `dir` begins: what an earlier load's preparation remembered
     /// of it goes, so this load tries afresh.
     fn begin_preparation(&self, _dir: &Path) {}
+    /// How many preparations of this backend are worth running at once (the startup loads run
+    /// that many ahead of the model-load threads); 1 for a backend with nothing slow to prepare.
+    fn preparations_at_once(&self) -> usize {
+        1
+    }
 }
 
 /// The backends this server was started with, in the order auto-detection tries their model
@@ -253,6 +258,11 @@ impl BackendRegistry {
     /// [`Backend::cancel_preparation`] on every backend.
     pub fn cancel_preparation(&self, model: Option<&str>) {
         self.backends.iter().for_each(|b| b.cancel_preparation(model));
+    }
+
+    /// The most preparations any backend runs at once ([`Backend::preparations_at_once`]).
+    pub fn preparations_at_once(&self) -> usize {
+        self.backends.iter().map(|b| b.preparations_at_once()).max().unwrap_or(1).max(1)
     }
 
     /// [`Backend::begin_preparation`] on every backend.

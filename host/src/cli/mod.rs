@@ -397,6 +397,12 @@ pub struct ServeArgs {
     #[arg(long, env = "TESSERA_PYTHON_ALLOWED_MODELS", value_name = "MODELS")]
     pub python_allowed_models: Option<String>,
 
+    /// How many model.py builds run at once (0, the default: one per CPU, fewer when the
+    /// available memory holds fewer, at ~0.75 GiB a build). Builds run before the model-load
+    /// threads take their models, so this bounds them whatever --model-load-thread-count says.
+    #[arg(long, env = "TESSERA_PYTHON_GUEST_BUILD_JOBS", default_value_t = 0)]
+    pub python_guest_build_jobs: usize,
+
     /// Triton's rate limiter: `execution_count` makes every execution wait until the resources
     /// its instance group lists (`rate_limiter` in config.pbtxt) are free; `off` (default)
     /// ignores them.
@@ -524,6 +530,7 @@ impl ServeArgs {
             build_timeout: Duration::from_secs(self.python_guest_build_timeout_secs.max(1)),
             allowed_models: self.python_allowed_models.clone(),
             cache_max_bytes: self.python_guest_cache_max_mib.saturating_mul(1 << 20),
+            build_jobs: self.python_guest_build_jobs,
             ..PythonOptions::default()
         };
         if let Some(builder) = &self.python_guest_builder {

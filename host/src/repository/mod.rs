@@ -435,6 +435,29 @@ impl ModelManager {
         dir: &Path,
         config_override: Option<&str>,
     ) -> CoreResult<(ModelConfig, Vec<i64>)> {
+        let (mut config, versions) = self.read_config(name, dir, config_override)?;
+        if !self.options.strict_config && !is_ensemble(&config) {
+            let backend =
+                self.backends.resolve(&config, versions.last().map(|v| dir.join(v.to_string())).as_deref())?;
+            if let Some(latest) = versions.last() {
+                let path = dir.join(latest.to_string()).join(model_filename(&config, backend.default_model_filename()));
+                if path.exists() {
+                    backend.autocomplete(&mut config, &path)?;
+                }
+            }
+        }
+        config::validate(&config, name).map_err(|e| CoreError::invalid_arg(e.to_string()))?;
+        Ok((config, versions))
+    }
+
+    /// The model's config as written (or overridden), normalised and with its file names
+    /// checked, and the versions its policy selects: before auto-complete and validation.
+    fn read_config(
+        &self,
+        name: &str,
+        dir: &Path,
+        config_override: Option<&str>,
+    ) -> CoreResult<(ModelConfig, Vec<i64>)> {
         let config_path = dir.join("config.pbtxt");
         let mut config = match config_override {
             // Unparsable configs are INTERNAL errors in Triton ("failed to poll from model repository").
@@ -466,17 +489,6 @@ impl ModelManager {
                 available
             )));
         }
-        if !self.options.strict_config && !is_ensemble(&config) {
-            let backend =
-                self.backends.resolve(&config, versions.last().map(|v| dir.join(v.to_string())).as_deref())?;
-            if let Some(latest) = versions.last() {
-                let path = dir.join(latest.to_string()).join(model_filename(&config, backend.default_model_filename()));
-                if path.exists() {
-                    backend.autocomplete(&mut config, &path)?;
-                }
-            }
-        }
-        config::validate(&config, name).map_err(|e| CoreError::invalid_arg(e.to_string()))?;
         Ok((config, versions))
     }
 

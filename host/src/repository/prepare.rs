@@ -52,6 +52,32 @@ impl ModelManager {
         Ok(())
     }
 
+    /// The startup's preparation of `name` (see `startup`): only the backends' own slow work
+    /// (builds), from the config as written; its auto-complete (which compiles and runs the
+    /// guest, or opens an ONNX file) is left to the load, which would do it again. `Err` only
+    /// when cancelled.
+    pub(super) async fn prepare_builds(self: &Arc<Self>, name: &str) -> CoreResult<()> {
+        let this = Arc::clone(self);
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || {
+            let Ok(dir) = this.source_dir(&name, None) else { return Ok(()) };
+            this.backends.begin_preparation(&dir);
+            let Ok((config, versions)) = this.read_config(&name, &dir, None) else { return Ok(()) };
+            if is_ensemble(&config) {
+                return Ok(());
+            }
+            let latest = versions.last().map(|v| dir.join(v.to_string()));
+            let Ok(backend) = this.backends.resolve(&config, latest.as_deref()) else { return Ok(()) };
+            for version in versions {
+                let file = model_filename(&config, backend.default_model_filename());
+                backend.prepare_outside_lock(&name, &dir.join(version.to_string()).join(file))?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| CoreError::internal(format!("model preparation task failed: {e}")))?
+    }
+
     /// The server stops: preparations running now end, and none starts after.
     pub fn cancel_preparations(&self) {
         self.backends.cancel_preparation(None);

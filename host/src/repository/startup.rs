@@ -1,5 +1,7 @@
 //! The loads a server starts with: every model the control mode asks for, in parallel (ensembles
 //! after their steps), their failures logged once per reason and returned for `--exit-on-error`.
+//! The backends' slow preparations (model.py builds) run as many at once as the backends say
+//! ([`crate::backend::Backend::preparations_at_once`]), ahead of the model-load threads.
 
 use std::sync::Arc;
 
@@ -34,13 +36,34 @@ impl ModelManager {
         {
             use futures_util::StreamExt;
             let _guard = self.control.lock().await;
-            let mut loads = futures_util::stream::iter(plain)
+            // Two stages: the backends' slow preparations (model.py builds, as many at once as
+            // the backends run: one per CPU for builds) run ahead of the model-load threads, which
+            // take each model as its preparation ends. A preparation needs no lock, and no door
+            // is open yet.
+            let ahead = self.backends.preparations_at_once();
+            let (prepared_tx, prepared_rx) = tokio::sync::mpsc::unbounded_channel();
+            let prepare = futures_util::stream::iter(plain)
                 .map(|name| async move {
-                    let outcome = self.load_one(&name, None, None).await;
+                    let outcome = self.prepare_builds(&name).await;
                     (name, outcome)
                 })
-                .buffer_unordered(threads);
-            while let Some((name, outcome)) = loads.next().await {
+                .buffer_unordered(ahead)
+                .for_each(move |prepared| {
+                    let _ = prepared_tx.send(prepared);
+                    std::future::ready(())
+                });
+            let load = tokio_stream::wrappers::UnboundedReceiverStream::new(prepared_rx)
+                .map(|(name, prepared)| async move {
+                    let outcome = match prepared {
+                        Ok(()) => self.load_one(&name, None, None).await,
+                        Err(e) => Err(e),
+                    };
+                    (name, outcome)
+                })
+                .buffer_unordered(threads)
+                .collect::<Vec<_>>();
+            let ((), loads) = futures_util::future::join(prepare, load).await;
+            for (name, outcome) in loads {
                 if let Err(e) = outcome {
                     failures.push((name, e.message));
                 }

@@ -23,14 +23,17 @@ pub(super) enum BuildError {
 }
 
 impl BuildError {
-    /// The failure with the build directory and the cache named by placeholders: what the
-    /// builder printed goes to the client, the server's paths do not.
-    pub(super) fn redacted(self, build_dir: &Path, cache_root: Option<&Path>) -> Self {
+    /// The failure with the build directory, the cache and the builder's checkout named by
+    /// placeholders: what the builder printed goes to the client, the server's paths do not.
+    pub(super) fn redacted(self, build_dir: &Path, cache_root: Option<&Path>, toolchain: Option<&Path>) -> Self {
         match self {
             BuildError::Failed(why) => {
                 let mut why = why.replace(&*build_dir.to_string_lossy(), "<build>");
                 if let Some(root) = cache_root {
                     why = why.replace(&*root.to_string_lossy(), "<cache>");
+                }
+                if let Some(root) = toolchain.filter(|r| r.components().count() > 1) {
+                    why = why.replace(&*root.to_string_lossy(), "<toolchain>");
                 }
                 BuildError::Failed(why)
             }
@@ -120,6 +123,9 @@ pub(super) struct Run<'a> {
     pub confinement: Option<&'a Confinement>,
     pub timeout: Duration,
     pub model: &'a str,
+    /// The model's `.py` files, relative to the version directory: a failure's reason names
+    /// the one its traceback points at ([`super::reason`]).
+    pub model_files: &'a [String],
 }
 
 impl Run<'_> {
@@ -167,7 +173,7 @@ impl Run<'_> {
             return Err(BuildError::Cancelled);
         }
         let printed = format!("{}{}", String::from_utf8_lossy(&stdout), String::from_utf8_lossy(&stderr));
-        let tail = last_lines(&printed, 30);
+        let tail = super::reason::clean_lines(&last_lines(&printed, 30), 400);
         if timed_out {
             return Err(BuildError::Failed(format!(
                 "the build took longer than {}s (--python-guest-build-timeout-secs) and was stopped{}",
@@ -177,9 +183,11 @@ impl Run<'_> {
         }
         match status {
             Ok(s) if s.success() => Ok(()),
-            Ok(s) => {
-                Err(BuildError::Failed(if tail.is_empty() { format!("the builder exited with {s}") } else { tail }))
-            }
+            Ok(s) => Err(BuildError::Failed(match super::reason::from_output(&printed, self.model_files) {
+                Some(reason) => reason,
+                None if tail.is_empty() => format!("the builder exited with {s}"),
+                None => tail,
+            })),
             Err(e) => Err(BuildError::Failed(format!("waiting for the builder: {e}"))),
         }
     }

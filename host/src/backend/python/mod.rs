@@ -23,10 +23,13 @@ use sha2::{Digest, Sha256};
 
 mod build;
 mod confine;
+mod reason;
+mod slots;
 mod sources;
 
 use build::{BuildError, Builds, Run};
 use confine::Confinement;
+use slots::BuildSlots;
 use sources::Sources;
 
 use super::disk_cache::{DiskCache, Pinned};
@@ -51,6 +54,9 @@ pub struct PythonOptions {
     /// The cap on the built components kept in `cache_dir`, in bytes (0: none); the least
     /// recently used go first.
     pub cache_max_bytes: u64,
+    /// How many builds run at once (`--python-guest-build-jobs`); 0: one per CPU, fewer when
+    /// the available memory holds fewer ([`slots::default_jobs`]).
+    pub build_jobs: usize,
 }
 
 /// The default cap of each build or compile cache: about a hundred numpy guests.
@@ -64,6 +70,7 @@ impl Default for PythonOptions {
             build_timeout: Duration::from_secs(900),
             allowed_models: None,
             cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
+            build_jobs: 0,
         }
     }
 }
@@ -102,6 +109,8 @@ pub struct PythonGuests {
     building: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     /// The builds running now, to cancel.
     builds: Builds,
+    /// How many builds run at once.
+    slots: BuildSlots,
     /// Failed builds by model file, with their key, until the next load of the model begins:
     /// the part of a load under the repository lock reports the failure of the build done
     /// before it rather than building again (a model.py that loops would hold the lock). A
@@ -122,6 +131,7 @@ impl PythonGuests {
             timeout: options.build_timeout,
             building: Mutex::default(),
             builds: Builds::default(),
+            slots: BuildSlots::new(options.build_jobs),
             failures: Mutex::default(),
         }
     }
@@ -176,6 +186,9 @@ impl PythonGuests {
         if let Some(error) = self.failed(model_py, &key) {
             return Err(error);
         }
+        let Some(_slot) = self.slots.acquire(|| self.builds.closed()) else {
+            return Err(CoreError::new(ErrorKind::Cancelled, "the server is stopping: no Python guest is built"));
+        };
         tracing::info!(model, "building the Python guest ({} -> component)", sources.entry.display());
         let started = std::time::Instant::now();
         match self.build(builder, &sources, &cache_dir, &out, model) {
@@ -232,6 +245,13 @@ impl PythonGuests {
         let out = dir.0.join("out.wasm");
         let root = cache_root();
         let toolchain = toolchain(builder);
+        let checkout = checkout_of(builder);
+        let model_files: Vec<String> = sources
+            .files
+            .iter()
+            .map(|(path, _)| path.to_string_lossy().into_owned())
+            .filter(|path| path.ends_with(".py"))
+            .collect();
         let fetch = sources.has_requirements().then(|| {
             let mut fetch = toolchain.clone();
             fetch.network = true;
@@ -254,9 +274,10 @@ impl PythonGuests {
             confinement: fetch.as_ref(),
             timeout: self.timeout,
             model,
+            model_files: &model_files,
         };
         if fetch.is_some() {
-            run.run(&self.builds).map_err(|e| e.redacted(&dir.0, root.as_deref()))?;
+            run.run(&self.builds).map_err(|e| e.redacted(&dir.0, root.as_deref(), checkout))?;
         }
         let mut confined = toolchain;
         confined.write.push(dir.0.clone());
@@ -264,7 +285,7 @@ impl PythonGuests {
         confined.read.extend(root.iter().flat_map(|r| [r.join("numpy-wasi"), r.join("python-deps")]));
         run.phase = "build";
         run.confinement = Some(&confined);
-        run.run(&self.builds).map_err(|e| e.redacted(&dir.0, root.as_deref()))?;
+        run.run(&self.builds).map_err(|e| e.redacted(&dir.0, root.as_deref(), checkout))?;
         // A regular file, not a link the build made to another model's guest or a host file.
         if !std::fs::symlink_metadata(&out).is_ok_and(|m| m.is_file()) {
             return Err(BuildError::Failed("the builder exited with success but wrote no component".into()));
@@ -341,8 +362,7 @@ fn toolchain(builder: &Path) -> Confinement {
     c.read_exec.push(builder.to_path_buf());
     // A checkout's builder (`<root>/scripts/build-python-guest.sh`) and what it builds with;
     // another builder gets only itself and the system.
-    let root = builder.parent().filter(|dir| dir.file_name().is_some_and(|n| n == "scripts")).and_then(Path::parent);
-    if let Some(root) = root {
+    if let Some(root) = checkout_of(builder) {
         for dir in ["scripts", "guest-sdk", "wit", ".venv"] {
             c.read_exec.push(root.join(dir));
         }
@@ -361,6 +381,11 @@ fn toolchain(builder: &Path) -> Confinement {
         }
     }
     c
+}
+
+/// The checkout a builder belongs to (`<root>/scripts/build-python-guest.sh`), if it is one's.
+fn checkout_of(builder: &Path) -> Option<&Path> {
+    builder.parent().filter(|dir| dir.file_name().is_some_and(|n| n == "scripts")).and_then(Path::parent)
 }
 
 /// `tessera guest prepare`: builds every model.py model of `repositories` (a model whose
@@ -498,6 +523,10 @@ impl Backend for PythonBackend {
 
     fn begin_preparation(&self, dir: &Path) {
         self.guests.forget(dir);
+    }
+
+    fn preparations_at_once(&self) -> usize {
+        self.guests.slots.jobs()
     }
 }
 

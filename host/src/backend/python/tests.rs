@@ -53,6 +53,7 @@ fn run(builder: &Path, dir: &Path, timeout: Duration, builds: &Builds) -> Result
         confinement: Some(&confinement),
         timeout,
         model: "m",
+        model_files: &[],
     };
     run.run(builds)
 }
