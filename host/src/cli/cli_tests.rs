@@ -80,3 +80,16 @@ fn client_shared_memory_is_off_unless_asked_for_as_in_triton_2_7x() {
     assert!(!config(&["--model-repository", "/m"]).allow_client_shm);
     assert!(config(&["--model-repository", "/m", "--allow-client-shm=true"]).allow_client_shm);
 }
+
+#[test]
+fn guest_env_repeats_or_splits_on_commas_and_refuses_a_bare_star() {
+    let a = serve(&["--model-store=/m", "--guest-env=APP_*,LANG", "--guest-env", "TZ"]).unwrap();
+    assert_eq!(a.guest_env, ["APP_*", "LANG", "TZ"]);
+    assert!(a.server_config(false).is_ok());
+    assert!(serve(&["--model-store=/m"]).unwrap().guest_env.is_empty());
+    let star = serve(&["--model-store=/m", "--guest-env=*"]).unwrap();
+    let refused = star.server_config(false).err().unwrap_or_default();
+    assert!(refused.contains("name the variables"), "{refused}");
+    let jobs = serve(&["--model-store=/m", "--python-guest-build-jobs=3"]).unwrap();
+    assert_eq!(jobs.server_config(false).map(|c| c.python.build_jobs).unwrap_or_default(), 3);
+}

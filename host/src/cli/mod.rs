@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::backend::python::PythonOptions;
-use crate::backend::wasm::{Compiler, CompilerProcess, WasmOptions};
+use crate::backend::wasm::{Compiler, CompilerProcess, GuestEnv, WasmOptions};
 use crate::grpc::{GrpcOptions, GrpcTls};
 use crate::http::ConnectionLimits;
 use crate::repository::ControlMode;
@@ -402,6 +402,12 @@ pub struct ServeArgs {
     /// threads take their models, so this bounds them whatever --model-load-thread-count says.
     #[arg(long, env = "TESSERA_PYTHON_GUEST_BUILD_JOBS", default_value_t = 0)]
     pub python_guest_build_jobs: usize,
+    /// A server environment variable guests may be given: a name, or `PREFIX*` for every
+    /// variable starting with PREFIX (repeatable, or a comma list; a bare `*` is refused). A
+    /// model sees only those of them its `environment_variables` parameter asks for; without
+    /// this flag no guest sees any variable of the server (docs/wasm.md, "Environment variables").
+    #[arg(long = "guest-env", env = "TESSERA_GUEST_ENV", value_name = "NAME", value_delimiter = ',')]
+    pub guest_env: Vec<String>,
 
     /// Triton's rate limiter: `execution_count` makes every execution wait until the resources
     /// its instance group lists (`rate_limiter` in config.pbtxt) are free; `off` (default)
@@ -526,6 +532,7 @@ impl ServeArgs {
         if let Some(dir) = &self.wasm_cache_dir {
             wasm.cache_dir = Some(dir.clone());
         }
+        wasm.guest_env = GuestEnv::from_server(&self.guest_env)?;
         let mut python = PythonOptions {
             build_timeout: Duration::from_secs(self.python_guest_build_timeout_secs.max(1)),
             allowed_models: self.python_allowed_models.clone(),

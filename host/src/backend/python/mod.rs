@@ -463,6 +463,24 @@ impl PythonBackend {
     }
 }
 
+/// Triton's parameter naming a conda-pack environment for the model.
+const EXECUTION_ENV_PATH: &str = "EXECUTION_ENV_PATH";
+
+/// Refuses what a guest cannot honour, before anything is built: `EXECUTION_ENV_PATH` (a
+/// conda-pack archive holds a CPython and native packages for the host, which cannot run in a
+/// guest; the guest's environment is built from requirements.txt instead).
+fn check_config(config: &ModelConfig) -> CoreResult<()> {
+    if config.parameters.get(EXECUTION_ENV_PATH).is_some_and(|p| !p.string_value.trim().is_empty()) {
+        return Err(CoreError::invalid_arg(format!(
+            "parameter '{EXECUTION_ENV_PATH}' (a conda-pack environment) is not supported: the server builds the \
+             model's Python environment into its WebAssembly guest. Remove the parameter and list the model's \
+             pure-Python dependencies in requirements.txt beside the model file (name==version lines; numpy is \
+             built in); packages with native code other than numpy cannot run in a guest"
+        )));
+    }
+    Ok(())
+}
+
 /// The models both allow-lists allow (`*` allows any), as an `allowed_models` value.
 fn narrow(server: &str, model: &str) -> String {
     AllowList::parse(server).narrowed_by(&AllowList::parse(model)).to_parameter()
@@ -487,6 +505,7 @@ impl Backend for PythonBackend {
 
     /// Triton's auto-complete: the model's own `auto_complete_config`, run in the guest.
     fn autocomplete(&self, config: &mut ModelConfig, model_path: &Path) -> CoreResult<()> {
+        check_config(config)?;
         let (component, _pinned) = self.guests.component_pinned(model_path, &config.name)?;
         let version_dir = model_path.parent().unwrap_or(Path::new("."));
         if let Some(completed) = self.wasm.auto_complete(&component, config, version_dir)? {
@@ -499,6 +518,7 @@ impl Backend for PythonBackend {
     }
 
     fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
+        check_config(ctx.config)?;
         let (component, _pinned) = self.guests.component_pinned(ctx.model_path, &ctx.config.name)?;
         let config = self.sandboxed_config(ctx.config);
         self.wasm.create_instance(&InstanceContext {

@@ -68,6 +68,7 @@ pub use compile::{Compiler, CompilerProcess, compile_component_main};
 use instance::{ComponentSource, InstanceParts, WasmInstance};
 use live::LiveSet;
 pub(crate) use sandbox::AllowList;
+pub use sandbox::GuestEnv;
 use sandbox::Sandbox;
 use state::{GuestShared, GuestState};
 
@@ -91,6 +92,9 @@ pub struct WasmOptions {
     pub compiler: Compiler,
     /// The size cap of `cache_dir` in bytes (0: none); the least recently used entries go.
     pub cache_max_bytes: u64,
+    /// The server's environment variables guests may be given (`--guest-env`); a model sees
+    /// those its `environment_variables` parameter asks for.
+    pub guest_env: GuestEnv,
 }
 
 impl Default for WasmOptions {
@@ -101,6 +105,7 @@ impl Default for WasmOptions {
             idle_timeout: None,
             compiler: Compiler::InProcess,
             cache_max_bytes: crate::backend::python::DEFAULT_CACHE_MAX_BYTES,
+            guest_env: GuestEnv::default(),
         }
     }
 }
@@ -171,6 +176,8 @@ pub struct WasmBackend {
     engine_error: Option<String>,
     /// Where guests' own metrics go, once the server has set it.
     custom_metrics: OnceLock<Arc<crate::stats::custom::CustomMetrics>>,
+    /// The operator's grant of environment variables (`--guest-env`).
+    guest_env: GuestEnv,
 }
 
 impl WasmBackend {
@@ -185,6 +192,7 @@ impl WasmBackend {
             runtime: tokio::runtime::Handle::try_current().ok(),
             engine_error,
             custom_metrics: OnceLock::new(),
+            guest_env: options.guest_env,
         }
     }
 
@@ -252,7 +260,8 @@ impl Backend for WasmBackend {
 
     fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
         let (key, pre) = self.prepare(ctx.model_path)?;
-        let sandbox = Sandbox::from_config(ctx.config, ctx.version_dir)?;
+        let mut sandbox = Sandbox::from_config(ctx.config, ctx.version_dir)?;
+        sandbox.grant_env(&self.guest_env)?;
         let shared = Arc::new(GuestShared {
             model_name: ctx.config.name.clone(),
             allowed_models: sandbox.allowed_models.clone(),

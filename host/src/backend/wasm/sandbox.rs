@@ -1,6 +1,8 @@
 //! What a guest may use, per model, from its config `parameters`: memory and time limits, the
-//! models it may call, a read-only view of its version directory, and real clocks. Everything
-//! else (network, environment, other files) is never granted.
+//! models it may call, a read-only view of its version directory, real clocks, and the server's
+//! environment variables the operator granted (`--guest-env`) that the model asks for
+//! (`environment_variables`; see [`GuestEnv`]). Everything else (network, other variables, other
+//! files) is never granted.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,6 +28,11 @@ pub(super) struct Sandbox {
     pub(super) allowed_models: AllowList,
     read_only_dir: Option<PathBuf>,
     clocks: bool,
+    /// The `environment_variables` parameter: the names and `PREFIX*` patterns the model asks
+    /// for; none without it.
+    env_requested: Vec<String>,
+    /// What the guest's WASI environment holds: set by [`Self::grant_env`], empty until then.
+    env: Vec<(String, String)>,
 }
 
 /// The models a guest may call through BLS (`allowed_models`).
@@ -103,6 +110,10 @@ impl Sandbox {
                 return Err(CoreError::invalid_arg(format!("parameter 'clocks' must be true or false, got '{other}'")));
             }
         };
+        let env_requested = match param(ENV_PARAMETER) {
+            None => Vec::new(),
+            Some(list) => env::parse_request(&list).map_err(CoreError::invalid_arg)?,
+        };
         Ok(Self {
             max_memory,
             max_execute: Duration::from_millis(number("max_execute_ms")?.unwrap_or(DEFAULT_MAX_EXECUTE_MS)),
@@ -110,7 +121,23 @@ impl Sandbox {
             allowed_models,
             read_only_dir,
             clocks,
+            env_requested,
+            env: Vec::new(),
         })
+    }
+
+    /// Gives the guest the variables of `granted` (the operator's) that the model's
+    /// `environment_variables` asks for. A name it asks for that the operator did not grant fails
+    /// the load, naming it (a name is checked to be one before it is ever echoed).
+    pub(super) fn grant_env(&mut self, granted: &GuestEnv) -> CoreResult<()> {
+        self.env = granted.for_request(&self.env_requested).map_err(CoreError::invalid_arg)?;
+        Ok(())
+    }
+
+    /// The variables the guest sees (names and values), for tests and logs.
+    #[cfg(test)]
+    pub(super) fn env(&self) -> &[(String, String)] {
+        &self.env
     }
 
     /// The most bytes one guest-to-host call may make the host allocate while it lifts the
@@ -132,12 +159,140 @@ impl Sandbox {
             builder.wall_clock(FrozenClock).monotonic_clock(FrozenClock);
         }
         builder.allow_ip_name_lookup(false);
+        builder.envs(&self.env);
         if let Some(dir) = &self.read_only_dir {
             builder.preopened_dir(dir, "/model", wasmtime_wasi::FsPerms::ReadOnly).map_err(|e| {
                 CoreError::internal(format!("failed to grant read-only access to {}: {e}", dir.display()))
             })?;
+            // Also at `/model/<version>`: a Python guest's `args['model_repository']` is `/model`,
+            // so Triton's `os.path.join(model_repository, model_version, file)` opens it too.
+            if let Some(version) = dir.file_name().and_then(|n| n.to_str()).filter(|n| n.parse::<u64>().is_ok()) {
+                let alias = format!("/model/{version}");
+                builder.preopened_dir(dir, &alias, wasmtime_wasi::FsPerms::ReadOnly).map_err(|e| {
+                    CoreError::internal(format!("failed to grant read-only access to {}: {e}", dir.display()))
+                })?;
+            }
         }
         Ok(builder.build())
+    }
+}
+
+/// The model parameter naming the variables a model asks for.
+pub(crate) const ENV_PARAMETER: &str = "environment_variables";
+
+/// The server's environment variables an operator grants to guests (`tessera serve --guest-env`):
+/// exact names, or `PREFIX*` for every variable whose name starts with `PREFIX`. Their values are
+/// read once, when the server starts. A guest sees a granted variable only if its model's
+/// `environment_variables` parameter asks for it (a name, a `PREFIX*`, or `*` for every granted
+/// one): an uploaded config alone reads nothing of the server's environment.
+#[derive(Clone, Debug, Default)]
+pub struct GuestEnv {
+    patterns: Vec<String>,
+    /// The granted variables the server has, by name.
+    values: std::collections::BTreeMap<String, String>,
+}
+
+impl GuestEnv {
+    /// The grant of `patterns` over this process's environment.
+    pub fn from_server(patterns: &[String]) -> Result<Self, String> {
+        Self::new(patterns, std::env::vars_os())
+    }
+
+    /// The grant of `patterns` over `vars` (variables whose name or value is not Unicode are
+    /// never granted). A bare `*` is refused: the operator names what guests may read.
+    pub fn new(
+        patterns: &[String],
+        vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Result<Self, String> {
+        let mut checked = Vec::new();
+        for pattern in patterns.iter().flat_map(|p| p.split(',')).map(str::trim).filter(|p| !p.is_empty()) {
+            if pattern == "*" {
+                return Err("--guest-env '*' would hand every server variable (credentials included) to guests: \
+                            name the variables, or a prefix such as MYAPP_*"
+                    .into());
+            }
+            if !env::valid_pattern(pattern) {
+                return Err(format!(
+                    "--guest-env {}: a variable name (letters, digits, '_', not starting with a digit), \
+                     optionally ending in '*'",
+                    pattern.escape_debug()
+                ));
+            }
+            checked.push(pattern.to_string());
+        }
+        let values = vars
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .filter(|(k, _)| checked.iter().any(|p| env::matches(p, k)))
+            .collect();
+        Ok(Self { patterns: checked, values })
+    }
+
+    /// Whether the operator granted nothing.
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+
+    /// The variables a model asking for `request` (checked names and patterns) sees; `Err`
+    /// naming an exact name the operator did not grant.
+    fn for_request(&self, request: &[String]) -> Result<Vec<(String, String)>, String> {
+        for name in request.iter().filter(|r| !r.ends_with('*')) {
+            if !self.patterns.iter().any(|p| env::matches(p, name)) {
+                return Err(format!(
+                    "parameter '{ENV_PARAMETER}' asks for the environment variable {name}, which the server does \
+                     not grant to guests (the operator grants variables with `tessera serve --guest-env NAME`)"
+                ));
+            }
+        }
+        Ok(self
+            .values
+            .iter()
+            .filter(|(k, _)| request.iter().any(|r| r == "*" || env::matches(r, k)))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+}
+
+/// The syntax of variable names and patterns.
+mod env {
+    /// At most this many entries, of at most this many bytes, in `environment_variables`.
+    const MAX_ENTRIES: usize = 256;
+    const MAX_NAME: usize = 256;
+
+    /// `NAME` or `PREFIX*` (a portable name: letters, digits and '_', not starting with a digit).
+    pub(super) fn valid_pattern(pattern: &str) -> bool {
+        let name = pattern.strip_suffix('*').unwrap_or(pattern);
+        name.len() <= MAX_NAME
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && (!name.is_empty() || pattern == "*")
+    }
+
+    pub(super) fn matches(pattern: &str, name: &str) -> bool {
+        match pattern.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => pattern == name,
+        }
+    }
+
+    /// The `environment_variables` parameter: a comma list of names, `PREFIX*` patterns and
+    /// `*`. An entry that is none of those is refused by its position, never echoed.
+    pub(super) fn parse_request(list: &str) -> Result<Vec<String>, String> {
+        let entries: Vec<&str> = list.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
+        if entries.len() > MAX_ENTRIES {
+            return Err(format!("parameter '{}' lists more than {MAX_ENTRIES} variables", super::ENV_PARAMETER));
+        }
+        for (i, entry) in entries.iter().enumerate() {
+            if !valid_pattern(entry) {
+                return Err(format!(
+                    "parameter '{}': entry {} is not a variable name (letters, digits and '_', not starting with \
+                     a digit, at most {MAX_NAME} bytes), a PREFIX* or *",
+                    super::ENV_PARAMETER,
+                    i + 1
+                ));
+            }
+        }
+        Ok(entries.into_iter().map(String::from).collect())
     }
 }
 
@@ -338,6 +493,74 @@ pub(super) mod tests {
         assert_eq!(limiter.peak(), 1 << 20);
         assert!(limiter.table_growing(0, 1_000_000, None).expect("table within bounds"));
         assert!(!limiter.table_growing(0, 1_000_001, None).expect("table past bounds"));
+    }
+
+    fn granted(patterns: &[&str]) -> GuestEnv {
+        let patterns: Vec<String> = patterns.iter().map(|p| p.to_string()).collect();
+        let vars = [("APP_MODE", "fast"), ("APP_LEVEL", "3"), ("SECRET_TOKEN", "hunter2"), ("HOME", "/root")];
+        GuestEnv::new(&patterns, vars.iter().map(|(k, v)| ((*k).into(), (*v).into()))).expect("grant")
+    }
+
+    fn seen(grant: &GuestEnv, params: &[(&str, &str)]) -> CoreResult<Vec<(String, String)>> {
+        let mut s = sandbox(params)?;
+        s.grant_env(grant)?;
+        Ok(s.env().to_vec())
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_guest_sees_granted_variables_its_model_asks_for_and_nothing_else() {
+        let grant = granted(&["APP_*", "HOME"]);
+        assert!(!grant.is_empty());
+        // Without the parameter: nothing, whatever the operator granted.
+        assert_eq!(seen(&grant, &[]).expect("none asked"), vec![]);
+        assert_eq!(seen(&grant, &[("environment_variables", "APP_MODE")]).expect("one"), pairs(&[("APP_MODE", "fast")]));
+        assert_eq!(
+            seen(&grant, &[("environment_variables", " APP_* , HOME ")]).expect("pattern"),
+            pairs(&[("APP_LEVEL", "3"), ("APP_MODE", "fast"), ("HOME", "/root")])
+        );
+        assert_eq!(
+            seen(&grant, &[("environment_variables", "*")]).expect("every granted one"),
+            pairs(&[("APP_LEVEL", "3"), ("APP_MODE", "fast"), ("HOME", "/root")])
+        );
+        // Granted but not set on the server: absent, as in a process.
+        assert_eq!(seen(&grant, &[("environment_variables", "APP_UNSET")]).expect("unset"), vec![]);
+        // A pattern the model asks for reaches only granted variables.
+        assert_eq!(seen(&grant, &[("environment_variables", "SECRET_*")]).expect("no grant"), vec![]);
+    }
+
+    #[test]
+    fn a_name_the_operator_did_not_grant_fails_the_load_naming_it() {
+        let e = seen(&granted(&["APP_*"]), &[("environment_variables", "APP_MODE,SECRET_TOKEN")]).expect_err("refused");
+        assert_eq!(e.kind, crate::error::ErrorKind::InvalidArg);
+        assert!(e.message.contains("SECRET_TOKEN, which the server does not grant"), "{}", e.message);
+        assert!(!e.message.contains("hunter2"));
+        let e = seen(&GuestEnv::default(), &[("environment_variables", "HOME")]).expect_err("nothing granted");
+        assert!(e.message.contains("--guest-env"), "{}", e.message);
+    }
+
+    #[test]
+    fn bad_names_are_refused_without_being_echoed() {
+        for bad in ["A-B", "1ABC", "A B", "A\u{1b}[31m", "A=B", "**", "A*B"] {
+            let message = error(&[("environment_variables", bad)]);
+            assert!(message.contains("entry 1 is not a variable name"), "{message}");
+            assert!(!message.contains(bad), "{message}");
+        }
+        let many = vec!["A"; 257].join(",");
+        assert!(error(&[("environment_variables", &many)]).contains("more than 256"));
+        for bad in ["*", "A-B", "SECRET,*"] {
+            assert!(GuestEnv::new(&[bad.to_string()], std::iter::empty()).is_err(), "{bad}");
+        }
+        // Comma lists and repeats; variables that are not Unicode are never granted.
+        let grant = GuestEnv::new(
+            &["A,B".to_string(), " C ".to_string()],
+            [("C".into(), std::ffi::OsString::from("c")), ("A".into(), "a".into())],
+        )
+        .expect("grant");
+        assert_eq!(grant.for_request(&["*".to_string()]).expect("all"), pairs(&[("A", "a"), ("C", "c")]));
     }
 
     #[test]
