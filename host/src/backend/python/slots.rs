@@ -41,11 +41,7 @@ impl BuildSlots {
                 *running += 1;
                 return Some(Slot(self));
             }
-            running = self
-                .freed
-                .wait_timeout(running, Duration::from_millis(500))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            running = self.freed.wait_timeout(running, Duration::from_millis(500)).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
 }

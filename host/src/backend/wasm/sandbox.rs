@@ -517,7 +517,10 @@ pub(super) mod tests {
         assert!(!grant.is_empty());
         // Without the parameter: nothing, whatever the operator granted.
         assert_eq!(seen(&grant, &[]).expect("none asked"), vec![]);
-        assert_eq!(seen(&grant, &[("environment_variables", "APP_MODE")]).expect("one"), pairs(&[("APP_MODE", "fast")]));
+        assert_eq!(
+            seen(&grant, &[("environment_variables", "APP_MODE")]).expect("one"),
+            pairs(&[("APP_MODE", "fast")])
+        );
         assert_eq!(
             seen(&grant, &[("environment_variables", " APP_* , HOME ")]).expect("pattern"),
             pairs(&[("APP_LEVEL", "3"), ("APP_MODE", "fast"), ("HOME", "/root")])
