@@ -23,6 +23,9 @@
 # numpy: when a .py file beside model.py imports numpy (or requirements.txt names it), the numpy
 # that scripts/build-numpy-wasi.sh builds for wasm32-wasi (cached; 3-4 min of CPU the first time)
 # goes into the guest; other guests do not carry it (~20 MB without numpy, ~41 MB with it).
+# requests: when the model's code imports it (and requirements.txt does not name it), requests,
+# urllib3, idna, certifi and charset_normalizer (pure Python, as the builder's environment has
+# them) go into the guest; a request from the guest fails with a clear error (no network grant).
 # requirements.txt beside model.py: its pure-Python wheels (py3-none-any) are installed for the
 # guest's Python 3.14 and bundled, cached by the file's content; a requirement with native code
 # (other than numpy) fails the build with its name.
@@ -105,18 +108,32 @@ if [ -z "$CPY" ]; then
 fi
 case "$CPY" in */*) CPY=$(realpath "$CPY") ;; esac
 
-# The glue imports the user's module as `model`. A file with another name is staged as model.py;
-# the model's own directory still comes first on the path for its sibling modules.
-stage=$(mktemp -d "${TMPDIR:-/tmp}/tessera-pyguest.XXXXXX")
-trap 'rm -rf "$stage"' EXIT
-paths=()
-if [ "$(basename "$file")" != model.py ]; then
-  cp "$file" "$stage/model.py"
-  paths+=(-p "$stage")
-fi
-paths+=(-p "$model_dir" -p "$SDK")
+# As Triton's stub does, the guest imports the model file as module `<version>.<name>` (`1.model`)
+# with the version directory and the model directory on its path (guest-sdk/python/tessera_guest/
+# _entry.py): the version directory is a package, so siblings import relatively or by name. The
+# package is named after the version directory when that is a number, else `1`; copies of its
+# `.py` files (subpackages too; no links, hidden directories or __pycache__) are staged as it.
 PY=$ROOT/.venv/bin/python
 [ -x "$PY" ] || PY=python3
+name=$(basename "$file")
+case "$name" in
+  *.py) ;;
+  *) echo "build-python-guest: Model name must end with '.py'. Model name is \"$name\"." >&2; exit 1 ;;
+esac
+package=$(basename "$model_dir")
+[[ "$package" =~ ^[0-9]+$ ]] || package=1
+stage=$(mktemp -d "${TMPDIR:-/tmp}/tessera-pyguest.XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+pkgdir=$stage/models/$package
+mkdir -p "$pkgdir" "$stage/entry"
+(cd "$model_dir" && find . -mindepth 1 \( -name '.*' -o -name __pycache__ \) -prune -o -type f -name '*.py' -print0) |
+  while IFS= read -r -d '' f; do
+    mkdir -p "$pkgdir/$(dirname "$f")"
+    cp "$model_dir/$f" "$pkgdir/$f"
+  done
+printf 'PACKAGE = %s\nMODULE = %s\n' "$("$PY" -c 'import sys; print(repr(sys.argv[1]))' "$package")" \
+  "$("$PY" -c 'import sys; print(repr(sys.argv[1]))' "$package.${name%.py}")" > "$stage/entry/tessera_model_entry.py"
+paths=(-p "$pkgdir" -p "$stage/models" -p "$stage/entry" -p "$SDK")
 CACHE=${TESSERA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}
 requirements=$model_dir/requirements.txt
 [ -f "$requirements" ] || requirements=
@@ -129,11 +146,17 @@ if [ "$phase" = fetch ]; then
   fi
   exit 0
 fi
-if "$PY" "$ROOT/scripts/python_guest_deps.py" uses-numpy "$model_dir" $requirements; then
+if "$PY" "$ROOT/scripts/python_guest_deps.py" uses-numpy "$pkgdir" $requirements; then
   cached=()
   [ "$phase" = build ] && cached=(--cached-only)
   numpy_site=$(bash "$ROOT/scripts/build-numpy-wasi.sh" --print-dir "${cached[@]}")
   paths+=(-p "$numpy_site")
+fi
+# requests (as a Triton python environment has it): bundled when the model's code imports it; its
+# connections fail with a clear error in the guest (tessera_guest/_net.py).
+if "$PY" "$ROOT/scripts/python_guest_deps.py" uses-requests "$pkgdir" $requirements; then
+  "$PY" "$ROOT/scripts/python_guest_deps.py" bundle-requests "$stage/bundled"
+  paths+=(-p "$stage/bundled")
 fi
 if [ -n "$requirements" ]; then
   deps_site=$("$PY" "$ROOT/scripts/python_guest_deps.py" requirements "${offline[@]}" "$requirements" "$CACHE/python-deps" "$numpy_version")

@@ -1,8 +1,14 @@
 """What a Python guest's build bundles besides its own code (used by scripts/build-python-guest.sh).
 
     python_guest_deps.py uses-numpy DIR [REQUIREMENTS]
-        exit 0 when a .py file in DIR imports numpy or calls Tensor.as_numpy() (which needs no
+        exit 0 when a .py file in DIR (or below it) imports numpy or calls Tensor.as_numpy() (which needs no
         import in Triton), or REQUIREMENTS names numpy; else 1
+    python_guest_deps.py uses-requests DIR [REQUIREMENTS]
+        exit 0 when a .py file in DIR (or below it) imports requests or urllib3 and REQUIREMENTS does
+        not name requests; else 1
+    python_guest_deps.py bundle-requests OUT_DIR
+        copies requests and the packages it imports (pure Python, as the builder's environment has
+        them: tests/requirements.txt pins them) into OUT_DIR
     python_guest_deps.py requirements [--offline] REQUIREMENTS CACHE_DIR NUMPY_VERSION
         installs REQUIREMENTS' pure-Python wheels for the guest into a directory cached by the
         file's content, and prints that directory; exit 1 with a message naming the requirement
@@ -42,22 +48,45 @@ def fail(message):
     sys.exit(1)
 
 
-def _needs_numpy(source):
-    """Whether module source imports numpy, or calls Tensor.as_numpy() (in Triton numpy is always
-    there, so a model may get arrays from pb_utils without importing it)."""
+def _imports(source, names):
+    """Whether module source imports a top-level module in `names`."""
     try:
         tree = ast.parse(source)
     except SyntaxError:  # newer syntax than this interpreter's: a plain text search
-        return re.search(r"^\s*(import\s+numpy\b|from\s+numpy\b|import\s+.*,\s*numpy\b)|\.as_numpy\s*\(",
+        alt = "|".join(re.escape(n) for n in names)
+        return re.search(r"^\s*(import\s+(%s)\b|from\s+(%s)\b|import\s+.*,\s*(%s)\b)" % (alt, alt, alt),
                          source, re.M) is not None
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "numpy" for a in node.names):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] in names for a in node.names):
             return True
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "numpy":
-            return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "as_numpy":
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in names:
             return True
     return False
+
+
+def _needs_numpy(source):
+    """Whether module source imports numpy, or calls Tensor.as_numpy() (in Triton numpy is always
+    there, so a model may get arrays from pb_utils without importing it)."""
+    if _imports(source, ("numpy",)):
+        return True
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return re.search(r"\.as_numpy\s*\(", source) is not None
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "as_numpy"
+               for node in ast.walk(tree))
+
+
+def _sources(directory):
+    """The text of each .py file in `directory` and below it (no links, hidden directories or
+    __pycache__)."""
+    for parent, dirs, names in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(names):
+            path = os.path.join(parent, name)
+            if name.endswith(".py") and os.path.isfile(path) and not os.path.islink(path):
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    yield f.read()
 
 
 def _requirement_name(line):
@@ -69,19 +98,52 @@ def _requirement_name(line):
     return m.group(0).lower().replace("_", "-") if m else None
 
 
-def uses_numpy(directory, requirements=None):
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if name.endswith(".py") and os.path.isfile(path):
-            with open(path, encoding="utf-8", errors="replace") as f:
-                source = f.read()
-            if _needs_numpy(source):
-                return True
+def _requirements_name(requirements, name):
     if requirements and os.path.isfile(requirements):
         with open(requirements) as f:
-            if any(_requirement_name(line) == "numpy" for line in f):
-                return True
+            return any(_requirement_name(line) == name for line in f)
     return False
+
+
+def uses_numpy(directory, requirements=None):
+    if any(_needs_numpy(source) for source in _sources(directory)):
+        return True
+    return _requirements_name(requirements, "numpy")
+
+
+# What a Triton python environment has and a guest gets only when its code imports it: `requests`
+# and what it imports, pure Python, copied from the builder's own environment (the versions
+# tests/requirements.txt pins). charset_normalizer's compiled modules are left out (its .py
+# fallbacks stay); certifi's bundle too: a guest opens no TLS connection.
+REQUESTS_PACKAGES = ("requests", "urllib3", "idna", "certifi", "charset_normalizer")
+
+
+def uses_requests(directory, requirements=None):
+    """Whether the model's code imports requests or urllib3 and its requirements.txt does not
+    bring requests itself."""
+    if _requirements_name(requirements, "requests"):
+        return False
+    return any(_imports(source, ("requests", "urllib3")) for source in _sources(directory))
+
+
+def bundle_requests(out):
+    """Copies the .py files of REQUESTS_PACKAGES from this interpreter's environment into `out`."""
+    import importlib.util
+
+    for package in REQUESTS_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            fail("the model imports requests, which the guest build bundles from the builder's Python "
+                 "environment, and %s is not installed there: run scripts/setup-python.sh" % package)
+        root = list(spec.submodule_search_locations)[0]
+        for parent, dirs, names in os.walk(root):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in names:
+                if name.endswith(".py"):
+                    source = os.path.join(parent, name)
+                    target = os.path.join(out, package, os.path.relpath(source, root))
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    shutil.copyfile(source, target)
 
 
 def _stub_numpy_wheel(directory, version):
@@ -286,6 +348,11 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if args[:1] == ["uses-numpy"] and len(args) in (2, 3):
         sys.exit(0 if uses_numpy(*args[1:]) else 1)
+    if args[:1] == ["uses-requests"] and len(args) in (2, 3):
+        sys.exit(0 if uses_requests(*args[1:]) else 1)
+    if args[:1] == ["bundle-requests"] and len(args) == 2:
+        bundle_requests(args[1])
+        sys.exit(0)
     if args[:1] == ["requirements"] and len(args) in (4, 5):
         offline = args[1] == "--offline"
         rest = args[2:] if offline else args[1:]

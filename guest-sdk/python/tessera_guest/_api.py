@@ -298,9 +298,13 @@ class InferenceRequest:
         return self._request_id
 
     def correlation_id(self):
+        if self._served:
+            self._parameter_dict()  # a sequence's ID comes with the request's parameters
         return self._correlation_id
 
     def flags(self):
+        if self._served:
+            self._parameter_dict()  # so do its start and end flags
         return self._flags
 
     def model_name(self):
@@ -309,12 +313,23 @@ class InferenceRequest:
     def model_version(self):
         return _Model.version if self._served else self._model_version
 
+    def set_flags(self, flags):
+        """A BLS request's flags (Triton's set_flags: e.g. TRITONSERVER_REQUEST_FLAG_SEQUENCE_START)."""
+        self._flags = int(flags)
+
     def timeout(self):
         return self._timeout
 
     def _parameter_dict(self):
         if self._parameters is None:
-            self._parameters = _host.parameters_from_wit(self._handle().parameters())
+            params = _host.parameters_from_wit(self._handle().parameters())
+            # The host passes a sequence's fields as parameters; Triton gives them as the
+            # request's flags() and correlation_id(), and not among its parameters().
+            if "sequence_id" in params or "sequence_start" in params or "sequence_end" in params:
+                self._correlation_id = params.pop("sequence_id", 0)
+                self._flags = ((TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if params.pop("sequence_start", False) else 0)
+                               | (TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if params.pop("sequence_end", False) else 0))
+            self._parameters = params
         return self._parameters
 
     def parameters(self):
@@ -347,7 +362,16 @@ class InferenceRequest:
             raise TritonModelException("InferenceRequest needs a model_name")
         version = None if version is None or version == "" or int(version) < 0 else int(version)
         inputs = [t._lower_borrowed() for t in self.inputs()]
-        params = _host.parameters_to_wit(self._parameter_dict())
+        params = self._parameter_dict()
+        if self._correlation_id or self._flags:  # a request of a sequence: the host reads these
+            params = dict(params)
+            if self._correlation_id:
+                params["sequence_id"] = self._correlation_id
+            if self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+                params["sequence_start"] = True
+            if self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+                params["sequence_end"] = True
+        params = _host.parameters_to_wit(params)
         return (name, version, inputs, self.requested_output_names(), params)
 
     def exec(self, decoupled=False):

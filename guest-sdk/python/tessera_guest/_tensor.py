@@ -200,7 +200,17 @@ class Tensor:
 
     @staticmethod
     def from_dlpack(name, capsule):
-        raise NotImplementedError("DLPack is not available inside a Wasm guest")
+        """Triton's from_dlpack, for what a guest can hold: a pb_utils.Tensor (any datatype, BF16
+        too: the same data under `name`, no copy), what its to_dlpack() gave, or a numpy array
+        (numpy guests). A guest has no other DLPack producer (no torch, no GPU)."""
+        if isinstance(capsule, _DLPackCapsule):
+            capsule = capsule.tensor
+        if isinstance(capsule, Tensor):
+            return Tensor(name, capsule)
+        if _NP_TYPES and isinstance(capsule, _NP_TYPES):
+            return Tensor(name, capsule)
+        raise TypeError("from_dlpack inside a Wasm guest takes a pb_utils.Tensor, what its to_dlpack() "
+                        "returned or a numpy array (there is no torch or GPU), got %s" % type(capsule).__name__)
 
     # -- triton_python_backend_utils API -------------------------------------------------------
     def name(self):
@@ -292,7 +302,9 @@ class Tensor:
         return array
 
     def to_dlpack(self):
-        raise NotImplementedError("DLPack is not available inside a Wasm guest")
+        """A stand-in for a DLPack capsule that Tensor.from_dlpack takes back (any datatype);
+        no library in a guest reads DLPack capsules."""
+        return _DLPackCapsule(self)
 
     def is_cpu(self):
         return True
@@ -378,3 +390,15 @@ class Tensor:
             self._handle = self._handle.with_name(self._name)
             self._handle_name = self._name
         return self._handle
+
+
+class _DLPackCapsule:
+    """What Tensor.to_dlpack() returns in a guest: the tensor, for Tensor.from_dlpack."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __repr__(self):
+        return "<dltensor stand-in for %r>" % (self.tensor,)

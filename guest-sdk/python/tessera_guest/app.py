@@ -32,7 +32,9 @@ if _numpy.np is not None:
         except ImportError:
             pass
 
-import model as _user_model  # noqa: E402  the user's model.py (the build puts it on the path)
+from . import _entry  # noqa: E402
+
+_user_model = _entry.import_model()  # the user's model file, imported as Triton imports it
 
 try:
     from wit_world import WitWorld as _WitWorldProtocol
@@ -115,6 +117,7 @@ class _State:
 
 class WitWorld(_WitWorldProtocol):
     def initialize(self, args):
+        _entry.set_argv()  # the runtime's start cleared it
         sys.stdout = _HostLogStream(_api.LogLevel.INFO)
         sys.stderr = _HostLogStream(_api.LogLevel.WARNING)
         _api._Model.name = args.model_name
@@ -131,7 +134,10 @@ class WitWorld(_WitWorldProtocol):
             "model_instance_kind": args.model_instance_kind,
             "model_instance_name": args.model_instance_name,
             "model_instance_device_id": args.model_instance_device_id,
-            "model_repository": args.model_repository,
+            # the model directory as the guest sees it (_entry.GUEST_DIR; the host's own path
+            # means nothing inside the sandbox): under `filesystem = read-only`,
+            # <model_repository>/<model_version>/<file> opens, as in Triton
+            "model_repository": _entry.GUEST_DIR,
             "model_version": args.model_version,
             "model_name": args.model_name,
         }

@@ -239,7 +239,8 @@ impl PythonGuests {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let key = cached.file_stem().map(|k| k.to_string_lossy().into_owned()).unwrap_or_default();
         let dir = BuildDir::create(&cache_dir.join(format!(".build-{key}-{}-{n}", std::process::id())))?;
-        let src = dir.0.join("src");
+        // Named as the version directory: the guest imports the model file from it as a package.
+        let src = dir.0.join("src").join(sources.version.as_deref().unwrap_or("1"));
         sources.write(&src).map_err(|e| BuildError::Failed(format!("failed to stage the sources: {e}")))?;
         let entry = src.join(&sources.entry);
         let out = dir.0.join("out.wasm");

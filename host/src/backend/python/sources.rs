@@ -22,6 +22,10 @@ const MAX_DEPTH: usize = 16;
 pub(super) struct Sources {
     pub entry: PathBuf,
     pub files: Vec<(PathBuf, Vec<u8>)>,
+    /// The version directory's name when it is a number (Triton's version directories are): the
+    /// build stages the inputs in a directory of that name, which the guest imports the model
+    /// file from as a package (`<version>.model`, as Triton's stub does).
+    pub version: Option<String>,
 }
 
 impl Sources {
@@ -33,7 +37,12 @@ impl Sources {
             .filter(|p| p.components().all(|c| matches!(c, Component::Normal(_))))
             .map(Path::to_path_buf)
             .ok_or_else(|| CoreError::invalid_arg("the model file must be inside its version directory"))?;
-        let mut sources = Self { entry: entry.clone(), files: Vec::new() };
+        let version = version_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .map(str::to_string);
+        let mut sources = Self { entry: entry.clone(), files: Vec::new(), version };
         let mut total = 0u64;
         let entry_meta = std::fs::symlink_metadata(version_dir.join(&entry));
         if !entry_meta.is_ok_and(|m| m.is_file()) {
@@ -96,6 +105,8 @@ impl Sources {
     pub(super) fn key(&self, builder_hash: &str) -> String {
         let mut hash = Sha256::new();
         hash.update(builder_hash.as_bytes());
+        hash.update(self.version.as_deref().unwrap_or("").as_bytes());
+        hash.update(b"/");
         let entry = self.entry.to_string_lossy();
         hash.update((entry.len() as u64).to_le_bytes());
         hash.update(entry.as_bytes());

@@ -511,7 +511,8 @@ impl ModelInstance for WasmInstance {
     /// A guest only computes; its host calls that wait (BLS, a full response buffer) go through
     /// `crate::execution::blocking`, and the epoch deadline bounds a loop.
     fn only_computes(&self) -> bool {
-        true
+        // A file read blocks on the runtime (wasmtime-wasi), which panics on an async worker.
+        !self.sandbox.grants_filesystem()
     }
 }
 

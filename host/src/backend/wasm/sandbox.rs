@@ -140,6 +140,12 @@ impl Sandbox {
         &self.env
     }
 
+    /// Whether the guest may read files (`filesystem = read-only`): wasmtime-wasi serves a file
+    /// read by blocking on the runtime, so such a guest must not run on an async worker thread.
+    pub(super) fn grants_filesystem(&self) -> bool {
+        self.read_only_dir.is_some()
+    }
+
     /// The most bytes one guest-to-host call may make the host allocate while it lifts the
     /// call's arguments (and the host lifting `execute`'s results): 2 x `max_memory_bytes`.
     /// wasmtime copies every string and list a guest passes before the host sees any of them, and
