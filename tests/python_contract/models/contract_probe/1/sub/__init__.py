@@ -1,0 +1,1 @@
+from .deep import DEEP  # noqa: F401  a relative import inside a subpackage
