@@ -440,7 +440,23 @@ class MockHost:
                 self._get(c)
             return 0 if calls else None
 
+        # Adoption (a decoupled model's `async def execute`): the mock offers no requests, so a
+        # coroutine runs alone, as for a model that is not decoupled.
+        def wait(calls, timeout_ns):
+            for c in calls:
+                self._get(c)
+            return _rec(finished=0 if calls else None, requests=False, expired=None, **{"waited-ns": 0})
+
+        def adopt(close):
+            return None
+
+        def finish(position, answer):
+            pass
+
         w = self._wrap
+        li.add_func("wait", w("wait", wait))
+        li.add_func("adopt", w("adopt", adopt))
+        li.add_func("finish", w("finish", finish))
         li.add_func("infer-async", w("infer-async", infer_async))
         li.add_func("wait-any", w("wait-any", wait_any))
         li.add_func("[method]pending-infer.ready", w("pending-infer.ready", ready))

@@ -103,6 +103,10 @@ pub struct ExecRequest {
     pub caller: crate::execution::Caller,
     /// The request's trace, when it is sampled (from [`crate::infer::InferRequest::trace`]).
     pub trace: Option<crate::trace::Trace>,
+    /// For a decoupled request the pool may hand to a busy instance (see
+    /// `crate::scheduler::adopt`): answered when the request ends, which may be before its
+    /// execution does.
+    pub done: Option<crate::scheduler::adopt::Done>,
 }
 
 /// Compute time spent for one request, in nanoseconds (added to from the scheduler's tasks).
@@ -186,6 +190,12 @@ pub trait ModelInstance: Send {
     /// thread and back costs more than the work.
     fn only_computes(&self) -> bool {
         false
+    }
+
+    /// Where the pool leaves requests for this instance while it executes, for an instance that
+    /// can take them then (see `crate::scheduler::adopt`); `None` for the others.
+    fn mailbox(&self) -> Option<Arc<crate::scheduler::adopt::Mailbox>> {
+        None
     }
 }
 

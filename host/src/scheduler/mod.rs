@@ -12,6 +12,7 @@
 //! runs other models) has none. Statistics for executions are recorded by the pool, once per
 //! execution, whichever scheduler formed the batch.
 
+pub mod adopt;
 pub mod dynamic;
 pub mod ensemble;
 pub mod pool;
@@ -170,7 +171,7 @@ impl Scheduler {
                 }
                 Ok(())
             }
-            _ => self.pool()?.execute_one(exec, batch_size).await.map(drop),
+            _ => self.pool()?.execute_adoptable(exec, batch_size).await,
         }
     }
 }

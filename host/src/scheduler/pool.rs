@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
+use super::adopt::{Done, Mailbox, with_room};
 use super::rate_limit::{Claim, RateLimiter};
 use crate::backend::{ExecRequest, ModelInstance};
 use crate::error::{CoreError, CoreResult, ErrorKind};
@@ -82,6 +83,10 @@ pub struct InstancePool {
     max_queue: Option<usize>,
     /// Called whenever a slot is given back (see [`InstanceSlot`]).
     on_release: OnceLock<ReleaseHook>,
+    /// The instances' mailboxes, for those that take requests while they execute (see
+    /// [`super::adopt`]), and what wakes requests waiting for room in one.
+    mailboxes: Vec<Arc<Mailbox>>,
+    room: Arc<Notify>,
 }
 
 /// A caller's request runs inline only when no execution ended this recently: closer arrivals
@@ -100,6 +105,11 @@ impl InstancePool {
     pub fn new(instances: Vec<Box<dyn ModelInstance>>, stats: Arc<ModelStats>) -> Self {
         let available = Arc::new(Semaphore::new(instances.len()));
         let instances_count = instances.len();
+        let mailboxes: Vec<_> = instances.iter().filter_map(|i| i.mailbox()).collect();
+        let room = Arc::new(Notify::new());
+        for mailbox in &mailboxes {
+            mailbox.watch(Arc::clone(&room));
+        }
         let alive = Arc::new(AtomicUsize::new(instances_count));
         let idle =
             Arc::new(Mutex::new(instances.into_iter().map(|instance| Pooled { instance, claim: None }).collect()));
@@ -117,6 +127,8 @@ impl InstancePool {
             gate: InlineGate::new(),
             max_queue: None,
             on_release: OnceLock::new(),
+            mailboxes,
+            room,
         }
     }
 
@@ -227,20 +239,8 @@ impl InstancePool {
     /// Waits for an idle instance (counting the request as pending and its queue time meanwhile),
     /// then runs the batch on it.
     async fn execute_as(&self, batch: Vec<ExecRequest>, rows: usize, dispatch: Dispatch) -> BatchResults {
-        if let Some(max) = self.max_queue
-            && self.available.available_permits() == 0
-            && self.stats.pending() >= i64::try_from(max).unwrap_or(i64::MAX)
-        {
-            self.stats.usage.record_refusal(crate::stats::Quota::Queue);
-            return batch
-                .iter()
-                .map(|r| {
-                    let prefix = crate::error::request_id_prefix(r.id.as_deref());
-                    Err(CoreError::unavailable(format!(
-                        "{prefix}Exceeds maximum queue size (the model's max_queue_size quota is {max})"
-                    )))
-                })
-                .collect();
+        if let Some(refused) = self.refuse_past_queue(&batch) {
+            return refused;
         }
         let queued = Instant::now();
         let pending = PendingGuard::new(&self.stats);
@@ -253,6 +253,90 @@ impl InstancePool {
             }
             Err(e) => vec![Err(e); batch.len()],
         }
+    }
+
+    /// Runs one decoupled request and returns once it has ended, which, on an instance that
+    /// adopts requests (see [`super::adopt`]), may be before its execution does: on an idle
+    /// instance if one is free, else in the mailbox of a busy one with room, else on whichever
+    /// comes first. Without mailboxes, [`Self::execute_one`].
+    pub async fn execute_adoptable(self: &Arc<Self>, mut request: ExecRequest, rows: usize) -> CoreResult<()> {
+        if self.mailboxes.is_empty() {
+            return self.execute_one(request, rows).await.map(drop);
+        }
+        if with_room(&self.mailboxes).is_none()
+            && let Some(refused) = self.refuse_past_queue(std::slice::from_ref(&request))
+        {
+            return only_result(refused).map(drop);
+        }
+        let (done, ended) = Done::channel();
+        request.done = Some(done.clone());
+        let sink = request.compute.clone();
+        let queued = Instant::now();
+        let pending = PendingGuard::new(&self.stats);
+        let slot = loop {
+            // Registered before looking, so room that opens in between still wakes this.
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if let Some(slot) = self.try_acquire() {
+                break Some((slot, request));
+            }
+            if let Some(mailbox) = with_room(&self.mailboxes) {
+                match mailbox.offer(request) {
+                    Ok(()) => break None,
+                    Err(back) => request = back,
+                }
+            }
+            tokio::select! {
+                slot = self.acquire() => break Some((slot?, request)),
+                () = room => {}
+            }
+        };
+        pending.release();
+        self.stats.record_queue(queued.elapsed());
+        let started = Instant::now();
+        let Some((slot, request)) = slot else {
+            // Adopted: counted as an execution of its own once it ends well.
+            let result =
+                ended.await.unwrap_or_else(|_| Err(CoreError::internal("model instance failed during execution")));
+            match &result {
+                Ok(()) => {
+                    self.stats.record_execution(rows, Duration::ZERO, started.elapsed(), Duration::ZERO);
+                    self.stats.health.succeeded();
+                }
+                Err(e) if failed_in_instance(e) => self.stats.health.failed(&e.message),
+                Err(_) => {}
+            }
+            if let Some(sink) = sink {
+                sink.add(started.elapsed());
+            }
+            return result;
+        };
+        // The execution may go on with requests it adopts after this one has ended: it runs on a
+        // task of its own, and this request's caller is answered when the request ends.
+        let pool = Arc::clone(self);
+        tokio::spawn(async move {
+            let result = only_result(pool.run_as(slot, vec![request], rows, Dispatch::Handed).await);
+            done.finish(result.map(drop));
+        });
+        ended.await.unwrap_or_else(|_| Err(CoreError::internal("model instance failed during execution")))
+    }
+
+    /// The `max_queue_size` quota's refusals of `batch`, when every slot is taken and the queue
+    /// is full.
+    fn refuse_past_queue(&self, batch: &[ExecRequest]) -> Option<BatchResults> {
+        let max = self.max_queue?;
+        if self.available.available_permits() > 0 || self.stats.pending() < i64::try_from(max).unwrap_or(i64::MAX) {
+            return None;
+        }
+        self.stats.usage.record_refusal(crate::stats::Quota::Queue);
+        let refusal = |r: &ExecRequest| {
+            let prefix = crate::error::request_id_prefix(r.id.as_deref());
+            Err(CoreError::unavailable(format!(
+                "{prefix}Exceeds maximum queue size (the model's max_queue_size quota is {max})"
+            )))
+        };
+        Some(batch.iter().map(refusal).collect())
     }
 
     /// Runs one request alone on an idle instance; see [`Self::run`].

@@ -252,13 +252,23 @@ impl HostView<'_> {
 
     /// Blocks until `finished` says yes or the BLS time limit passes; woken by every call that
     /// finishes. Returns `finished`'s last answer.
-    fn wait_until<T>(&self, mut finished: impl FnMut(&Self) -> Option<T>) -> wasmtime::Result<Option<T>> {
+    fn wait_until<T>(&self, finished: impl FnMut(&Self) -> Option<T>) -> wasmtime::Result<Option<T>> {
+        self.wait_until_by(std::time::Instant::now() + self.shared.bls_timeout, finished)
+    }
+
+    /// [`Self::wait_until`], giving up at `deadline`. Whatever else may make `finished` say yes
+    /// wakes the store's `bls.done` too (a request left in its mailbox, see `adopt`).
+    pub(super) fn wait_until_by<T>(
+        &self,
+        deadline: std::time::Instant,
+        mut finished: impl FnMut(&Self) -> Option<T>,
+    ) -> wasmtime::Result<Option<T>> {
         if let Some(found) = finished(self) {
             return Ok(Some(found));
         }
         let Some(runtime) = self.shared.runtime.clone() else { return Ok(None) };
         let done = Arc::clone(&self.bls.done);
-        let deadline = tokio::time::Instant::now() + self.shared.bls_timeout;
+        let deadline = tokio::time::Instant::from_std(deadline);
         crate::execution::blocking(|| {
             runtime.block_on(async {
                 loop {
@@ -327,17 +337,34 @@ pub(super) fn wait_any(
     state: &mut HostView<'_>,
     calls: &[Resource<HostPendingInfer>],
 ) -> wasmtime::Result<Option<u32>> {
-    let mut slots = Vec::with_capacity(calls.len());
-    for call in calls {
-        let pending = state.pending(call)?;
-        slots.push((pending.taken, Arc::clone(&pending.slot)));
-    }
-    if slots.is_empty() {
+    let watched = Watched::new(state, calls)?;
+    if watched.0.is_empty() {
         return Ok(None);
     }
-    let finished =
-        |_: &HostView<'_>| slots.iter().position(|(taken, slot)| *taken || slot.lock().is_ok_and(|s| s.is_some()));
-    Ok(state.wait_until(finished)?.and_then(|i| u32::try_from(i).ok()))
+    state.wait_until(|_| watched.first_finished())
+}
+
+/// What `wait-any` and `wait` watch of each of their calls: whether it has finished.
+pub(super) struct Watched(Vec<(bool, ResultSlot)>);
+
+/// Where a spawned `infer-async` call leaves its result.
+type ResultSlot = Arc<Mutex<Option<CoreResult<InferResponse>>>>;
+
+impl Watched {
+    pub(super) fn new(state: &HostView<'_>, calls: &[Resource<HostPendingInfer>]) -> wasmtime::Result<Self> {
+        let mut slots = Vec::with_capacity(calls.len());
+        for call in calls {
+            let pending = state.pending(call)?;
+            slots.push((pending.taken, Arc::clone(&pending.slot)));
+        }
+        Ok(Self(slots))
+    }
+
+    /// The index of the first finished call.
+    pub(super) fn first_finished(&self) -> Option<u32> {
+        let at = self.0.iter().position(|(taken, slot)| *taken || slot.lock().is_ok_and(|s| s.is_some()))?;
+        u32::try_from(at).ok()
+    }
 }
 
 impl wit_host::HostResponseStream for HostView<'_> {

@@ -1,5 +1,6 @@
-//! WIT interface `host`: logging, and the entry points of BLS (`infer`, `infer-async`,
-//! `wait-any`, `infer-stream`), whose mechanism is in `bls`.
+//! WIT interface `host`: logging, the entry points of BLS (`infer`, `infer-async`, `wait-any`,
+//! `infer-stream`), whose mechanism is in `bls`, and of adoption (`wait`, `adopt`, `finish`), in
+//! `adopt`.
 
 use wasmtime::component::Resource;
 
@@ -71,6 +72,23 @@ impl wit_host::Host for HostView<'_> {
 
     fn wait_any(&mut self, calls: Vec<Resource<HostPendingInfer>>) -> wasmtime::Result<Option<u32>> {
         super::bls::wait_any(self, &calls)
+    }
+
+    fn wait(
+        &mut self,
+        calls: Vec<Resource<HostPendingInfer>>,
+        timeout_ns: Option<u64>,
+    ) -> wasmtime::Result<wit_host::Wake> {
+        self.wait_wake(&calls, timeout_ns)
+    }
+
+    fn adopt(&mut self, close: bool) -> wasmtime::Result<Option<Vec<super::adopt::Adopted>>> {
+        self.adopt_requests(close)
+    }
+
+    fn finish(&mut self, position: u32, answer: wit::Answer) -> wasmtime::Result<()> {
+        self.finish_request(position, answer);
+        Ok(())
     }
 
     fn infer_stream(

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use wasmtime::component::{Linker, Resource, TypedFunc};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
+use super::adopt::Offer;
 use super::cache::{CompileCache, Prepared};
 use super::convert::kind_from_wit;
 use super::engine::EPOCH_TICK;
@@ -23,6 +24,7 @@ use super::tensor::latin1_bytes;
 use super::{bindings, wit};
 use crate::backend::{ExecRequest, ModelInstance};
 use crate::error::{CoreError, CoreResult};
+use crate::scheduler::adopt::Mailbox;
 use crate::stats::{ModelStats, Quota, TrapKind};
 use crate::tensor::Tensor;
 
@@ -71,6 +73,10 @@ pub(super) struct WasmInstance {
     slot: Arc<Slot<Live>>,
     live_set: Arc<LiveSet<Live>>,
     stats: Arc<ModelStats>,
+    /// A decoupled model's: where requests wait to join its running call (see `adopt`).
+    mailbox: Option<Arc<Mailbox>>,
+    /// `max_async_requests`.
+    max_async_requests: usize,
 }
 
 /// How long a load waits for room in the live set when every live instance is executing (models
@@ -85,6 +91,7 @@ pub(super) struct InstanceParts {
     pub(super) component: ComponentSource,
     pub(super) live_set: Arc<LiveSet<Live>>,
     pub(super) stats: Arc<ModelStats>,
+    pub(super) max_async_requests: usize,
 }
 
 /// Where an instance gets its component back after eviction.
@@ -111,9 +118,22 @@ impl WasmInstance {
         args: wit::InitializeArgs,
         decoupled: bool,
     ) -> CoreResult<Self> {
-        let InstanceParts { engine, pre, component, live_set, stats } = parts;
+        let InstanceParts { engine, pre, component, live_set, stats, max_async_requests } = parts;
         let slot = Slot::new(shared.model_name.clone(), Arc::clone(&stats));
-        let instance = Self { engine, component, sandbox, shared, args, decoupled, slot, live_set, stats };
+        let mailbox = decoupled.then(Mailbox::new);
+        let instance = Self {
+            engine,
+            component,
+            sandbox,
+            shared,
+            args,
+            decoupled,
+            slot,
+            live_set,
+            stats,
+            mailbox,
+            max_async_requests,
+        };
         {
             let mut guard = instance.slot.lock()?;
             instance.ensure_live_with(&mut guard, Some(pre), LOAD_PATIENCE)?;
@@ -229,6 +249,18 @@ impl WasmInstance {
         // `execute-by-value` takes each request's inputs as a pack, small ones with their bytes, and
         // no handles: the guest asks for a request's handle (`request.at`) when it needs one.
         let by_value = live.by_value.is_some();
+        let started = Instant::now();
+        if self.decoupled {
+            // A decoupled model's `execute-by-value` call may take in more requests (see `adopt`).
+            let offer = self.mailbox.as_ref().filter(|_| by_value).map(|mailbox| Offer {
+                mailbox: Arc::clone(mailbox),
+                limit: self.max_async_requests,
+                max_execute: self.sandbox.max_execute,
+                model: self.shared.model_name.clone(),
+            });
+            let dones = batch.iter().map(|r| r.done.clone()).collect();
+            live.store.data_mut().call.adoption.begin(offer, started + self.sandbox.max_execute, dones);
+        }
         let mut budget = READ_INPUTS_MAX_TOTAL;
         let mut packs = Vec::with_capacity(if by_value { count } else { 0 });
         let mut handles = Vec::with_capacity(if by_value { 0 } else { count });
@@ -262,7 +294,7 @@ impl WasmInstance {
         live.store.data_mut().last_log.clear();
         live.store.data_mut().bls.cpu = Duration::ZERO;
         // The limit is wall time from here, host calls included (the callback checks the clock).
-        live.store.data_mut().call.deadline = Some(Instant::now() + self.sandbox.max_execute);
+        live.store.data_mut().call.deadline = Some(started + self.sandbox.max_execute);
         live.store.set_epoch_deadline(ticks.min(HAND_OFF_TICKS));
         let called = match live.by_value {
             Some(execute) => execute.call(&mut live.store, (&packs,)).map(|(answers,)| Returned::ByValue(answers)),
@@ -275,6 +307,9 @@ impl WasmInstance {
         live.store.data_mut().bls.request_id.clear();
         let given = live.store.data_mut().end_execute();
         *callees = live.store.data().bls.cpu;
+        let trap = called.as_ref().err().map(|trap| self.trapped("execute", trap, &live.store.data().last_log));
+        // How the guest ended its own requests early, if it did (those of a call it opened).
+        let ended = live.store.data_mut().call.adoption.end(count, trap.as_ref());
         // The contract: when execute returns, every request's stream is final, whatever
         // request or sender handles the guest kept.
         for responder in live.store.data_mut().call.responders.drain(..) {
@@ -295,10 +330,10 @@ impl WasmInstance {
                 request.parameters = Default::default();
             }
         }
-        let results = match called {
-            Ok(results) => results,
-            Err(trap) => {
-                let error = self.trapped("execute", &trap, &live.store.data().last_log);
+        let results = match (called, trap) {
+            (Ok(results), _) => results,
+            (Err(_), error) => {
+                let error = error.unwrap_or_else(|| CoreError::internal("execute trapped"));
                 // A trapped instance can never be entered again: drop it and rebuild it now, so
                 // the next request does not pay for it.
                 drop(self.slot.take(guard));
@@ -308,7 +343,14 @@ impl WasmInstance {
         };
         let peak = live.store.data().limits.peak();
         self.slot.set_memory(peak);
-        let results = self.collect(live, results, given, count);
+        let results = self.collect(live, results, given, count).map(|mut results| {
+            for (result, ended) in results.iter_mut().zip(ended) {
+                if let Some(ended) = ended {
+                    *result = ended.map(|()| Vec::new());
+                }
+            }
+            results
+        });
         if results.is_err() {
             self.stats.usage.record_trap(TrapKind::Fault);
         }
@@ -514,6 +556,10 @@ impl ModelInstance for WasmInstance {
         // A file read blocks on the runtime (wasmtime-wasi), which panics on an async worker.
         !self.sandbox.grants_filesystem()
     }
+
+    fn mailbox(&self) -> Option<Arc<Mailbox>> {
+        self.mailbox.clone()
+    }
 }
 
 impl Drop for WasmInstance {
@@ -526,6 +572,9 @@ impl Drop for WasmInstance {
         }
         drop(guard);
         self.live_set.leave(&self.slot);
+        if let Some(mailbox) = &self.mailbox {
+            mailbox.reset(&CoreError::unavailable(format!("model '{}' is unloading", self.shared.model_name)));
+        }
     }
 }
 

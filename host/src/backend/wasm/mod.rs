@@ -11,13 +11,18 @@
 //!   (`*` = any).
 //! - `filesystem` = `read-only`: the model's version directory, read-only, at `/model`.
 //! - `clocks` = `true`: real wall and monotonic clocks (otherwise both read zero).
+//! - `max_async_requests` (default 64, at most 1024): for a decoupled model, how many requests
+//!   one instance runs at once in `async def execute` (see `adopt`).
 //!
 //! No network, environment or other files are ever visible. A trap (panic, `unreachable`, time or
 //! memory limit) fails only that batch's requests; the instance is then rebuilt from the
 //! pre-instantiated component and re-initialised, and the model stays ready.
 //!
 //! Execution is synchronous on the thread the instance pool runs it on (see `crate::execution`);
-//! BLS calls re-enter the async core through the runtime handle.
+//! BLS calls re-enter the async core through the runtime handle. An instance runs one call at a
+//! time; a decoupled model's call may take in requests that arrive while it runs, which its
+//! guest's event loop runs concurrently (Triton's `async def execute`; `adopt`), each request
+//! ending, and answering its caller, on its own.
 //!
 //! Files, shaped like wasmtime-wasi: `bindings` (what wasmtime generates from `wit/`); `state`
 //! (the store's data in parts by concern, and the views each WIT interface is implemented on,
@@ -27,9 +32,11 @@
 //! timers that end by the time limit); `engine`, `settings`, `cache` and `compile` (the engine,
 //! its settings, the compile cache, compiling in a process of its own); `sandbox` (per-model
 //! limits and grants); `instance` and `live` (one guest instance's life, and the live set that
-//! bounds them); `outlet` (a decoupled request's buffered responses); `convert` (core types <->
+//! bounds them); `outlet` (a decoupled request's buffered responses); `adopt` (requests that
+//! join a decoupled model's running call: WIT `host.adopt`, `wait`, `finish`); `convert` (core types <->
 //! WIT types); `pack` (the tensor pack of `execute-by-value`) and `autocomplete` (config completion).
 
+mod adopt;
 mod autocomplete;
 mod bls;
 mod cache;
@@ -295,6 +302,7 @@ impl Backend for WasmBackend {
             },
             live_set: Arc::clone(&self.live_set),
             stats: Arc::clone(ctx.stats),
+            max_async_requests: adopt::max_async_requests(ctx.config)?,
         };
         let instance = WasmInstance::start(parts, sandbox, shared, args, decoupled)?;
         Ok(Box::new(instance))

@@ -127,6 +127,8 @@ pub struct ExecuteCall {
     pub(super) pending_requests: Vec<Option<HostRequest>>,
     /// The table entries of the requests `request.at` gave out during the current call.
     pub(super) taken_requests: Vec<u32>,
+    /// Requests that join the call while it runs, and each request's end (see `adopt`).
+    pub(super) adoption: super::adopt::Adoption,
 }
 
 /// The store's BLS calls.
@@ -157,12 +159,14 @@ pub struct TypesView<'a> {
     pub(super) shared: &'a GuestShared,
 }
 
-/// What WIT interface `host` (logging, BLS) and wasi:nn (whose `compute` is a BLS call) work on.
+/// What WIT interface `host` (logging, BLS, adoption) and wasi:nn (whose `compute` is a BLS
+/// call) work on.
 pub struct HostView<'a> {
     pub(super) handles: &'a mut Handles,
     pub(super) bls: &'a mut BlsCalls,
     pub(super) shared: &'a GuestShared,
     pub(super) last_log: &'a mut Vec<String>,
+    pub(super) call: &'a mut ExecuteCall,
 }
 
 /// [`HasData`] for interface `types`: its `add_to_linker` gets a [`TypesView`].
@@ -245,7 +249,13 @@ impl GuestState {
 
     /// The view interface `host` and wasi:nn work on.
     pub(super) fn host(&mut self) -> HostView<'_> {
-        HostView { handles: &mut self.handles, bls: &mut self.bls, shared: &self.shared, last_log: &mut self.last_log }
+        HostView {
+            handles: &mut self.handles,
+            bls: &mut self.bls,
+            shared: &self.shared,
+            last_log: &mut self.last_log,
+            call: &mut self.call,
+        }
     }
 
     /// Starts an `execute` call of `count` requests: its number, for the requests' `call`.
