@@ -113,6 +113,12 @@ class _State:
     model = None
     outputs = {}
     decoupled = False
+    # the requests of a call open to adoption (see _run_adopting), by position
+    requests = {}
+
+
+# What _run returns for the responses of a call whose requests all ended through host.finish.
+_ENDED = object()
 
 
 class WitWorld(_WitWorldProtocol):
@@ -175,6 +181,8 @@ class WitWorld(_WitWorldProtocol):
             error = _host.answer_error(responses.value)
             # a decoupled request that already sent its final response keeps it as its end
             return [_host.ANSWER_GIVEN if r._sender is not None and r._sender._closed else error for r in reqs]
+        if responses is _ENDED:  # each request was ended on its own (host.finish)
+            return [_host.ANSWER_GIVEN] * len(reqs)
         if responses is None:
             if _State.decoupled:  # each request was answered through its sender
                 return [_host.ANSWER_GIVEN] * len(reqs)
@@ -240,7 +248,12 @@ def _run(requests, by_value=False):
     try:
         if _State.model is None:
             raise TritonError("execute() before a successful initialize()", TritonError.UNAVAILABLE)
-        responses = _await_if_coroutine(_State.model.execute(reqs))
+        responses = _State.model.execute(reqs)
+        if by_value and _State.decoupled and hasattr(responses, "__await__"):
+            ended, responses = _run_adopting(reqs, responses)
+            if ended:
+                return reqs, _ENDED
+        responses = _await_if_coroutine(responses)
         _threads.run_pending()  # threads execute() started, e.g. to send decoupled responses
     except BaseException as e:  # noqa: BLE001
         _log_exception("execute")
@@ -254,6 +267,48 @@ def _run(requests, by_value=False):
         _api._log(message, _api.LogLevel.ERROR)
         return reqs, _host.Err(_host.wit_error(TritonError.INTERNAL, message))
     return reqs, responses
+
+
+def _run_adopting(reqs, coro):
+    """A decoupled model's `async def execute` as Triton runs it: the call's coroutine and one
+    `execute([request])` coroutine per request the host hands over while it runs, concurrently
+    on one loop (tessera_guest._aio). (True, None) once each request has ended; (False, what
+    `coro` returned) when the host offers no requests (then it ran alone)."""
+    _State.requests = dict(enumerate(reqs))
+
+    def start(position, pack):
+        req = _api.InferenceRequest._from_pack(position, pack)
+        _State.requests[position] = req
+        return _State.model.execute([req])
+
+    try:
+        return _aio.run_adopting(coro, len(reqs), start, _ended)
+    finally:
+        _State.requests = {}
+
+
+def _ended(positions, task):
+    """Ends the requests at `positions` (host.finish), whose coroutine `task` has finished: with
+    its error unless a request's stream already ended (its final response sent)."""
+    _threads.run_pending()  # threads it started, e.g. to send its responses
+    error = None
+    exc = task.exception()
+    if exc is not None:
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+        _api._log("execute failed:\n" + trace, _api.LogLevel.ERROR)
+        error = _error_of(exc)
+    elif task.result() is not None:
+        error = (TritonError.INTERNAL, "execute() of a decoupled model returned a value; it answers through "
+                 "its requests' response senders and returns None")
+        _api._log(error[1], _api.LogLevel.ERROR)
+    for position in positions:
+        req = _State.requests.pop(position, None)
+        closed = req is not None and req._sender is not None and req._sender._closed
+        if error is None or closed:
+            answer = _host.ANSWER_GIVEN
+        else:
+            answer = _host.answer_error(_host.wit_error(*error))
+        _host.wit_host.finish(position, answer)
 
 
 def _answers(reqs, responses):

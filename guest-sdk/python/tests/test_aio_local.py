@@ -175,3 +175,97 @@ def test_async_exec_outside_the_guest_loop_runs_the_call_at_once(host):
 
     assert names(asyncio.run(execute())) == ["SYNC"]
     assert host.sync_calls == 1 and host.started == []
+
+
+class AdoptingHost(FakeHost):
+    """A host that opens the call to adoption and hands over `arrivals` (lists of positions), one
+    list at each wait, recording `finish` and `adopt` calls."""
+
+    def __init__(self, arrivals=(), expire_at=None):
+        super().__init__()
+        self.arrivals = list(arrivals)
+        self.adopts = []  # the `close` flag of each adopt call
+        self.finished_requests = []  # (position, answer)
+        self.expire_at = expire_at  # (wait number, positions): the host ends them then
+        self.wait_timeouts = []
+
+    def adopt(self, close):
+        self.adopts.append(close)
+        if len(self.adopts) == 1:
+            return []
+        return [(p, b"pack%d" % p) for p in self.arrivals.pop(0)] if self.arrivals and not close else []
+
+    def wait(self, calls, timeout_ns):
+        self.wait_timeouts.append(timeout_ns)
+        expired = None
+        if self.expire_at and self.expire_at[0] == len(self.wait_timeouts):
+            expired = self.expire_at[1]
+        finished = None
+        if calls:
+            self.finished.add(calls[-1].n)
+            finished = len(calls) - 1
+        return SimpleNamespace(finished=finished, requests=bool(self.arrivals), expired=expired,
+                               waited_ns=timeout_ns or 0)
+
+    def finish(self, position, answer):
+        self.finished_requests.append((position, answer))
+
+
+@pytest.fixture
+def adopting(monkeypatch):
+    def make(**kw):
+        fake = AdoptingHost(**kw)
+        monkeypatch.setattr(_host, "AVAILABLE", True)
+        monkeypatch.setattr(_host, "wit_host", fake)
+        return fake
+    return make
+
+
+def test_adopted_requests_run_beside_the_call_and_each_ends_on_its_own(adopting):
+    host = adopting(arrivals=[[1], [2]])
+    event = asyncio.Event()
+    order = []
+
+    async def own():
+        await event.wait()  # only a request adopted later sets it: impossible one at a time
+        order.append("own")
+
+    async def adopted(position, pack):
+        if position == 2:
+            event.set()
+        await request().async_exec()  # a BLS call of its own, overlapping the others
+        order.append(position)
+
+    def ended(positions, task):
+        assert task.exception() is None
+        host.finish(positions, "given")
+
+    done, result = _aio.run_adopting(own(), 1, lambda p, pack: adopted(p, pack), ended)
+    assert (done, result) == (True, None)
+    assert sorted(map(str, order)) == ["1", "2", "own"]
+    assert sorted(p for ps, _ in host.finished_requests for p in ps) == [0, 1, 2]
+    assert host.adopts[0] is False and host.adopts[-1] is True, "opened first, closed last"
+    assert all(c.dropped for c in host.started)
+
+
+def test_without_an_offer_the_coroutine_runs_alone(adopting):
+    host = adopting()
+    host.adopt = lambda close: None
+
+    async def own():
+        return "alone"
+
+    assert _aio.run_adopting(own(), 1, None, None) == (False, "alone")
+
+
+def test_a_timer_waits_in_the_host_and_an_expired_request_is_cancelled(adopting):
+    host = adopting(expire_at=(1, [0]))
+    ended = []
+
+    async def own():
+        await asyncio.sleep(30)  # ended by the host (its time limit) during this wait
+        ended.append("woke")
+
+    done, _ = _aio.run_adopting(own(), 1, None, lambda positions, task: ended.append(positions))
+    assert done and ended == [], "cancelled, not ended by the guest: the host already ended it"
+    assert 29 * 10**9 < host.wait_timeouts[0] <= 30 * 10**9, "the timer's real time, in the host"
