@@ -34,6 +34,7 @@ from tessera_guest import (  # noqa: F401
 )
 from tessera_guest import _dtypes
 from tessera_guest._autocomplete import ModelConfig  # noqa: F401
+from tessera_guest._loading import get_model_dir, is_model_ready, load_model, unload_model  # noqa: F401
 
 from tessera_guest import _numpy
 from tessera_guest._numpy import np

@@ -318,6 +318,8 @@ class InferenceRequest:
         self._flags = int(flags)
 
     def timeout(self):
+        if self._served:
+            self._parameter_dict()  # the client's timeout (µs) comes with the request's parameters
         return self._timeout
 
     def _parameter_dict(self):
@@ -329,6 +331,11 @@ class InferenceRequest:
                 self._correlation_id = params.pop("sequence_id", 0)
                 self._flags = ((TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if params.pop("sequence_start", False) else 0)
                                | (TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if params.pop("sequence_end", False) else 0))
+            # Triton consumes `priority` and `timeout` too: the latter is timeout(), in µs
+            params.pop("priority", None)
+            timeout = params.pop("timeout", 0)
+            if isinstance(timeout, int) and not isinstance(timeout, bool):
+                self._timeout = timeout
             self._parameters = params
         return self._parameters
 

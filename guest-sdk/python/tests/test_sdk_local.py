@@ -290,3 +290,17 @@ def test_auto_complete_model_config_fills_and_refuses_contradictions():
 
     assert json.loads(_autocomplete.complete(Model, '{"name": "m"}'))["max_batch_size"] == 2
     assert _autocomplete.complete(object, '{"name": "m"}') == '{"name": "m"}', "no auto_complete_config"
+
+
+@pytest.mark.parametrize("call", [lambda: pb_utils.load_model(model_name="onnx_model"),
+                                  lambda: pb_utils.unload_model(model_name="onnx_model", unload_dependents=True),
+                                  lambda: pb_utils.is_model_ready(model_name="onnx_model", model_version="1")])
+def test_model_loading_api_is_refused_with_what_to_do_instead(call):
+    with pytest.raises(pb_utils.TritonModelException) as refused:
+        call()
+    assert refused.value.code() == pb_utils.TritonError.UNSUPPORTED
+    assert "repository API" in refused.value.message() and "allowed_models" in refused.value.message()
+
+
+def test_get_model_dir_is_the_guest_path_of_the_version_directory():
+    assert pb_utils.get_model_dir() == "/model"
