@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cold and warm start of a repository of numpy model.py models (issue 54, item 5).
+"""Cold and warm start of a repository of numpy model.py models.
 
 Writes N models (at most 20), each its own model.py (add and subtract with numpy, a constant of
 its own: distinct sources, so each is built, as in a real repository of distinct models; with
@@ -20,7 +20,12 @@ being edited meanwhile, the warm start would build again. Pass a builder of a sn
 `git archive HEAD scripts guest-sdk wit tests/requirements.txt | tar -x -C SNAP && ln -s
 $PWD/.venv SNAP/.venv`, and `-- --python-guest-builder SNAP/scripts/build-python-guest.sh`.
 
-usage: python_startup.py [--models 20] [--bin target/release/tessera] [--same-source] [-- FLAGS...]
+With --triton, the real Triton 2.51 (../shared/reference/triton/, installed by its setup.sh) starts
+the same repository too, side by side: it builds nothing (its python stubs import model.py in
+processes of their own), so its one start is both its cold and its warm start.
+
+usage: python_startup.py [--models 20] [--bin target/release/tessera] [--same-source] [--triton]
+                         [-- FLAGS...]
 Prints one line per start and a JSON summary; the work directory (repository, caches, logs) is
 removed unless --keep.
 """
@@ -166,12 +171,36 @@ def start(binary: Path, repo: Path, cache: Path, log_path: Path, flags: list[str
     }
 
 
+TRITON = ROOT.parent / "shared" / "reference" / "triton"
+
+
+def start_triton(repo: Path, log_path: Path) -> dict:
+    """Triton 2.51 on the same repository: time to ready (run.sh's own measure, from its process
+    start) and the RSS of its process tree (server and one python stub per instance) once ready."""
+    http, grpc, metrics = free_ports(3)
+    env = dict(os.environ, HTTP_PORT=str(http), GRPC_PORT=str(grpc), METRICS_PORT=str(metrics),
+               RUN_DIR=str(log_path.parent / "triton-run"), READY_TIMEOUT=str(DEADLINE_S))
+    run = subprocess.run(["bash", str(TRITON / "run.sh"), str(repo)], env=env, capture_output=True, text=True)
+    log_path.write_text(run.stdout + run.stderr)
+    if run.returncode != 0:
+        sys.exit(f"Triton did not start: see {log_path}")
+    pid = int(run.stdout.split()[-1])
+    try:
+        procs = tree(pid)
+        ready_s = float(re.search(r"ready_s=([0-9.]+)", run.stderr).group(1))
+        return {"ready_s": round(ready_s, 1), "peak_rss_MiB": round(sum(rss_kib(p) for p in procs) / 1024),
+                "processes": len(procs)}
+    finally:
+        subprocess.run(["bash", str(TRITON / "stop.sh")], env=env, capture_output=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", type=int, default=MAX_MODELS)
     parser.add_argument("--bin", type=Path, default=ROOT / "target" / "release" / "tessera")
     parser.add_argument("--same-source", action="store_true", help="every model the same model.py")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--triton", action="store_true", help="also start the reference Triton 2.51")
     parser.add_argument("flags", nargs="*", help="more `tessera serve` flags (after --)")
     args = parser.parse_args()
     if not 1 <= args.models <= MAX_MODELS:
@@ -192,6 +221,9 @@ def main() -> None:
         for run in ("cold", "warm"):
             results[run] = start(args.bin, repo, cache, work / f"{run}.log", ["--exit-on-error=false", *args.flags])
             print(f"{run}: " + " ".join(f"{k}={v}" for k, v in results[run].items()), flush=True)
+        if args.triton:
+            results["triton"] = start_triton(repo, work / "triton.log")
+            print("triton: " + " ".join(f"{k}={v}" for k, v in results["triton"].items()), flush=True)
         print(json.dumps(results))
     finally:
         if args.keep:

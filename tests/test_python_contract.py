@@ -1,10 +1,11 @@
-"""The python backend's contract (issue 54, items 1 and 4) on Tessera: every case of
+"""The python backend's contract on Tessera: every case of
 tests/python_contract/cases.py (and cases_*.py beside it) against one server serving
 tests/python_contract/models, the same models and cases run.py runs against the real Triton 2.51.
 
 A case this server fails by design is in cases.EXPECT (with why): it passes here when it fails as
 expected, and fails here when it passes (the entry no longer holds). The server runs with explicit
-model control, as the finalize case unloads and reloads a model.
+model control, as the finalize case unloads and reloads a model, and with the two environment
+variables the environment cases read (cases_async_env.py), both granted to guests.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ CASES = run.load_cases()
 @pytest.fixture(scope="module")
 def contract_server(tmp_path_factory):
     srv = start_server(tmp_path_factory.mktemp("python-contract"), [MODELS],
-                       ["--model-control-mode", "explicit", "--load-model", "*"],
+                       ["--model-control-mode", "explicit", "--load-model", "*",
+                        "--guest-env", "CONTRACT_GREETING,CONTRACT_SECRET"],
+                       env={"CONTRACT_GREETING": "hello", "CONTRACT_SECRET": "s3cr3t"},
                        deadline=LOAD_DEADLINE, name="contract")
     try:
         for model in sorted(p.name for p in MODELS.iterdir() if (p / "config.pbtxt").is_file()):

@@ -34,7 +34,7 @@ import cases  # noqa: E402
 
 
 def load_cases():
-    """cases.py's cases, then those of every cases_*.py (items 2-3 register there)."""
+    """cases.py's cases, then those of every cases_*.py (the environment and async cases register there)."""
     for extra in sorted(HERE.glob("cases_*.py")):
         importlib.import_module(extra.stem)
     return list(cases.CASES)
@@ -63,21 +63,21 @@ def run_case(ctx, name, fn):
 
 def run_all(ctx, selected=None):
     results = []
-    for name, item, fn in load_cases():
+    for name, topic, fn in load_cases():
         if selected and selected not in name:
             continue
         outcome, seconds, detail = run_case(ctx, name, fn)
-        results.append({"case": name, "item": item, "outcome": outcome, "seconds": round(seconds, 3),
+        results.append({"case": name, "topic": topic, "outcome": outcome, "seconds": round(seconds, 3),
                         "detail": detail[:2000]})
     return results
 
 
 def table(results, server):
     width = max([len(r["case"]) for r in results] + [4])
-    lines = ["%-*s  item  %-15s  detail" % (width, "case (%s)" % server, "outcome")]
+    lines = ["%-*s  %-11s  %-15s  detail" % (width, "case (%s)" % server, "topic", "outcome")]
     for r in results:
         detail = r["detail"].replace("\n", " ")
-        lines.append("%-*s  %-4s  %-15s  %s" % (width, r["case"], r["item"], r["outcome"], detail[:160]))
+        lines.append("%-*s  %-11s  %-15s  %s" % (width, r["case"], r["topic"], r["outcome"], detail[:160]))
     counts = {}
     for r in results:
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
