@@ -66,6 +66,18 @@ def cpu_seconds(pid: int) -> float:
     return total / TICK
 
 
+def rss_kib(pid: int) -> int:
+    """A process's resident set size in KiB (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def private_kib(pid: int) -> int:
     """The process's private memory: Private_Clean + Private_Dirty of /proc/PID/smaps_rollup."""
     fields = {}

@@ -21,18 +21,7 @@ import sys
 import time
 import urllib.request
 
-from benchlib import tree  # bench/ is the script's own directory, so on sys.path
-
-
-def rss_kib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+from benchlib import rss_kib, tree  # bench/ is the script's own directory, so on sys.path
 
 
 def index(port):

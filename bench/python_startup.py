@@ -45,7 +45,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from benchlib import ROOT, tree  # bench/ is the script's own directory, so on sys.path
+from benchlib import ROOT, rss_kib, tree  # bench/ is the script's own directory, so on sys.path
 
 MAX_MODELS = 20
 DEADLINE_S = 1800
@@ -85,17 +85,6 @@ def free_ports(n: int) -> list[int]:
     for s in socks:
         s.close()
     return ports
-
-
-def rss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def usual_cache_root() -> Path:
