@@ -295,7 +295,7 @@ fn call_python_decoupled(function: &Py<PyAny>, mut batch: Vec<ExecRequest>) -> V
     // The responder is bounded: while the caller's buffer is full, wait without the GIL.
     let send = |py: Python<'_>, index: usize, outputs: CoreResult<Vec<Tensor>>| {
         if let Some(Some(responder)) = responders.get(index) {
-            let _ = py.detach(|| responder.blocking_send(RawResponse { outputs, is_final: false }));
+            let _ = py.detach(|| responder.blocking_send(RawResponse::new(outputs, false)));
         }
     };
     Python::attach(|py| {

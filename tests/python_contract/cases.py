@@ -34,8 +34,14 @@ EXPECT: dict[str, dict[str, str]] = {
     "response_parameters": {
         "triton": "InferenceResponse(parameters=...) arrived in python_backend r24.12 (#394); 2.51 has no "
                   "response parameters (TypeError)",
-        "tessera": "the guest accepts InferenceResponse(parameters=...) but the host's answer has no field for "
-                   "them yet (wit/model.wit): they do not reach the client",
+    },
+    "decoupled_response_parameters": {
+        "triton": "InferenceResponse(parameters=...) arrived in python_backend r24.12 (#394); 2.51 has no "
+                  "response parameters (TypeError)",
+    },
+    "response_parameters_bounded": {
+        "triton": "2.51 has no response parameters (TypeError); later Triton bounds neither their number nor "
+                  "their size, and Tessera does (64 parameters, 1 KiB keys, 64 KiB values)",
     },
     "bf16_as_numpy_refused": {
         "tessera": "a guest reads BF16 as float32 (numpy has no bfloat16 and a guest has no DLPack consumer); "
@@ -300,6 +306,54 @@ def response_parameters(ctx: Ctx):
     assert "response_parameters" not in report, report["response_parameters"]
     params = body.get("parameters") or {}
     assert params.get("echo") == "yes" and params.get("count") == 3 and params.get("flag") is True, body
+
+
+@case("1")
+def decoupled_response_parameters(ctx: Ctx):
+    """A decoupled model's responses each carry the parameters given to their InferenceResponse
+    (gRPC stream: beside Triton's own triton_final_response)."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    got = queue.Queue()
+    client = grpcclient.InferenceServerClient(ctx.grpc_url)
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    try:
+        n = grpcclient.InferInput("N", [1], "INT32")
+        n.set_data_from_numpy(np.array([2], dtype=np.int32))
+        client.async_stream_infer("contract_stream_params", [n], enable_empty_final_response=True)
+        seen = []
+        while True:
+            result, error = got.get(timeout=60)
+            assert error is None, error
+            response = result.get_response()
+            params = {k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in response.parameters.items()}
+            final = params.pop("triton_final_response")
+            if response.outputs:
+                seen.append(params)
+            if final:
+                break
+    finally:
+        client.stop_stream()
+        client.close()
+    assert seen == [{"step": 0, "last": False, "note": "response 0"},
+                    {"step": 1, "last": True, "note": "response 1"}], seen
+
+
+@case("1")
+def response_parameters_bounded(ctx: Ctx):
+    """Response parameters of a type Triton refuses raise when the response is made; ones past
+    Tessera's bounds, or a key Triton reserves, fail that request with a clear error."""
+    report = probe(ctx, "params_over", "float")
+    assert report.get("raised") == "TritonModelException", report
+    assert "Expect parameters values to have type bool/int/str" in report["message"], report
+    for arg, words in (("value", "at most 65536"), ("count", "65 given, at most 64"),
+                       ("reserved", "reserves")):
+        status, body = post(ctx, "/v2/models/contract_probe/infer", op_request("contract_probe", "params_over", arg))
+        assert status == 400 and "invalid response parameters" in body.get("error", ""), (arg, status, body)
+        assert words in body["error"], (arg, body)
+    assert probe(ctx, "info")  # the model still answers
 
 
 # The HTTP status Triton's HTTP endpoint gives each TRITONSERVER_Error_Code (http_server.cc

@@ -54,7 +54,7 @@ class InferenceResponse:
             return
         if isinstance(parameters, str):
             parameters = json.loads(parameters)
-        self._parameters = dict(parameters) if parameters else {}
+        self._parameters = _response_parameters(parameters)
 
     def output_tensors(self):
         return list(self._outputs)
@@ -68,6 +68,25 @@ class InferenceResponse:
     def parameters(self):
         """The response parameters as a JSON object string (Triton's format)."""
         return json.dumps(self._parameters)
+
+
+def _response_parameters(parameters):
+    """Triton's check of InferenceResponse(parameters=...) (pb_stub.cc PyParametersToJSON): a dict
+    of str keys and bool, int or str values (int64), as a new dict."""
+    if not parameters:
+        return {}
+    if not isinstance(parameters, dict):
+        raise TritonModelException("Expect parameters to be a dict, found type %s" % type(parameters))
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException("Expect parameters keys to have type str, found type %s" % type(key))
+        # bool first: it is an int subclass
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                "Expect parameters values to have type bool/int/str, found type %s" % type(value))
+        if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < (1 << 63):
+            raise TritonModelException("parameter %r: the int value is outside int64's range" % key)
+    return dict(parameters)
 
 
 class InferenceResponseSender:
@@ -98,6 +117,9 @@ class InferenceResponseSender:
             elif response.has_error():
                 e = response.error()
                 self._sender.send_error(_host.wit_error(e.code(), e.message()), final)
+            elif response._parameters:
+                params = _host.parameters_to_wit(response._parameters)
+                self._sender.send_with_parameters([t._lower_owned() for t in response._outputs], params, final)
             else:
                 self._sender.send([t._lower_owned() for t in response._outputs], final)
         except _host.Err as e:

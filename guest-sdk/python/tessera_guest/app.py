@@ -325,6 +325,11 @@ def _answers(reqs, responses):
             answers.append(_host.answer_error(lowered.value))
             continue
         handles, packed = lowered
+        if resp._parameters:
+            refused = _set_response_parameters(reqs[i]._handle, resp._parameters)
+            if refused is not None:
+                answers.append(_host.answer_error(refused))
+                continue
         if handles:
             try:
                 handed[0].append(reqs[i]._handle())
@@ -379,6 +384,19 @@ def _pack_response(resp):
         return _host.Err(_host.wit_error(code, message))
 
 
+def _set_response_parameters(handle, parameters):
+    """Gives the request (`handle()` gets its handle) its response's parameters; None, or the
+    WIT error when the host refuses them (past its bounds: see wit/model.wit)."""
+    try:
+        handle().set_response_parameters(_host.parameters_to_wit(parameters))
+        return None
+    except _host.Err as e:
+        return e.value
+    except BaseException as e:  # noqa: BLE001
+        code, message = _error_of(e)
+        return _host.wit_error(code, message)
+
+
 def _lower_responses(requests, responses):
     """execute()'s results for the host. Outputs the guest computed go to the host by value, the
     whole batch's in one `request.set-outputs` call (a Python guest's host call and each handle
@@ -395,6 +413,11 @@ def _lower_responses(requests, responses):
             results.append(lowered)
             continue
         handles, data = lowered
+        if resp._parameters:
+            refused = _set_response_parameters(lambda: requests[i], resp._parameters)
+            if refused is not None:
+                results.append(_host.Err(refused))
+                continue
         if data:
             given_requests.append(requests[i])
             given_outputs.append(data)

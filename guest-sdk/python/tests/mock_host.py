@@ -58,6 +58,14 @@ class Req:
     params: dict = field(default_factory=dict)
     id: str = ""
     sent: list = field(default_factory=list)  # ("ok", [T]) / ("err", code, msg), final flag
+    # response parameters: set-response-parameters' last, and those of each send-with-parameters
+    response_params: dict = field(default_factory=dict)
+    sent_params: list = field(default_factory=list)
+
+
+def _param_values(params):
+    """{key: value} of a list of WIT `parameter` records (a variant value's payload)."""
+    return {p.key: getattr(p.value, "payload", p.value) for p in params}
 
 
 # The host's limit on infer-async calls of one instance (host/src/backend/wasm/bls.rs).
@@ -349,6 +357,13 @@ class MockHost:
         li.add_func("[method]request.parameters", w("request.parameters", params))
         li.add_func("[method]request.sender", w("request.sender", lambda h: self._own(["open", self._get(h)], SENDER)))
 
+        def set_response_parameters(h, params):
+            self._get(h).response_params = _param_values(params)
+            return None
+
+        li.add_func("[method]request.set-response-parameters",
+                    w("request.set-response-parameters", set_response_parameters))
+
         def send(h, outputs, final):
             s = self._get(h)
             tensors = [self._take(o) for o in outputs]
@@ -368,7 +383,20 @@ class MockHost:
                 s[0] = "closed"
             return None
 
+        def send_with_parameters(h, outputs, params, final):
+            s = self._get(h)  # a borrowed handle is read once
+            tensors = [self._take(o) for o in outputs]
+            if s[0] != "open":
+                return _rec(code="unavailable", message="final response already sent")
+            s[1].sent.append((("ok", tensors), final))
+            s[1].sent_params.append(_param_values(params))
+            if final:
+                s[0] = "closed"
+            return None
+
         li.add_func("[method]response-sender.send", w("response-sender.send", send))
+        li.add_func("[method]response-sender.send-with-parameters",
+                    w("response-sender.send-with-parameters", send_with_parameters))
         li.add_func("[method]response-sender.send-error", w("response-sender.send-error", send_error))
         li.add_func("[method]response-sender.is-cancelled",
                     w("response-sender.is-cancelled", lambda h: bool(self._get(h)) and False))

@@ -311,7 +311,16 @@ def test_decoupled(probe_wasm, engine):
     assert all(s[0][1][0].values() == [7.0] for s in oks[:3]) and oks[3][0][1] == []
     assert r.sent[3] == (("err", "unavailable", "partial"), False)
     assert [final for _, final in r.sent] == [False, False, False, False, True]
+    assert r.sent_params == [{"i": 0}]  # the first response's parameters, sent with it
     assert probe.bytes_to_guest == 4  # the small input, with the call
+
+
+def test_response_parameters_go_with_the_response(probe):
+    r, plain = req("with_params"), req("echo", f32("INPUT0", [1.0]))
+    answers = probe.execute([r, plain])
+    assert not any(isinstance(a, GuestError) for a in answers), answers
+    assert r.response_params == {"echo": "yes", "n": 2, "flag": True}
+    assert plain.response_params == {}  # a response without parameters sets none
 
 
 def test_a_model_that_is_not_decoupled_must_return_responses(probe):

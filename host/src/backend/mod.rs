@@ -21,11 +21,42 @@ use crate::error::{CoreError, CoreResult};
 use crate::infer::Parameters;
 use crate::tensor::Tensor;
 
-/// One response of a decoupled model: its outputs (or error) and whether it is the final one.
+/// One response of a decoupled model: its outputs (or error), its response parameters (Triton's
+/// `InferenceResponse(parameters=...)`, sent to the client with the outputs) and whether it is
+/// the final one.
 #[derive(Debug)]
 pub struct RawResponse {
     pub outputs: CoreResult<Vec<Tensor>>,
+    pub parameters: Parameters,
     pub is_final: bool,
+}
+
+impl RawResponse {
+    /// A response without parameters.
+    pub fn new(outputs: CoreResult<Vec<Tensor>>, is_final: bool) -> Self {
+        Self { outputs, parameters: Parameters::new(), is_final }
+    }
+}
+
+/// The response parameters a backend gives a (not decoupled) request while it executes it, read
+/// by whoever builds the request's response: a side channel, as [`ComputeTime`] is, so that
+/// batch results stay tensors. Parameters given to a request whose answer is an error are
+/// dropped with it.
+#[derive(Debug, Default)]
+pub struct ResponseParameters(std::sync::Mutex<Parameters>);
+
+impl ResponseParameters {
+    /// Replaces the parameters given so far.
+    pub fn set(&self, parameters: Parameters) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = parameters;
+        }
+    }
+
+    /// The parameters given, leaving none.
+    pub fn take(&self) -> Parameters {
+        self.0.lock().map(|mut slot| std::mem::take(&mut *slot)).unwrap_or_default()
+    }
 }
 
 /// Where a decoupled model's responses for one request go. Dropping the sender also ends the
@@ -107,6 +138,9 @@ pub struct ExecRequest {
     /// `crate::scheduler::adopt`): answered when the request ends, which may be before its
     /// execution does.
     pub done: Option<crate::scheduler::adopt::Done>,
+    /// Where a backend puts the parameters of this request's response (not decoupled requests:
+    /// theirs go with each [`RawResponse`]); none when nobody reads them.
+    pub response_parameters: Option<Arc<ResponseParameters>>,
 }
 
 /// Compute time spent for one request, in nanoseconds (added to from the scheduler's tasks).
@@ -338,7 +372,7 @@ mod tests {
     use super::*;
 
     fn response() -> RawResponse {
-        RawResponse { outputs: Ok(Vec::new()), is_final: false }
+        RawResponse::new(Ok(Vec::new()), false)
     }
 
     #[test]

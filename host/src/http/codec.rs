@@ -428,7 +428,28 @@ struct JsonResponse<'a> {
     model_version: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     id: Option<&'a str>,
+    /// The response's parameters (a python model's `InferenceResponse(parameters=...)`), when it
+    /// has any: Triton's top-level `parameters` object.
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    parameters: serde_json::Map<String, Value>,
     outputs: Vec<JsonTensor<'a>>,
+}
+
+/// Response parameters as the KServe `parameters` object.
+pub(crate) fn parameters_json(parameters: &crate::infer::Parameters) -> serde_json::Map<String, Value> {
+    parameters
+        .iter()
+        .map(|(key, value)| {
+            let value = match value {
+                ParamValue::Bool(b) => Value::Bool(*b),
+                ParamValue::Int(i) => Value::from(*i),
+                ParamValue::Uint(u) => Value::from(*u),
+                ParamValue::Double(d) => Value::from(*d),
+                ParamValue::String(s) => Value::String(s.clone()),
+            };
+            (key.clone(), value)
+        })
+        .collect()
 }
 
 #[derive(Serialize)]
@@ -527,6 +548,7 @@ pub fn encode_response(response: &InferResponse, binary: &BinaryOutputs) -> Core
         model_name: &response.model_name,
         model_version: response.model_version.to_string(),
         id: response.id.as_deref(),
+        parameters: parameters_json(&response.parameters),
         outputs,
     };
     let mut body =

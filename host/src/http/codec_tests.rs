@@ -152,3 +152,20 @@ fn malformed_and_deeply_nested_json_is_an_error_not_a_crash() {
     assert!(nested.message.contains("JSON nesting depth exceeds maximum allowed limit (100)"), "{}", nested.message);
     assert_eq!(status_code(nested.kind), 400);
 }
+
+#[test]
+fn response_parameters_are_the_top_level_parameters_object() {
+    use crate::infer::{ParamValue, Parameters};
+    let mut response = InferResponse { model_name: "m".into(), model_version: 1, ..Default::default() };
+    let (out, _) = encode_response(&response, &BinaryOutputs { default: false, overrides: Vec::new() }).unwrap();
+    let head: Value = serde_json::from_slice(&out).unwrap();
+    assert!(head.get("parameters").is_none(), "no parameters, no object: {head}");
+    response.parameters = Parameters::from([
+        ("echo".to_string(), ParamValue::String("yes".into())),
+        ("count".to_string(), ParamValue::Int(3)),
+        ("flag".to_string(), ParamValue::Bool(true)),
+    ]);
+    let (out, _) = encode_response(&response, &BinaryOutputs { default: false, overrides: Vec::new() }).unwrap();
+    let head: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(head["parameters"], serde_json::json!({"echo": "yes", "count": 3, "flag": true}));
+}

@@ -305,13 +305,13 @@ impl LoadedModel {
                     received = raw_rx.recv() => received,
                     () = tx.closed() => None,
                 };
-                let Some(RawResponse { outputs, is_final }) = received else { break };
+                let Some(RawResponse { outputs, parameters, is_final }) = received else { break };
                 if std::mem::take(&mut first) {
                     model.stats.record_first_response(start.elapsed());
                 }
                 let response = outputs
                     .and_then(|outputs| model.io.postprocess(outputs, batch_size, &wanted))
-                    .map(|outputs| model.response(id.clone(), outputs, is_final));
+                    .map(|outputs| InferResponse { parameters, ..model.response(id.clone(), outputs, is_final) });
                 ok &= response.is_ok();
                 if tx.send(response).await.is_err() {
                     break;
@@ -326,7 +326,7 @@ impl LoadedModel {
             // ends the stream with that error.
             let executed = model.scheduler.execute_decoupled(exec, batch_size).await;
             if let Err(e) = &executed {
-                let _ = error_tx.send(RawResponse { outputs: Err(e.clone()), is_final: true }).await;
+                let _ = error_tx.send(RawResponse::new(Err(e.clone()), true)).await;
             }
             drop(error_tx);
             let streamed_ok = forward.await.unwrap_or(false);
@@ -402,13 +402,19 @@ impl LoadedModel {
         let id = request.id.clone();
         let (exec, batch_size, wanted) = self.prepare(request)?;
         let compute = Arc::new(ComputeTime::default());
-        let exec = ExecRequest { compute: Some(Arc::clone(&compute)), ..exec };
+        let parameters = Arc::new(crate::backend::ResponseParameters::default());
+        let exec = ExecRequest {
+            compute: Some(Arc::clone(&compute)),
+            response_parameters: Some(Arc::clone(&parameters)),
+            ..exec
+        };
         self.trace_queued(&exec);
         let outputs = self.scheduler.execute(exec, batch_size).await?;
         let outputs = self.io.postprocess(outputs, batch_size, &wanted)?;
         if self.scheduler.ensemble().is_some() {
             self.record_ensemble_execution(batch_size, compute.get());
         }
-        Ok(InferResponse { compute: compute.get(), ..self.response(id, outputs, true) })
+        let parameters = parameters.take();
+        Ok(InferResponse { compute: compute.get(), parameters, ..self.response(id, outputs, true) })
     }
 }

@@ -125,7 +125,7 @@ impl Sink {
     /// Sends one response; false when the caller has gone (stop producing).
     fn send(&mut self, outputs: CoreResult<Vec<Tensor>>) -> bool {
         match self {
-            Self::Stream(responder) => super::send_blocking(responder, RawResponse { outputs, is_final: false }),
+            Self::Stream(responder) => super::send_blocking(responder, RawResponse::new(outputs, false)),
             Self::Collect(list) => {
                 list.push(outputs);
                 true

@@ -221,6 +221,7 @@ impl HostView<'_> {
                 outputs: request.outputs,
                 parameters: request.parameters,
                 responder,
+                response_parameters: request.response_parameters,
                 call: call.number,
                 position,
             }));

@@ -2,7 +2,7 @@
 //! parameters lose only the unsigned variant, which the contract does not have.
 
 use super::wit;
-use crate::error::{CoreError, ErrorKind};
+use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::infer::{ParamValue, Parameters};
 use crate::tensor::DataType;
 
@@ -103,6 +103,59 @@ pub(super) fn params_from_wit(params: Vec<wit::Parameter>) -> Parameters {
         .collect()
 }
 
+/// The most response parameters a guest gives one response, and the most bytes of a key and of a
+/// string value: what the server buffers and encodes for every response stays bounded.
+pub(super) const MAX_RESPONSE_PARAMETERS: usize = 64;
+pub(super) const MAX_RESPONSE_PARAMETER_KEY: usize = 1 << 10;
+pub(super) const MAX_RESPONSE_PARAMETER_VALUE: usize = 64 << 10;
+
+/// A key as an error names it: at most 64 characters, escaped (a guest's text, echoed to a client).
+fn shown_key(key: &str) -> String {
+    let short: String = key.chars().take(64).collect();
+    let more = if short.len() < key.len() { "..." } else { "" };
+    format!("'{}{more}'", short.escape_debug())
+}
+
+/// A guest's response parameters (Triton's `InferenceResponse(parameters=...)`), checked: at most
+/// [`MAX_RESPONSE_PARAMETERS`], keys and string values within their bounds, bool, int or string
+/// values only (Triton's python backend takes no others), no key twice, and no key starting with
+/// `triton_` (Triton's own, such as the `triton_final_response` of a gRPC stream).
+pub(super) fn response_params_from_wit(params: Vec<wit::Parameter>) -> CoreResult<Parameters> {
+    let refuse = |what: String| Err(CoreError::invalid_arg(format!("invalid response parameters: {what}")));
+    if params.len() > MAX_RESPONSE_PARAMETERS {
+        return refuse(format!("{} given, at most {MAX_RESPONSE_PARAMETERS} are allowed", params.len()));
+    }
+    let mut checked = Parameters::new();
+    for wit::Parameter { key, value } in params {
+        if key.len() > MAX_RESPONSE_PARAMETER_KEY {
+            return refuse(format!("a key of {} bytes, at most {MAX_RESPONSE_PARAMETER_KEY} are allowed", key.len()));
+        }
+        if key.starts_with("triton_") {
+            return refuse(format!("key {} starts with 'triton_', which Triton reserves", shown_key(&key)));
+        }
+        let value = match value {
+            wit::ParamValue::Bool(b) => ParamValue::Bool(b),
+            wit::ParamValue::Int(i) => ParamValue::Int(i),
+            wit::ParamValue::String(s) if s.len() > MAX_RESPONSE_PARAMETER_VALUE => {
+                return refuse(format!(
+                    "the value of {} has {} bytes, at most {MAX_RESPONSE_PARAMETER_VALUE} are allowed",
+                    shown_key(&key),
+                    s.len()
+                ));
+            }
+            wit::ParamValue::String(s) => ParamValue::String(s),
+            wit::ParamValue::Double(_) => {
+                return refuse(format!("the value of {} is a double; values are bool, int or string", shown_key(&key)));
+            }
+        };
+        if checked.contains_key(&key) {
+            return refuse(format!("key {} is given twice", shown_key(&key)));
+        }
+        checked.insert(key, value);
+    }
+    Ok(checked)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +232,50 @@ mod tests {
             wit::Parameter { key: "k".into(), value: wit::ParamValue::Int(2) },
         ];
         assert_eq!(params_from_wit(sent), Parameters::from([("k".to_string(), ParamValue::Int(2))]));
+    }
+
+    fn param(key: &str, value: wit::ParamValue) -> wit::Parameter {
+        wit::Parameter { key: key.into(), value }
+    }
+
+    #[test]
+    fn response_parameters_within_bounds_pass() {
+        let given = vec![
+            param("flag", wit::ParamValue::Bool(true)),
+            param("count", wit::ParamValue::Int(-3)),
+            param(&"k".repeat(MAX_RESPONSE_PARAMETER_KEY), wit::ParamValue::String("v".repeat(64 << 10))),
+        ];
+        let checked = response_params_from_wit(given).expect("within bounds");
+        assert_eq!(checked.get("flag"), Some(&ParamValue::Bool(true)));
+        assert_eq!(checked.get("count"), Some(&ParamValue::Int(-3)));
+        assert_eq!(checked.len(), 3);
+        let most = (0..MAX_RESPONSE_PARAMETERS).map(|i| param(&format!("p{i}"), wit::ParamValue::Int(0))).collect();
+        assert_eq!(response_params_from_wit(most).expect("64").len(), MAX_RESPONSE_PARAMETERS);
+        assert!(response_params_from_wit(Vec::new()).expect("none").is_empty());
+    }
+
+    #[test]
+    fn response_parameters_past_bounds_are_refused_with_a_clear_error() {
+        let refused = |given: Vec<wit::Parameter>| {
+            let e = response_params_from_wit(given).expect_err("refused");
+            assert_eq!(e.kind, ErrorKind::InvalidArg);
+            e.message
+        };
+        let many = (0..=MAX_RESPONSE_PARAMETERS).map(|i| param(&format!("p{i}"), wit::ParamValue::Int(0))).collect();
+        assert!(refused(many).contains("65 given, at most 64"));
+        let long_key = "k".repeat(MAX_RESPONSE_PARAMETER_KEY + 1);
+        let message = refused(vec![param(&long_key, wit::ParamValue::Bool(true))]);
+        assert!(message.contains("a key of 1025 bytes") && !message.contains(&long_key), "{message}");
+        let long_value = wit::ParamValue::String("v".repeat(MAX_RESPONSE_PARAMETER_VALUE + 1));
+        assert!(refused(vec![param("big", long_value)]).contains("the value of 'big' has 65537 bytes"));
+        assert!(refused(vec![param("d", wit::ParamValue::Double(0.5))]).contains("bool, int or string"));
+        let final_flag = refused(vec![param("triton_final_response", wit::ParamValue::Bool(true))]);
+        assert!(final_flag.contains("'triton_final_response' starts with 'triton_'"), "{final_flag}");
+        let twice = vec![param("k", wit::ParamValue::Int(1)), param("k", wit::ParamValue::Int(2))];
+        assert!(refused(twice).contains("key 'k' is given twice"));
+        // A key the error names is escaped and cut short.
+        let odd = format!("triton_\n{}", "x".repeat(100));
+        let message = refused(vec![param(&odd, wit::ParamValue::Int(1))]);
+        assert!(message.contains("...'") && !message.contains(&odd), "{message}");
     }
 }

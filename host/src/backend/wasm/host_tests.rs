@@ -33,6 +33,7 @@ fn request(
             outputs: vec!["OUT".into()],
             parameters: Parameters::from([("k".into(), crate::infer::ParamValue::Int(3))]),
             responder: Arc::clone(&responder),
+            response_parameters: None,
             call: state.call.number,
             position: 0,
         })
@@ -102,6 +103,7 @@ fn read_inputs_copies_at_most_its_budget_per_call() {
                     outputs: Vec::new(),
                     parameters: Parameters::default(),
                     responder: Arc::new(Mutex::new(None)),
+                    response_parameters: None,
                     call: 0,
                     position: usize::from(i),
                 })
@@ -123,6 +125,7 @@ fn host_request(call: u64, position: usize) -> HostRequest {
         outputs: Vec::new(),
         parameters: Parameters::default(),
         responder: Arc::new(Mutex::new(None)),
+        response_parameters: None,
         call,
         position,
     }

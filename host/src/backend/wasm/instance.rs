@@ -277,6 +277,7 @@ impl WasmInstance {
                 outputs: request.outputs,
                 parameters: request.parameters,
                 responder,
+                response_parameters: request.response_parameters,
                 call,
                 position,
             };

@@ -72,6 +72,7 @@ impl Outlet {
     pub(super) fn send(
         &self,
         outputs: CoreResult<Vec<Tensor>>,
+        parameters: crate::infer::Parameters,
         is_final: bool,
         budget: usize,
         until: &SendDeadline,
@@ -83,7 +84,7 @@ impl Outlet {
             return Sent::TimedOut;
         }
         let outputs = outputs.map(|tensors| tensors.into_iter().map(|t| self.count(t)).collect());
-        let response = RawResponse { outputs, is_final };
+        let response = RawResponse { outputs, parameters, is_final };
         match until {
             Some((deadline, runtime)) => send_blocking_until(&self.responder, response, *deadline, runtime),
             None if send_blocking(&self.responder, response) => Sent::Delivered,
@@ -95,7 +96,7 @@ impl Outlet {
     /// reads again (or dropped with the stream if it never does), without holding anyone.
     pub(super) fn fail_when_read(self, error: CoreError, runtime: &tokio::runtime::Handle) {
         runtime.spawn(async move {
-            let _ = self.responder.send(RawResponse { outputs: Err(error), is_final: true }).await;
+            let _ = self.responder.send(RawResponse::new(Err(error), true)).await;
         });
     }
 
@@ -151,6 +152,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::infer::Parameters;
     use crate::tensor::DataType;
 
     fn tensor(bytes: usize) -> Tensor {
@@ -164,11 +166,11 @@ mod tests {
         let outlet = Outlet::new(tx);
         let until = |ms| Some((Instant::now() + Duration::from_millis(ms), runtime.handle().clone()));
         // Larger than the budget, but nothing is buffered: it goes.
-        assert_eq!(outlet.send(Ok(vec![tensor(300)]), false, 100, &until(30)), Sent::Delivered);
+        assert_eq!(outlet.send(Ok(vec![tensor(300)]), Parameters::new(), false, 100, &until(30)), Sent::Delivered);
         assert_eq!(outlet.buffered(), 300);
         // Nothing more fits until the reader drops that response.
         let started = Instant::now();
-        assert_eq!(outlet.send(Ok(vec![tensor(1)]), false, 100, &until(30)), Sent::TimedOut);
+        assert_eq!(outlet.send(Ok(vec![tensor(1)]), Parameters::new(), false, 100, &until(30)), Sent::TimedOut);
         assert!(started.elapsed() >= Duration::from_millis(25), "it waited for the reader");
         let first = rx.try_recv().expect("the first response");
         let copy = first.outputs.as_ref().expect("outputs")[0].data.clone();
@@ -178,31 +180,34 @@ mod tests {
         assert_eq!(outlet.buffered(), 0);
         // A consumer that keeps a stream's tensors (an ensemble's run, a BLS caller) copies them
         // out: what it keeps no longer counts.
-        assert_eq!(outlet.send(Ok(vec![tensor(50)]), false, 100, &until(30)), Sent::Delivered);
+        assert_eq!(outlet.send(Ok(vec![tensor(50)]), Parameters::new(), false, 100, &until(30)), Sent::Delivered);
         let response = rx.try_recv().expect("a response");
         let kept: Vec<Tensor> = response.outputs.expect("outputs").into_iter().map(Tensor::with_own_bytes).collect();
         assert_eq!((outlet.buffered(), kept[0].data.len()), (0, 50));
         // A reader that drops the bytes while the send waits lets it through.
-        assert_eq!(outlet.send(Ok(vec![tensor(80)]), false, 100, &until(1000)), Sent::Delivered);
+        assert_eq!(outlet.send(Ok(vec![tensor(80)]), Parameters::new(), false, 100, &until(1000)), Sent::Delivered);
         let reader = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
             drop(rx.try_recv());
             rx
         });
-        assert_eq!(outlet.send(Ok(vec![tensor(80)]), false, 100, &until(5000)), Sent::Delivered);
+        assert_eq!(outlet.send(Ok(vec![tensor(80)]), Parameters::new(), false, 100, &until(5000)), Sent::Delivered);
         let rx = reader.join().expect("reader");
         assert_eq!(outlet.buffered(), 80);
         // Errors and final flags carry no bytes.
-        assert_eq!(outlet.send(Err(crate::error::CoreError::internal("x")), true, 100, &until(30)), Sent::Delivered);
+        assert_eq!(
+            outlet.send(Err(crate::error::CoreError::internal("x")), Parameters::new(), true, 100, &until(30)),
+            Sent::Delivered
+        );
         drop(rx);
         assert_eq!(outlet.buffered(), 0, "a dropped stream gives every byte back");
         // A request closed for a reader that does not read ends with the error once it reads.
         let (tx, mut rx) = crate::backend::responder();
         let outlet = Outlet::new(tx);
         for _ in 0..crate::infer::RESPONSE_BUFFER {
-            assert_eq!(outlet.send(Ok(Vec::new()), false, 100, &until(1000)), Sent::Delivered);
+            assert_eq!(outlet.send(Ok(Vec::new()), Parameters::new(), false, 100, &until(1000)), Sent::Delivered);
         }
-        assert_eq!(outlet.send(Ok(Vec::new()), false, 100, &until(20)), Sent::TimedOut);
+        assert_eq!(outlet.send(Ok(Vec::new()), Parameters::new(), false, 100, &until(20)), Sent::TimedOut);
         outlet.fail_when_read(CoreError::unavailable("not read in time"), runtime.handle());
         for _ in 0..crate::infer::RESPONSE_BUFFER {
             assert!(runtime.block_on(rx.recv()).expect("a buffered response").outputs.is_ok());
@@ -214,11 +219,11 @@ mod tests {
         // A caller that went while its bytes live on elsewhere: the send finds it gone at once.
         let (tx, mut rx) = crate::backend::responder();
         let outlet = Outlet::new(tx);
-        assert_eq!(outlet.send(Ok(vec![tensor(300)]), false, 100, &until(1000)), Sent::Delivered);
+        assert_eq!(outlet.send(Ok(vec![tensor(300)]), Parameters::new(), false, 100, &until(1000)), Sent::Delivered);
         let kept = rx.try_recv().expect("the response");
         drop(rx);
         let started = Instant::now();
-        assert_eq!(outlet.send(Ok(vec![tensor(1)]), false, 100, &until(5000)), Sent::Gone);
+        assert_eq!(outlet.send(Ok(vec![tensor(1)]), Parameters::new(), false, 100, &until(5000)), Sent::Gone);
         assert!(started.elapsed() < Duration::from_secs(1), "it did not wait for its deadline");
         drop(kept);
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use wasmtime::component::Resource;
 
-use super::convert::{datatype_from_wit, datatype_to_wit, params_to_wit, wit_error};
+use super::convert::{datatype_from_wit, datatype_to_wit, params_to_wit, response_params_from_wit, wit_error};
 use super::state::{HostRequest, HostSender, HostTensor, TypesView, own_size, table_error};
 use super::tensor::latin1_bytes;
 use super::wit;
@@ -137,6 +137,23 @@ impl wit::HostRequest for TypesView<'_> {
     fn sender(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<Resource<HostSender>> {
         let responder = Arc::clone(&self.handles.table.get(&handle).map_err(table_error)?.responder);
         self.handles.table.push(HostSender(responder)).map_err(table_error)
+    }
+
+    fn set_response_parameters(
+        &mut self,
+        handle: Resource<HostRequest>,
+        parameters: Vec<wit::Parameter>,
+    ) -> wasmtime::Result<Result<(), wit::Error>> {
+        const CALL: &str = "request.set-response-parameters";
+        let checked = self.given_position(&handle, CALL)?.and_then(|_| response_params_from_wit(parameters));
+        let parameters = match checked {
+            Ok(parameters) => parameters,
+            Err(e) => return Ok(Err(wit_error(e))),
+        };
+        if let Some(slot) = &self.handles.table.get(&handle).map_err(table_error)?.response_parameters {
+            slot.set(parameters);
+        }
+        Ok(Ok(()))
     }
 
     fn drop(&mut self, handle: Resource<HostRequest>) -> wasmtime::Result<()> {

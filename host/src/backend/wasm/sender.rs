@@ -2,13 +2,13 @@
 
 use wasmtime::component::Resource;
 
-use super::convert::{kind_from_wit, wit_error};
+use super::convert::{kind_from_wit, response_params_from_wit, wit_error};
 use super::outlet::{Outlet, SendDeadline};
 use super::state::{HostSender, HostTensor, TypesView, table_error};
 use super::wit;
 use crate::backend::Sent;
 use crate::error::{CoreError, CoreResult};
-use crate::infer::RESPONSE_BUFFER;
+use crate::infer::{Parameters, RESPONSE_BUFFER};
 use crate::tensor::Tensor;
 
 impl wit::HostResponseSender for TypesView<'_> {
@@ -18,13 +18,28 @@ impl wit::HostResponseSender for TypesView<'_> {
         outputs: Vec<Resource<HostTensor>>,
         final_: bool,
     ) -> wasmtime::Result<Result<(), wit::Error>> {
+        self.send_with_parameters(handle, outputs, Vec::new(), final_)
+    }
+
+    fn send_with_parameters(
+        &mut self,
+        handle: Resource<HostSender>,
+        outputs: Vec<Resource<HostTensor>>,
+        parameters: Vec<wit::Parameter>,
+        final_: bool,
+    ) -> wasmtime::Result<Result<(), wit::Error>> {
         let mut tensors = Vec::with_capacity(outputs.len());
         for t in outputs {
             tensors.push(self.handles.take_tensor(t)?);
         }
+        // Refused parameters refuse the send (its tensors were taken: they are dropped).
+        let parameters = match response_params_from_wit(parameters) {
+            Ok(parameters) => parameters,
+            Err(e) => return Ok(Err(wit_error(e))),
+        };
         let limits = self.send_limits();
         let sender = self.handles.table.get_mut(&handle).map_err(table_error)?;
-        Ok(send_on(sender, Ok(tensors), final_, limits))
+        Ok(send_on(sender, Ok(tensors), parameters, final_, limits))
     }
 
     fn send_error(
@@ -35,7 +50,8 @@ impl wit::HostResponseSender for TypesView<'_> {
     ) -> wasmtime::Result<Result<(), wit::Error>> {
         let limits = self.send_limits();
         let sender = self.handles.table.get_mut(&handle).map_err(table_error)?;
-        Ok(send_on(sender, Err(CoreError::new(kind_from_wit(error.code), error.message)), final_, limits))
+        let error = CoreError::new(kind_from_wit(error.code), error.message);
+        Ok(send_on(sender, Err(error), Parameters::new(), final_, limits))
     }
 
     fn is_cancelled(&mut self, handle: Resource<HostSender>) -> wasmtime::Result<bool> {
@@ -65,6 +81,7 @@ impl TypesView<'_> {
 fn send_on(
     sender: &mut HostSender,
     item: CoreResult<Vec<Tensor>>,
+    parameters: Parameters,
     final_: bool,
     (until, budget): (SendDeadline, usize),
 ) -> Result<(), wit::Error> {
@@ -86,12 +103,12 @@ fn send_on(
         )));
     }
     // An empty final response only carries the final flag (as Triton's repeat sends it).
-    let flag_only = final_ && matches!(&item, Ok(outputs) if outputs.is_empty());
+    let flag_only = final_ && parameters.is_empty() && matches!(&item, Ok(outputs) if outputs.is_empty());
     if !flag_only {
         // A gone receiver means the caller stopped listening; that is not the guest's error.
         // Waits while the caller's buffer is full (the guest runs on a blocking thread), up to
         // the execution's deadline: a caller that does not read cannot hold the instance longer.
-        if outlet.send(item, final_, budget, &until) == Sent::TimedOut {
+        if outlet.send(item, parameters, final_, budget, &until) == Sent::TimedOut {
             let error = CoreError::unavailable(format!(
                 "the caller of this request has not read its responses ({RESPONSE_BUFFER} are waiting, or \
                  max_memory_bytes of them) within the model's time limit (max_execute_ms); the request is closed \

@@ -40,6 +40,8 @@ pub struct HostRequest {
     pub(super) outputs: Vec<String>,
     pub(super) parameters: Parameters,
     pub(super) responder: SharedResponder,
+    /// Where `request.set-response-parameters` puts its response's parameters.
+    pub(super) response_parameters: Option<Arc<crate::backend::ResponseParameters>>,
     /// The `execute` call it was handed to ([`GuestState::begin_execute`]'s number) and its
     /// position in that call's batch: where `request.set-outputs` puts its outputs.
     pub(super) call: u64,

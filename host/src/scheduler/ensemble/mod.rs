@@ -74,7 +74,7 @@ struct Respond(Responder);
 
 impl Outlet for Respond {
     async fn emit(&mut self, outputs: Vec<Tensor>) -> bool {
-        self.0.send(RawResponse { outputs: Ok(outputs), is_final: false }).await.is_ok()
+        self.0.send(RawResponse::new(Ok(outputs), false)).await.is_ok()
     }
 }
 

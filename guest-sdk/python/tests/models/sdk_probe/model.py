@@ -46,6 +46,19 @@ class TritonPythonModel:
         words = [w.upper() for w in t.as_list()]
         return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", words, shape=t.shape())])
 
+    def with_params(self, request):
+        # response parameters; types Triton refuses raise when the response is made
+        for bad in ({"f": 0.5}, {1: "x"}, {"l": [1]}):
+            try:
+                pb_utils.InferenceResponse([], parameters=bad)
+            except pb_utils.TritonModelException:
+                continue
+            raise AssertionError("parameters %r were accepted" % bad)
+        params = {"echo": "yes", "n": 2, "flag": True}
+        response = pb_utils.InferenceResponse([pb_utils.Tensor("OUT", [1.0], "FP32")], parameters=params)
+        assert json.loads(response.parameters()) == params
+        return response
+
     def inferred(self, request):
         # floats without a datatype or shape: the glue applies the config's OUTPUT0 (FP32, dims)
         n = pb_utils.get_input_tensor_by_name(request, "INPUT0").element_count()
@@ -155,7 +168,8 @@ class TritonPythonModel:
         sender = request.get_response_sender()
         in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
         for i in range(3):
-            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", in0)]))
+            params = {"i": i} if i == 0 else None  # response parameters, on the first only
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", in0)], parameters=params))
         sender.send(pb_utils.InferenceResponse(
             error=pb_utils.TritonError("partial", pb_utils.TritonError.UNAVAILABLE)))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)

@@ -2,7 +2,7 @@
 tests/python_contract/cases.py. Written against Triton's python backend (r24.10 / Triton 2.51):
 every answer is OUT, a JSON document; the client asserts on it.
 
-Ops: info, params, error, raise, raise_value, request, bytes, bf16, bls_sequence, errors_api.
+Ops: info, params, params_over, error, raise, raise_value, request, bytes, bf16, bls_sequence, errors_api.
 """
 
 import json
@@ -106,6 +106,21 @@ class TritonPythonModel:
         except TypeError as e:
             report["response_parameters"] = "TypeError: %s" % e
             return _out(report)
+
+    def op_params_over(self, request, arg):
+        """Response parameters past Tessera's bounds (ARG: "value", "count" or "reserved"), or of
+        a type Triton refuses (ARG "float": reported, as Triton raises at construction)."""
+        params = {
+            "value": {"big": "x" * ((64 << 10) + 1)},
+            "count": {"p%d" % i: i for i in range(65)},
+            "reserved": {"triton_final_response": False},
+            "float": {"ratio": 0.5},
+        }[arg]
+        out = [pb_utils.Tensor("OUT", np.array([b"{}"], dtype=np.object_))]
+        try:
+            return pb_utils.InferenceResponse(output_tensors=out, parameters=params)
+        except Exception as e:  # noqa: BLE001  reported to the client
+            return _out({"raised": type(e).__name__, "message": str(e)})
 
     def op_error(self, request, arg):
         spec = json.loads(arg)
