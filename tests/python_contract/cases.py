@@ -1,7 +1,7 @@
-"""Client cases of the python backend's contract (issue 54, items 1 and 4), run against any server
-serving tests/python_contract/models: Tessera (tests/test_python_contract.py) or the real Triton
-2.51 (run.py). Each case is a plain function of a Ctx; it passes by returning and fails by raising
-(AssertionError with what differed). `Skip` says the server lacks what the case needs (a flag).
+"""Client cases of the python backend's contract and of the packages a model imports, run against
+any server serving tests/python_contract/models: Tessera (tests/test_python_contract.py) or the
+real Triton 2.51 (run.py). Each case is a plain function of a Ctx; it passes by returning and
+fails by raising (AssertionError with what differed). `Skip` says the server lacks what the case needs (a flag).
 
 What the cases assert comes from Triton's documentation (python_backend README r24.10, the model
 configuration guide, the HTTP/gRPC protocol) and its source at r24.10 (Triton 2.51):
@@ -11,8 +11,8 @@ src/stub_launcher.cc (`initialize_map`: seven str keys), src/pb_tensor.cc (BF16 
 form), the server's HTTP/gRPC status of each TRITONSERVER_Error_Code — never from what Tessera does.
 
 EXPECT names the cases a server fails by design, with the reason: run.py reports them as
-"expected" rather than as failures. More case modules (cases_*.py beside this one: items 2-3)
-register with the same `case` decorator; run.py imports them all.
+"expected" rather than as failures. More case modules (cases_*.py beside this one: environment,
+async) register with the same `case` decorator; run.py imports them all.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-CASES: list[tuple[str, str, Callable]] = []  # (name, issue item, function)
+CASES: list[tuple[str, str, Callable]] = []  # (name, topic, function)
 
 # {case name: {server kind: reason}}: a case this server fails by design.
 EXPECT: dict[str, dict[str, str]] = {
@@ -99,9 +99,9 @@ class Ctx:
         self._clients.clear()
 
 
-def case(item: str):
+def case(topic: str):
     def register(fn):
-        CASES.append((fn.__name__, item, fn))
+        CASES.append((fn.__name__, topic, fn))
         return fn
     return register
 
@@ -206,9 +206,9 @@ def error_text(body: dict) -> str:
     return str(body.get("error", body))
 
 
-# -- item 1: the python backend's contract ----------------------------------------------------
+# -- the python backend's contract ----------------------------------------------------------
 
-@case("1")
+@case("contract")
 def default_model_filename(ctx: Ctx):
     """config.pbtxt's default_model_filename names the version directory's Python file, imported as
     `<version>.<name without .py>` (pb_stub.cc StubSetup)."""
@@ -218,7 +218,7 @@ def default_model_filename(ctx: Ctx):
     assert report == {"name": "1.entry_point", "file": "entry_point.py"}, report
 
 
-@case("1")
+@case("contract")
 def imports_as_package(ctx: Ctx):
     """The version directory is a package: relative imports of siblings and subpackages, and the
     absolute import of a sibling (the version directory is on sys.path too); `__name__` is
@@ -228,7 +228,7 @@ def imports_as_package(ctx: Ctx):
                        "name": "1.model", "package": "1", "file_basename": "model.py"}, imports
 
 
-@case("1")
+@case("contract")
 def data_files_relative_to___file__(ctx: Ctx):
     """A data file in the version directory opens by os.path.dirname(__file__), from model.py
     and from a sibling module."""
@@ -237,7 +237,7 @@ def data_files_relative_to___file__(ctx: Ctx):
     assert files["via_helper"] == {"ok": ["cat", "dog"]}, files
 
 
-@case("1")
+@case("contract")
 def data_files_under_model_repository(ctx: Ctx):
     """os.path.join(args['model_repository'], args['model_version'], 'labels.txt') opens: the
     model_repository argument is the model's directory (stub_launcher.cc: RepositoryPath())."""
@@ -245,7 +245,7 @@ def data_files_under_model_repository(ctx: Ctx):
     assert files["via_repository"] == {"ok": ["cat", "dog"]}, files
 
 
-@case("1")
+@case("contract")
 def sys_argv(ctx: Ctx):
     """sys.argv is [''] (pybind11's scoped_interpreter started without arguments), when the module
     is imported and when the model runs."""
@@ -254,7 +254,7 @@ def sys_argv(ctx: Ctx):
     assert report["argv"] == [""], report["argv"]
 
 
-@case("1")
+@case("contract")
 def initialize_args(ctx: Ctx):
     """initialize(args): exactly the seven keys of stub_launcher.cc's initialize_map, all str;
     model_config is the model's configuration as JSON."""
@@ -278,7 +278,7 @@ def initialize_args(ctx: Ctx):
     assert config["instance_group"][0]["kind"] == "KIND_CPU", config["instance_group"]
 
 
-@case("1")
+@case("contract")
 def request_parameters(ctx: Ctx):
     """request.parameters() is a JSON object string of the request's parameters, typed as sent
     (HTTP JSON and gRPC)."""
@@ -297,7 +297,7 @@ def request_parameters(ctx: Ctx):
         assert report["parameters"].get(k) == v, (k, report["parameters"])
 
 
-@case("1")
+@case("contract")
 def response_parameters(ctx: Ctx):
     """InferenceResponse(parameters={...}) reaches the client as the response's parameters
     (python_backend r24.12+)."""
@@ -308,7 +308,7 @@ def response_parameters(ctx: Ctx):
     assert params.get("echo") == "yes" and params.get("count") == 3 and params.get("flag") is True, body
 
 
-@case("1")
+@case("contract")
 def decoupled_response_parameters(ctx: Ctx):
     """A decoupled model's responses each carry the parameters given to their InferenceResponse
     (gRPC stream: beside Triton's own triton_final_response)."""
@@ -341,7 +341,7 @@ def decoupled_response_parameters(ctx: Ctx):
                     {"step": 1, "last": True, "note": "response 1"}], seen
 
 
-@case("1")
+@case("contract")
 def response_parameters_bounded(ctx: Ctx):
     """Response parameters of a type Triton refuses raise when the response is made; ones past
     Tessera's bounds, or a key Triton reserves, fail that request with a clear error."""
@@ -370,7 +370,7 @@ ERROR_STATUS = {
 }
 
 
-@case("1")
+@case("contract")
 def error_response_codes(ctx: Ctx):
     """InferenceResponse(error=TritonError(message, code)): the request fails with the message and
     the code's status; without a code, INTERNAL."""
@@ -397,7 +397,7 @@ def error_response_codes(ctx: Ctx):
     assert got == want, {k: (got[k], want[k]) for k in want if got[k] != want[k]}
 
 
-@case("1")
+@case("contract")
 def model_exception_fails_the_request(ctx: Ctx):
     """An exception from execute() (TritonModelException or any other) fails the requests of the
     batch with its message; the model serves on."""
@@ -410,7 +410,7 @@ def model_exception_fails_the_request(ctx: Ctx):
     assert probe(ctx, "errors_api")["message"] == "m1"
 
 
-@case("1")
+@case("contract")
 def error_classes(ctx: Ctx):
     """pb_utils.TritonError's codes are TRITONSERVER_Error_Code's values; TritonError(message)
     defaults to INTERNAL; TritonModelException is an Exception; InferenceResponse(error=...)
@@ -424,7 +424,7 @@ def error_classes(ctx: Ctx):
     assert report["response_error_code"] == 4 and report["ok_response_has_error"] is False, report
 
 
-@case("1")
+@case("contract")
 def missing_optional_input(ctx: Ctx):
     """get_input_tensor_by_name returns None for an optional input the request left out (and for a
     name the model does not have)."""
@@ -437,7 +437,7 @@ def missing_optional_input(ctx: Ctx):
     assert report["missing_optional_is_none"] is False and report["optional_value"] == [1.5, -2.0], report
 
 
-@case("1")
+@case("contract")
 def request_id_flags_cancelled(ctx: Ctx):
     """A plain request: its id as sent, flags() 0, correlation_id() 0, is_cancelled() False,
     requested_output_names() as asked."""
@@ -448,7 +448,7 @@ def request_id_flags_cancelled(ctx: Ctx):
     assert report["requested_output_names"] == ["OUT"], report
 
 
-@case("1")
+@case("contract")
 def sequence_flags(ctx: Ctx):
     """In a sequence, request.flags() carries TRITONSERVER_REQUEST_FLAG_SEQUENCE_START (1) and
     _END (2) and correlation_id() the sequence ID; the sequence fields are not parameters."""
@@ -467,7 +467,7 @@ def sequence_flags(ctx: Ctx):
         assert not set(r["parameters"]) & {"sequence_id", "sequence_start", "sequence_end"}, r["parameters"]
 
 
-@case("1")
+@case("contract")
 def bls_sequence_flags(ctx: Ctx):
     """A BLS InferenceRequest(correlation_id=..., flags=...) to a sequence model: the callee sees
     the flags and the correlation ID (README "Using BLS with Stateful Models")."""
@@ -476,7 +476,7 @@ def bls_sequence_flags(ctx: Ctx):
     assert [r.get("correlation_id") for r in seen] == [777, 777, 777], seen
 
 
-@case("1")
+@case("contract")
 def bytes_edge_cases(ctx: Ctx):
     """BYTES: empty elements, non-UTF-8 bytes and NULs come to the model as an object array of
     bytes and go back unchanged; an object array of mixed types (bytes, str, int, float) goes out
@@ -493,7 +493,7 @@ def bytes_edge_cases(ctx: Ctx):
     assert mixed == [b"raw\xff", b"text", b"7", b"2.5", b"", b""], mixed
 
 
-@case("1")
+@case("contract")
 def bytes_empty_tensor(ctx: Ctx):
     """A BYTES tensor of no elements comes in as an empty object array and goes back as one."""
     got = binary_infer(ctx, "contract_probe",
@@ -515,7 +515,7 @@ def _bf16_infer(ctx: Ctx):
     return raw, json.loads(bytes_elements(got["OUT"][2])[0]), got["BF_OUT"]
 
 
-@case("1")
+@case("contract")
 def bf16_passthrough(ctx: Ctx):
     """A BF16 input goes back unchanged through Tensor.from_dlpack(name, tensor.to_dlpack()) (the
     README's way for BF16). (Its triton_dtype() is reported, not asserted: Triton 2.51's raises a
@@ -525,7 +525,7 @@ def bf16_passthrough(ctx: Ctx):
     assert out == ("BF16", [len(BF16_VALUES)], raw), out
 
 
-@case("1")
+@case("contract")
 def bf16_as_numpy_refused(ctx: Ctx):
     """as_numpy() on a BF16 tensor raises: numpy has no bfloat16 (pb_tensor.cc: "Tensor dtype is
     BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead.")."""
@@ -533,7 +533,7 @@ def bf16_as_numpy_refused(ctx: Ctx):
     assert "error" in report["as_numpy"] and "BF16" in report["as_numpy"]["error"], report["as_numpy"]
 
 
-@case("1")
+@case("contract")
 def model_finalize(ctx: Ctx):
     """Unloading a model calls its finalize() (once per instance); the server log shows what it
     printed. Needs --model-control-mode=explicit; the log check needs the log file."""
@@ -563,13 +563,13 @@ def model_finalize(ctx: Ctx):
         assert status == 200, (status, body)
 
 
-# -- item 4: what a Triton python environment has ---------------------------------------------
+# -- what a Triton python environment has -------------------------------------------------------
 
 def packages(ctx: Ctx, op: str, arg: str | None = None) -> dict:
     return report_of(*post(ctx, "/v2/models/contract_packages/infer", op_request("contract_packages", op, arg)))
 
 
-@case("4")
+@case("packages")
 def stdlib_packages(ctx: Ctx):
     """json, asyncio (asyncio.run, gather, sleep), threading (Thread, Lock), concurrent.futures
     (ThreadPoolExecutor map/submit), logging, dataclasses and typing work in execute()."""
@@ -582,21 +582,21 @@ def stdlib_packages(ctx: Ctx):
     assert report["dataclasses"] == {"x": 1, "y": None} and report["typing"] == ["x", "y"], report
 
 
-@case("4")
+@case("packages")
 def requests_importable(ctx: Ctx):
     """`import requests` works (a Triton python environment usually has it)."""
     report = packages(ctx, "stdlib")
     assert report["requests"], "requests is not importable: %s" % report["requests_error"]
 
 
-@case("4")
+@case("packages")
 def requests_reaches_url(ctx: Ctx):
     """requests.get to the server's own health endpoint from execute() answers 200."""
     report = packages(ctx, "http", ctx.http_url + "/v2/health/live")
     assert report.get("status") == 200, report
 
 
-@case("4")
+@case("packages")
 def requests_denied_clearly(ctx: Ctx):
     """Without an outgoing-HTTP grant, requests.get fails at once with a
     requests.exceptions.ConnectionError whose message says outgoing HTTP is not granted."""
