@@ -5,6 +5,7 @@ pub mod batch;
 pub mod callable;
 mod child;
 pub(crate) mod disk_cache;
+pub mod mailbox;
 pub mod onnx;
 pub mod python;
 #[cfg(feature = "torch")]
@@ -135,9 +136,9 @@ pub struct ExecRequest {
     /// The request's trace, when it is sampled (from [`crate::infer::InferRequest::trace`]).
     pub trace: Option<crate::trace::Trace>,
     /// For a decoupled request the pool may hand to a busy instance (see
-    /// `crate::scheduler::adopt`): answered when the request ends, which may be before its
+    /// `crate::backend::mailbox`): answered when the request ends, which may be before its
     /// execution does.
-    pub done: Option<crate::scheduler::adopt::Done>,
+    pub done: Option<crate::backend::mailbox::Done>,
     /// Where a backend puts the parameters of this request's response (not decoupled requests:
     /// theirs go with each [`RawResponse`]); none when nobody reads them.
     pub response_parameters: Option<Arc<ResponseParameters>>,
@@ -227,8 +228,8 @@ pub trait ModelInstance: Send {
     }
 
     /// Where the pool leaves requests for this instance while it executes, for an instance that
-    /// can take them then (see `crate::scheduler::adopt`); `None` for the others.
-    fn mailbox(&self) -> Option<Arc<crate::scheduler::adopt::Mailbox>> {
+    /// can take them then (see `crate::backend::mailbox`); `None` for the others.
+    fn mailbox(&self) -> Option<Arc<crate::backend::mailbox::Mailbox>> {
         None
     }
 }

@@ -12,7 +12,6 @@
 //! runs other models) has none. Statistics for executions are recorded by the pool, once per
 //! execution, whichever scheduler formed the batch.
 
-pub mod adopt;
 pub mod dynamic;
 pub mod ensemble;
 pub mod pool;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use super::adopt::{Done, Mailbox, with_room};
 use super::rate_limit::{Claim, RateLimiter};
+use crate::backend::mailbox::{Done, Mailbox, with_room};
 use crate::backend::{ExecRequest, ModelInstance};
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::execution::{Caller, InlineGate};

@@ -115,10 +115,10 @@ mod tests {
     #[test]
     fn a_syntax_error_in_a_sibling_module_names_it() {
         let output = format!(
-            "{OUTER}Traceback (most recent call last):\n  File \"/1/tessera_guest/app.py\", line 35, in <module>\n    \
-             _user_model = _entry.import_model()\n  File \"/model/model.py\", line 1, in <module>\n    import helper\n  \
-             File \"/model/helper.py\", line 2\n    def f(:\n          ^\nSyntaxError: invalid syntax\n\n\nCaused by:\n    \
-             SyntaxError: invalid syntax (helper.py, line 2)\n"
+            "{OUTER}Traceback (most recent call last):\n  File \"/1/tessera_guest/app.py\", line 35, in \
+             <module>\n    _user_model = _entry.import_model()\n  File \"/model/model.py\", line 1, in \
+             <module>\n    import helper\n  File \"/model/helper.py\", line 2\n    def f(:\n          ^\n\
+             SyntaxError: invalid syntax\n\n\nCaused by:\n    SyntaxError: invalid syntax (helper.py, line 2)\n"
         );
         let reason = from_output(&output, &files(&["helper.py", "model.py"]));
         assert_eq!(reason.as_deref(), Some("helper.py line 2: SyntaxError: invalid syntax"));

@@ -7,7 +7,7 @@
 //! Here an instance runs one `execute-by-value` call at a time, and a decoupled model's call may
 //! take in later requests instead: the guest's event loop opens the call (`adopt`), and the pool
 //! leaves requests that find no idle instance in the instance's mailbox
-//! ([`crate::scheduler::adopt`]), up to `max_async_requests` unfinished at once, the call's own
+//! ([`crate::backend::mailbox`]), up to `max_async_requests` unfinished at once, the call's own
 //! included. The loop waits (`wait`) for its BLS calls, its timers and new requests at once,
 //! starts each request it takes as a coroutine of its own, and ends each request when its
 //! coroutine does (`finish`): that request's stream ends and its caller is answered then, however
@@ -34,9 +34,9 @@ use super::pack;
 use super::request::{BY_VALUE_INPUT_BYTES, READ_INPUTS_MAX_TOTAL};
 use super::state::{ExecuteCall, HostRequest, HostView, SharedResponder};
 use super::{wit, wit_host};
+use crate::backend::mailbox::{Done, Mailbox};
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};
-use crate::scheduler::adopt::{Done, Mailbox};
 
 /// `max_async_requests` when the config does not set it: Triton sets no bound, and one instance's
 /// BLS calls are bounded at 64 open at once as well (`bls::MAX_OPEN_CALLS`).

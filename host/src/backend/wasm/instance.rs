@@ -22,9 +22,9 @@ use super::sandbox::{GuestLimiter, Sandbox};
 use super::state::{GuestShared, GuestState, HostRequest, HostTensor, SharedResponder, named_twice};
 use super::tensor::latin1_bytes;
 use super::{bindings, wit};
+use crate::backend::mailbox::Mailbox;
 use crate::backend::{ExecRequest, ModelInstance};
 use crate::error::{CoreError, CoreResult};
-use crate::scheduler::adopt::Mailbox;
 use crate::stats::{ModelStats, Quota, TrapKind};
 use crate::tensor::Tensor;
 

@@ -5,7 +5,7 @@
 //! An instance that can take requests while it executes (a Wasm guest's `async def execute`, see
 //! `backend::wasm::adopt`) has a [`Mailbox`]. Its guest opens the mailbox from inside an
 //! execution, up to its quota of unfinished requests; the pool
-//! ([`super::pool::InstancePool::execute_adoptable`]) then puts a request that finds no idle
+//! (`scheduler::pool::InstancePool::execute_adoptable`) then puts a request that finds no idle
 //! instance into an open mailbox with room, and the guest takes it from there and runs it
 //! alongside the others. Each request carries its [`Done`]: the instance answers it when that
 //! request ends, whether or not the execution goes on with others. A request the mailbox still
@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::{Notify, oneshot};
 
-use crate::backend::ExecRequest;
+use super::ExecRequest;
 use crate::error::{CoreError, CoreResult};
 
 /// How a decoupled request's caller learns that its request has ended (its stream is complete):
