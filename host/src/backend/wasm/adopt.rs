@@ -22,17 +22,16 @@
 //! the mailbox too; the instance is rebuilt for the next request as after any trap.
 //! Responses of one request keep their order; those of different requests interleave.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::Resource;
 
 use super::bls::{HostPendingInfer, Watched};
 use super::convert::kind_from_wit;
-use super::outlet::Outlet;
 use super::pack;
 use super::request::{BY_VALUE_INPUT_BYTES, READ_INPUTS_MAX_TOTAL};
-use super::state::{ExecuteCall, HostRequest, HostView, SharedResponder};
+use super::state::{ExecuteCall, HostRequest, HostView};
 use super::{wit, wit_host};
 use crate::backend::mailbox::{Done, Mailbox};
 use crate::config::ModelConfig;
@@ -208,24 +207,16 @@ impl HostView<'_> {
         let taken = if close { mailbox.close() } else { mailbox.take() };
         let mut budget = READ_INPUTS_MAX_TOTAL;
         let mut adopted = Vec::with_capacity(taken.len());
-        for request in taken {
+        for mut request in taken {
             let position = call.adoption.requests.len();
             let pack = pack::pack_inputs(&request.inputs, BY_VALUE_INPUT_BYTES, &mut budget);
-            let responder: SharedResponder = Arc::new(Mutex::new(request.responder.map(Outlet::new)));
-            call.responders.push(Arc::clone(&responder));
+            let done = request.done.take();
+            let (host_request, responder) = HostRequest::new(request, call.number, position);
+            call.responders.push(responder);
             // Positions of `request.at` are those of `pending_requests`: the call's own first.
             call.pending_requests.resize_with(position, || None);
-            call.pending_requests.push(Some(HostRequest {
-                id: request.id.unwrap_or_default(),
-                inputs: request.inputs,
-                outputs: request.outputs,
-                parameters: request.parameters,
-                responder,
-                response_parameters: request.response_parameters,
-                call: call.number,
-                position,
-            }));
-            call.adoption.requests.push(Tracked { deadline, done: request.done, ended: None });
+            call.pending_requests.push(Some(host_request));
+            call.adoption.requests.push(Tracked { deadline, done, ended: None });
             adopted.push((u32::try_from(position).unwrap_or(u32::MAX), pack));
         }
         call.refresh_deadline();
@@ -286,6 +277,7 @@ impl HostView<'_> {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+    use std::sync::Mutex;
 
     use super::*;
 

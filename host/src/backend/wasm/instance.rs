@@ -3,7 +3,7 @@
 //! fresh one from the pre-instantiated component, so one bad batch never takes the model down.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -15,11 +15,10 @@ use super::cache::{CompileCache, Prepared};
 use super::convert::kind_from_wit;
 use super::engine::EPOCH_TICK;
 use super::live::{LiveSet, Member, Slot};
-use super::outlet::Outlet;
 use super::pack;
 use super::request::{BY_VALUE_INPUT_BYTES, READ_INPUTS_MAX_TOTAL};
 use super::sandbox::{GuestLimiter, Sandbox};
-use super::state::{GuestShared, GuestState, HostRequest, HostTensor, SharedResponder, named_twice};
+use super::state::{GuestShared, GuestState, HostRequest, HostTensor, named_twice};
 use super::tensor::latin1_bytes;
 use super::{bindings, wit};
 use crate::backend::mailbox::Mailbox;
@@ -268,19 +267,9 @@ impl WasmInstance {
             if by_value {
                 packs.push(pack::pack_inputs(&request.inputs, BY_VALUE_INPUT_BYTES, &mut budget));
             }
-            let responder: SharedResponder = Arc::new(Mutex::new(request.responder.map(Outlet::new)));
+            let (request, responder) = HostRequest::new(request, call, position);
             let state = live.store.data_mut();
-            state.call.responders.push(Arc::clone(&responder));
-            let request = HostRequest {
-                id: request.id.unwrap_or_default(),
-                inputs: request.inputs,
-                outputs: request.outputs,
-                parameters: request.parameters,
-                responder,
-                response_parameters: request.response_parameters,
-                call,
-                position,
-            };
+            state.call.responders.push(responder);
             if by_value {
                 state.call.pending_requests.push(Some(request));
             } else {

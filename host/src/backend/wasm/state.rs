@@ -48,6 +48,25 @@ pub struct HostRequest {
     pub(super) position: usize,
 }
 
+impl HostRequest {
+    /// The host side of `request`, handed to the guest as the `position`-th request of execute
+    /// call `call`, and its way out (which the call also keeps, to close when it returns).
+    pub(super) fn new(request: crate::backend::ExecRequest, call: u64, position: usize) -> (Self, SharedResponder) {
+        let responder: SharedResponder = Arc::new(Mutex::new(request.responder.map(Outlet::new)));
+        let host = Self {
+            id: request.id.unwrap_or_default(),
+            inputs: request.inputs,
+            outputs: request.outputs,
+            parameters: request.parameters,
+            responder: Arc::clone(&responder),
+            response_parameters: request.response_parameters,
+            call,
+            position,
+        };
+        (host, responder)
+    }
+}
+
 /// One request's way out, shared by the request and every sender made from it, so the host can
 /// close it when `execute` returns whatever handles the guest still holds. `None` once closed.
 pub(super) type SharedResponder = Arc<Mutex<Option<Outlet>>>;
