@@ -9,14 +9,18 @@
 //!   bound on each BLS call the guest makes.
 //! - `allowed_models` (default none): comma-separated models the guest may call through BLS
 //!   (`*` = any).
-//! - `filesystem` = `read-only`: the model's version directory, read-only, at `/model`.
+//! - `filesystem` = `read-only`: the model's version directory, read-only, at `/model` (and at
+//!   `/model/<version>`, where Triton's `model_repository` + `model_version` path leads).
+//! - `environment_variables`: the server variables the guest sees, among those the operator
+//!   grants with `--guest-env` (`sandbox::GuestEnv`); none without both.
 //! - `clocks` = `true`: real wall and monotonic clocks (otherwise both read zero).
 //! - `max_async_requests` (default 64, at most 1024): for a decoupled model, how many requests
 //!   one instance runs at once in `async def execute` (see `adopt`).
 //!
-//! No network, environment or other files are ever visible. A trap (panic, `unreachable`, time or
-//! memory limit) fails only that batch's requests; the instance is then rebuilt from the
-//! pre-instantiated component and re-initialised, and the model stays ready.
+//! No network or other files are ever visible, nor any environment variable not granted so. A
+//! trap (panic, `unreachable`, time or memory limit) fails only that batch's requests; the
+//! instance is then rebuilt from the pre-instantiated component and re-initialised, and the
+//! model stays ready.
 //!
 //! Execution is synchronous on the thread the instance pool runs it on (see `crate::execution`);
 //! BLS calls re-enter the async core through the runtime handle. An instance runs one call at a
