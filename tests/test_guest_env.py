@@ -91,13 +91,7 @@ def granted(tmp_path_factory, wasm_cache):
     srv = start_server(tmp_path_factory.mktemp("env-logs"), [repo],
                        ["--model-control-mode=explicit", "--load-model=*", "--guest-env=APP_*",
                         f"--wasm-cache-dir={wasm_cache}"],
-                       env=SERVER_ENV, name="granted")
-    try:
-        for model in ("asks", "silent"):
-            wait_model_ready(srv, model, deadline=BUILD_DEADLINE)
-    except BaseException:
-        srv.stop()
-        raise
+                       env=SERVER_ENV, name="granted", ready=("asks", "silent"), ready_deadline=BUILD_DEADLINE)
     yield srv
     srv.stop_and_check()
 

@@ -21,7 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tessera_testlib import start_server, wait_model_ready
+from tessera_testlib import start_server
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -165,13 +165,7 @@ def srv(tmp_path_factory, wasm_cache):
                 DECOUPLED_CONFIG.format(name="quota", inputs=INPUTS, extra=param("max_async_requests", "2")))
     write_model(repo, "serial", SERIAL_MODEL, SERIAL_CONFIG)
     server = start_server(tmp_path_factory.mktemp("async-logs"), [repo], ["--wasm-cache-dir", str(wasm_cache)],
-                          name="async")
-    try:
-        for model in MODELS:
-            wait_model_ready(server, model, deadline=600)
-    except BaseException:
-        server.stop()
-        raise
+                          name="async", ready=MODELS, ready_deadline=600)
     yield server
     server.stop_and_check()
 

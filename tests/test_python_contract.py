@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera_testlib import start_server, wait_model_ready
+from tessera_testlib import start_server
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "python_contract"))
@@ -36,13 +36,9 @@ def contract_server(tmp_path_factory):
                        ["--model-control-mode", "explicit", "--load-model", "*",
                         "--guest-env", "CONTRACT_GREETING,CONTRACT_SECRET"],
                        env={"CONTRACT_GREETING": "hello", "CONTRACT_SECRET": "s3cr3t"},
-                       deadline=LOAD_DEADLINE, name="contract")
-    try:
-        for model in sorted(p.name for p in MODELS.iterdir() if (p / "config.pbtxt").is_file()):
-            wait_model_ready(srv, model, deadline=LOAD_DEADLINE)
-    except BaseException:
-        srv.stop()
-        raise
+                       deadline=LOAD_DEADLINE, name="contract",
+                       ready=sorted(p.name for p in MODELS.iterdir() if (p / "config.pbtxt").is_file()),
+                       ready_deadline=LOAD_DEADLINE)
     ctx = cases.Ctx(http_url=srv.base_url, grpc_url=f"127.0.0.1:{srv.grpc_port}", server="tessera",
                     log_path=str(srv.log_path))
     yield srv, ctx
