@@ -6,25 +6,25 @@ use std::process::Child;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
-/// What the guest builder's pipes keep (the end of each): a model's build prints what its
-/// module-level code prints, which must not grow the server.
+/// What a helper's stderr keeps (the end of it), and the guest builder's stdout: a model's build
+/// prints what its module-level code prints, which must not grow the server.
 pub(crate) const BUILD_OUTPUT: usize = 64 << 10;
 
 /// Feeds `input` to the child's stdin and reads its stdout and stderr to their ends, each on a
 /// thread of its own (so no pipe waits on another), calling `stop` on the child if that takes
 /// longer than `timeout`: its pipes then close and the reads end. `stop` must end every process
 /// that holds the pipes (the child, or its whole process group when it starts others). Returns
-/// how the feeding went, stdout and stderr (each only its last `keep` bytes when given: the
-/// compiler's stdout is its artifact, kept whole), and whether `stop` was called.
+/// how the feeding went, stdout (only its last `keep_stdout` bytes when given: the compiler's
+/// stdout is its artifact, kept whole), the last [`BUILD_OUTPUT`] bytes of stderr, and whether
+/// `stop` was called.
 pub(crate) fn drain_within(
     child: &mut Child,
     input: &[u8],
     timeout: Duration,
     stop: impl FnOnce(&mut Child),
-    keep: Option<usize>,
+    keep_stdout: Option<usize>,
 ) -> (std::io::Result<()>, Vec<u8>, Vec<u8>, bool) {
-    let read_all = move |pipe: Option<ChildPipe>| -> Vec<u8> {
-        let limit = keep.unwrap_or(usize::MAX);
+    fn read_all(pipe: Option<impl Read>, limit: usize) -> Vec<u8> {
         let mut kept = Vec::new();
         let Some(mut pipe) = pipe else { return kept };
         let mut chunk = vec![0u8; 16 << 10];
@@ -45,15 +45,15 @@ pub(crate) fn drain_within(
             kept.drain(..kept.len() - limit);
         }
         kept
-    };
+    }
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let (done, ended) = mpsc::channel::<()>();
     std::thread::scope(|scope| {
         // Dropping stdin when written tells the child its input is complete.
         let fed = scope.spawn(move || stdin.map_or(Ok(()), |mut stdin| stdin.write_all(input)));
-        let out = scope.spawn(move || read_all(stdout.map(ChildPipe::Out)));
+        let out = scope.spawn(move || read_all(stdout, keep_stdout.unwrap_or(usize::MAX)));
         let err = scope.spawn(move || {
-            let read = read_all(stderr.map(ChildPipe::Err));
+            let read = read_all(stderr, BUILD_OUTPUT);
             drop(done);
             read
         });
@@ -65,19 +65,4 @@ pub(crate) fn drain_within(
         let fed = fed.join().unwrap_or_else(|_| Err(std::io::Error::other("the feeding thread panicked")));
         (fed, out.join().unwrap_or_default(), err.join().unwrap_or_default(), timed_out)
     })
-}
-
-/// Either of a child's output pipes, read alike.
-enum ChildPipe {
-    Out(std::process::ChildStdout),
-    Err(std::process::ChildStderr),
-}
-
-impl Read for ChildPipe {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            ChildPipe::Out(pipe) => pipe.read(buf),
-            ChildPipe::Err(pipe) => pipe.read(buf),
-        }
-    }
 }

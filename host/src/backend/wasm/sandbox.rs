@@ -253,7 +253,7 @@ impl GuestEnv {
         Ok(self
             .values
             .iter()
-            .filter(|(k, _)| request.iter().any(|r| r == "*" || env::matches(r, k)))
+            .filter(|(k, _)| request.iter().any(|r| env::matches(r, k)))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
     }
