@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{Backend, ExecRequest, InstanceContext, ModelInstance};
+use super::{Backend, BackendKind, ExecRequest, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
 use crate::error::CoreResult;
 use crate::tensor::Tensor;
@@ -32,16 +32,8 @@ impl CallableBackend {
 }
 
 impl Backend for CallableBackend {
-    fn name(&self) -> &'static str {
-        "callable"
-    }
-
-    fn platforms(&self) -> &'static [&'static str] {
-        &["callable"]
-    }
-
-    fn default_model_filename(&self) -> &'static str {
-        ""
+    fn kind(&self) -> BackendKind {
+        BackendKind { name: "callable", platforms: &["callable"], default_model_filename: "" }
     }
 
     fn autocomplete(&self, _config: &mut ModelConfig, _model_path: &Path) -> CoreResult<()> {

@@ -234,16 +234,41 @@ pub trait ModelInstance: Send {
     }
 }
 
-pub trait Backend: Send + Sync {
+/// The names a backend answers to in configs and model directories.
+#[derive(Clone, Copy, Debug)]
+pub struct BackendKind {
     /// The `backend:` name in config.pbtxt.
-    fn name(&self) -> &'static str;
+    pub name: &'static str,
     /// The `platform:` strings that select this backend (the first is the one Triton reports).
-    fn platforms(&self) -> &'static [&'static str];
+    pub platforms: &'static [&'static str],
+    /// The model file in a version directory (`""` for a backend without one).
+    pub default_model_filename: &'static str,
+}
+
+/// The TorchScript backend's names, also where a build without it registers them
+/// ([`unavailable::UnavailableBackend::pytorch`]).
+pub const PYTORCH: BackendKind =
+    BackendKind { name: "pytorch", platforms: &["pytorch_libtorch"], default_model_filename: "model.pt" };
+
+pub trait Backend: Send + Sync {
+    /// The backend's names; [`Self::name`], [`Self::platforms`] and
+    /// [`Self::default_model_filename`] read them.
+    fn kind(&self) -> BackendKind;
+    /// The `backend:` name in config.pbtxt.
+    fn name(&self) -> &'static str {
+        self.kind().name
+    }
+    /// The `platform:` strings that select this backend (the first is the one Triton reports).
+    fn platforms(&self) -> &'static [&'static str] {
+        self.kind().platforms
+    }
     /// The platform reported in model metadata.
     fn platform(&self) -> &'static str {
         self.platforms().first().copied().unwrap_or_else(|| self.name())
     }
-    fn default_model_filename(&self) -> &'static str;
+    fn default_model_filename(&self) -> &'static str {
+        self.kind().default_model_filename
+    }
     /// Whether instances can run on a GPU (`Err` says why not). KIND_AUTO picks GPUs only for
     /// backends that can use them; KIND_GPU on one that cannot is a load error.
     fn gpu_support(&self) -> Result<(), String> {

@@ -4,15 +4,13 @@
 
 use std::path::Path;
 
-use super::{Backend, InstanceContext, ModelInstance};
+use super::{Backend, BackendKind, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};
 
 /// Also public for embedders that register a backend of their own build's choosing.
 pub struct UnavailableBackend {
-    pub name: &'static str,
-    pub platforms: &'static [&'static str],
-    pub default_model_filename: &'static str,
+    pub kind: BackendKind,
     pub reason: String,
 }
 
@@ -21,9 +19,7 @@ impl UnavailableBackend {
     /// The TorchScript backend in a build without `--features torch`.
     pub fn pytorch() -> Self {
         Self {
-            name: "pytorch",
-            platforms: &["pytorch_libtorch"],
-            default_model_filename: "model.pt",
+            kind: super::PYTORCH,
             reason: "this tessera binary was built without the TorchScript backend (build with `--features torch`; \
                 scripts/setup.sh does)"
                 .into(),
@@ -32,16 +28,8 @@ impl UnavailableBackend {
 }
 
 impl Backend for UnavailableBackend {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn platforms(&self) -> &'static [&'static str] {
-        self.platforms
-    }
-
-    fn default_model_filename(&self) -> &'static str {
-        self.default_model_filename
+    fn kind(&self) -> BackendKind {
+        self.kind
     }
 
     fn missing_from_build(&self) -> Option<&str> {

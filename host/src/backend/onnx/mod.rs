@@ -17,7 +17,7 @@ use ort::environment::Environment;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, ValueType};
 
-use super::{Backend, ExecRequest, InstanceContext, InstanceDevice, ModelInstance};
+use super::{Backend, BackendKind, ExecRequest, InstanceContext, InstanceDevice, ModelInstance};
 use crate::config::{ModelConfig, TensorConfig, datatype_to_config, pb};
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::{DataType, Tensor, bytes_elements, push_bytes_element};
@@ -206,16 +206,8 @@ fn io_signature(outlets: &[ort::value::Outlet]) -> CoreResult<Vec<(String, DataT
 }
 
 impl Backend for OnnxBackend {
-    fn name(&self) -> &'static str {
-        "onnxruntime"
-    }
-
-    fn platforms(&self) -> &'static [&'static str] {
-        &["onnxruntime_onnx"]
-    }
-
-    fn default_model_filename(&self) -> &'static str {
-        "model.onnx"
+    fn kind(&self) -> BackendKind {
+        BackendKind { name: "onnxruntime", platforms: &["onnxruntime_onnx"], default_model_filename: "model.onnx" }
     }
 
     fn gpu_support(&self) -> Result<(), String> {

@@ -34,7 +34,7 @@ use sources::Sources;
 
 use super::disk_cache::{DiskCache, Pinned};
 use super::wasm::{AllowList, WasmBackend};
-use super::{Backend, InstanceContext, ModelInstance};
+use super::{Backend, BackendKind, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult, ErrorKind};
 
@@ -488,16 +488,8 @@ fn narrow(server: &str, model: &str) -> String {
 }
 
 impl Backend for PythonBackend {
-    fn name(&self) -> &'static str {
-        "python"
-    }
-
-    fn platforms(&self) -> &'static [&'static str] {
-        &["python"]
-    }
-
-    fn default_model_filename(&self) -> &'static str {
-        "model.py"
+    fn kind(&self) -> BackendKind {
+        BackendKind { name: "python", platforms: &["python"], default_model_filename: "model.py" }
     }
 
     fn gpu_support(&self) -> Result<(), String> {

@@ -23,7 +23,7 @@ use std::path::Path;
 use bytes::Bytes;
 use tch::{CModule, Device, IValue, Kind};
 
-use super::{Backend, ExecRequest, InstanceContext, InstanceDevice, ModelInstance};
+use super::{Backend, BackendKind, ExecRequest, InstanceContext, InstanceDevice, ModelInstance};
 use crate::config::{ModelConfig, datatype_from_config};
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::{DataType, Tensor};
@@ -97,16 +97,8 @@ fn check_datatype(role: &str, name: &str, data_type: i32, model: &str) -> CoreRe
 }
 
 impl Backend for TorchBackend {
-    fn name(&self) -> &'static str {
-        "pytorch"
-    }
-
-    fn platforms(&self) -> &'static [&'static str] {
-        &["pytorch_libtorch"]
-    }
-
-    fn default_model_filename(&self) -> &'static str {
-        "model.pt"
+    fn kind(&self) -> BackendKind {
+        super::PYTORCH
     }
 
     /// GPUs are usable when libtorch's CUDA half loads (a CPU-only libtorch, or one whose CUDA

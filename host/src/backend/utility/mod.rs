@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use std::path::Path;
 
-use super::{Backend, InstanceContext, ModelInstance, RawResponse, Responder};
+use super::{Backend, BackendKind, InstanceContext, ModelInstance, RawResponse, Responder};
 use crate::config::{ModelConfig, TensorConfig, pb};
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::Tensor;
@@ -44,16 +44,8 @@ impl UtilityBackend {
 }
 
 impl Backend for UtilityBackend {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn platforms(&self) -> &'static [&'static str] {
-        &[]
-    }
-
-    fn default_model_filename(&self) -> &'static str {
-        ""
+    fn kind(&self) -> BackendKind {
+        BackendKind { name: self.name, platforms: &[], default_model_filename: "" }
     }
 
     fn autocomplete(&self, _config: &mut ModelConfig, _model_path: &Path) -> CoreResult<()> {

@@ -70,7 +70,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use wasmtime::Engine;
 use wasmtime::component::Linker;
 
-use super::{Backend, InstanceContext, ModelInstance};
+use super::{Backend, BackendKind, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};
 use crate::infer::Infer;
@@ -246,16 +246,8 @@ impl WasmBackend {
 }
 
 impl Backend for WasmBackend {
-    fn name(&self) -> &'static str {
-        "wasm"
-    }
-
-    fn platforms(&self) -> &'static [&'static str] {
-        &["wasm"]
-    }
-
-    fn default_model_filename(&self) -> &'static str {
-        "model.wasm"
+    fn kind(&self) -> BackendKind {
+        BackendKind { name: "wasm", platforms: &["wasm"], default_model_filename: "model.wasm" }
     }
 
     /// A guest does not touch the GPU itself; a GPU instance learns its device id in `initialize`
