@@ -1,5 +1,6 @@
-"""Shared helpers for Tessera's integration tests: starting the real server binary, model-repository
-builders, raw-HTTP helpers and the expected (Triton-compatible) error codes.
+"""Shared helpers for Tessera's integration tests: starting the real server binary, waiting on it,
+raw-HTTP and gRPC helpers, guest builds. The model-repository builders (tessera_repos) and the
+expected (Triton-compatible) error codes (tessera_errors) are re-exported from here.
 
 Everything talks to 127.0.0.1 only. Waiting is always a bounded polling loop with a deadline.
 """
@@ -10,7 +11,6 @@ import json
 import os
 import queue
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,15 +18,43 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = REPO_ROOT / "model-repos" / "quickstart"
+# Re-exported: the tests import everything from tessera_testlib.
+from tessera_errors import (  # noqa: F401
+    BAD_REQUEST,
+    EXPECT,
+    INTERNAL,
+    METHOD_NOT_ALLOWED,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    UNAVAILABLE,
+    assert_error,
+    error_message,
+)
+from tessera_repos import (  # noqa: F401
+    FAULTY_CONFIG,
+    FAULTY_GUEST,
+    QUICKSTART,
+    REPO_ROOT,
+    add_sub_config,
+    add_version_dir,
+    copy_faulty,
+    copy_model,
+    is_ensemble,
+    quickstart_models,
+    quickstart_repo,
+    remove_tree_atomic,
+    write_atomic,
+    write_onnx_model,
+    write_string_identity,
+)
+
 DEFAULT_BIN = REPO_ROOT / "target" / "debug" / "tessera"
 
 # Deadlines (seconds). Generous: a debug build on a 2-core machine under load.
@@ -59,32 +87,6 @@ def tessera_bin() -> Path:
     if not os.access(p, os.X_OK):
         pytest.fail(f"Tessera binary {p} is not executable.", pytrace=False)
     return p
-
-
-def quickstart_models() -> set[str]:
-    """Every model directory of the quickstart repository (ONNX and WebAssembly)."""
-    return {p.name for p in QUICKSTART.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file()}
-
-
-def is_ensemble(model_dir: Path) -> bool:
-    """An ensemble's directory has no model file (its config says platform "ensemble")."""
-    return re.search(r'platform:\s*"ensemble"', (model_dir / "config.pbtxt").read_text()) is not None
-
-
-def quickstart_repo() -> Path:
-    """The quickstart repository; fails clearly if its generated ONNX files are missing."""
-    missing = [
-        str(next(iter((QUICKSTART / m / "1").glob("model.*")), QUICKSTART / m / "1" / "model.*"))
-        for m in sorted(quickstart_models())
-        if not any((QUICKSTART / m / "1").glob("model.*")) and not is_ensemble(QUICKSTART / m)
-    ]
-    if missing:
-        pytest.fail(
-            "quickstart model files are missing (run scripts/setup.sh, which generates the ONNX "
-            f"models and builds the WebAssembly guests): {', '.join(missing)}",
-            pytrace=False,
-        )
-    return QUICKSTART
 
 
 def server_env(extra: dict | None = None) -> dict:
@@ -432,92 +434,6 @@ def index_entries(index: list[dict], model: str) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Model repositories
-# ---------------------------------------------------------------------------------------------
-
-def add_sub_config(name: str, *, dtype: str = "TYPE_FP32", max_batch_size: int = 8,
-                   input_dims: str = "[ 16 ]", input_extra: str = "", output_dims: str = "[ 16 ]",
-                   backend_line: str = 'backend: "onnxruntime"', extra: str = "") -> str:
-    """A complete config.pbtxt for an add_sub-like model (INPUT0/INPUT1 -> OUTPUT0 sum, OUTPUT1 diff)."""
-    def tensor(n: str, dims: str, more: str = "") -> str:
-        return f'  {{\n    name: "{n}"\n    data_type: {dtype}\n    dims: {dims}\n{more}  }}'
-
-    more_in = f"    {input_extra}\n" if input_extra else ""
-    return (
-        f'name: "{name}"\n'
-        f"{backend_line}\n"
-        f"max_batch_size: {max_batch_size}\n"
-        "input [\n"
-        f"{tensor('INPUT0', input_dims, more_in)},\n{tensor('INPUT1', input_dims, more_in)}\n"
-        "]\n"
-        "output [\n"
-        f"{tensor('OUTPUT0', output_dims)},\n{tensor('OUTPUT1', output_dims)}\n"
-        "]\n"
-        f"{extra}\n"
-    )
-
-
-def write_atomic(path: Path, text: str | bytes) -> None:
-    """Write via a temp file + rename, so a polling server never sees a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    if isinstance(text, str):
-        tmp.write_text(text)
-    else:
-        tmp.write_bytes(text)
-    os.replace(tmp, path)
-
-
-def copy_model(dst_repo: Path, src_name: str, dst_name: str | None = None, *,
-               versions: Iterable[int] = (1,), config: str | None = None,
-               with_config: bool = True) -> Path:
-    """Copy a quickstart model into dst_repo (optionally renamed, with several version dirs and/or a
-    replacement config.pbtxt). Built in a staging dir beside the repo then renamed in, atomically."""
-    src = quickstart_repo() / src_name
-    dst_name = dst_name or src_name
-    dst_repo.mkdir(parents=True, exist_ok=True)
-    staging_root = dst_repo.parent / f".staging-{dst_repo.name}"
-    staging_root.mkdir(exist_ok=True)
-    stage = staging_root / dst_name
-    if stage.exists():
-        shutil.rmtree(stage)
-    stage.mkdir()
-    for v in versions:
-        shutil.copytree(src / "1", stage / str(v))
-    for extra_file in src.iterdir():
-        if extra_file.is_file() and extra_file.name != "config.pbtxt":
-            shutil.copy2(extra_file, stage / extra_file.name)
-    if with_config:
-        if config is None:
-            text = (src / "config.pbtxt").read_text()
-            if dst_name != src_name:
-                text = re.sub(r'(?m)^name:\s*"[^"]*"', f'name: "{dst_name}"', text)
-            config = text
-        (stage / "config.pbtxt").write_text(config)
-    dst = dst_repo / dst_name
-    os.rename(stage, dst)
-    return dst
-
-
-def add_version_dir(model_dir: Path, version: int, src_name: str = "simple") -> Path:
-    """Atomically add model_dir/<version> holding a copy of a quickstart model file."""
-    staging = model_dir.parent.parent / f".staging-v{version}-{model_dir.name}"
-    if staging.exists():
-        shutil.rmtree(staging)
-    shutil.copytree(quickstart_repo() / src_name / "1", staging)
-    dst = model_dir / str(version)
-    os.rename(staging, dst)
-    return dst
-
-
-def remove_tree_atomic(path: Path) -> None:
-    """Move a directory out of the repository in one rename, then delete it."""
-    graveyard = path.parent.parent / f".removed-{path.name}-{time.monotonic_ns()}"
-    os.rename(path, graveyard)
-    shutil.rmtree(graveyard)
-
-
-# ---------------------------------------------------------------------------------------------
 # Raw HTTP helpers
 # ---------------------------------------------------------------------------------------------
 
@@ -568,97 +484,10 @@ def assert_serves(server: TesseraServer) -> None:
     assert outs["OUTPUT1"]["data"] == [a - b for a, b in zip(SIMPLE_IN0, SIMPLE_IN1)]
 
 
-def error_message(resp: requests.Response) -> str:
-    """The 'error' string of a KServe error response; asserts the body has that shape."""
-    try:
-        body = resp.json()
-    except ValueError:
-        raise AssertionError(f"error response is not JSON (HTTP {resp.status_code}): {resp.text[:500]!r}")
-    assert isinstance(body, dict) and isinstance(body.get("error"), str), (
-        f'error response is not {{"error": "..."}}: {body!r}'
-    )
-    msg = body["error"]
-    assert msg.strip(), "error message is empty"
-    return msg
-
-
-def assert_error(resp: requests.Response, status: int | Iterable[int], *needles: str,
-                 any_of: Sequence[str] = ()) -> str:
-    """Status code (exact, or one of a set) + {"error": msg} body where msg contains every needle
-    (case-insensitive) and at least one of any_of (when given)."""
-    allowed = {status} if isinstance(status, int) else set(status)
-    assert resp.status_code in allowed, (
-        f"expected HTTP {sorted(allowed)}, got {resp.status_code}: {resp.text[:1000]!r}"
-    )
-    msg = error_message(resp)
-    low = msg.lower()
-    for n in needles:
-        assert n.lower() in low, f"error message does not mention {n!r}: {msg!r}"
-    if any_of:
-        assert any(n.lower() in low for n in any_of), f"error message mentions none of {list(any_of)}: {msg!r}"
-    return msg
-
-
-# ---------------------------------------------------------------------------------------------
-# Expected status codes: those of the real Triton 2.51, recorded in docs/triton-http-behaviour.md.
-# (Triton maps INVALID_ARG -> 400, NOT_FOUND -> 404, UNAVAILABLE -> 503, UNSUPPORTED -> 501,
-# INTERNAL -> 500; its HTTP front end reports JSON *parsing* problems as INTERNAL, hence the 500s.)
-# ---------------------------------------------------------------------------------------------
-
-BAD_REQUEST = 400
-NOT_FOUND = 404
-METHOD_NOT_ALLOWED = 405
-INTERNAL = 500
-NOT_IMPLEMENTED = 501
-UNAVAILABLE = 503
-
-EXPECT = {
-    "malformed_json": INTERNAL,            # "failed to parse the request JSON buffer: Invalid value. at 19"
-    "empty_body": BAD_REQUEST,             # treated as a raw-binary request: "Raw request must only have 1 input ..."
-    "non_object_json": INTERNAL,           # "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
-    "inputs_not_array": INTERNAL,          # "Unable to parse 'inputs': attempt to access JSON non-array as array"
-    "deeply_nested_json": INTERNAL,        # top-level nesting: same as non-object JSON
-    "wrong_dtype": BAD_REQUEST,            # "inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'"
-    "invalid_dtype_name": BAD_REQUEST,     # "invalid datatype for input INPUT0"
-    "wrong_shape": BAD_REQUEST,            # "unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]. ..."
-    "batch_mismatch": BAD_REQUEST,         # "input 'INPUT0' batch size does not match other inputs for 'simple'"
-    "element_count": INTERNAL,             # "Unable to parse 'data': Shape does not match true shape of 'data' field"
-    "data_json_type": INTERNAL,            # "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
-    "missing_input": BAD_REQUEST,          # "expected 2 inputs but got 1 inputs for model 'simple'. ... ['INPUT1'] ..."
-    "unknown_input": BAD_REQUEST,          # "expected 2 inputs but got 3 inputs ... Got input(s) ['BOGUS', ...]"
-    "duplicate_input": BAD_REQUEST,        # "input 'INPUT0' already exists in request"
-    "unknown_model": NOT_FOUND,            # "Request for unknown model: 'nosuch' is not found"
-    "unknown_version": NOT_FOUND,          # "Request for unknown model: 'simple' version 9 is not found"
-    "bad_version_path": NOT_FOUND,         # /versions/abc/...: router-level {"error":"Not Found"}
-    "model_not_ready": BAD_REQUEST,        # GET .../ready: {"error":"Model version not ready"}
-    "unknown_output": BAD_REQUEST,         # "unexpected inference output 'NOPE' for model 'simple'"
-    "batch_too_large": BAD_REQUEST,        # "inference request batch-size must be <= 8 for 'simple'"
-    "header_length_out_of_range": BAD_REQUEST,  # "inference header size should be in range (0, 402), got: 1000"
-    "header_length_cuts_json": INTERNAL,   # JSON parse error at the cut
-    "binary_short": BAD_REQUEST,           # "unexpected size for input 'INPUT1', expecting 4 additional bytes for model 'simple'"
-    "binary_long": BAD_REQUEST,            # "unexpected additional input data for model 'simple'"
-    "byte_size_mismatch": BAD_REQUEST,     # "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60"
-    "data_and_binary": BAD_REQUEST,        # "Input must set only one of the following fields: ... But set 'data' 'binary_data_size'"
-    "no_data": BAD_REQUEST,                # "... But no field is set"
-    "bad_compressed_body": BAD_REQUEST,    # Triton: decompression failure leaves an empty body -> raw-request 400
-    "unsupported_encoding": NOT_IMPLEMENTED,  # {"error":"Unsupported compression type"} + Accept-Encoding: gzip, deflate
-    "body_too_large": {BAD_REQUEST, 413},  # not recorded from Triton; Triton's --http-max-input-size default is 64 MiB
-    "unknown_url": NOT_FOUND,              # {"error":"Not Found"}
-    "wrong_method": METHOD_NOT_ALLOWED,    # {"error":"Method Not Allowed"}
-    "load_in_none_mode": UNAVAILABLE,      # "explicit model load / unload is not allowed if polling is enabled"
-    "load_unknown_model": INTERNAL,        # "failed to load 'nosuch', failed to poll from model repository"
-    "load_bad_override": INTERNAL,         # same message for an override that is not valid JSON
-    "stats_unknown_model": BAD_REQUEST,    # "requested model 'nosuch' is not available"
-    "server_not_ready": BAD_REQUEST,       # /v2/health/ready once any model failed to load (strict readiness)
-}
-
-
 # ---------------------------------------------------------------------------------------------
 # WebAssembly guests
 # ---------------------------------------------------------------------------------------------
 
-FAULTY_GUEST = REPO_ROOT / "target" / "guests" / "faulty" / "model.wasm"
-FAULTY_CONFIG = REPO_ROOT / "example-guests" / "faulty" / "config.pbtxt"
 # componentize-py takes ~8-20 s per Python guest (two at once on two cores: allow for both).
 GUEST_BUILD_DEADLINE = 240.0
 
@@ -695,22 +524,6 @@ class GuestBuild:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=10)
-
-
-def copy_faulty(dst_repo: Path, name: str = "faulty", extra_config: str = "") -> Path:
-    """The sandbox-test guest `faulty` (target/guests/faulty, built by scripts/build-guests.sh) as
-    model `name`, with extra config lines appended (e.g. more `parameters`)."""
-    if not FAULTY_GUEST.is_file():
-        pytest.fail(f"{FAULTY_GUEST} is missing: run scripts/build-guests.sh (scripts/setup.sh runs it)",
-                    pytrace=False)
-    config = FAULTY_CONFIG.read_text()
-    if name != "faulty":
-        config = re.sub(r'(?m)^name:\s*"[^"]*"', f'name: "{name}"', config)
-    d = dst_repo / name
-    (d / "1").mkdir(parents=True)
-    shutil.copy2(FAULTY_GUEST, d / "1" / "model.wasm")
-    (d / "config.pbtxt").write_text(config + extra_config)
-    return d
 
 
 def sse_events(resp: requests.Response) -> list[dict]:
@@ -763,38 +576,3 @@ def grpc_stream_responses(url: str, model: str, inputs, outputs: Sequence[str], 
         client.stop_stream()
 
 
-# ---------------------------------------------------------------------------------------------
-# One-node ONNX models of one datatype
-# ---------------------------------------------------------------------------------------------
-
-def write_onnx_model(repo, name: str, dtype: str, dims: list[int], *, max_batch_size: int = 0,
-                     inp: str = "TEXT", out: str = "ECHO", op: str = "Identity") -> Path:
-    """An ONNX model of one node `out = op(inp)` (`op(inp, inp)` for a binary op such as "Add")
-    of one datatype (TYPE_STRING, TYPE_FP32 or TYPE_INT32), with its config; its directory."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    onnx_type = {"TYPE_STRING": TensorProto.STRING, "TYPE_FP32": TensorProto.FLOAT,
-                 "TYPE_INT32": TensorProto.INT32}[dtype]
-    onnx_dims = ([None] if max_batch_size else []) + [None if d < 0 else d for d in dims]
-    operands = [inp] if op == "Identity" else [inp, inp]
-    graph = helper.make_graph(
-        [helper.make_node(op, operands, [out])], name,
-        [helper.make_tensor_value_info(inp, onnx_type, onnx_dims)],
-        [helper.make_tensor_value_info(out, onnx_type, onnx_dims)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    d = repo / name
-    (d / "1").mkdir(parents=True)
-    onnx.save(model, str(d / "1" / "model.onnx"))
-    dims_text = ", ".join(str(x) for x in dims)
-    (d / "config.pbtxt").write_text(
-        f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: {max_batch_size}\n'
-        f'input [ {{ name: "{inp}" data_type: {dtype} dims: [ {dims_text} ] }} ]\n'
-        f'output [ {{ name: "{out}" data_type: {dtype} dims: [ {dims_text} ] }} ]\n')
-    return d
-
-
-def write_string_identity(repo, name: str = "strings") -> None:
-    """An ONNX Identity over a STRING tensor [-1] (no batching)."""
-    write_onnx_model(repo, name, "TYPE_STRING", [-1])
