@@ -39,6 +39,18 @@ struct InputFacts {
     shape: Member,
 }
 
+impl InputFacts {
+    /// Whether Triton would refuse the input.
+    fn refused(&self) -> bool {
+        let data_fields = [self.has_data, self.has_binary_size, self.has_region].iter().filter(|&&b| b).count();
+        !self.is_object
+            || data_fields != 1
+            || self.name != Member::String
+            || self.datatype != Member::String
+            || self.shape != Member::Array
+    }
+}
+
 /// The facts of a whole request, in the order Triton checks them.
 #[derive(Default)]
 struct RequestFacts {
@@ -191,8 +203,15 @@ impl<'de> Visitor<'de> for RootVisitor<'_> {
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match key.as_ref() {
                 "id" => self.0.id = map.next_value_seed(TypeOf)?,
-                "inputs" => self.0.inputs = map.next_value_seed(Inputs(&mut *self.0))?,
-                "outputs" => self.0.outputs = map.next_value_seed(Outputs(&mut *self.0))?,
+                "inputs" => {
+                    self.0.inputs =
+                        map.next_value_seed(FirstRefused(OneInput, &mut self.0.bad_input, InputFacts::refused))?
+                }
+                "outputs" => {
+                    let refused = |name: &Member| *name != Member::String;
+                    self.0.outputs =
+                        map.next_value_seed(FirstRefused(OutputName, &mut self.0.bad_output_name, refused))?
+                }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -213,10 +232,11 @@ impl<'de> Visitor<'de> for RootVisitor<'_> {
     other_scalars!(() = ());
 }
 
-/// The `inputs` member: its type, and the first input Triton would refuse.
-struct Inputs<'a>(&'a mut RequestFacts);
+/// An array member (`inputs`, `outputs`): its type, with the first element, read with the seed,
+/// that the function refuses (the elements after it are not looked at).
+struct FirstRefused<'a, S, V>(S, &'a mut Option<V>, fn(&V) -> bool);
 
-impl<'de> DeserializeSeed<'de> for Inputs<'_> {
+impl<'de, V, S: DeserializeSeed<'de, Value = V> + Copy> DeserializeSeed<'de> for FirstRefused<'_, S, V> {
     type Value = Member;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Member, D::Error> {
@@ -224,7 +244,7 @@ impl<'de> DeserializeSeed<'de> for Inputs<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for Inputs<'_> {
+impl<'de, V, S: DeserializeSeed<'de, Value = V> + Copy> Visitor<'de> for FirstRefused<'_, S, V> {
     type Value = Member;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -232,15 +252,9 @@ impl<'de> Visitor<'de> for Inputs<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Member, A::Error> {
-        while let Some(input) = seq.next_element_seed(OneInput)? {
-            let data_fields = [input.has_data, input.has_binary_size, input.has_region].iter().filter(|&&b| b).count();
-            let bad = !input.is_object
-                || data_fields != 1
-                || input.name != Member::String
-                || input.datatype != Member::String
-                || input.shape != Member::Array;
-            if bad && self.0.bad_input.is_none() {
-                self.0.bad_input = Some(input);
+        while let Some(element) = seq.next_element_seed(self.0)? {
+            if self.1.is_none() && (self.2)(&element) {
+                *self.1 = Some(element);
             }
         }
         Ok(Member::Array)
@@ -258,6 +272,7 @@ impl<'de> Visitor<'de> for Inputs<'_> {
 }
 
 /// One element of `inputs`.
+#[derive(Clone, Copy)]
 struct OneInput;
 
 impl<'de> DeserializeSeed<'de> for OneInput {
@@ -352,45 +367,8 @@ impl<'de> Visitor<'de> for DataParameters {
     other_scalars!((bool, bool) = (false, false));
 }
 
-/// The `outputs` member: its type, and whether some output lacks a string `name`.
-struct Outputs<'a>(&'a mut RequestFacts);
-
-impl<'de> DeserializeSeed<'de> for Outputs<'_> {
-    type Value = Member;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Member, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Outputs<'_> {
-    type Value = Member;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Member, A::Error> {
-        while let Some(name) = seq.next_element_seed(OutputName)? {
-            if name != Member::String && self.0.bad_output_name.is_none() {
-                self.0.bad_output_name = Some(name);
-            }
-        }
-        Ok(Member::Array)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Member, A::Error> {
-        TypeOf.visit_map(map)
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Member, E> {
-        Ok(Member::Other)
-    }
-
-    other_scalars!(Member = Member::Other);
-}
-
 /// One element of `outputs`: the type of its `name` (Missing when it is not an object).
+#[derive(Clone, Copy)]
 struct OutputName;
 
 impl<'de> DeserializeSeed<'de> for OutputName {
