@@ -72,7 +72,7 @@ pub mod guest;
 pub use backend::callable::CallableBackend;
 pub use backend::unavailable::UnavailableBackend;
 pub use backend::wasm::{Compiler, CompilerProcess, WasmOptions};
-pub use backend::{Backend, ExecRequest, InstanceContext, InstanceDevice, ModelInstance, RawResponse};
+pub use backend::{Backend, BackendKind, ExecRequest, InstanceContext, InstanceDevice, ModelInstance, RawResponse};
 pub use config::{ConfigError, ModelConfig, parse_json as parse_config_json, parse_pbtxt as parse_config_pbtxt, pb};
 pub use error::{CoreError, CoreResult, ErrorKind};
 pub use frontend::{LogApplier, SettingValue};

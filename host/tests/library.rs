@@ -285,9 +285,11 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]"#
 /// A backend this build left out, as TorchScript is without `--features torch`.
 fn left_out() -> tessera::UnavailableBackend {
     tessera::UnavailableBackend {
-        name: "left_out",
-        platforms: &["left_out_platform"],
-        default_model_filename: "model.bin",
+        kind: tessera::BackendKind {
+            name: "left_out",
+            platforms: &["left_out_platform"],
+            default_model_filename: "model.bin",
+        },
         reason: "this binary was built without the left_out backend".into(),
     }
 }
