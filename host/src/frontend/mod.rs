@@ -277,19 +277,8 @@ impl Frontend {
     /// A frontend over an empty repository, for unit tests.
     #[cfg(test)]
     pub(crate) fn for_tests() -> Self {
-        let manager = Arc::new(ModelManager::new(
-            crate::repository::RepositoryOptions {
-                repositories: vec![],
-                control_mode: ControlMode::None,
-                strict_config: false,
-                response_cache: None,
-                rate_limiter: None,
-                load_threads: 1,
-                model_settings: Default::default(),
-                ensembles_wait_for_registered: false,
-            },
-            crate::backend::BackendRegistry::new(),
-        ));
+        let options = crate::repository::RepositoryOptions::empty(ControlMode::None);
+        let manager = Arc::new(ModelManager::new(options, crate::backend::BackendRegistry::new()));
         Self::new(manager, "tessera".into(), true).with_client_shm(true)
     }
 

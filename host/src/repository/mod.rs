@@ -69,6 +69,23 @@ pub struct RepositoryOptions {
     pub ensembles_wait_for_registered: bool,
 }
 
+impl RepositoryOptions {
+    /// No repository, cache or rate limiter, one load thread: for unit tests.
+    #[cfg(test)]
+    pub(crate) fn empty(control_mode: ControlMode) -> Self {
+        Self {
+            repositories: vec![],
+            control_mode,
+            strict_config: false,
+            response_cache: None,
+            rate_limiter: None,
+            load_threads: 1,
+            model_settings: Default::default(),
+            ensembles_wait_for_registered: false,
+        }
+    }
+}
+
 /// What the repository index reports for one model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {

@@ -103,17 +103,7 @@ mod tests {
     use crate::repository::{ControlMode, ModelManager, RepositoryOptions};
 
     fn manager() -> ModelManager {
-        let options = RepositoryOptions {
-            repositories: vec![],
-            control_mode: ControlMode::Explicit,
-            strict_config: false,
-            response_cache: None,
-            rate_limiter: None,
-            load_threads: 1,
-            model_settings: Default::default(),
-            ensembles_wait_for_registered: false,
-        };
-        ModelManager::new(options, crate::backend::BackendRegistry::new())
+        ModelManager::new(RepositoryOptions::empty(ControlMode::Explicit), crate::backend::BackendRegistry::new())
     }
 
     #[test]
