@@ -1,4 +1,5 @@
 use super::*;
+use crate::repository::ControlMode;
 
 fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
     let mut full = vec!["tessera", "serve"];
