@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pytest
@@ -447,6 +447,40 @@ def simple_infer_inputs(client_lib) -> list:
     inputs[0].set_data_from_numpy(np.array([SIMPLE_IN0], dtype=np.int32))
     inputs[1].set_data_from_numpy(np.array([SIMPLE_IN1], dtype=np.int32))
     return inputs
+
+
+def assert_error_then_serves(server: TesseraServer, resp: requests.Response, status: int | Iterable[int],
+                             *needles: str, any_of: Sequence[str] = ()) -> str:
+    """assert_error on `resp`, then assert_serves: the error left the server serving. The message."""
+    msg = assert_error(resp, status, *needles, any_of=any_of)
+    assert_serves(server)
+    return msg
+
+
+def assert_simple_infers(server: TesseraServer, client_lib, **infer_options) -> None:
+    """One inference of `simple` over tritonclient.http or .grpc (`infer_options`, e.g. a
+    compression_algorithm, go to infer()): OUTPUT0 is INPUT0 + INPUT1."""
+    grpc = client_lib.__name__.endswith("grpc")
+    client = client_lib.InferenceServerClient(f"127.0.0.1:{server.grpc_port if grpc else server.http_port}")
+    try:
+        result = client.infer("simple", simple_infer_inputs(client_lib), **infer_options)
+        expected = np.array([SIMPLE_IN0], dtype=np.int32) + np.array([SIMPLE_IN1], dtype=np.int32)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected)
+    finally:
+        client.close()
+
+
+def assert_serves_grpc(server: TesseraServer) -> None:
+    """`simple` answers a deflate-compressed gRPC request."""
+    assert_simple_infers(server, grpcclient, compression_algorithm="deflate")
+
+
+def status_kib(server: TesseraServer, field: str) -> int:
+    """A size field of the server's /proc/PID/status in KiB (VmRSS: resident set; VmHWM: its peak)."""
+    for line in Path(f"/proc/{server.process.pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"{field} missing from /proc/{server.process.pid}/status")
 
 
 def simple_json_request(in0=None, in1=None, batch: int = 1, **top) -> dict:
