@@ -20,7 +20,6 @@ from tessera_testlib import (
     quickstart_repo,
     start_server,
     tessera_bin,
-    wait_model_ready,
 )
 
 QUICKSTART_MODELS = ("add_sub", "simple", "classifier")
@@ -33,13 +32,8 @@ def tessera_binary() -> Path:
 
 @pytest.fixture(scope="session")
 def _quickstart_server(tmp_path_factory, tessera_binary) -> TesseraServer:
-    srv = start_server(tmp_path_factory.mktemp("quickstart-server"), [quickstart_repo()], name="quickstart")
-    try:
-        for m in QUICKSTART_MODELS:
-            wait_model_ready(srv, m)
-    except BaseException:
-        srv.stop()
-        raise
+    srv = start_server(tmp_path_factory.mktemp("quickstart-server"), [quickstart_repo()], name="quickstart",
+                       ready=QUICKSTART_MODELS)
     yield srv
     srv.stop_and_check()
 
@@ -93,10 +87,11 @@ def server_factory(tmp_path, tessera_binary) -> ServerFactory:
     factory.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wasm_cache(tmp_path_factory) -> Path:
-    """A private --wasm-cache-dir for one test module's servers (a compiled Python guest takes
-    ~35 MB), removed after it."""
+    """A --wasm-cache-dir for the run's servers, apart from the user's cache (a compiled Python
+    guest takes ~35 MB) and removed after the run. One for the whole run: the cache is keyed by
+    each component's content, so every guest is compiled once however many modules load it."""
     d = tmp_path_factory.mktemp("wasm-cache")
     yield d
     shutil.rmtree(d, ignore_errors=True)

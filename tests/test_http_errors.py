@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -23,14 +20,11 @@ from tessera_testlib import (
     error_message,
     SIMPLE_IN0,
     SIMPLE_IN1,
-    TesseraServer,
     assert_error,
+    assert_error_then_serves,
     assert_serves,
     post_infer,
-    quickstart_repo,
     simple_json_request,
-    start_server,
-    wait_model_ready,
 )
 
 
@@ -98,14 +92,12 @@ def test_raw_binary_output_ok(server):
 
 def test_malformed_json(server):
     r = post_infer(server, "simple", b'{"inputs":[{"name":')
-    assert_error(r, EXPECT["malformed_json"], any_of=["json", "parse"])
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["malformed_json"], any_of=["json", "parse"])
 
 
 def test_trailing_garbage_after_json(server):
     r = post_infer(server, "simple", json.dumps(simple_json_request()).encode() + b"xyz")
-    assert_error(r, EXPECT["malformed_json"], any_of=["json", "parse"])
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["malformed_json"], any_of=["json", "parse"])
 
 
 def test_empty_body(server):
@@ -123,27 +115,23 @@ def test_empty_body(server):
                          ids=["array", "string", "number", "null", "empty-object"])
 def test_non_object_json_or_no_inputs(server, body):
     r = post_infer(server, "simple", body)
-    assert_error(r, EXPECT["non_object_json"], "inputs")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["non_object_json"], "inputs")
 
 
 def test_inputs_not_an_array(server):
     r = post_infer(server, "simple", {"inputs": {}})
-    assert_error(r, EXPECT["inputs_not_array"], "inputs")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["inputs_not_array"], "inputs")
 
 
 def test_empty_inputs_array(server):
     r = post_infer(server, "simple", {"inputs": []})
-    assert_error(r, EXPECT["missing_input"], "INPUT0", "INPUT1")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["missing_input"], "INPUT0", "INPUT1")
 
 
 def test_deeply_nested_json(server):
     body = b"[" * 100_000 + b"]" * 100_000
     r = post_infer(server, "simple", body)
-    assert_error(r, EXPECT["deeply_nested_json"])
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["deeply_nested_json"])
 
 
 def test_deeply_nested_json_in_data_field(server):
@@ -153,8 +141,8 @@ def test_deeply_nested_json_in_data_field(server):
     r = post_infer(server, "simple", text.encode())
     # Triton 2.51: 500 ("Shape does not match true shape of 'data' field" once flattened); 2.7x, which
     # this server follows, refuses data under 100 or more arrays.
-    assert_error(r, 400, "Unable to parse 'data': JSON nesting depth exceeds maximum allowed limit (100)")
-    assert_serves(server)
+    assert_error_then_serves(server, r, 400,
+                             "Unable to parse 'data': JSON nesting depth exceeds maximum allowed limit (100)")
 
 
 @pytest.mark.parametrize("field", ["name", "shape", "datatype"])
@@ -170,22 +158,19 @@ def test_missing_data_field(server):
     req = simple_json_request()
     del req["inputs"][0]["data"]
     r = post_infer(server, "simple", req)
-    assert_error(r, EXPECT["no_data"], "data", "binary_data_size")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["no_data"], "data", "binary_data_size")
 
 
 def test_negative_shape(server):
     req = simple_json_request()
     req["inputs"][0]["shape"] = [-1, 16]
     r = post_infer(server, "simple", req)
-    assert_error(r, INTERNAL, "shape")
-    assert_serves(server)
+    assert_error_then_serves(server, r, INTERNAL, "shape")
 
 
 def test_id_not_a_string(server):
     r = post_infer(server, "simple", simple_json_request(id=5))
-    assert_error(r, INTERNAL, "id")
-    assert_serves(server)
+    assert_error_then_serves(server, r, INTERNAL, "id")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,16 +181,14 @@ def test_wrong_datatype(server):
     req = simple_json_request()
     req["inputs"][0]["datatype"] = "FP32"
     r = post_infer(server, "simple", req)
-    assert_error(r, EXPECT["wrong_dtype"], "INPUT0", "FP32", "INT32", "simple")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["wrong_dtype"], "INPUT0", "FP32", "INT32", "simple")
 
 
 def test_unknown_datatype_name(server):
     req = simple_json_request()
     req["inputs"][1]["datatype"] = "COMPLEX128"
     r = post_infer(server, "simple", req)
-    assert_error(r, EXPECT["invalid_dtype_name"], "datatype", "INPUT1")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["invalid_dtype_name"], "datatype", "INPUT1")
 
 
 def test_wrong_shape(server):
@@ -222,8 +205,7 @@ def test_missing_batch_dimension(server):
     req = simple_json_request()
     req["inputs"][0]["shape"] = [16]
     r = post_infer(server, "simple", req)
-    assert_error(r, EXPECT["batch_mismatch"], "INPUT0", "batch size")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["batch_mismatch"], "INPUT0", "batch size")
 
 
 def test_inputs_with_different_batch_sizes(server):
@@ -231,8 +213,7 @@ def test_inputs_with_different_batch_sizes(server):
     req["inputs"][1]["shape"] = [2, 16]
     req["inputs"][1]["data"] = SIMPLE_IN1 * 2
     r = post_infer(server, "simple", req)
-    assert_error(r, EXPECT["batch_mismatch"], "batch size", "simple")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["batch_mismatch"], "batch size", "simple")
 
 
 @pytest.mark.parametrize("n", [15, 17], ids=["too-few", "too-many"])
@@ -240,8 +221,7 @@ def test_element_count_mismatch(server, n):
     req = simple_json_request()
     req["inputs"][0]["data"] = list(range(n))
     r = post_infer(server, "simple", req)
-    assert_error(r, EXPECT["element_count"], "data", "shape")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["element_count"], "data", "shape")
 
 
 @pytest.mark.parametrize("bad", ["a", 1.5], ids=["string", "float"])
@@ -249,16 +229,14 @@ def test_data_element_of_wrong_json_type(server, bad):
     req = simple_json_request()
     req["inputs"][0]["data"] = [bad] + list(range(1, 16))
     r = post_infer(server, "simple", req)
-    assert_error(r, EXPECT["data_json_type"], "data")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["data_json_type"], "data")
 
 
 def test_missing_input(server):
     req = simple_json_request()
     del req["inputs"][1]
     r = post_infer(server, "simple", req)
-    assert_error(r, EXPECT["missing_input"], "INPUT1", "simple", "expected 2 inputs but got 1")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["missing_input"], "INPUT1", "simple", "expected 2 inputs but got 1")
 
 
 def test_request_id_prefixes_core_errors(server):
@@ -278,28 +256,24 @@ def test_unknown_input(server):
     req = simple_json_request()
     req["inputs"].append(dict(req["inputs"][0], name="INPUT_BOGUS"))
     r = post_infer(server, "simple", req)
-    assert_error(r, EXPECT["unknown_input"], "INPUT_BOGUS", "simple")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["unknown_input"], "INPUT_BOGUS", "simple")
 
 
 def test_duplicate_input(server):
     req = simple_json_request()
     req["inputs"].insert(0, dict(req["inputs"][0]))
     r = post_infer(server, "simple", req)
-    assert_error(r, EXPECT["duplicate_input"], "INPUT0", "already exists")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["duplicate_input"], "INPUT0", "already exists")
 
 
 def test_unknown_requested_output(server):
     r = post_infer(server, "simple", simple_json_request(outputs=[{"name": "OUTPUT_BOGUS"}]))
-    assert_error(r, EXPECT["unknown_output"], "OUTPUT_BOGUS", "simple")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["unknown_output"], "OUTPUT_BOGUS", "simple")
 
 
 def test_batch_larger_than_max_batch_size(server):
     r = post_infer(server, "simple", simple_json_request(batch=9))
-    assert_error(r, EXPECT["batch_too_large"], "batch-size must be <= 8", "simple")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["batch_too_large"], "batch-size must be <= 8", "simple")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,44 +282,38 @@ def test_batch_larger_than_max_batch_size(server):
 
 def test_unknown_model(server):
     r = post_infer(server, "no_such_model", simple_json_request())
-    assert_error(r, EXPECT["unknown_model"], "Request for unknown model", "'no_such_model'")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["unknown_model"], "Request for unknown model", "'no_such_model'")
 
 
 def test_unknown_version(server):
     r = post_infer(server, "simple", simple_json_request(), version=99)
-    assert_error(r, EXPECT["unknown_version"], "'simple' version 99")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["unknown_version"], "'simple' version 99")
 
 
 @pytest.mark.parametrize("version", ["abc", "-1"])
 def test_bad_version_in_path(server, version):
     r = post_infer(server, "simple", simple_json_request(), version=version)
-    assert_error(r, EXPECT["bad_version_path"])
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["bad_version_path"])
 
 
 @pytest.mark.parametrize("path", ["/v2/models/no_such_model", "/v2/models/no_such_model/config",
                                   "/v2/models/no_such_model/versions/1"])
 def test_unknown_model_metadata_endpoints(server, path):
     r = requests.get(server.http(path), timeout=10)
-    assert_error(r, EXPECT["unknown_model"], "'no_such_model'")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["unknown_model"], "'no_such_model'")
 
 
 @pytest.mark.parametrize("path", ["/v2/models/no_such_model/ready", "/v2/models/simple/versions/9/ready"])
 def test_not_ready_endpoints(server, path):
     r = requests.get(server.http(path), timeout=10)
-    assert_error(r, EXPECT["model_not_ready"], "not ready")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["model_not_ready"], "not ready")
 
 
 @pytest.mark.parametrize("path,needle", [("/v2/models/no_such_model/stats", "no_such_model"),
                                          ("/v2/models/simple/versions/9/stats", "simple")])
 def test_stats_for_unknown_model_or_version(server, path, needle):
     r = requests.get(server.http(path), timeout=10)
-    assert_error(r, EXPECT["stats_unknown_model"], needle, "not available")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["stats_unknown_model"], needle, "not available")
 
 
 @pytest.mark.parametrize("method,path", [
@@ -354,8 +322,7 @@ def test_stats_for_unknown_model_or_version(server, path, needle):
 ])
 def test_unknown_url(server, method, path):
     r = requests.request(method, server.http(path), timeout=10)
-    assert_error(r, EXPECT["unknown_url"], "Not Found")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["unknown_url"], "Not Found")
 
 
 @pytest.mark.parametrize("method,path", [
@@ -365,8 +332,7 @@ def test_unknown_url(server, method, path):
 ])
 def test_wrong_method(server, method, path):
     r = requests.request(method, server.http(path), timeout=10)
-    assert_error(r, EXPECT["wrong_method"], "Method Not Allowed")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["wrong_method"], "Method Not Allowed")
 
 
 def test_query_string_is_ignored(server):
@@ -383,15 +349,14 @@ def test_query_string_is_ignored(server):
 def test_header_length_larger_than_body(server, delta):
     body, hlen = binary_request(A, B)
     r = post_infer(server, "simple", body, headers={"Inference-Header-Content-Length": str(len(body) + delta)})
-    assert_error(r, EXPECT["header_length_out_of_range"], "inference header size", str(len(body) + delta))
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["header_length_out_of_range"], "inference header size",
+                             str(len(body) + delta))
 
 
 def test_header_length_negative(server):
     body, hlen = binary_request(A, B)
     r = post_infer(server, "simple", body, headers={"Inference-Header-Content-Length": "-5"})
-    assert_error(r, EXPECT["header_length_out_of_range"], "inference header size", "-5")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["header_length_out_of_range"], "inference header size", "-5")
 
 
 @pytest.mark.parametrize("value", ["abc", ""], ids=["abc", "empty"])
@@ -411,22 +376,19 @@ def test_header_length_not_numeric(server, value):
 def test_header_length_cuts_json_short(server):
     body, hlen = binary_request(A, B)
     r = post_infer(server, "simple", body, headers={"Inference-Header-Content-Length": "100"})
-    assert_error(r, EXPECT["header_length_cuts_json"], any_of=["json", "parse"])
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["header_length_cuts_json"], any_of=["json", "parse"])
 
 
 def test_binary_body_shorter_than_declared(server):
     body, hlen = binary_request(A, B)
     r = post_infer(server, "simple", body[:-4], headers={"Inference-Header-Content-Length": str(hlen)})
-    assert_error(r, EXPECT["binary_short"], "INPUT1", "expecting 4 additional bytes", "simple")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["binary_short"], "INPUT1", "expecting 4 additional bytes", "simple")
 
 
 def test_binary_body_longer_than_declared(server):
     body, hlen = binary_request(A, B)
     r = post_infer(server, "simple", body + b"\0" * 4, headers={"Inference-Header-Content-Length": str(hlen)})
-    assert_error(r, EXPECT["binary_long"], "unexpected additional input data", "simple")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["binary_long"], "unexpected additional input data", "simple")
 
 
 def test_binary_data_size_inconsistent_with_shape(server):
@@ -438,8 +400,8 @@ def test_binary_data_size_inconsistent_with_shape(server):
     h = json.dumps(header).encode()
     r = post_infer(server, "simple", h + A.tobytes()[:60] + B.tobytes(),
                    headers={"Inference-Header-Content-Length": str(len(h))})
-    assert_error(r, EXPECT["byte_size_mismatch"], "byte size mismatch", "INPUT0", "Expected 64, got 60")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["byte_size_mismatch"], "byte size mismatch", "INPUT0",
+                             "Expected 64, got 60")
 
 
 def test_binary_data_size_without_binary_section(server):
@@ -447,8 +409,7 @@ def test_binary_data_size_without_binary_section(server):
     del req["inputs"][0]["data"]
     req["inputs"][0]["parameters"] = {"binary_data_size": 64}
     r = post_infer(server, "simple", req)
-    assert_error(r, EXPECT["binary_short"], "INPUT0", "expecting 64 additional bytes")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["binary_short"], "INPUT0", "expecting 64 additional bytes")
 
 
 def test_binary_request_without_header_length(server):
@@ -467,8 +428,7 @@ def test_both_data_and_binary_data_size(server):
     header["inputs"][0]["parameters"] = {"binary_data_size": 64}
     h = json.dumps(header).encode()
     r = post_infer(server, "simple", h + A.tobytes(), headers={"Inference-Header-Content-Length": str(len(h))})
-    assert_error(r, EXPECT["data_and_binary"], "only one of", "data", "binary_data_size")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["data_and_binary"], "only one of", "data", "binary_data_size")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -478,15 +438,13 @@ def test_both_data_and_binary_data_size(server):
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])
 def test_invalid_compressed_body(server, encoding):
     r = post_infer(server, "simple", json.dumps(simple_json_request()).encode(), headers={"Content-Encoding": encoding})
-    assert_error(r, EXPECT["bad_compressed_body"])
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["bad_compressed_body"])
 
 
 def test_truncated_gzip_body(server):
     good = gzip.compress(json.dumps(simple_json_request()).encode())
     r = post_infer(server, "simple", good[: len(good) // 2], headers={"Content-Encoding": "gzip"})
-    assert_error(r, EXPECT["bad_compressed_body"])
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["bad_compressed_body"])
 
 
 def test_unsupported_content_encoding(server):
@@ -497,187 +455,14 @@ def test_unsupported_content_encoding(server):
 
 
 # ---------------------------------------------------------------------------------------------
-# Oversized bodies (bounded: at most ~70 MiB is sent)
+# Tensors claimed far larger than the body
 # ---------------------------------------------------------------------------------------------
-
-def _raw_post(server: TesseraServer, path: str, headers: dict, chunks, total_timeout: float = 60.0):
-    """Send a request over a raw socket from a sender thread while reading the response.
-
-    Returns (status or None, response bytes, send error or None). The server may answer early and
-    close the connection mid-upload; that is fine (a reset is reported, never raised)."""
-    sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=total_timeout)
-    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.http_port}\r\n"
-    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "Connection: close\r\n\r\n"
-    send_error: list = []
-
-    def sender():
-        try:
-            sock.sendall(head.encode())
-            for c in chunks:
-                sock.sendall(c)
-        except OSError as e:
-            send_error.append(e)
-
-    t = threading.Thread(target=sender, daemon=True)
-    t.start()
-    data = b""
-    deadline = time.monotonic() + total_timeout
-    try:
-        while time.monotonic() < deadline:
-            try:
-                piece = sock.recv(65536)
-            except socket.timeout:
-                break
-            except ConnectionResetError:
-                break
-            if not piece:
-                break
-            data += piece
-            if b"\r\n\r\n" in data:
-                head_part, _, rest = data.partition(b"\r\n\r\n")
-                cl = [l for l in head_part.split(b"\r\n") if l.lower().startswith(b"content-length:")]
-                if cl and len(rest) >= int(cl[0].split(b":")[1]):
-                    break
-    finally:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
-        t.join(timeout=30)
-    status = None
-    if data.startswith(b"HTTP/1."):
-        status = int(data.split(b" ", 2)[1])
-    return status, data, (send_error[0] if send_error else None)
-
-
-def _body_of(raw: bytes) -> bytes:
-    return raw.partition(b"\r\n\r\n")[2]
-
-
-def test_oversized_body_is_rejected(server):
-    """~70 MiB: a *valid* infer request padded by a huge id. Triton's default
-    --http-max-input-size is 64 MiB; a server without any limit would answer 200 here."""
-    pad = 70 * 1024 * 1024
-    prefix = json.dumps(simple_json_request())[:-1].encode() + b', "id": "'
-    suffix = b'"}'
-    total = len(prefix) + pad + len(suffix)
-    block = b"x" * (1024 * 1024)
-
-    def chunks():
-        yield prefix
-        for _ in range(pad // len(block)):
-            yield block
-        yield suffix
-
-    status, raw, _ = _raw_post(server, "/v2/models/simple/infer",
-                               {"Content-Type": "application/json", "Content-Length": str(total)}, chunks())
-    if status is not None:
-        assert status in EXPECT["body_too_large"], f"HTTP {status} for a {total}-byte body: {raw[:300]!r}"
-        if status != 413 or _body_of(raw):
-            msg = json.loads(_body_of(raw))["error"]
-            assert msg.strip()
-    # else: the server cut the connection before we could read an answer; acceptable if it survives.
-    assert_serves(server)
-
-
-def test_oversized_chunked_body_is_rejected(server):
-    pad = 70 * 1024 * 1024
-    block = b"x" * (1024 * 1024)
-
-    def chunks():
-        first = json.dumps(simple_json_request())[:-1].encode() + b', "id": "'
-        yield b"%x\r\n%s\r\n" % (len(first), first)
-        for _ in range(pad // len(block)):
-            yield b"%x\r\n%s\r\n" % (len(block), block)
-        yield b'2\r\n"}\r\n0\r\n\r\n'
-
-    status, raw, _ = _raw_post(server, "/v2/models/simple/infer",
-                               {"Content-Type": "application/json", "Transfer-Encoding": "chunked"}, chunks())
-    if status is not None:
-        assert status in EXPECT["body_too_large"], f"HTTP {status}: {raw[:300]!r}"
-    assert_serves(server)
-
-
-SMALL_LIMIT = 1 << 20  # 1 MiB
-
-
-@pytest.fixture(scope="module")
-def small_limit_server(tmp_path_factory, tessera_binary):
-    """A server with --http-max-input-size 1 MiB (Triton's flag; default 64 MiB)."""
-    srv = start_server(tmp_path_factory.mktemp("small-limit"), [quickstart_repo()],
-                       ["--http-max-input-size", str(SMALL_LIMIT)], name="small-limit")
-    try:
-        wait_model_ready(srv, "simple")
-    except BaseException:
-        srv.stop()
-        raise
-    yield srv
-    srv.stop_and_check()
-
-
-def _padded_request(pad: int) -> bytes:
-    """A valid infer request for simple whose JSON is padded to ~pad bytes by a long id."""
-    return json.dumps(simple_json_request(id="x" * pad)).encode()
-
-
-def test_small_limit_accepts_body_under_limit(small_limit_server):
-    srv = small_limit_server
-    body = _padded_request(SMALL_LIMIT - 4096)
-    assert len(body) < SMALL_LIMIT
-    r = post_infer(srv, "simple", body)
-    assert r.status_code == 200, r.text[:300]
-    assert len(r.json()["id"]) == SMALL_LIMIT - 4096
-
-
-@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
-def test_small_limit_rejects_body_over_limit(small_limit_server, chunked):
-    srv = small_limit_server
-    body = _padded_request(2 * SMALL_LIMIT)
-    if chunked:
-        step = 64 * 1024
-        chunks = [b"%x\r\n%s\r\n" % (len(body[i:i + step]), body[i:i + step]) for i in range(0, len(body), step)]
-        chunks.append(b"0\r\n\r\n")
-        headers = {"Transfer-Encoding": "chunked"}
-    else:
-        chunks = [body]
-        headers = {"Content-Length": str(len(body))}
-    status, raw, _ = _raw_post(srv, "/v2/models/simple/infer", headers, chunks)
-    assert status is not None, f"no HTTP answer to a {len(body)}-byte body over the {SMALL_LIMIT}-byte limit"
-    assert status in EXPECT["body_too_large"], f"HTTP {status}: {raw[:300]!r}"
-    assert json.loads(_body_of(raw))["error"].strip()
-    assert_serves(srv)
-
-
-def test_small_limit_applies_after_decompression(small_limit_server):
-    """A gzip bomb: 8 KiB on the wire, 8 MiB once inflated; the limit counts the inflated size."""
-    srv = small_limit_server
-    bomb = gzip.compress(_padded_request(8 * SMALL_LIMIT))
-    assert len(bomb) < SMALL_LIMIT // 8
-    r = post_infer(srv, "simple", bomb, headers={"Content-Encoding": "gzip"})
-    assert r.status_code in EXPECT["body_too_large"], f"HTTP {r.status_code}: {r.text[:300]!r}"
-    error_message(r)
-    assert_serves(srv)
-
-
-def test_lying_content_length_then_close(server):
-    """Content-Length promises 1 GiB, a few KB arrive, then the client hangs up: the server must
-    neither allocate the promised size up front and die, nor stop serving others."""
-    sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
-    try:
-        sock.sendall(b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 1073741824\r\n\r\n" + b"{" * 4096)
-    finally:
-        sock.close()
-    assert_serves(server)
-
 
 def test_oversized_binary_data_size_claim(server):
     """binary_data_size claims 2**40 bytes: must be a clean 400, not an allocation attempt."""
     body, hlen = binary_request(A, B, sizes=(2**40, 64))
     r = post_infer(server, "simple", body, headers={"Inference-Header-Content-Length": str(hlen)})
-    assert_error(r, EXPECT["binary_short"], "INPUT0")
-    assert_serves(server)
+    assert_error_then_serves(server, r, EXPECT["binary_short"], "INPUT0")
 
 
 def test_huge_shape_claim(server):

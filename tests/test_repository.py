@@ -396,13 +396,7 @@ def versions_server(tmp_path_factory, tessera_binary):
     }
     for name, policy in policies.items():
         copy_model(repo, "add_sub", name, versions=(1, 2, 3), config=add_sub_config(name, extra=policy))
-    srv = start_server(root / "logs", [repo], name="versions")
-    try:
-        for name in policies:
-            wait_model_ready(srv, name)
-    except BaseException:
-        srv.stop()
-        raise
+    srv = start_server(root / "logs", [repo], name="versions", ready=list(policies))
     yield srv
     srv.stop_and_check()
 
@@ -471,13 +465,8 @@ def broken_server(tmp_path_factory, tessera_binary):
     # a model directory without any version directory
     (repo / "no_versions").mkdir()
     (repo / "no_versions" / "config.pbtxt").write_text(add_sub_config("no_versions"))
-    srv = start_server(root / "logs", [repo], ["--exit-on-error", "false"], name="broken")
-    try:
-        wait_model_ready(srv, "simple")
-        wait_model_ready(srv, "add_sub")
-    except BaseException:
-        srv.stop()
-        raise
+    srv = start_server(root / "logs", [repo], ["--exit-on-error", "false"], name="broken",
+                       ready=["simple", "add_sub"])
     srv.repo = repo
     yield srv
     srv.stop_and_check()
