@@ -72,6 +72,47 @@ def add_sub_config(name: str, *, dtype: str = "TYPE_FP32", max_batch_size: int =
     )
 
 
+def write_config_model(repo: Path, name: str, config: str) -> Path:
+    """Model `name` in `repo`: its config.pbtxt and a version directory 1 with no model file (the
+    utility backends, identity, repeat and square, and ensembles need none). Its directory."""
+    d = repo / name
+    (d / "1").mkdir(parents=True)
+    (d / "config.pbtxt").write_text(config)
+    return d
+
+
+def slow_identity_config(name: str, delay_ms: int, *, max_batch_size: int = 0, extra: str = "") -> str:
+    """An identity model (INT32 INPUT0 -> OUTPUT0, dims [ 1 ]) whose every execution takes
+    `delay_ms`; `extra`: more config lines (instance_group, dynamic_batching, model_metrics)."""
+    return (f'name: "{name}"\nbackend: "identity"\nmax_batch_size: {max_batch_size}\n'
+            'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+            'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+            f'parameters [ {{ key: "execute_delay_ms" value: {{ string_value: "{delay_ms}" }} }} ]\n'
+            f"{extra}")
+
+
+# The repeat backend (decoupled): IN's elements one response each, DELAY ms apart, after WAIT ms.
+REPEAT_CONFIG = """name: "{name}"
+backend: "repeat"
+max_batch_size: 0
+model_transaction_policy {{ decoupled: true }}
+input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }},
+        {{ name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] }},
+        {{ name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+         {{ name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }} ]
+"""
+
+
+def ensemble_config(name: str, step: str) -> str:
+    """An ensemble of one step from FP32 X to FP32 Y (dims [ -1 ], batches up to 8); `step` is the
+    step's body (model_name, model_version, input_map, output_map)."""
+    return (f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+            'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+            'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+            f"ensemble_scheduling {{ step [ {{ {step} }} ] }}\n")
+
+
 def write_atomic(path: Path, text: str | bytes) -> None:
     """Write via a temp file + rename, so a polling server never sees a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,8 @@ import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tessera_testlib import add_sub_config, copy_model, quickstart_repo, wait_model_ready, write_atomic
+from tessera_testlib import (add_sub_config, copy_model, quickstart_repo, slow_identity_config, wait_model_ready,
+                             write_atomic, write_config_model)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -77,6 +78,14 @@ def send_all(client, model, requests):
     return out
 
 
+def assert_all_summed(results: dict, reqs) -> None:
+    """Every request of send_all was answered without error, OUTPUT0 = INPUT0 + INPUT1."""
+    for i, (a, b) in enumerate(reqs):
+        result, error = results[i]
+        assert error is None, error
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+
+
 def test_concurrent_requests_are_batched(batching_server):
     c = grpcclient.InferenceServerClient(f"127.0.0.1:{batching_server.grpc_port}")
     rng = np.random.default_rng(7)
@@ -106,11 +115,7 @@ def test_different_shapes_are_not_merged(batching_server):
     short = [(np.full((1, 4), i, dtype=np.float32), np.ones((1, 4), dtype=np.float32)) for i in range(4)]
     long = [(np.full((1, 8), i, dtype=np.float32), np.ones((1, 8), dtype=np.float32)) for i in range(4)]
     reqs = [r for pair in zip(short, long) for r in pair]
-    results = send_all(c, "batched", reqs)
-    for i, (a, b) in enumerate(reqs):
-        result, error = results[i]
-        assert error is None, error
-        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    assert_all_summed(send_all(c, "batched", reqs), reqs)
     s = stats_of(c, "batched")
     assert int(s["execution_count"]) >= 2, "[*,4] and [*,8] requests cannot share a batch"
     c.close()
@@ -153,11 +158,7 @@ def test_wasm_guest_executes_the_formed_batch(server_factory, tmp_path):
     wait_model_ready(srv, "add_sub_rust")
     c = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
     reqs = [(np.full((1, 16), i, dtype=np.float32), np.ones((1, 16), dtype=np.float32)) for i in range(8)]
-    results = send_all(c, "add_sub_rust", reqs)
-    for i, (a, b) in enumerate(reqs):
-        result, error = results[i]
-        assert error is None, error
-        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    assert_all_summed(send_all(c, "add_sub_rust", reqs), reqs)
     s = stats_of(c, "add_sub_rust")
     assert int(s["inference_count"]) == 8 and int(s["execution_count"]) < 8, s
     c.close()
@@ -167,14 +168,8 @@ def test_full_queue_is_503_over_http_with_tritons_message(server_factory, tmp_pa
     """One request executes (for 1 s), one waits in the queue (max_queue_size 1); every other
     request sent meanwhile is refused at once: HTTP 503 with Triton's message and request id."""
     repo = tmp_path / "repo"
-    slow = repo / "slow_queue"
-    (slow / "1").mkdir(parents=True)
-    (slow / "config.pbtxt").write_text(
-        'name: "slow_queue"\nbackend: "identity"\nmax_batch_size: 1\n'
-        'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n'
-        'parameters [ { key: "execute_delay_ms" value: { string_value: "1000" } } ]\n')
+    queue_of_one = "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n"
+    write_config_model(repo, "slow_queue", slow_identity_config("slow_queue", 1000, max_batch_size=1, extra=queue_of_one))
     srv = server_factory(repo)
     wait_model_ready(srv, "slow_queue")
     answers: queue.Queue = queue.Queue()

@@ -1,4 +1,4 @@
-"""The SIGTERM drain and the connections that hold slots (issue 53, items 6 and 7): at the signal
+"""The SIGTERM drain and the connections that hold slots: at the signal
 both doors stop taking connections at once while the requests already sent on open connections
 are all answered, and the server exits 0 without a panic; gRPC connections idle between calls
 are closed (gracefully) after --grpc-max-connection-idle while busy ones are not; HTTP sockets
@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tessera_testlib import assert_no_panic, connection_refused, wait_model_ready, wait_until
+from tessera_testlib import (assert_no_panic, connection_refused, slow_identity_config, wait_model_ready, wait_until,
+                             write_config_model)
 
 from test_lifecycle import write_repeat
 
@@ -31,13 +32,8 @@ SLOW_MS = 3000
 
 
 def write_slow(repo, name: str = "slow", delay_ms: int = SLOW_MS) -> None:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "config.pbtxt").write_text(
-        f'name: "{name}"\nbackend: "identity"\nmax_batch_size: 0\n'
-        'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        f'instance_group [ {{ count: 8 kind: KIND_CPU }} ]\n'
-        f'parameters [ {{ key: "execute_delay_ms" value: {{ string_value: "{delay_ms}" }} }} ]\n')
+    write_config_model(repo, name, slow_identity_config(name, delay_ms,
+                                                        extra="instance_group [ { count: 8 kind: KIND_CPU } ]\n"))
 
 
 def keep_alive_connection(port: int) -> socket.socket:

@@ -1,4 +1,4 @@
-"""What orchestrators rely on (issue 14, item 6): SIGTERM drains in-flight requests within
+"""What orchestrators rely on: SIGTERM drains in-flight requests within
 --exit-timeout-secs while the doors close and readiness turns false at once, readiness follows the models marked as
 required and the health of each model's instances, and a large repository's startup fits the
 chart's startup probe."""
@@ -14,25 +14,13 @@ import time
 
 import requests
 
-from tessera_testlib import QUICKSTART, connection_refused, copy_faulty, wait_model_ready, wait_until
-
-from test_deploy import one, rendered_chart
-
-REPEAT = """name: "slow_repeat"
-backend: "repeat"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },
-        { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
-        { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
-         { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
-"""
+from tessera_deploy import one, rendered_chart
+from tessera_testlib import (QUICKSTART, REPEAT_CONFIG, connection_refused, copy_faulty, wait_model_ready, wait_until,
+                             write_config_model)
 
 
 def write_repeat(repo):
-    (repo / "slow_repeat" / "1").mkdir(parents=True)
-    (repo / "slow_repeat" / "config.pbtxt").write_text(REPEAT)
+    write_config_model(repo, "slow_repeat", REPEAT_CONFIG.format(name="slow_repeat"))
 
 
 class SlowStream(threading.Thread):

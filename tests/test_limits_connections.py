@@ -23,8 +23,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tessera_testlib import (at_once, assert_serves_grpc, assert_simple_infers, copy_faulty, copy_model,
-                             grpc_stream_responses, status_kib, tessera_bin, wait_model_ready)
+from tessera_testlib import (REPEAT_CONFIG, at_once, assert_serves_grpc, assert_simple_infers, copy_faulty,
+                             copy_model, grpc_stream_responses, slow_identity_config, status_kib, tessera_bin,
+                             wait_model_ready, write_config_model)
 
 # ---------------------------------------------------------------------------------------------
 # Connections that stall: header, body and keep-alive timeouts, and the connection cap
@@ -55,13 +56,7 @@ def closed_within(s: socket.socket, seconds: float) -> tuple[bool, bytes]:
 def impatient(server_factory, tmp_path):
     repo = tmp_path / "repo"
     copy_model(repo, "simple")
-    slow = repo / "slow"
-    (slow / "1").mkdir(parents=True)
-    (slow / "config.pbtxt").write_text(
-        'name: "slow"\nbackend: "identity"\nmax_batch_size: 0\n'
-        'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'parameters [ { key: "execute_delay_ms" value: { string_value: "2500" } } ]\n')
+    write_config_model(repo, "slow", slow_identity_config("slow", 2500))
     srv = server_factory(repo, ["--http-header-read-timeout=1", "--http-body-read-timeout=1",
                                 "--http-keepalive-timeout=1", "--http-max-connections=4"])
     wait_model_ready(srv, "simple")
@@ -324,15 +319,7 @@ def test_a_stream_nobody_reads_does_not_make_the_server_buffer_its_responses(ser
     producer waits once the request's small buffer (and HTTP/2's window) is full. Before that
     back-pressure the server buffered every response (1,003 MiB of RSS within 2 s, here)."""
     repo = tmp_path / "repo"
-    (repo / "repeat_int32" / "1").mkdir(parents=True)
-    (repo / "repeat_int32" / "config.pbtxt").write_text(
-        'name: "repeat_int32"\nbackend: "repeat"\nmax_batch_size: 0\n'
-        'model_transaction_policy { decoupled: true }\n'
-        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },\n'
-        '        { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },\n'
-        '        { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },\n'
-        '         { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]\n')
+    write_config_model(repo, "repeat_int32", REPEAT_CONFIG.format(name="repeat_int32"))
     srv = server_factory(repo)
     wait_model_ready(srv, "repeat_int32")
     n = 2_000_000

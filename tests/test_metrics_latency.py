@@ -11,22 +11,13 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 
-from tessera_testlib import grpc_stream_responses, wait_model_ready
+from tessera_testlib import (REPEAT_CONFIG, grpc_stream_responses, slow_identity_config, wait_model_ready,
+                             write_config_model)
 
-from test_utility_backends import REPEAT_CONFIG
 
 pytestmark = pytest.mark.timeout(180)
 
 DELAY_MS = 5
-
-# One instance that takes DELAY_MS per execution; its first-response buckets come from its config.
-SLOW_CONFIG = """name: "{name}"
-backend: "identity"
-max_batch_size: 0
-input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }} ]
-parameters [ {{ key: "execute_delay_ms" value: {{ string_value: "{delay}" }} }} ]
-{extra}"""
 
 BUCKETS = """model_metrics {
   metric_control: [
@@ -35,11 +26,6 @@ BUCKETS = """model_metrics {
   ]
 }"""
 
-
-
-def write_model(repo, name: str, config: str) -> None:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "config.pbtxt").write_text(config)
 
 
 def families(srv) -> dict:
@@ -75,8 +61,9 @@ def infer_slow(srv, model: str, n: int) -> None:
 
 @pytest.fixture
 def latency_server(server_factory, repo):
-    write_model(repo, "slow", SLOW_CONFIG.format(name="slow", delay=DELAY_MS, extra=BUCKETS))
-    write_model(repo, "repeat_int32", REPEAT_CONFIG.format(name="repeat_int32"))
+    # One instance that takes DELAY_MS per execution; its first-response buckets come from its config.
+    write_config_model(repo, "slow", slow_identity_config("slow", DELAY_MS, extra=BUCKETS))
+    write_config_model(repo, "repeat_int32", REPEAT_CONFIG.format(name="repeat_int32"))
     srv = server_factory(repo, [
         "--metrics-config=histogram_latencies=true",
         "--metrics-config=summary_latencies=true",
@@ -139,7 +126,7 @@ def test_summaries_report_the_asked_quantiles_and_agree_with_the_counters(latenc
 
 
 def test_phase_histograms_are_on_by_default_and_counters_can_be_turned_off(server_factory, repo):
-    write_model(repo, "slow", SLOW_CONFIG.format(name="slow", delay=1, extra=""))
+    write_config_model(repo, "slow", slow_identity_config("slow", 1))
     srv = server_factory(repo, ["--metrics-config=counter_latencies=false"])
     wait_model_ready(srv, "slow")
     infer_slow(srv, "slow", 3)
@@ -163,8 +150,8 @@ def test_phase_histograms_are_on_by_default_and_counters_can_be_turned_off(serve
 
 def test_bad_model_metrics_buckets_fail_only_that_model(server_factory, repo):
     bad = BUCKETS.replace("[ 1, 2, 4, 8, 16, 1000 ]", "[ 8, 4 ]")
-    write_model(repo, "bad_buckets", SLOW_CONFIG.format(name="bad_buckets", delay=0, extra=bad))
-    write_model(repo, "slow", SLOW_CONFIG.format(name="slow", delay=0, extra=""))
+    write_config_model(repo, "bad_buckets", slow_identity_config("bad_buckets", 0, extra=bad))
+    write_config_model(repo, "slow", slow_identity_config("slow", 0))
     srv = server_factory(repo, ["--metrics-config=histogram_latencies=true", "--exit-on-error=false"])
     wait_model_ready(srv, "slow")
     index = requests.post(srv.http("/v2/repository/index"), json={}, timeout=10).json()

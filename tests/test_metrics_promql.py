@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tessera_testlib import wait_model_ready
+from tessera_testlib import slow_identity_config, wait_model_ready, write_config_model
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,14 +30,7 @@ DELAY_MS = 20
 CONCURRENCY = 4
 REQUESTS = 32
 
-CONFIG = """name: "{name}"
-backend: "identity"
-max_batch_size: 0
-input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }} ]
-instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-parameters [ {{ key: "execute_delay_ms" value: {{ string_value: "{delay}" }} }} ]
-"""
+ONE_INSTANCE = "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,19 +66,19 @@ class PromQL:
         self.at += 1
         return token
 
-    def expr(self):
-        value = self.term()
-        while self.peek() in ("+", "-"):
+    def left_to_right(self, operand, operators: tuple[str, ...]):
+        """operand (op operand)*, folded from the left: one precedence level."""
+        value = operand()
+        while self.peek() in operators:
             op = self.take()
-            value = binary(value, self.term(), op)
+            value = binary(value, operand(), op)
         return value
 
+    def expr(self):
+        return self.left_to_right(self.term, ("+", "-"))
+
     def term(self):
-        value = self.factor()
-        while self.peek() in ("/", "*"):
-            op = self.take()
-            value = binary(value, self.factor(), op)
-        return value
+        return self.left_to_right(self.factor, ("/", "*"))
 
     def labels(self) -> list[str]:
         self.take("(")
@@ -228,8 +221,7 @@ def drive(srv, model: str) -> None:
 
 def test_queue_time_from_two_scrapes_is_the_true_mean(server_factory, repo):
     for name, delay in (("busy", DELAY_MS), ("idle", 0)):
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(CONFIG.format(name=name, delay=delay))
+        write_config_model(repo, name, slow_identity_config(name, delay, extra=ONE_INSTANCE))
     srv = server_factory(repo)
     wait_model_ready(srv, "busy")
     wait_model_ready(srv, "idle")

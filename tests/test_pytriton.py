@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tessera_testlib import copy_model, free_ports, wait_until
+from tessera_testlib import copy_model, ensemble_config, free_ports, wait_until, write_config_model
 
 from tessera.pytriton.client import AsyncioModelClient, DecoupledModelClient, FuturesModelClient, ModelClient
 from tessera.pytriton.decorators import batch, fill_optionals, first_value, group_by_values, sample, triton_context
@@ -379,13 +379,9 @@ def test_bound_model_as_an_ensemble_step(tmp_path):
     # scheduler. With launch_triton_on_startup=False the server starts in run(), with the bound
     # models served before the repository loads, so the ensemble loads at once.
     repo = tmp_path / "repo"
-    (repo / "ens" / "1").mkdir(parents=True)
-    (repo / "ens" / "config.pbtxt").write_text(
-        'name: "ens"\nplatform: "ensemble"\nmax_batch_size: 8\n'
-        'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'ensemble_scheduling { step [ { model_name: "Linear" model_version: -1 '
-        'input_map { key: "INPUT_1" value: "X" } output_map { key: "OUTPUT_1" value: "Y" } } ] }\n')
+    write_config_model(repo, "ens", ensemble_config("ens", 'model_name: "Linear" model_version: -1 '
+                                                    'input_map { key: "INPUT_1" value: "X" } '
+                                                    'output_map { key: "OUTPUT_1" value: "Y" }'))
     policy = TritonLifecyclePolicy(launch_triton_on_startup=False)
     with Triton(config=config(model_repository=str(repo)), triton_lifecycle_policy=policy) as t:
         bind_linear(t)

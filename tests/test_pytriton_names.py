@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tessera_testlib import free_ports
+from tessera_testlib import ensemble_config, free_ports, write_config_model
 
 from tessera.pytriton.client import ModelClient
 from tessera.pytriton.decorators import batch
@@ -73,22 +73,14 @@ def test_a_temporary_workspace_goes_at_stop():
 
 def test_repository_ensemble_waits_for_a_model_bound_after_the_start(tmp_path):
     repo = tmp_path / "repo"
-    (repo / "ens" / "1").mkdir(parents=True)
-    (repo / "ens" / "config.pbtxt").write_text(
-        'name: "ens"\nplatform: "ensemble"\nmax_batch_size: 8\n'
-        'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'ensemble_scheduling { step [ { model_name: "AddSub" model_version: -1 '
-        'input_map [ { key: "INPUT_1" value: "X" }, { key: "INPUT_2" value: "X" } ] '
-        'output_map { key: "OUTPUT_1" value: "Y" } } ] }\n')
+    write_config_model(repo, "ens", ensemble_config("ens", 'model_name: "AddSub" model_version: -1 '
+                                                    'input_map [ { key: "INPUT_1" value: "X" }, '
+                                                    '{ key: "INPUT_2" value: "X" } ] '
+                                                    'output_map { key: "OUTPUT_1" value: "Y" }'))
     # An ensemble of that ensemble waits too.
-    (repo / "outer" / "1").mkdir(parents=True)
-    (repo / "outer" / "config.pbtxt").write_text(
-        'name: "outer"\nplatform: "ensemble"\nmax_batch_size: 8\n'
-        'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'ensemble_scheduling { step [ { model_name: "ens" model_version: -1 '
-        'input_map { key: "X" value: "X" } output_map { key: "Y" value: "Y" } } ] }\n')
+    write_config_model(repo, "outer", ensemble_config("outer", 'model_name: "ens" model_version: -1 '
+                                                      'input_map { key: "X" value: "X" } '
+                                                      'output_map { key: "Y" value: "Y" }'))
     # The default policy starts the server on entering the block, before any bind.
     open_endpoints = TritonSecurityConfig(restricted_endpoints=[])
     with Triton(config=config(model_repository=str(repo)), security_config=open_endpoints) as t:

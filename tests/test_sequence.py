@@ -70,51 +70,47 @@ def test_string_correlation_ids_and_restart(server):
     c.close()
 
 
-def test_streaming_sequences_like_tritons_example(server):
-    """simple_grpc_sequence_stream_infer_client.py: two sequences interleaved on one stream."""
-    wait_model_ready(server, "simple_sequence")
+def stream_steps(server, steps, timeout: float) -> dict[str, int]:
+    """Sends `steps` ((request id, value, sequence id, start, end)) in order on one gRPC stream of
+    simple_sequence; the OUTPUT answered to each, by request id."""
     c = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
     results: queue.Queue = queue.Queue()
     c.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        for rid, value, seq, start, end in steps:
+            c.async_stream_infer("simple_sequence", seq_input(grpcclient, value), request_id=rid,
+                                 sequence_id=seq, sequence_start=start, sequence_end=end)
+        got = {}
+        for _ in steps:
+            result, error = results.get(timeout=timeout)
+            assert error is None, error
+            got[result.get_response().id] = int(result.as_numpy("OUTPUT")[0][0])
+        return got
+    finally:
+        c.stop_stream()
+        c.close()
+
+
+def test_streaming_sequences_like_tritons_example(server):
+    """simple_grpc_sequence_stream_infer_client.py: two sequences interleaved on one stream."""
+    wait_model_ready(server, "simple_sequence")
     values = [11, 7, 5, 3, 2, 0, 1]
     ids = (7000, 7001)
-    for i, v in enumerate(values):
-        for seq, sign in zip(ids, (1, -1)):
-            c.async_stream_infer("simple_sequence", seq_input(grpcclient, sign * v), request_id=f"{seq}_{i}",
-                                 sequence_id=seq, sequence_start=(i == 0), sequence_end=(i == len(values) - 1))
-    got = {}
-    for _ in range(2 * len(values)):
-        result, error = results.get(timeout=30)
-        assert error is None, error
-        rid = result.get_response().id
-        got[rid] = int(result.as_numpy("OUTPUT")[0][0])
-    c.stop_stream()
+    got = stream_steps(server, [(f"{seq}_{i}", sign * v, seq, i == 0, i == len(values) - 1)
+                                for i, v in enumerate(values) for seq, sign in zip(ids, (1, -1))], timeout=30)
     for seq, sign in zip(ids, (1, -1)):
         running = np.cumsum([sign * v for v in values]).tolist()
         assert [got[f"{seq}_{i}"] for i in range(len(values))] == running
-    c.close()
 
 
 def test_many_concurrent_sequences(server):
     """32 sequences at once (more than the 8 direct slots): every sequence sums correctly."""
     wait_model_ready(server, "simple_sequence")
-    c = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-    results: queue.Queue = queue.Queue()
-    c.start_stream(callback=lambda result, error: results.put((result, error)))
     n, steps = 32, 4
-    for step in range(steps):
-        for s in range(n):
-            c.async_stream_infer("simple_sequence", seq_input(grpcclient, s + step), request_id=f"{s}_{step}",
-                                 sequence_id=8000 + s, sequence_start=(step == 0), sequence_end=(step == steps - 1))
-    got = {}
-    for _ in range(n * steps):
-        result, error = results.get(timeout=60)
-        assert error is None, error
-        got[result.get_response().id] = int(result.as_numpy("OUTPUT")[0][0])
-    c.stop_stream()
+    got = stream_steps(server, [(f"{s}_{step}", s + step, 8000 + s, step == 0, step == steps - 1)
+                                for step in range(steps) for s in range(n)], timeout=60)
     for s in range(n):
         assert [got[f"{s}_{k}"] for k in range(steps)] == np.cumsum([s + k for k in range(steps)]).tolist()
-    c.close()
 
 
 def test_sequence_errors(server):

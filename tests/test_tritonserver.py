@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 
 import tessera.tritonserver as tritonserver
 from tessera.tritonfrontend import KServeGrpc, KServeHttp, Metrics
-from tessera_testlib import copy_model, free_port, write_onnx_model
+from tessera_testlib import copy_model, free_port, slow_identity_config, write_config_model, write_onnx_model
 
 EXPLICIT = tritonserver.ModelControlMode.EXPLICIT
 
@@ -50,17 +50,8 @@ def repo(tmp_path) -> Path:
     copy_model(repo, "repeat")
     copy_model(repo, "simple_sequence")
     write_onnx_model(repo, "strings", "TYPE_STRING", [-1, -1])
-    slow = repo / "slow"
-    (slow / "1").mkdir(parents=True)
-    (slow / "config.pbtxt").write_text(
-        'name: "slow"\nbackend: "identity"\nmax_batch_size: 0\n'
-        'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'parameters [ { key: "execute_delay_ms" value: { string_value: "300" } } ]\n')
-    pause = repo / "pause"
-    (pause / "1").mkdir(parents=True)
-    (pause / "config.pbtxt").write_text((slow / "config.pbtxt").read_text().replace('"slow"', '"pause"')
-                                        .replace('"300"', '"30"'))
+    write_config_model(repo, "slow", slow_identity_config("slow", 300))
+    write_config_model(repo, "pause", slow_identity_config("pause", 30))
     return repo
 
 

@@ -17,19 +17,8 @@ import tritonclient.http as httpclient
 
 from tritonclient.utils import InferenceServerException
 
-from tessera_testlib import wait_model_ready
+from tessera_testlib import REPEAT_CONFIG, wait_model_ready, write_config_model
 
-
-REPEAT_CONFIG = """name: "{name}"
-backend: "repeat"
-max_batch_size: 0
-model_transaction_policy {{ decoupled: true }}
-input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }},
-        {{ name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] }},
-        {{ name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] }} ]
-output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }},
-         {{ name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }} ]
-"""
 
 SQUARE_CONFIG = """name: "{name}"
 backend: "square"
@@ -48,12 +37,6 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }},
          {{ name: "OUTPUT1" data_type: TYPE_STRING dims: [ 2 ] }} ]
 dynamic_batching {{ }}
 """
-
-
-def write_config_model(repo, name: str, text: str) -> None:
-    d = repo / name
-    (d / "1").mkdir(parents=True)  # a version directory with no model file: these backends need none
-    (d / "config.pbtxt").write_text(text)
 
 
 @pytest.fixture
@@ -90,6 +73,13 @@ class Stream:
             if response.parameters["triton_final_response"].bool_param and not response.outputs:
                 return got
             got.append(result)
+
+    def square(self, model: str, n: int) -> list:
+        """Asks a square model for `n` responses; what came, up to the empty final one."""
+        inp = grpcclient.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.array([n], dtype=np.int32))
+        self.client.async_stream_infer(model, [inp], enable_empty_final_response=True)
+        return self.until_final()
 
     def close(self, cancel: bool = False) -> None:
         self.client.stop_stream(cancel_requests=cancel)
@@ -196,11 +186,7 @@ def test_cancelling_a_repeat_stream_stops_its_work(utility_server):
 def assert_square_works(srv) -> None:
     s = Stream(srv)
     try:
-        inp = grpcclient.InferInput("IN", [1], "INT32")
-        inp.set_data_from_numpy(np.array([3], dtype=np.int32))
-        s.client.async_stream_infer("square_int32", [inp], enable_empty_final_response=True)
-        got = s.until_final()
-        assert [int(r.as_numpy("OUT")[0]) for r in got] == [3, 3, 3]
+        assert [int(r.as_numpy("OUT")[0]) for r in s.square("square_int32", 3)] == [3, 3, 3]
     finally:
         s.close()
 
@@ -209,17 +195,12 @@ def test_square_sends_n_responses_and_honours_its_failure_parameters(utility_ser
     assert_square_works(utility_server)
     s = Stream(utility_server)
     try:
-        inp = grpcclient.InferInput("IN", [1], "INT32")
-        inp.set_data_from_numpy(np.array([4], dtype=np.int32))
-        s.client.async_stream_infer("square_failing", [inp], enable_empty_final_response=True)
-        got = s.until_final()
+        got = s.square("square_failing", 4)
         # 4 responses: 2 succeed, 1 fails ("simulated failure"), 1 is never sent.
         assert [int(r.as_numpy("OUT")[0]) for r in got if not isinstance(r, InferenceServerException)] == [4, 4]
         errors = [r for r in got if isinstance(r, InferenceServerException)]
         assert len(errors) == 1 and "simulated failure" in str(errors[0]), got
-        inp.set_data_from_numpy(np.array([0], dtype=np.int32))
-        s.client.async_stream_infer("square_int32", [inp], enable_empty_final_response=True)
-        assert s.until_final() == []
+        assert s.square("square_int32", 0) == []
     finally:
         s.close()
 

@@ -215,13 +215,8 @@ def sandbox_server(tmp_path_factory, python_guests, wasm_cache, tessera_binary):
         link_or_copy(wasm, version_dir / "model.wasm")
         (version_dir / "data.txt").write_text(secret(name))
         (repo / name / "config.pbtxt").write_text(probe_config(name, params))
-    srv = start_server(root / "logs", [repo], ["--wasm-cache-dir", str(wasm_cache)], name="sandbox")
-    try:
-        for name in SANDBOX_MODELS:
-            wait_model_ready(srv, name, deadline=PYTHON_GUEST_DEADLINE)
-    except BaseException:
-        srv.stop()
-        raise
+    srv = start_server(root / "logs", [repo], ["--wasm-cache-dir", str(wasm_cache)], name="sandbox",
+                       ready=list(SANDBOX_MODELS), ready_deadline=PYTHON_GUEST_DEADLINE)
     srv.repo = repo
     yield srv
     srv.stop_and_check()
