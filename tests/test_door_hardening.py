@@ -61,7 +61,7 @@ def test_out_of_descriptors_refuses_new_clients_at_once_and_recovers(server_fact
 
 
 # ---------------------------------------------------------------------------------------------
-# Compression bombs at once: the budget of decompressed bytes holds (issue 53, item 6)
+# Compression bombs at once: the budget of decompressed bytes holds
 # ---------------------------------------------------------------------------------------------
 
 MiB = 1 << 20

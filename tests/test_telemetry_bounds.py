@@ -1,4 +1,4 @@
-"""A model's own telemetry is bounded in bytes, not only in count (issue 53, item 5): a real
+"""A model's own telemetry is bounded in bytes, not only in count: a real
 guest (tests/guests/telemetry_bounds/model.py, Triton python-backend code) asks for a metric name,
 a label name, a label value, a description and a histogram's buckets past their bounds, holds
 families and then 1 KiB-labelled series until it is refused, and per request opens 300 spans full
