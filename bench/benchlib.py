@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -51,6 +52,21 @@ def tree(pid: int) -> set[int]:
         except OSError:
             pass
     return seen
+
+
+def stop_tree(proc: subprocess.Popen) -> None:
+    """SIGTERM to a server (PyTriton stops its tritonserver on it), then SIGKILL to whatever of its
+    process tree is left after 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        for pid in tree(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
 
 
 def cpu_seconds(pid: int) -> float:

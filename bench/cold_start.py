@@ -3,7 +3,7 @@
 its compiler processes (any child of any of its threads) every 0.1 s, and stops the server once
 every model in its repository index has left LOADING. With an empty compile cache
 (TESSERA_WASM_CACHE_DIR pointing at a new directory) every guest compiles, so the peak is the
-compiles' (docs/benchmarks.md, issue 15, sixteenth and seventeenth rounds).
+compiles'.
 
 usage: cold_start.py HTTP_PORT -- COMMAND...
   e.g. TESSERA_WASM_CACHE_DIR=$(mktemp -d) bench/cold_start.py 18400 -- \\

@@ -12,7 +12,7 @@ OUTPUT0 = 2 * INPUT0, FP32 [16], max_batch_size 16):
 Per mode and concurrency (1 and 8 callers), REPEATS interleaved windows: calls/s, p50 µs, the
 server's CPU µs per call (in-process: this whole process, callers included) and, for `inproc`,
 the model's own compute (statistics: compute_input + compute_infer + compute_output per
-inference) and the cost above it. Target (issue 46): in-process CPU per call at most 30 µs above
+inference) and the cost above it. Target: in-process CPU per call at most 30 µs above
 the model's compute.
 
     .venv/bin/python bench/inprocess.py [--repeats 3] [--secs 3]
@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from benchlib import REFERENCE, ROOT, cpu_seconds, fmt, reference_env, tree  # noqa: E402
+from benchlib import REFERENCE, ROOT, cpu_seconds, fmt, reference_env, stop_tree, tree  # noqa: E402
 
 CLIENT = r"""
 import json, sys, threading, time, resource
@@ -173,15 +173,7 @@ def main() -> None:
             cells = [fmt(c, 0 if i < 2 else 1) if c else "–" for i, c in enumerate(cols)]
             print(f"| {mode} | {conc} | " + " | ".join(cells) + " |")
     finally:
-        pytriton.terminate()
-        try:
-            pytriton.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            for pid in tree(pytriton.pid):
-                try:
-                    os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
+        stop_tree(pytriton)
         http.stop()
         server.stop()
 

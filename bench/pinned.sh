@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throughput with the server and the load generator on separate cores (issue 15 item 5): on a box
+# Throughput with the server and the load generator on separate cores: on a box
 # with enough cores, Tessera pinned to SERVER_CPUS and perf_analyzer to CLIENT_CPUS (taskset), so
 # the client no longer takes the server's cores as it does on the 2-core development box.
 #

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import signal
 import socket
 import statistics
 import subprocess
@@ -31,7 +30,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import REFERENCE, ROOT, cpu_seconds, fmt, reference_env, stats, tree  # noqa: E402
+from benchlib import REFERENCE, ROOT, cpu_seconds, fmt, reference_env, stats, stop_tree  # noqa: E402
 
 MODEL = "Double"
 PORTS = {"pytriton": 18600, "tessera": 18700}
@@ -108,11 +107,11 @@ def main() -> None:
                 log = open(logs / f"{name}-{start}.log", "wb")
                 # Same session as perf_analyzer, on purpose: with the kernel's autogroup scheduling
                 # a server in a session of its own gets half the CPU whatever its thread count,
-                # which moves the numbers (docs/benchmarks.md, issue 12).
+                # which moves the numbers.
                 procs[name] = subprocess.Popen(cmd, env=penv, stdout=log, stderr=subprocess.STDOUT)
                 ready[name].append(wait_ready(PORTS[name], procs[name]))
                 if start < args.starts - 1:  # the last launch stays up for the windows
-                    stop(procs[name])
+                    stop_tree(procs[name])
                     wait_ports_free(PORTS[name])
         rows = {}
         for conc in (1, 16):
@@ -141,22 +140,7 @@ def main() -> None:
                   f"CPU per inference {t[2] / p[2]:.3f}x, server time {t[3] / p[3]:.3f}x")
     finally:
         for proc in procs.values():
-            stop(proc)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the server (PyTriton stops its tritonserver on it), then SIGKILL to whatever of
-    its process tree is left after 30 s."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        for pid in tree(proc.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        proc.wait()
+            stop_tree(proc)
 
 
 def wait_ports_free(http_port: int, timeout: float = 60) -> None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throughput of one saturated server core, Tessera and the reference Triton side by side (issue 15).
+# Throughput of one saturated server core, Tessera and the reference Triton side by side.
 #
 # On the 2-core development box perf_analyzer takes most of a core itself and tops out near 14k
 # infer/s, so it cannot saturate a server. Here each server, with its whole process tree (Triton's

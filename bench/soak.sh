@@ -14,8 +14,7 @@
 # Env: MODEL=add_sub_python CONCURRENCY=16 SECS=600 SAMPLE_S=10 TESSERA_BIN=target/release/tessera
 #      ORT_DYLIB_PATH (default: the one scripts/setup-python.sh installs)
 #      COLD=1: start with an empty Wasm compile cache, so every guest compiles at start (with
-#      TESSERA_WASM_COMPILER=in-process, RSS then grows under load: docs/benchmarks.md, issue 15,
-#      sixteenth round); default: the server's usual cache, warm once any server compiled these
+#      TESSERA_WASM_COMPILER=in-process, RSS then grows under load); default: the server's usual cache, warm once any server compiled these
 #      guests)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

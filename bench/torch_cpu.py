@@ -8,7 +8,7 @@ concurrency, REPEATS windows per model, interleaved (and alternating which goes 
 hits both. Reports client infer/s (perf_analyzer, HTTP), the server's mean request time (statistics
 extension) and the server's CPU time per inference (/proc), medians with min-max.
 
-The GPU half of the issue-11 benchmark (the same model on CUDA) needs a GPU machine: docs/gpu.md.
+The GPU half of this benchmark (the same model on CUDA) needs a GPU machine: docs/gpu.md.
 
     python3 bench/torch_cpu.py [--bin target/release/tessera] [--repeats 3] [--secs 3]
 
