@@ -350,49 +350,11 @@ pub struct ShapeDim(pub Option<i64>);
 
 impl<'de> Deserialize<'de> for ShapeDim {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Dim;
-        impl<'de> Visitor<'de> for Dim {
-            type Value = ShapeDim;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a dimension")
-            }
-
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ShapeDim, E> {
-                Ok(ShapeDim(i64::try_from(v).ok()))
-            }
-
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ShapeDim, E> {
-                Ok(ShapeDim((v >= 0).then_some(v)))
-            }
-
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<ShapeDim, E> {
-                Ok(ShapeDim(None))
-            }
-
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<ShapeDim, E> {
-                Ok(ShapeDim(None))
-            }
-
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<ShapeDim, E> {
-                Ok(ShapeDim(None))
-            }
-
-            fn visit_unit<E: de::Error>(self) -> Result<ShapeDim, E> {
-                Ok(ShapeDim(None))
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ShapeDim, A::Error> {
-                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
-                Ok(ShapeDim(None))
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ShapeDim, A::Error> {
-                while map.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
-                Ok(ShapeDim(None))
-            }
-        }
-        deserializer.deserialize_any(Dim)
+        // A number that fits an i64 comes as `Int` (a larger one as `Uint`).
+        Ok(ShapeDim(match Scalar::deserialize(deserializer)?.0 {
+            Some(ParamValue::Int(v)) => (v >= 0).then_some(v),
+            _ => None,
+        }))
     }
 }
 

@@ -154,16 +154,20 @@ macro_rules! other_scalars {
     };
 }
 
-/// Reads a member's JSON type and skips its value.
-struct TypeOf;
+/// Reads any JSON value with the visitor: the seed every member here is read with.
+#[derive(Clone, Copy)]
+struct Any<V>(V);
 
-impl<'de> DeserializeSeed<'de> for TypeOf {
-    type Value = Member;
+impl<'de, V: Visitor<'de>> DeserializeSeed<'de> for Any<V> {
+    type Value = V::Value;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Member, D::Error> {
-        deserializer.deserialize_any(self)
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<V::Value, D::Error> {
+        deserializer.deserialize_any(self.0)
     }
 }
+
+/// Reads a member's JSON type and skips its value.
+struct TypeOf;
 
 impl<'de> Visitor<'de> for TypeOf {
     type Value = Member;
@@ -202,15 +206,15 @@ impl<'de> Visitor<'de> for RootVisitor<'_> {
         self.0.is_object = true;
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match key.as_ref() {
-                "id" => self.0.id = map.next_value_seed(TypeOf)?,
+                "id" => self.0.id = map.next_value_seed(Any(TypeOf))?,
                 "inputs" => {
                     self.0.inputs =
-                        map.next_value_seed(FirstRefused(OneInput, &mut self.0.bad_input, InputFacts::refused))?
+                        map.next_value_seed(Any(FirstRefused(OneInput, &mut self.0.bad_input, InputFacts::refused)))?
                 }
                 "outputs" => {
                     let refused = |name: &Member| *name != Member::String;
                     self.0.outputs =
-                        map.next_value_seed(FirstRefused(OutputName, &mut self.0.bad_output_name, refused))?
+                        map.next_value_seed(Any(FirstRefused(OutputName, &mut self.0.bad_output_name, refused)))?
                 }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
@@ -232,19 +236,11 @@ impl<'de> Visitor<'de> for RootVisitor<'_> {
     other_scalars!(() = ());
 }
 
-/// An array member (`inputs`, `outputs`): its type, with the first element, read with the seed,
+/// An array member (`inputs`, `outputs`): its type, with the first element, read with the visitor,
 /// that the function refuses (the elements after it are not looked at).
 struct FirstRefused<'a, S, V>(S, &'a mut Option<V>, fn(&V) -> bool);
 
-impl<'de, V, S: DeserializeSeed<'de, Value = V> + Copy> DeserializeSeed<'de> for FirstRefused<'_, S, V> {
-    type Value = Member;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Member, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de, V, S: DeserializeSeed<'de, Value = V> + Copy> Visitor<'de> for FirstRefused<'_, S, V> {
+impl<'de, V, S: Visitor<'de, Value = V> + Copy> Visitor<'de> for FirstRefused<'_, S, V> {
     type Value = Member;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -252,7 +248,7 @@ impl<'de, V, S: DeserializeSeed<'de, Value = V> + Copy> Visitor<'de> for FirstRe
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Member, A::Error> {
-        while let Some(element) = seq.next_element_seed(self.0)? {
+        while let Some(element) = seq.next_element_seed(Any(self.0))? {
             if self.1.is_none() && (self.2)(&element) {
                 *self.1 = Some(element);
             }
@@ -275,14 +271,6 @@ impl<'de, V, S: DeserializeSeed<'de, Value = V> + Copy> Visitor<'de> for FirstRe
 #[derive(Clone, Copy)]
 struct OneInput;
 
-impl<'de> DeserializeSeed<'de> for OneInput {
-    type Value = InputFacts;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<InputFacts, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
 impl<'de> Visitor<'de> for OneInput {
     type Value = InputFacts;
 
@@ -294,15 +282,15 @@ impl<'de> Visitor<'de> for OneInput {
         let mut input = InputFacts { is_object: true, ..Default::default() };
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match key.as_ref() {
-                "name" => input.name = map.next_value_seed(TypeOf)?,
-                "datatype" => input.datatype = map.next_value_seed(TypeOf)?,
-                "shape" => input.shape = map.next_value_seed(TypeOf)?,
+                "name" => input.name = map.next_value_seed(Any(TypeOf))?,
+                "datatype" => input.datatype = map.next_value_seed(Any(TypeOf))?,
+                "shape" => input.shape = map.next_value_seed(Any(TypeOf))?,
                 "data" => {
                     map.next_value::<IgnoredAny>()?;
                     input.has_data = true;
                 }
                 "parameters" => {
-                    let (binary_size, region) = map.next_value_seed(DataParameters)?;
+                    let (binary_size, region) = map.next_value_seed(Any(DataParameters))?;
                     input.has_binary_size = binary_size;
                     input.has_region = region;
                 }
@@ -327,14 +315,6 @@ impl<'de> Visitor<'de> for OneInput {
 
 /// An input's `parameters`: whether it names `binary_data_size` and `shared_memory_region`.
 struct DataParameters;
-
-impl<'de> DeserializeSeed<'de> for DataParameters {
-    type Value = (bool, bool);
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(bool, bool), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
 
 impl<'de> Visitor<'de> for DataParameters {
     type Value = (bool, bool);
@@ -371,14 +351,6 @@ impl<'de> Visitor<'de> for DataParameters {
 #[derive(Clone, Copy)]
 struct OutputName;
 
-impl<'de> DeserializeSeed<'de> for OutputName {
-    type Value = Member;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Member, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
 impl<'de> Visitor<'de> for OutputName {
     type Value = Member;
 
@@ -390,7 +362,7 @@ impl<'de> Visitor<'de> for OutputName {
         let mut name = Member::Missing;
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             if key == "name" {
-                name = map.next_value_seed(TypeOf)?;
+                name = map.next_value_seed(Any(TypeOf))?;
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
