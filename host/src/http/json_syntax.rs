@@ -73,10 +73,36 @@ struct Reader<'a> {
 type Parsed = Result<(), (Code, usize)>;
 
 /// What an open container expects next.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Open {
     Array,
     Object,
+}
+
+impl Open {
+    /// The container a byte opens, if it opens one.
+    fn opened_by(byte: u8) -> Option<Self> {
+        match byte {
+            b'[' => Some(Open::Array),
+            b'{' => Some(Open::Object),
+            _ => None,
+        }
+    }
+
+    fn closing(self) -> u8 {
+        match self {
+            Open::Array => b']',
+            Open::Object => b'}',
+        }
+    }
+
+    /// rapidjson's error for a byte after an element that neither continues nor closes it.
+    fn miss_comma_or_close(self) -> Code {
+        match self {
+            Open::Array => Code::ArrayMissCommaOrSquareBracket,
+            Open::Object => Code::ObjectMissCommaOrCurlyBracket,
+        }
+    }
 }
 
 impl Reader<'_> {
@@ -122,29 +148,19 @@ impl Reader<'_> {
         let mut stack: Vec<Open> = Vec::new();
         loop {
             // Read a value's start: a scalar, or an opening bracket.
-            let opened = match self.peek() {
-                b'{' => {
+            let opened = match Open::opened_by(self.peek()) {
+                Some(open) => {
                     self.at += 1;
                     self.skip_whitespace();
-                    if self.consume(b'}') {
+                    if self.consume(open.closing()) {
                         false
                     } else {
-                        stack.push(Open::Object);
-                        self.member_name()?;
+                        stack.push(open);
+                        self.element_start(open)?;
                         true
                     }
                 }
-                b'[' => {
-                    self.at += 1;
-                    self.skip_whitespace();
-                    if self.consume(b']') {
-                        false
-                    } else {
-                        stack.push(Open::Array);
-                        true
-                    }
-                }
-                _ => {
+                None => {
                     self.scalar()?;
                     false
                 }
@@ -156,33 +172,23 @@ impl Reader<'_> {
             loop {
                 let Some(&open) = stack.last() else { return Ok(()) };
                 self.skip_whitespace();
-                match open {
-                    Open::Array => {
-                        if self.consume(b',') {
-                            self.skip_whitespace();
-                            break;
-                        }
-                        if self.consume(b']') {
-                            stack.pop();
-                            continue;
-                        }
-                        return self.fail(Code::ArrayMissCommaOrSquareBracket);
-                    }
-                    Open::Object => {
-                        if self.consume(b',') {
-                            self.skip_whitespace();
-                            self.member_name()?;
-                            break;
-                        }
-                        if self.consume(b'}') {
-                            stack.pop();
-                            continue;
-                        }
-                        return self.fail(Code::ObjectMissCommaOrCurlyBracket);
-                    }
+                if self.consume(b',') {
+                    self.skip_whitespace();
+                    self.element_start(open)?;
+                    break;
                 }
+                if self.consume(open.closing()) {
+                    stack.pop();
+                    continue;
+                }
+                return self.fail(open.miss_comma_or_close());
             }
         }
+    }
+
+    /// What comes before an element's value: an object member's name and colon.
+    fn element_start(&mut self, open: Open) -> Parsed {
+        if open == Open::Object { self.member_name() } else { Ok(()) }
     }
 
     /// A member's name and colon, leaving the cursor at its value.
