@@ -1,22 +1,41 @@
 #!/usr/bin/env bash
-# Idempotent setup for a fresh machine of this kind (Debian 12, rustup toolchain, CPython 3.11):
-#   1. Python venv (.venv) with onnx, onnxruntime (its wheel ships libonnxruntime.so, which the
-#      server loads at run time), tritonclient, componentize-py and pytest; generates the
-#      quickstart ONNX models.
-#   2. The guest toolchains: Rust (Debian's rustc-web with std sources, wasm-ld), C/C++ (clang 22,
-#      wasi-libc, libc++; apt) and JavaScript (componentize-js; npm ci into .tools/js).
-#   3. Builds the server with the TorchScript backend (`--features torch`; LIBTORCH comes from
-#      .cargo/config.toml, pointing at the torch wheel setup-python.sh installs). One shared
-#      target/ dir; dev profile with optimised dependencies.
-#   4. Builds the example WebAssembly guests into the quickstart repository, numpy for Python
-#      guests (scripts/build-numpy-wasi.sh, cached outside the checkout by version) and the
-#      quickstart's model.py models into the server's cache of built Python guests (`tessera
-#      guest prepare`), so that a first start only loads them.
-#   5. pip-installs the `tessera` Python package (python/, maturin + PyO3, release build) into .venv.
-# Quiet when there is nothing to do. Safe to run repeatedly.
+# Idempotent setup for a fresh machine of this kind (Debian 12, rustup toolchain, CPython 3.11).
+#
+#   usage: scripts/setup.sh [--core]
+#
+# The steps, and what runs beside what (two cores: a download or an apt install overlaps a build;
+# two builds share the cores but fill each other's single-threaded stretches):
+#   python      .venv with onnxruntime (libonnxruntime.so), libtorch, tritonclient, componentize-py,
+#               Ray, pytest; the quickstart ONNX and TorchScript models (scripts/setup-python.sh)
+#   toolchains  the guest toolchains, beside `python`: Rust (Debian's rustc-web, std sources,
+#               wasm-ld), C/C++ (clang 22, wasi-libc, libc++) and JavaScript (componentize-js, npm)
+#   host        the server binary with the TorchScript backend, once `python` is done (LIBTORCH
+#               comes from .cargo/config.toml; dev profile, optimised dependencies)
+#   module      the `tessera` Python package's native module (python/, PyO3), in the same profile:
+#               it reuses every dependency `host` compiled, and its build of the host code (without
+#               the TorchScript backend) is the one the test command's image links too. It is copied
+#               into python/tessera/ and the package put on the venv's path (a .pth file): what
+#               `pip install --editable ./python` would do, without a second, release build of
+#               all the same code (docs/pytriton.md)
+#   numpy       numpy for Python guests (scripts/build-numpy-wasi.sh, cached outside the checkout
+#               by version), beside `host`, `module` and `guests` once `toolchains` is done
+#   guests      the example WebAssembly guests into model-repos/quickstart (scripts/build-guests.sh)
+#   prepare     the quickstart's model.py models into the server's cache of built Python guests
+#               (`tessera guest prepare`), so that a first start only loads them
+# --core stops after `python`, `toolchains` and `host`: what scripts/serve.sh needs to answer its
+# first request (it runs the rest while serving). A full run leaves target/.setup-complete.
+# Quiet when there is nothing to do; otherwise it ends with each step's wall time (steps side by
+# side overlap). Safe to run repeatedly.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+
+core_only=0
+case "${1:-}" in
+  "") ;;
+  --core) core_only=1 ;;
+  *) echo "usage: $0 [--core]" >&2; exit 2 ;;
+esac
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need cargo; then
@@ -31,22 +50,66 @@ if [ -n "$missing" ]; then
   apt-get update -qq && apt-get install -y -qq $missing >/dev/null
 fi
 
-bash scripts/setup-python.sh
-bash scripts/setup-guest-toolchain.sh
-bash scripts/setup-js-toolchain.sh
-cargo build --quiet --features torch --bin tessera
-# The `tessera` Python package (python/: the server library through PyO3, PyTriton's API), pip-
-# installed from the checkout into .venv in editable mode (its Python files are used in place).
-# maturin builds the native module with the release profile: the dev profile's module is about
-# 2x slower per call. Cargo decides what to rebuild: seconds when nothing changed.
-if ! out=$(PATH=$ROOT/.venv/bin:$PATH .venv/bin/pip install --quiet --no-build-isolation --no-deps \
-    --editable ./python 2>&1); then
-  echo "$out" >&2
-  exit 1
+TIMES=$(mktemp)
+started=$SECONDS
+# Steps in the background run in process groups of their own (job control), so that they and
+# everything they started are stopped with the script, however it ends.
+set -m
+trap 'for job in $(jobs -p); do kill -- "-$job" 2>/dev/null || true; done; rm -f "$TIMES"' EXIT
+trap 'exit 130' INT TERM
+
+step() {  # NAME COMMAND...: runs COMMAND; its wall time goes into the summary
+  local name=$1 t0=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  echo "$name $((SECONDS - t0))" >> "$TIMES"
+  return "$rc"
+}
+quiet() {  # COMMAND...: its output only when it fails
+  local out
+  if ! out=$("$@" 2>&1); then
+    echo "$out" >&2
+    return 1
+  fi
+}
+# (Steps run with errexit off, as the left of `||`: each command says what stops them.)
+toolchains() {
+  bash scripts/setup-guest-toolchain.sh && bash scripts/setup-js-toolchain.sh
+}
+module() {
+  cargo build --quiet -p tessera-python || return
+  local module=python/tessera/_tessera.abi3.so site
+  if [ ! -f "$module" ] || [ target/debug/lib_tessera.so -nt "$module" ]; then
+    # Stripped (the debug info is for the server binary): the module loads faster.
+    strip --strip-debug -o "$module.tmp" target/debug/lib_tessera.so && mv "$module.tmp" "$module" || return
+  fi
+  site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || return
+  [ "$(cat "$site/tessera.pth" 2>/dev/null)" = "$ROOT/python" ] || echo "$ROOT/python" > "$site/tessera.pth"
+}
+summary() {
+  local total=$((SECONDS - started))
+  (( total >= 10 )) || return 0
+  echo "setup: done in ${total}s; steps (wall seconds; side by side ones overlap):" \
+    "$(tr '\n' ' ' < "$TIMES")" >&2
+}
+
+step toolchains toolchains &
+toolchains_pid=$!
+step python bash scripts/setup-python.sh
+step host cargo build --quiet --features torch --bin tessera &
+host_pid=$!
+wait "$toolchains_pid"
+if (( core_only )); then
+  wait "$host_pid"
+  summary
+  exit 0
 fi
-bash scripts/build-guests.sh
-bash scripts/build-numpy-wasi.sh
-if ! out=$(target/debug/tessera guest prepare model-repos/quickstart 2>&1); then
-  echo "$out" >&2
-  exit 1
-fi
+step numpy bash scripts/build-numpy-wasi.sh &
+numpy_pid=$!
+wait "$host_pid"
+step module module
+step guests bash scripts/build-guests.sh
+wait "$numpy_pid"
+step prepare quiet target/debug/tessera guest prepare model-repos/quickstart
+touch target/.setup-complete
+summary

@@ -1,17 +1,39 @@
 #!/usr/bin/env bash
-# Sets up (idempotently) and runs every test: style (rustfmt, clippy, line width), the Rust unit
-# and integration tests, the OCI image build (FROM scratch, buildah), then the suite that drives
-# the real binary, the image (podman) and the deployment manifests with the real tritonclient over
-# 127.0.0.1.
+# Sets up (idempotently) and runs every test: style (line counts, rustfmt, clippy, layers), the
+# Rust unit and integration tests, the OCI image build (FROM scratch, buildah), then the suite that
+# drives the real binary, the image (podman) and the deployment manifests with the real tritonclient
+# over 127.0.0.1. Ends with each step's wall time. Arguments go to pytest.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-bash scripts/setup.sh
-bash scripts/check-style.sh
-# --features torch: the same build setup.sh made, so the binary the Python suite runs is not rebuilt
-# without the TorchScript backend.
-cargo test --workspace --features torch
-# The image tests/test_deploy.py runs under podman (release build, stripped; prints its size).
-bash scripts/build-image.sh
+started=$SECONDS
+times=""
+step() {  # NAME COMMAND...
+  local name=$1 t0=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  times="$times $name $((SECONDS - t0))"
+  return "$rc"
+}
+image() {
+  # The image the deployment tests run: build-image.sh's recipe around a dev-profile server built
+  # without the TorchScript backend (the image carries no libtorch). Dependencies are shared with
+  # the build setup.sh made, so only the host code compiles again; scripts/build-image.sh alone
+  # makes the release image.
+  # (Steps run with errexit off, as the left of `||`: `&&` says what stops this one.)
+  cargo build --quiet --bin tessera && mkdir -p target/image \
+    && cp target/debug/tessera target/image/tessera-dev \
+    && cargo build --quiet --features torch --bin tessera `# puts the suite's binary back` \
+    && bash scripts/build-image.sh --binary target/image/tessera-dev
+}
+
+step setup bash scripts/setup.sh
+step style bash scripts/check-style.sh
+# --features torch: the same build setup.sh made, so nothing is rebuilt without the backend.
+step rust-tests cargo test --quiet --workspace --features torch
+step image image
 export TESSERA_BIN="$ROOT/target/debug/tessera"
-exec .venv/bin/python -m pytest "$@"
+status=0
+step pytest .venv/bin/python -m pytest "$@" || status=$?
+echo "test: ${SECONDS}s in all; steps (wall seconds):$times" >&2
+exit "$status"
