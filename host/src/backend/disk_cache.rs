@@ -13,6 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
+/// The default cap of each build or compile cache: about a hundred numpy guests.
+pub(crate) const DEFAULT_CACHE_MAX_BYTES: u64 = 4 << 30;
+
 /// One capped cache directory: entries are the files whose names end with `suffix`.
 pub(crate) struct DiskCache {
     name: &'static str,

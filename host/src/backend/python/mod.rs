@@ -32,7 +32,7 @@ use confine::Confinement;
 use slots::BuildSlots;
 use sources::Sources;
 
-use super::disk_cache::{DiskCache, Pinned};
+use super::disk_cache::{DEFAULT_CACHE_MAX_BYTES, DiskCache, Pinned};
 use super::wasm::{AllowList, WasmBackend};
 use super::{Backend, BackendKind, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
@@ -58,9 +58,6 @@ pub struct PythonOptions {
     /// the available memory holds fewer ([`slots::default_jobs`]).
     pub build_jobs: usize,
 }
-
-/// The default cap of each build or compile cache: about a hundred numpy guests.
-pub const DEFAULT_CACHE_MAX_BYTES: u64 = 4 << 30;
 
 impl Default for PythonOptions {
     fn default() -> Self {

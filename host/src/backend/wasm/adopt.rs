@@ -27,12 +27,12 @@ use std::time::{Duration, Instant};
 
 use wasmtime::component::Resource;
 
+use super::bindings::{wit, wit_host};
 use super::bls::{HostPendingInfer, Watched};
 use super::convert::kind_from_wit;
 use super::pack;
 use super::request::{BY_VALUE_INPUT_BYTES, READ_INPUTS_MAX_TOTAL};
 use super::state::{ExecuteCall, HostRequest, HostView};
-use super::{wit, wit_host};
 use crate::backend::mailbox::{Done, Mailbox};
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};

@@ -8,12 +8,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::bindings::wit;
 use super::cache::Prepared;
 use super::convert::kind_from_wit;
 use super::instance::{instantiation_failed, sandboxed_store, trap_error};
 use super::sandbox::{AllowList, Sandbox};
 use super::state::GuestShared;
-use super::{ExecutionClock, wit};
+use super::timing::ExecutionClock;
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};
 

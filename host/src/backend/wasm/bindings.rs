@@ -1,5 +1,6 @@
 //! The bindings wasmtime generates from `wit/` for world `model`, with the host's own types
-//! for its resources.
+//! for its resources, and the short names the backend's files use for its interfaces (`wit`:
+//! interface `types`, `wit_host`: interface `host`).
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -16,3 +17,5 @@ wasmtime::component::bindgen!({
     },
     imports: { default: trappable },
 });
+
+pub(super) use tessera::model::{host as wit_host, types as wit};

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use wasmtime::component::Resource;
 
+use super::bindings::{wit, wit_host};
 use super::convert::{params_from_wit, wit_error};
 use super::state::{HostTensor, HostView, table_error};
-use super::{wit, wit_host};
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::execution::Caller;
 use crate::infer::{Infer, InferRequest, InferResponse, RequestedOutput, ResponseStream};
@@ -483,7 +483,7 @@ mod tests {
                 bls_timeout: Duration::from_millis(100),
                 infer: Some(infer),
                 runtime: Some(self.runtime.handle().clone()),
-                clock: crate::backend::wasm::ExecutionClock::Wall,
+                clock: crate::backend::wasm::timing::ExecutionClock::Wall,
                 telemetry: Default::default(),
             }))
         }
@@ -606,7 +606,7 @@ mod tests {
             bls_timeout: Duration::from_millis(100),
             infer: Some(gone),
             runtime: Some(f.runtime.handle().clone()),
-            clock: crate::backend::wasm::ExecutionClock::Wall,
+            clock: crate::backend::wasm::timing::ExecutionClock::Wall,
             telemetry: Default::default(),
         }));
         let e = call(&mut s, "target").expect_err("unavailable");

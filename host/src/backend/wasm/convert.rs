@@ -1,7 +1,7 @@
 //! Conversions between the core types and their WIT counterparts. The enums match one to one;
 //! parameters lose only the unsigned variant, which the contract does not have.
 
-use super::wit;
+use super::bindings::wit;
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::infer::{ParamValue, Parameters};
 use crate::tensor::DataType;

@@ -6,10 +6,11 @@ use std::time::Duration;
 use wasmtime::Engine;
 use wasmtime::component::Linker;
 
+use super::bindings;
+use super::options::WasmOptions;
 use super::settings::{Allocation, engine_config};
 use super::state::{GuestState, HostCalls, Types};
 use super::telemetry::TelemetryCalls;
-use super::{WasmOptions, bindings};
 
 /// How often the engine's epoch advances: the resolution of `max_execute_ms`.
 pub(super) const EPOCH_TICK: Duration = Duration::from_millis(5);

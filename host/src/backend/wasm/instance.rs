@@ -11,6 +11,7 @@ use wasmtime::component::{Linker, Resource, TypedFunc};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
 use super::adopt::Offer;
+use super::bindings::{self, wit};
 use super::cache::{CompileCache, Prepared};
 use super::convert::kind_from_wit;
 use super::engine::EPOCH_TICK;
@@ -20,7 +21,6 @@ use super::request::{BY_VALUE_INPUT_BYTES, READ_INPUTS_MAX_TOTAL};
 use super::sandbox::{GuestLimiter, Sandbox};
 use super::state::{GuestShared, GuestState, HostRequest, HostTensor, named_twice};
 use super::tensor::latin1_bytes;
-use super::{bindings, wit};
 use crate::backend::mailbox::Mailbox;
 use crate::backend::{ExecRequest, ModelInstance};
 use crate::error::{CoreError, CoreResult};

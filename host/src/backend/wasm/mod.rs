@@ -28,7 +28,8 @@
 //! guest's event loop runs concurrently (Triton's `async def execute`; `adopt`), each request
 //! ending, and answering its caller, on its own.
 //!
-//! Files, shaped like wasmtime-wasi: `bindings` (what wasmtime generates from `wit/`); `state`
+//! Files, shaped like wasmtime-wasi: `bindings` (what wasmtime generates from `wit/`, and the
+//! short names `wit` and `wit_host` every file imports from there); `state`
 //! (the store's data in parts by concern, and the views each WIT interface is implemented on,
 //! projected in `engine`'s `add_to_linker` calls); one file per interface or resource: `tensor`,
 //! `request`, `sender` (interface `types`), `host` and `bls` (interface `host`: logging, guests
@@ -38,7 +39,9 @@
 //! limits and grants); `instance` and `live` (one guest instance's life, and the live set that
 //! bounds them); `outlet` (a decoupled request's buffered responses); `adopt` (requests that
 //! join a decoupled model's running call: WIT `host.adopt`, `wait`, `finish`); `convert` (core types <->
-//! WIT types); `pack` (the tensor pack of `execute-by-value`) and `autocomplete` (config completion).
+//! WIT types); `pack` (the tensor pack of `execute-by-value`); `autocomplete` (config completion);
+//! `options` ([`WasmOptions`]) and `timing` (how executions are timed). Files import their
+//! siblings, never this one.
 
 mod adopt;
 mod autocomplete;
@@ -52,6 +55,7 @@ mod host;
 mod instance;
 mod live;
 mod nn;
+mod options;
 mod outlet;
 pub(crate) mod pack;
 mod request;
@@ -63,8 +67,9 @@ mod telemetry;
 mod tensor;
 #[cfg(test)]
 mod test_support;
+mod timing;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, OnceLock, Weak};
 
 use wasmtime::Engine;
@@ -86,92 +91,10 @@ use state::{GuestShared, GuestState};
 /// The bindings wasmtime generates from wit/ (world `model`).
 mod bindings;
 
-use bindings::tessera::model::{host as wit_host, types as wit};
-
-/// Engine-wide settings for Wasm models.
-#[derive(Debug, Clone)]
-pub struct WasmOptions {
-    /// Where compiled components are cached (keyed by content hash and engine settings).
-    pub cache_dir: Option<PathBuf>,
-    /// Upper bound on live guest instances (sizes the pooling allocator); past it the least
-    /// recently used idle instance is evicted (see `live`).
-    pub max_instances: u32,
-    /// Instances unused this long are evicted; `None` keeps them until their room is needed.
-    pub idle_timeout: Option<std::time::Duration>,
-    /// Where components are compiled: the `tessera` binary compiles in a process of its own
-    /// (see `compile`); an embedder compiles in-process.
-    pub compiler: Compiler,
-    /// The size cap of `cache_dir` in bytes (0: none); the least recently used entries go.
-    pub cache_max_bytes: u64,
-    /// The server's environment variables guests may be given (`--guest-env`); a model sees
-    /// those its `environment_variables` parameter asks for.
-    pub guest_env: GuestEnv,
-}
-
-impl Default for WasmOptions {
-    fn default() -> Self {
-        Self {
-            cache_dir: default_cache_dir(),
-            max_instances: 1000,
-            idle_timeout: None,
-            compiler: Compiler::InProcess,
-            cache_max_bytes: crate::backend::python::DEFAULT_CACHE_MAX_BYTES,
-            guest_env: GuestEnv::default(),
-        }
-    }
-}
-
-/// How a Wasm model's executions are timed for its CPU metric and quota.
-///
-/// Reading a thread's CPU clock is a system call, two per execution: for a guest answering in
-/// microseconds that is measurable on the request path. So only a model with a CPU quota, which
-/// needs the true figure, pays for it; the others are timed with the monotonic clock (vDSO),
-/// which counts an execution's time on its thread, waits included: their
-/// `tessera_model_cpu_duration_us` is an upper bound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ExecutionClock {
-    /// The calling thread's CPU time: what an execution costs, without the time it spent
-    /// waiting (on a BLS call, or preempted).
-    ThreadCpu,
-    /// Wall time on the monotonic clock.
-    Wall,
-}
-
-impl ExecutionClock {
-    pub(super) fn for_quota(max_cpu_per_second: Option<std::time::Duration>) -> Self {
-        if max_cpu_per_second.is_some() { Self::ThreadCpu } else { Self::Wall }
-    }
-
-    /// The clock's reading; only differences between readings of one thread mean anything.
-    pub(super) fn now(self) -> std::time::Duration {
-        match self {
-            Self::ThreadCpu => thread_cpu_time(),
-            Self::Wall => {
-                static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-                EPOCH.get_or_init(std::time::Instant::now).elapsed()
-            }
-        }
-    }
-}
-
-fn thread_cpu_time() -> std::time::Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID needs nothing else.
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return std::time::Duration::ZERO;
-    }
-    std::time::Duration::new(u64::try_from(ts.tv_sec).unwrap_or(0), u32::try_from(ts.tv_nsec).unwrap_or(0))
-}
-
-/// `$XDG_CACHE_HOME/tessera/wasm`, else `~/.cache/tessera/wasm`.
-pub(crate) fn default_cache_dir() -> Option<PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .map(|d| d.join("tessera").join("wasm"))
-}
+use bindings::wit;
+pub use options::WasmOptions;
+pub(crate) use options::default_cache_dir;
+use timing::ExecutionClock;
 
 pub struct WasmBackend {
     engine: Engine,

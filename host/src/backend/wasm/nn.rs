@@ -342,10 +342,10 @@ mod tests {
     use inference::HostGraphExecutionContext as _;
     use tensor::HostTensor as _;
 
-    use super::super::ExecutionClock;
     use super::super::sandbox::AllowList;
     use super::super::state::GuestShared;
     use super::super::test_support::state;
+    use super::super::timing::ExecutionClock;
     use super::*;
     use crate::error::CoreResult;
     use crate::infer::{Infer, InferFuture, InferRequest, InferResponse, ResponseStream};

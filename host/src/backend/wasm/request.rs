@@ -6,10 +6,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use wasmtime::component::Resource;
 
+use super::bindings::wit;
 use super::convert::{datatype_from_wit, datatype_to_wit, params_to_wit, response_params_from_wit, wit_error};
 use super::state::{HostRequest, HostSender, HostTensor, TypesView, own_size, table_error};
 use super::tensor::latin1_bytes;
-use super::wit;
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::Tensor;
 

@@ -2,10 +2,10 @@
 
 use wasmtime::component::Resource;
 
+use super::bindings::wit;
 use super::convert::{kind_from_wit, response_params_from_wit, wit_error};
 use super::outlet::{Outlet, SendDeadline};
 use super::state::{HostSender, HostTensor, TypesView, table_error};
-use super::wit;
 use crate::backend::Sent;
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{Parameters, RESPONSE_BUFFER};

@@ -11,11 +11,12 @@ use std::time::Duration;
 use wasmtime::component::{HasData, Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::bindings::wit;
 use super::convert::wit_error;
 use super::outlet::Outlet;
 use super::sandbox::{AllowList, GuestLimiter};
 use super::telemetry::{CallSpans, GuestTelemetry, TelemetryView};
-use super::{ExecutionClock, wit};
+use super::timing::ExecutionClock;
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{Infer, Parameters};
 use crate::tensor::Tensor;

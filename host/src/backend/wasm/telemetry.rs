@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use wasmtime::component::{HasData, Resource};
 
 use super::bindings::tessera::model::telemetry as wit_telemetry;
+use super::bindings::wit;
 use super::state::{BlsCalls, GuestShared, Handles, cut_text, table_error};
-use super::wit;
 use crate::error::CoreError;
 use crate::stats::custom::{CustomMetrics, MetricKind, ModelFamily, Series, SpanDrop};
 use crate::trace::{GuestSpan, SpanEvent, SpanValue, Trace, now_ns, random_id};

@@ -3,9 +3,9 @@
 use bytes::Bytes;
 use wasmtime::component::Resource;
 
+use super::bindings::wit;
 use super::convert::{datatype_from_wit, datatype_to_wit, wit_error};
 use super::state::{HostTensor, TypesView, own_size, table_error};
-use super::wit;
 use crate::error::CoreError;
 use crate::tensor::Tensor;
 

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use wasmtime_wasi::WasiCtx;
 
-use super::ExecutionClock;
 use super::sandbox::{AllowList, GuestLimiter};
 use super::state::{GuestShared, GuestState};
+use super::timing::ExecutionClock;
 use crate::infer::Infer;
 
 /// The smallest valid component: the preamble (magic, component version 0x0d, layer 1).
