@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 pub use super::custom_limits::{CustomLimits, Refused, SpanDrop};
 use super::custom_limits::{ReasonCounts, quoted};
-use super::latency::{Histogram, escape_label_value, number};
+use super::exposition::{Histogram, escape_label_value, number};
 
 /// TensorRT-LLM's KV-cache block metrics (label `kv_cache_block_type`: `tokens_per`, `used`,
 /// `max`), which Triton's ORCA load report reads.

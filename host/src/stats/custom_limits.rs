@@ -159,7 +159,7 @@ impl<R: Ord + Copy> ReasonCounts<R> {
         }
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
         for ((model, reason), count) in &self.0 {
-            let model = super::latency::escape_label_value(model);
+            let model = super::exposition::escape_label_value(model);
             let _ = writeln!(out, "{name}{{model=\"{model}\",reason=\"{}\"}} {count}", reason_str(*reason));
         }
     }

@@ -138,10 +138,10 @@ fn model_metrics_override_buckets_and_bad_buckets_fail_the_load() {
     let on = settings(&["histogram_latencies=true"]).unwrap();
     let config = config_with_buckets(FIRST_RESPONSE_FAMILY, vec![1.0, 2.0, 4.0, 8.0]);
     let latency = Latency::new(&on, &config, false).unwrap();
-    assert_eq!(latency.first_response.unwrap().bounds, vec![1.0, 2.0, 4.0, 8.0]);
+    assert_eq!(latency.first_response.unwrap().bounds(), vec![1.0, 2.0, 4.0, 8.0]);
     let phase = config_with_buckets(Phase::Queue.family(), vec![10.0, 20.0]);
     let latency = Latency::new(&on, &phase, false).unwrap();
-    assert_eq!(latency.phases.unwrap()[Phase::Queue as usize].bounds, vec![10.0, 20.0]);
+    assert_eq!(latency.phases.unwrap()[Phase::Queue as usize].bounds(), vec![10.0, 20.0]);
     let unsorted = config_with_buckets(FIRST_RESPONSE_FAMILY, vec![4.0, 2.0]);
     let error = Latency::new(&on, &unsorted, false).unwrap_err();
     assert_eq!(

@@ -4,6 +4,7 @@
 
 pub mod custom;
 mod custom_limits;
+mod exposition;
 pub mod host;
 pub mod latency;
 
