@@ -12,9 +12,12 @@
 //!   request is parsed (HTTP JSON) or scanned before it is decoded (gRPC protobuf).
 
 use std::io::Read;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{CoreError, CoreResult};
@@ -113,6 +116,39 @@ impl Reservation {
     /// Bytes reserved (rounded up to KiB).
     pub fn bytes(&self) -> usize {
         self.permit.as_ref().map_or(0, |p| p.num_permits() * UNIT)
+    }
+}
+
+/// A response body that keeps what its request holds (a budget [`Reservation`], its count on its
+/// connection) until the body is done or dropped: both doors wrap their responses in one.
+pub struct HoldingBody<B, T> {
+    inner: B,
+    _held: T,
+}
+
+impl<B, T> HoldingBody<B, T> {
+    pub fn new(inner: B, held: T) -> Self {
+        Self { inner, _held: held }
+    }
+}
+
+impl<B: http_body::Body<Data = Bytes> + Unpin, T: Unpin> http_body::Body for HoldingBody<B, T> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -32,11 +32,11 @@ use bytes::{Buf, Bytes, BytesMut};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use tonic::Status;
 
-use super::connection::{CallInFlight, GrpcConnectInfo};
+use super::connection::GrpcConnectInfo;
 use tonic::body::Body;
 
 pub use super::scan::{ScanError, scan_infer_request};
-use crate::limits::{Compression, InflateError, Pages, RequestBudget, Reservation, inflate};
+use crate::limits::{Compression, HoldingBody, InflateError, Pages, RequestBudget, Reservation, inflate};
 
 /// The gRPC length prefix: a compressed flag and a big-endian u32 length.
 const PREFIX: usize = 5;
@@ -124,33 +124,9 @@ where
         let response = self.inner.call(http::Request::from_parts(parts, Body::new(body)));
         Box::pin(async move {
             let response = response.await?;
-            Ok(response.map(|body| Body::new(HoldingBody { inner: body, _held: held, _call: call })))
+            // The reservation, and the call counted on its connection, last until the body is done.
+            Ok(response.map(|body| Body::new(HoldingBody::new(body, (held, call)))))
         })
-    }
-}
-
-/// A response body that keeps its request's reservation, and its call counted on its
-/// connection, until it is done.
-struct HoldingBody<B> {
-    inner: B,
-    _held: Held,
-    _call: Option<CallInFlight>,
-}
-
-impl<B: HttpBody<Data = Bytes> + Unpin> HttpBody for HoldingBody<B> {
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 

@@ -43,6 +43,7 @@ use tower::ServiceExt;
 
 use crate::execution::connection_threads::ConnectionThreads;
 use crate::execution::repoll::RepollOnSelfWake;
+use crate::limits::HoldingBody;
 
 /// Connection limits and timeouts of the HTTP door.
 #[derive(Debug, Clone)]
@@ -222,9 +223,7 @@ async fn serve_connection(
                 // The server is stopping: this is the connection's last response.
                 response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
             }
-            Ok::<_, std::convert::Infallible>(
-                response.map(|body| Body::new(GuardedBody { inner: body, _guard: guard })),
-            )
+            Ok::<_, std::convert::Infallible>(response.map(|body| Body::new(HoldingBody::new(body, guard))))
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -311,29 +310,6 @@ impl Drop for InFlight {
         // Idle time counts from the end of the last response.
         self.0.touch();
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// A response body that keeps its request counted as in flight until it is finished.
-struct GuardedBody {
-    inner: Body,
-    _guard: InFlight,
-}
-
-impl HttpBody for GuardedBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 
