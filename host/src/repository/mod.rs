@@ -289,9 +289,9 @@ impl ModelManager {
                 // Triton answers 200 for unloading a model that is not loaded.
                 let Some(entry) = models.get_mut(name) else { continue };
                 for state in entry.versions.values_mut() {
-                    *state = state.unloaded();
+                    state.unload();
                 }
-                entry.state = ModelState::Unloaded;
+                entry.state.unload();
                 // The versions are gone: so are the files an override load wrote for them.
                 entry.override_dir = None;
                 tracing::info!(model = name.as_str(), "model unloaded");
@@ -398,7 +398,7 @@ impl ModelManager {
         let (config, versions) = match self.prepare_config(name, dir, config_override) {
             Ok(prepared) => prepared,
             Err(e) => {
-                entry.state = ModelState::Failed(e);
+                entry.state.fail(e);
                 return entry;
             }
         };
@@ -413,7 +413,7 @@ impl ModelManager {
         let backend = match self.backends.resolve(&config, None) {
             Ok(b) => b,
             Err(e) => {
-                entry.state = ModelState::Failed(e);
+                entry.state.fail(e);
                 return entry;
             }
         };
@@ -515,7 +515,7 @@ impl ModelManager {
         let Ok(mut models) = self.models.write() else { return };
         let entry = models.entry(name.to_string()).or_default();
         if !entry.versions.values().any(|s| s.ready().is_some()) {
-            entry.state = ModelState::Loading;
+            entry.state.begin_load();
         }
     }
 

@@ -26,6 +26,11 @@ impl VersionState {
         }
     }
 
+    /// Unloads the version: one still running requests is unloading until they end.
+    pub fn unload(&mut self) {
+        *self = self.unloaded();
+    }
+
     /// The state after an unload: a version still running requests is unloading until they end.
     pub fn unloaded(&self) -> Self {
         match self {
@@ -75,6 +80,21 @@ pub enum ModelState {
 }
 
 impl ModelState {
+    /// A first load starts: LOADING until its versions swap in.
+    pub fn begin_load(&mut self) {
+        *self = Self::Loading;
+    }
+
+    /// The model as a whole failed to load, with `error`.
+    pub fn fail(&mut self, error: CoreError) {
+        *self = Self::Failed(error);
+    }
+
+    /// Unloaded by request.
+    pub fn unload(&mut self) {
+        *self = Self::Unloaded;
+    }
+
     pub fn is_loaded(&self) -> bool {
         matches!(self, Self::Loaded)
     }
