@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::IoSpec;
 use crate::error::{CoreError, CoreResult};
+use crate::execution::Caller;
 use crate::infer::{InferRequest, InferResponse, ShmTarget};
 use crate::lifecycle::{Lifecycle, TrackedStream};
 use crate::model::LoadedModel;
@@ -24,7 +25,7 @@ use crate::shm::{Region, SharedMemoryManager, ShmInput};
 use crate::stats::custom::CustomMetrics;
 use crate::stats::host::HostSampler;
 use crate::tensor::Tensor;
-use crate::trace::{SettingAnswer, Trace, Tracer};
+use crate::trace::{SettingAnswer, Trace, Tracer, activity, stamp};
 pub use forward::{Door, Patterns as ForwardPatterns, add_to as add_forwarded};
 pub use load::LoadReport;
 
@@ -476,6 +477,26 @@ impl Frontend {
         let shm_outputs = self.shm_outputs(&request)?;
         let mut response = model.0.infer(request).await?;
         Self::write_shm_outputs(&shm_outputs, &mut response)?;
+        Ok(response)
+    }
+
+    /// Runs a request a door decoded (unary, on its own task: an inline execution may block it):
+    /// its shared-memory inputs read, then the forwarded headers added (an `Err` refuses it
+    /// there), on the version `model` resolved, traced with `trace`.
+    pub async fn infer_decoded(
+        &self,
+        model: &ServedModel,
+        decoded: DecodedRequest,
+        forwarded: CoreResult<Vec<(String, String)>>,
+        trace: &Option<Trace>,
+    ) -> CoreResult<InferResponse> {
+        let mut request = self.read_shm_inputs(decoded)?;
+        add_forwarded(&mut request, &forwarded?);
+        request.model_version = Some(model.version());
+        request.caller = Caller::Task;
+        request.trace = trace.clone();
+        let response = self.infer(model, request).await?;
+        stamp(trace, activity::INFER_RESPONSE_COMPLETE);
         Ok(response)
     }
 

@@ -36,8 +36,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{CoreError, CoreResult};
-use crate::execution::Caller;
-use crate::frontend::{Door, EXTENSIONS, Frontend, SettingValue, VersionStats, add_forwarded};
+use crate::frontend::{Door, EXTENSIONS, Frontend, SettingValue, VersionStats};
 use crate::infer::check_string_correlation_id;
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
@@ -212,14 +211,8 @@ impl InferenceService {
         let trace = self.frontend.trace(model.name(), traceparent.as_deref());
         stamp(&trace, activity::GRPC_WAITREAD_START);
         stamp(&trace, activity::GRPC_WAITREAD_END);
-        let mut request = self.frontend.read_shm_inputs(codec::decode_request(request)?)?;
-        add_forwarded(&mut request, &forwarded);
-        request.model_version = Some(model.version());
-        // A unary call is its own task: an inline execution may block it.
-        request.caller = Caller::Task;
-        request.trace = trace.clone();
-        let response = self.frontend.infer(&model, request).await?;
-        stamp(&trace, activity::INFER_RESPONSE_COMPLETE);
+        let decoded = codec::decode_request(request)?;
+        let response = self.frontend.infer_decoded(&model, decoded, Ok(forwarded), &trace).await?;
         stamp(&trace, activity::GRPC_SEND_START);
         let encoded = codec::encode_response(response);
         stamp(&trace, activity::GRPC_SEND_END);

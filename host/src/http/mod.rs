@@ -36,7 +36,6 @@ pub use self::path::ModelPath;
 use self::response::{empty_ok, error_json, ok_json};
 pub use self::serve::{ConnectionLimits, serve};
 use crate::error::{CoreError, CoreResult, ErrorKind};
-use crate::execution::Caller;
 use crate::frontend::{
     Door, EXTENSIONS, Frontend, SettingValue, VersionStats, add_forwarded, index_json, statistics_json,
 };
@@ -254,14 +253,8 @@ async fn infer_model(
     if state.frontend.logs_requests() {
         request_id.clone_from(&decoded.request.request.id);
     }
-    let mut request = state.frontend.read_shm_inputs(decoded.request)?;
-    add_forwarded(&mut request, &forwarded_headers(state, &parts.headers)?);
-    request.model_version = Some(served.version());
-    // One request per task: an inline execution may block it.
-    request.caller = Caller::Task;
-    request.trace = trace.clone();
-    let response = state.frontend.infer(&served, request).await?;
-    stamp(&trace, activity::INFER_RESPONSE_COMPLETE);
+    let forwarded = forwarded_headers(state, &parts.headers);
+    let response = state.frontend.infer_decoded(&served, decoded.request, forwarded, &trace).await?;
     stamp(&trace, activity::HTTP_SEND_START);
     let (body, header_length) = codec::encode_response(&response, &decoded.binary_outputs)?;
     let mut http = Response::new(Body::from(body));
