@@ -1,5 +1,11 @@
-//! The one request/response type every door (HTTP, gRPC, in-process BLS, the library API)
-//! translates to, and [`Infer`], the one in-process entry point they all call.
+//! The one request/response type every caller translates to (the HTTP, gRPC and in-process
+//! doors, BLS calls from guests, ensemble steps, the library API), and [`Infer`], the way to run
+//! a model by name that the model manager implements.
+//!
+//! Two paths lead to a model, and both end in the loaded version's `LoadedModel::infer`: the
+//! doors resolve the version once through the frontend (`Frontend::model`, a `ServedModel`) and
+//! run the request there (`Frontend::infer`, with shared memory and the drain); BLS, ensemble
+//! steps and `ServerHandle::infer` go through [`Infer`].
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -162,12 +168,14 @@ pub fn response_stream() -> (ResponseSender, ResponseStream) {
 /// A boxed future, so [`Infer`] can be used as `dyn Infer` (BLS holds a `Weak<dyn Infer>`).
 pub type InferFuture<'a, T> = Pin<Box<dyn Future<Output = CoreResult<T>> + Send + 'a>>;
 
-/// The one in-process way to run a model: request in, response (or response stream) out.
+/// Running a model by name in-process: request in, response (or response stream) out.
 ///
-/// The model manager implements it; the HTTP and gRPC doors, the generate extension, BLS calls
-/// from guests and the library API all call it, so every caller gets the same validation,
-/// scheduling, statistics and errors. Code below the manager (backends, schedulers) reaches
-/// other models only through this trait, never by importing the manager.
+/// The model manager implements it; BLS calls from guests, ensemble steps and the library API
+/// (`ServerHandle::infer`) call it. The doors do not: they run a request on the version the
+/// frontend resolved for it (`Frontend::infer`). Both reach the same `LoadedModel::infer`, so
+/// every caller gets the same validation, scheduling, statistics and errors. Code below the
+/// manager (backends, schedulers) reaches other models only through this trait, never by
+/// importing the manager.
 pub trait Infer: Send + Sync {
     /// Runs a request on a model that answers exactly once (not decoupled).
     fn infer(&self, request: InferRequest) -> InferFuture<'_, InferResponse>;

@@ -3,8 +3,9 @@
 //! architecture.
 //!
 //! As a library: build a [`ServerConfig`], [`Server::start`] it, and use the returned
-//! [`ServerHandle`] to run requests in-process ([`ServerHandle::infer`], the same [`Infer`] entry
-//! point the HTTP and gRPC doors use), to register models from code
+//! [`ServerHandle`] to run requests in-process ([`ServerHandle::in_process`], the in-process door,
+//! which takes the path the HTTP and gRPC doors take; or [`ServerHandle::infer`], the model
+//! manager's [`Infer`], which BLS calls and ensemble steps use), to register models from code
 //! ([`ServerHandle::register_model`] with any [`Backend`], e.g. a [`CallableBackend`]) and to
 //! stop. `tessera serve` is built on exactly this API.
 //!
@@ -23,17 +24,8 @@
 //! # Ok(()) }
 //! ```
 
-// Layers, each using only the ones listed before it:
-//   core types:  error, tensor, infer (InferRequest/Response, the Infer trait), config, stats,
-//                limits (request byte budget, bounded decompression, count bounds),
-//                cache (response cache), shm (shared-memory registry)
-//   backend:     Backend / ModelInstance, ONNX Runtime, Wasm (BLS through Weak<dyn Infer>)
-//   scheduler:   instance pool, dynamic batcher, sequence batcher
-//   model:       a loaded version (validation, classification, warmup, cache, statistics)
-//   repository:  the model manager (implements Infer)
-//   frontend:    what both doors share (shared memory, metadata, settings)
-//   doors:       http, grpc, metrics
-//   server, cli: the library front door and the command line on top of it
+// The modules are layered, each importing only from the ones below it: the one list of the
+// layers, and the check that keeps them, is scripts/check-layers.sh.
 mod backend;
 mod cache;
 mod config;

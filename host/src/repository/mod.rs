@@ -1,6 +1,7 @@
 //! The model manager: owns the model repositories, versions and version policy, load / unload /
-//! poll, readiness, and models registered from code. It implements [`Infer`], the one in-process
-//! entry point: every caller (doors, BLS, the library API) runs models through it.
+//! poll, readiness, and models registered from code. It implements [`Infer`], running a model by
+//! name, for the callers below the doors (BLS, ensemble steps) and the library API; the doors
+//! resolve a version through the frontend instead (`Frontend::model`) and run requests on it.
 //!
 //! Loads build a whole new set of versions off to the side and swap it in at the end, so requests
 //! in flight keep the `Arc` of the version they started on and never fail because of a reload.

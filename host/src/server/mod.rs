@@ -305,7 +305,7 @@ impl Server {
             },
             backends,
         ));
-        // Guests reach other models (BLS) through the one in-process entry point.
+        // Guests reach other models (BLS) through the manager's `Infer`, as ensemble steps do.
         let infer: Weak<dyn Infer> = Arc::downgrade(&(Arc::clone(&manager) as Arc<dyn Infer>));
         wasm.connect(infer);
         let custom_metrics = CustomMetrics::new(config.metrics_settings.custom);
@@ -518,7 +518,8 @@ impl Stopping {
 }
 
 impl ServerHandle {
-    /// The in-process entry point: the same path the doors and BLS take.
+    /// Running a model by name in-process: the path BLS calls and ensemble steps take (the doors
+    /// run a request on the version the frontend resolved for it, `Frontend::infer`).
     pub fn infer(&self) -> Arc<dyn Infer> {
         Arc::clone(&self.manager) as Arc<dyn Infer>
     }

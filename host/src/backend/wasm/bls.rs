@@ -1,5 +1,5 @@
 //! Business logic scripting: a guest calling a served model (`host.infer`, `host.infer-stream`)
-//! through the [`Infer`] the backend was connected to, as every other caller does.
+//! through the [`Infer`] the backend was connected to (the model manager), as ensemble steps do.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
