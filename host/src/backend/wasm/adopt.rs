@@ -28,12 +28,13 @@ use std::time::{Duration, Instant};
 use wasmtime::component::Resource;
 
 use super::bindings::{wit, wit_host};
-use super::bls::{HostPendingInfer, Watched};
+use super::bls::Watched;
 use super::convert::kind_from_wit;
 use super::pack;
 use super::request::{BY_VALUE_INPUT_BYTES, READ_INPUTS_MAX_TOTAL};
-use super::state::{ExecuteCall, HostRequest, HostView};
-use crate::backend::mailbox::{Done, Mailbox};
+use super::resources::{HostPendingInfer, HostRequest};
+use super::state::{Adoption, ExecuteCall, HostView, Offer, Tracked};
+use crate::backend::mailbox::Done;
 use crate::config::ModelConfig;
 use crate::error::{CoreError, CoreResult};
 
@@ -60,34 +61,8 @@ pub(super) fn max_async_requests(config: &ModelConfig) -> CoreResult<usize> {
     }
 }
 
-/// The adoption state of the current `execute-by-value` call (see the module docs).
-#[derive(Default)]
-pub struct Adoption {
-    /// Set while a decoupled model's `execute-by-value` call runs.
-    offer: Option<Offer>,
-    /// Whether the guest opened the current call (`adopt`).
-    open: bool,
-    /// The current call's requests by position, for a decoupled model.
-    requests: Vec<Tracked>,
-}
-
-/// What a call may adopt into.
-pub(super) struct Offer {
-    pub(super) mailbox: Arc<Mailbox>,
-    pub(super) limit: usize,
-    pub(super) max_execute: Duration,
-    pub(super) model: String,
-}
-
 /// What `adopt` hands the guest for one request: its position in the call and its inputs' pack.
 pub(super) type Adopted = (u32, Vec<u8>);
-
-/// One request of the call: its time limit, its caller, and its end once it has one.
-struct Tracked {
-    deadline: Instant,
-    done: Option<Done>,
-    ended: Option<CoreResult<()>>,
-}
 
 impl Adoption {
     /// Starts a decoupled model's call, whose own requests (with their callers, `dones`) start now
@@ -280,6 +255,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::backend::mailbox::Mailbox;
 
     #[test]
     fn max_async_requests_has_a_default_and_a_cap() {

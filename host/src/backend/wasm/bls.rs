@@ -2,7 +2,7 @@
 //! through the [`Infer`] the backend was connected to (the model manager), as ensemble steps do.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -10,43 +10,17 @@ use wasmtime::component::Resource;
 
 use super::bindings::{wit, wit_host};
 use super::convert::{params_from_wit, wit_error};
-use super::state::{HostTensor, HostView, table_error};
+use super::resources::{HostPendingInfer, HostResponseStream, HostTensor, OpenCall};
+use super::state::{HostView, table_error};
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::execution::Caller;
-use crate::infer::{Infer, InferRequest, InferResponse, RequestedOutput, ResponseStream};
-
-/// Responses of a BLS `infer-stream` call (which the callee buffers up to 64 of), open until
-/// the guest drops the handle.
-pub struct HostResponseStream(
-    pub(super) ResponseStream,
-    #[allow(dead_code, reason = "held, never read: the call stays open until the stream is dropped")]
-    pub(super)  Arc<OpenCall>,
-);
-
-/// A BLS call started by `infer-async`: the spawned call fills `slot` and wakes the store's
-/// waiters (`GuestShared::bls_done`).
-pub struct HostPendingInfer {
-    slot: Arc<Mutex<Option<CoreResult<InferResponse>>>>,
-    /// Set once `get` handed the result out.
-    taken: bool,
-    /// Open until the result is taken or the handle dropped (the spawned call holds it too).
-    open: Option<Arc<OpenCall>>,
-}
+use crate::infer::{Infer, InferRequest, InferResponse, RequestedOutput};
 
 /// The most BLS calls one store may have open at once: `infer-async` calls running or holding a
 /// result not taken yet, and `infer-stream` streams not dropped yet. A guest can neither flood
 /// the host with spawned calls nor make it keep results (outputs, buffered responses) it never
 /// collects, where its held-bytes limit does not reach.
 pub(super) const MAX_OPEN_CALLS: usize = 64;
-
-/// One open call of a store, counted until the last holder drops it.
-pub(super) struct OpenCall(Arc<AtomicUsize>);
-
-impl Drop for OpenCall {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
 
 /// A checked BLS call, ready to run: the request and what running it needs.
 pub(super) struct BlsCall {
@@ -412,7 +386,7 @@ mod tests {
     use super::super::state::{GuestShared, GuestState};
     use super::super::test_support::{shared, state};
     use super::*;
-    use crate::infer::{InferFuture, InferResponse, ParamValue};
+    use crate::infer::{InferFuture, InferResponse, ParamValue, ResponseStream};
     use crate::tensor::{DataType, Tensor};
 
     /// Records requests; answers with the inputs renamed `OUT`, or per the model name: `slow`

@@ -5,8 +5,8 @@
 use wasmtime::component::Resource;
 
 use super::bindings::{wit, wit_host};
-use super::bls::{HostPendingInfer, HostResponseStream};
-use super::state::{HostTensor, HostView, cut_text, table_error};
+use super::resources::{HostPendingInfer, HostResponseStream, HostTensor};
+use super::state::{HostView, cut_text, table_error};
 
 /// How many of the guest's last log lines a trap message can quote from.
 const LOG_LINES_KEPT: usize = 16;

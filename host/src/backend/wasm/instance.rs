@@ -10,7 +10,6 @@ use bytes::Bytes;
 use wasmtime::component::{Linker, Resource, TypedFunc};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
-use super::adopt::Offer;
 use super::bindings::{self, wit};
 use super::cache::{CompileCache, Prepared};
 use super::convert::kind_from_wit;
@@ -18,8 +17,9 @@ use super::engine::EPOCH_TICK;
 use super::live::{LiveSet, Member, Slot};
 use super::pack;
 use super::request::{BY_VALUE_INPUT_BYTES, READ_INPUTS_MAX_TOTAL};
+use super::resources::{HostRequest, HostTensor};
 use super::sandbox::{GuestLimiter, Sandbox};
-use super::state::{GuestShared, GuestState, HostRequest, HostTensor, named_twice};
+use super::state::{GuestShared, GuestState, Offer, named_twice};
 use super::tensor::latin1_bytes;
 use crate::backend::mailbox::Mailbox;
 use crate::backend::{ExecRequest, ModelInstance};

@@ -29,7 +29,8 @@
 //! ending, and answering its caller, on its own.
 //!
 //! Files, shaped like wasmtime-wasi: `bindings` (what wasmtime generates from `wit/`, and the
-//! short names `wit` and `wit_host` every file imports from there); `state`
+//! short names `wit` and `wit_host` every file imports from there); `resources` (the host's side
+//! of the guest's resources, which `bindings` maps them to); `state`
 //! (the store's data in parts by concern, and the views each WIT interface is implemented on,
 //! projected in `engine`'s `add_to_linker` calls); one file per interface or resource: `tensor`,
 //! `request`, `sender` (interface `types`), `host` and `bls` (interface `host`: logging, guests
@@ -59,6 +60,7 @@ mod options;
 mod outlet;
 pub(crate) mod pack;
 mod request;
+mod resources;
 mod sandbox;
 mod sender;
 mod settings;
@@ -195,7 +197,7 @@ impl Backend for WasmBackend {
             infer: self.infer.get().cloned(),
             runtime: self.runtime.clone().or_else(|| tokio::runtime::Handle::try_current().ok()),
             clock: ExecutionClock::for_quota(sandbox.max_cpu_per_second),
-            telemetry: telemetry::GuestTelemetry {
+            telemetry: state::GuestTelemetry {
                 metrics: self.custom_metrics.get().cloned(),
                 model_version: ctx.version,
             },

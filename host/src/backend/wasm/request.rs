@@ -8,7 +8,8 @@ use wasmtime::component::Resource;
 
 use super::bindings::wit;
 use super::convert::{datatype_from_wit, datatype_to_wit, params_to_wit, response_params_from_wit, wit_error};
-use super::state::{HostRequest, HostSender, HostTensor, TypesView, own_size, table_error};
+use super::resources::{HostRequest, HostSender, HostTensor};
+use super::state::{TypesView, own_size, table_error};
 use super::tensor::latin1_bytes;
 use crate::error::{CoreError, CoreResult};
 use crate::tensor::Tensor;

@@ -5,7 +5,8 @@ use wasmtime::component::Resource;
 use super::bindings::wit;
 use super::convert::{kind_from_wit, response_params_from_wit, wit_error};
 use super::outlet::{Outlet, SendDeadline};
-use super::state::{HostSender, HostTensor, TypesView, table_error};
+use super::resources::{HostSender, HostTensor, SharedResponder};
+use super::state::{TypesView, table_error};
 use crate::backend::Sent;
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{Parameters, RESPONSE_BUFFER};
@@ -66,7 +67,7 @@ impl wit::HostResponseSender for TypesView<'_> {
 
 /// Whether the caller of the request behind `responder` has gone (false once it is closed by a
 /// final response, or for a model that is not decoupled).
-pub(super) fn cancelled(responder: &super::state::SharedResponder) -> bool {
+pub(super) fn cancelled(responder: &SharedResponder) -> bool {
     responder.lock().ok().and_then(|slot| slot.as_ref().map(Outlet::is_cancelled)).unwrap_or(false)
 }
 

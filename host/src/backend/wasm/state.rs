@@ -5,28 +5,22 @@
 //! `telemetry`, `nn`, `clocks`.
 
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use wasmtime::component::{HasData, Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::wit;
 use super::convert::wit_error;
-use super::outlet::Outlet;
+use super::resources::{CallSpans, HostRequest, HostTensor, SharedResponder};
 use super::sandbox::{AllowList, GuestLimiter};
-use super::telemetry::{CallSpans, GuestTelemetry, TelemetryView};
 use super::timing::ExecutionClock;
+use crate::backend::mailbox::{Done, Mailbox};
 use crate::error::{CoreError, CoreResult};
-use crate::infer::{Infer, Parameters};
+use crate::infer::Infer;
+use crate::stats::custom::CustomMetrics;
 use crate::tensor::Tensor;
-
-/// A tensor resource: the core tensor, whose bytes are shared (`Bytes`), never copied by handles,
-/// and, for bytes held on the guest's behalf (copied out of its memory, or a BLS call's outputs),
-/// their charge on its account, shared by every handle to the same bytes (`tensor.with-name`):
-/// the last one to go gives it back; and the charge of this handle's own name and shape
-/// ([`own_size`]). A request's inputs are the caller's and charge nothing.
-pub struct HostTensor(pub(super) Tensor, pub(super) Option<Arc<usize>>, pub(super) usize);
 
 /// What a handle's name and shape take in the host: a guest could otherwise hold a million
 /// handles of empty tensors with a megabyte name each.
@@ -34,46 +28,13 @@ pub(super) fn own_size(tensor: &Tensor) -> usize {
     tensor.name.len() + tensor.shape.len() * std::mem::size_of::<i64>()
 }
 
-/// A request resource handed to `execute`.
-pub struct HostRequest {
-    pub(super) id: String,
-    pub(super) inputs: Vec<Tensor>,
-    pub(super) outputs: Vec<String>,
-    pub(super) parameters: Parameters,
-    pub(super) responder: SharedResponder,
-    /// Where `request.set-response-parameters` puts its response's parameters.
-    pub(super) response_parameters: Option<Arc<crate::backend::ResponseParameters>>,
-    /// The `execute` call it was handed to ([`GuestState::begin_execute`]'s number) and its
-    /// position in that call's batch: where `request.set-outputs` puts its outputs.
-    pub(super) call: u64,
-    pub(super) position: usize,
+/// What the guest's telemetry needs that every store of its model shares.
+#[derive(Default)]
+pub(super) struct GuestTelemetry {
+    /// The server's custom metrics; `None` where there are none (an auto-complete instance).
+    pub(super) metrics: Option<Arc<CustomMetrics>>,
+    pub(super) model_version: i64,
 }
-
-impl HostRequest {
-    /// The host side of `request`, handed to the guest as the `position`-th request of execute
-    /// call `call`, and its way out (which the call also keeps, to close when it returns).
-    pub(super) fn new(request: crate::backend::ExecRequest, call: u64, position: usize) -> (Self, SharedResponder) {
-        let responder: SharedResponder = Arc::new(Mutex::new(request.responder.map(Outlet::new)));
-        let host = Self {
-            id: request.id.unwrap_or_default(),
-            inputs: request.inputs,
-            outputs: request.outputs,
-            parameters: request.parameters,
-            responder: Arc::clone(&responder),
-            response_parameters: request.response_parameters,
-            call,
-            position,
-        };
-        (host, responder)
-    }
-}
-
-/// One request's way out, shared by the request and every sender made from it, so the host can
-/// close it when `execute` returns whatever handles the guest still holds. `None` once closed.
-pub(super) type SharedResponder = Arc<Mutex<Option<Outlet>>>;
-
-/// A decoupled request's response sender.
-pub struct HostSender(pub(super) SharedResponder);
 
 /// What every store of one model shares.
 pub(super) struct GuestShared {
@@ -124,6 +85,32 @@ impl Handles {
     }
 }
 
+/// The adoption state of the current `execute-by-value` call (see `adopt`).
+#[derive(Default)]
+pub struct Adoption {
+    /// Set while a decoupled model's `execute-by-value` call runs.
+    pub(super) offer: Option<Offer>,
+    /// Whether the guest opened the current call (`adopt`).
+    pub(super) open: bool,
+    /// The current call's requests by position, for a decoupled model.
+    pub(super) requests: Vec<Tracked>,
+}
+
+/// What a call may adopt into.
+pub(super) struct Offer {
+    pub(super) mailbox: Arc<Mailbox>,
+    pub(super) limit: usize,
+    pub(super) max_execute: Duration,
+    pub(super) model: String,
+}
+
+/// One request of the call: its time limit, its caller, and its end once it has one.
+pub(super) struct Tracked {
+    pub(super) deadline: Instant,
+    pub(super) done: Option<Done>,
+    pub(super) ended: Option<CoreResult<()>>,
+}
+
 /// What the host keeps for the current `execute` call.
 #[derive(Default)]
 pub struct ExecuteCall {
@@ -150,7 +137,7 @@ pub struct ExecuteCall {
     /// The table entries of the requests `request.at` gave out during the current call.
     pub(super) taken_requests: Vec<u32>,
     /// Requests that join the call while it runs, and each request's end (see `adopt`).
-    pub(super) adoption: super::adopt::Adoption,
+    pub(super) adoption: Adoption,
 }
 
 /// The store's BLS calls.
@@ -262,11 +249,6 @@ impl GuestState {
     /// The view interface `types` works on.
     pub(super) fn types(&mut self) -> TypesView<'_> {
         TypesView { handles: &mut self.handles, call: &mut self.call, shared: &self.shared }
-    }
-
-    /// The view interface `telemetry` works on.
-    pub(super) fn telemetry(&mut self) -> TelemetryView<'_> {
-        TelemetryView { handles: &mut self.handles, bls: &mut self.bls, shared: &self.shared }
     }
 
     /// The view interface `host` and wasi:nn work on.

@@ -8,16 +8,17 @@
 //! (`tessera_guest_span_items_dropped_total{model,reason}`). Tracing is the operator's, and a
 //! guest must not grow it at will.
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use wasmtime::component::{HasData, Resource};
 
 use super::bindings::tessera::model::telemetry as wit_telemetry;
 use super::bindings::wit;
-use super::state::{BlsCalls, GuestShared, Handles, cut_text, table_error};
+use super::resources::{HostMetric, HostMetricFamily, HostSpan, OpenSpan};
+use super::state::{BlsCalls, GuestShared, GuestState, Handles, cut_text, table_error};
 use crate::error::CoreError;
-use crate::stats::custom::{CustomMetrics, MetricKind, ModelFamily, Series, SpanDrop};
-use crate::trace::{GuestSpan, SpanEvent, SpanValue, Trace, now_ns, random_id};
+use crate::stats::custom::{MetricKind, SpanDrop};
+use crate::trace::{GuestSpan, SpanEvent, SpanValue, now_ns, random_id};
 
 /// Attributes, and events, one span keeps.
 const SPAN_ITEMS: usize = 128;
@@ -35,56 +36,10 @@ const ATTRIBUTE_BYTES: usize = 2;
 /// The most a number takes.
 const NUMBER_BYTES: usize = 24;
 
-/// What the guest's telemetry needs that every store of its model shares.
-#[derive(Default)]
-pub(super) struct GuestTelemetry {
-    /// The server's custom metrics; `None` where there are none (an auto-complete instance).
-    pub(super) metrics: Option<Arc<CustomMetrics>>,
-    pub(super) model_version: i64,
-}
-
-/// A metric family resource.
-pub struct HostMetricFamily(Arc<ModelFamily>);
-
-/// A metric (series) resource.
-pub struct HostMetric(Arc<Series>);
-
-/// A span resource: `None` once ended, or from the start when its request is not traced.
-pub struct HostSpan(Arc<Mutex<Option<OpenSpan>>>);
-
-/// A span being recorded, and the trace it goes to when it ends.
-pub(super) struct OpenSpan {
-    trace: Trace,
-    span: GuestSpan,
-    dropped: i64,
-}
-
-impl OpenSpan {
-    fn end(mut self) {
-        self.span.end_ns = now_ns();
-        if self.dropped > 0 {
-            self.span.attributes.push(("tessera.dropped".into(), SpanValue::Int(self.dropped)));
-        }
-        self.trace.add_guest_span(self.span);
-    }
-}
-
-/// The spans the current `execute` call opened (to end those still open when it returns).
-#[derive(Default)]
-pub(super) struct CallSpans {
-    open: Vec<Weak<Mutex<Option<OpenSpan>>>>,
-    opened: usize,
-}
-
-impl CallSpans {
-    /// Ends every span still open; the next call starts with none.
-    pub(super) fn end_all(&mut self) {
-        for span in self.open.drain(..).filter_map(|s| s.upgrade()) {
-            if let Some(open) = span.lock().unwrap_or_else(PoisonError::into_inner).take() {
-                open.end();
-            }
-        }
-        self.opened = 0;
+impl GuestState {
+    /// The view interface `telemetry` works on.
+    pub(super) fn telemetry(&mut self) -> TelemetryView<'_> {
+        TelemetryView { handles: &mut self.handles, bls: &mut self.bls, shared: &self.shared }
     }
 }
 

@@ -4,8 +4,9 @@ use wit_telemetry::{HostMetric as _, HostMetricFamily as _, HostSpan as _};
 
 use super::*;
 use crate::backend::wasm::sandbox::AllowList;
+use crate::backend::wasm::state::GuestTelemetry;
 use crate::backend::wasm::test_support::{shared, state};
-use crate::stats::custom::CustomLimits;
+use crate::stats::custom::{CustomLimits, CustomMetrics};
 use crate::trace::{FileSink, TraceRecord, TraceSink, test_trace, test_trace_with_guest_bytes};
 
 #[derive(Default)]

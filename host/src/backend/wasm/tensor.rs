@@ -5,7 +5,8 @@ use wasmtime::component::Resource;
 
 use super::bindings::wit;
 use super::convert::{datatype_from_wit, datatype_to_wit, wit_error};
-use super::state::{HostTensor, TypesView, own_size, table_error};
+use super::resources::HostTensor;
+use super::state::{TypesView, own_size, table_error};
 use crate::error::CoreError;
 use crate::tensor::Tensor;
 
