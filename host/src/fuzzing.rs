@@ -41,7 +41,7 @@ pub fn http_infer(data: &[u8]) {
 /// core request.
 pub fn grpc_infer(data: &[u8]) {
     let scanned = crate::grpc::limits::scan_infer_request(data);
-    if let Ok(request) = crate::pb::ModelInferRequest::decode(data) {
+    if let Ok(request) = crate::config::pb::ModelInferRequest::decode(data) {
         assert!(
             !matches!(scanned, Err(crate::grpc::limits::ScanError::Malformed)),
             "the scan refused a message that decodes"
@@ -122,8 +122,8 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
             vec![[&[0u8][..], json].concat(), binary, [&[1u8][..], json].concat(), raw]
         }
         "grpc_infer" => {
-            use crate::pb::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
-            let request = crate::pb::ModelInferRequest {
+            use crate::config::pb::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+            let request = crate::config::pb::ModelInferRequest {
                 model_name: "m".into(),
                 model_version: "1".into(),
                 id: "x".into(),
