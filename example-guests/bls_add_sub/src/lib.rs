@@ -5,22 +5,14 @@
 //! The inputs go to `add_sub` as the handles they arrived as, and `add_sub`'s outputs come back
 //! as handles: no tensor byte enters the guest's memory.
 
-use tessera_guest::{Error, InitializeArgs, Model, Request, Tensor, export_model, infer};
+use tessera_guest::{Error, Request, Tensor, export_model, infer};
 
-struct BlsAddSub;
-
-impl Model for BlsAddSub {
-    fn initialize(_args: InitializeArgs) -> Result<Self, Error> {
-        Ok(BlsAddSub)
-    }
-
-    fn execute_request(&mut self, request: &Request) -> Result<Vec<Tensor>, Error> {
-        let in0 = request.input("INPUT0")?;
-        let in1 = request.input("INPUT1")?;
-        let wanted = request.requested_outputs();
-        let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
-        infer("add_sub", &[&in0, &in1], &wanted).map_err(|e| e.context("BLS call to 'add_sub'"))
-    }
+fn bls_add_sub(request: &Request) -> Result<Vec<Tensor>, Error> {
+    let in0 = request.input("INPUT0")?;
+    let in1 = request.input("INPUT1")?;
+    let wanted = request.requested_outputs();
+    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    infer("add_sub", &[&in0, &in1], &wanted).map_err(|e| e.context("BLS call to 'add_sub'"))
 }
 
-export_model!(BlsAddSub);
+export_model!(fn bls_add_sub);

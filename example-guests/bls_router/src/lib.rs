@@ -21,9 +21,7 @@
 //! The model's config must allow the calls: `parameters { key: "allowed_models" value:
 //! { string_value: "classifier,add_sub,simple" } }`.
 
-use tessera_guest::{
-    Error, InitializeArgs, Model, Request, Tensor, TensorsExt, export_model, infer,
-};
+use tessera_guest::{Error, Request, Tensor, TensorsExt, export_model, infer};
 
 /// The tensor as a batch of one (`[1, ...]`) named `name`: a handle when it already is one, a copy
 /// with the extra dimension otherwise.
@@ -46,69 +44,61 @@ fn argmax(values: &[f32]) -> usize {
     best
 }
 
-struct Router;
-
-impl Model for Router {
-    fn initialize(_args: InitializeArgs) -> Result<Self, Error> {
-        Ok(Router)
+fn route(request: &Request) -> Result<Vec<Tensor>, Error> {
+    let input = request.input("INPUT0")?;
+    let x = input.as_f32()?;
+    if x.len() != 4 {
+        return Err(Error::invalid_arg(format!(
+            "INPUT0 must hold 4 values, got {}",
+            x.len()
+        )));
     }
 
-    fn execute_request(&mut self, request: &Request) -> Result<Vec<Tensor>, Error> {
-        let input = request.input("INPUT0")?;
-        let x = input.as_f32()?;
-        if x.len() != 4 {
-            return Err(Error::invalid_arg(format!(
-                "INPUT0 must hold 4 values, got {}",
-                x.len()
-            )));
-        }
-
-        let class_input = batch_of_one(&input, "INPUT0", &x)?;
-        let mut scores = infer("classifier", &[&class_input], &["OUTPUT0"])
-            .map_err(|e| e.context("BLS call to 'classifier'"))?;
-        let logits = scores.take_named("OUTPUT0")?.as_f32()?;
-        if logits.len() != 5 {
-            return Err(Error::internal(format!(
-                "classifier returned {} logits, expected 5",
-                logits.len()
-            )));
-        }
-        let class = argmax(&logits);
-        tessera_guest::verbose!("request {}: class {class}", request.id());
-
-        let x16: Vec<f32> = x.iter().copied().cycle().take(16).collect();
-        let (route, routed): (&str, Vec<f32>) = if class.is_multiple_of(2) {
-            let a = Tensor::from_f32("INPUT0", &[1, 16], &x16)?;
-            let b = a.with_name("INPUT1"); // same host bytes, no copy
-            let mut out = infer("add_sub", &[&a, &b], &["OUTPUT0"])
-                .map_err(|e| e.context("BLS call to 'add_sub'"))?;
-            let sum = out.take_named("OUTPUT0")?;
-            if sum.shape() == [16] {
-                // Already the right shape: hand the host tensor on as it is.
-                return respond(request, sum.with_name("ROUTED_OUTPUT"), "add_sub");
-            }
-            ("add_sub", sum.as_f32()?)
-        } else {
-            let ints: Vec<i32> = x16.iter().map(|v| v.round() as i32).collect();
-            let a = Tensor::from_i32("INPUT0", &[1, 16], &ints)?;
-            let b = a.with_name("INPUT1");
-            let mut out = infer("simple", &[&a, &b], &["OUTPUT0"])
-                .map_err(|e| e.context("BLS call to 'simple'"))?;
-            let sum = out.take_named("OUTPUT0")?.as_i32()?;
-            ("simple", sum.iter().map(|&v| v as f32).collect())
-        };
-        if routed.len() != 16 {
-            return Err(Error::internal(format!(
-                "{route} returned {} values, expected 16",
-                routed.len()
-            )));
-        }
-        respond(
-            request,
-            Tensor::from_f32("ROUTED_OUTPUT", &[16], &routed)?,
-            route,
-        )
+    let class_input = batch_of_one(&input, "INPUT0", &x)?;
+    let mut scores = infer("classifier", &[&class_input], &["OUTPUT0"])
+        .map_err(|e| e.context("BLS call to 'classifier'"))?;
+    let logits = scores.take_named("OUTPUT0")?.as_f32()?;
+    if logits.len() != 5 {
+        return Err(Error::internal(format!(
+            "classifier returned {} logits, expected 5",
+            logits.len()
+        )));
     }
+    let class = argmax(&logits);
+    tessera_guest::verbose!("request {}: class {class}", request.id());
+
+    let x16: Vec<f32> = x.iter().copied().cycle().take(16).collect();
+    let (route, routed): (&str, Vec<f32>) = if class.is_multiple_of(2) {
+        let a = Tensor::from_f32("INPUT0", &[1, 16], &x16)?;
+        let b = a.with_name("INPUT1"); // same host bytes, no copy
+        let mut out = infer("add_sub", &[&a, &b], &["OUTPUT0"])
+            .map_err(|e| e.context("BLS call to 'add_sub'"))?;
+        let sum = out.take_named("OUTPUT0")?;
+        if sum.shape() == [16] {
+            // Already the right shape: hand the host tensor on as it is.
+            return respond(request, sum.with_name("ROUTED_OUTPUT"), "add_sub");
+        }
+        ("add_sub", sum.as_f32()?)
+    } else {
+        let ints: Vec<i32> = x16.iter().map(|v| v.round() as i32).collect();
+        let a = Tensor::from_i32("INPUT0", &[1, 16], &ints)?;
+        let b = a.with_name("INPUT1");
+        let mut out = infer("simple", &[&a, &b], &["OUTPUT0"])
+            .map_err(|e| e.context("BLS call to 'simple'"))?;
+        let sum = out.take_named("OUTPUT0")?.as_i32()?;
+        ("simple", sum.iter().map(|&v| v as f32).collect())
+    };
+    if routed.len() != 16 {
+        return Err(Error::internal(format!(
+            "{route} returned {} values, expected 16",
+            routed.len()
+        )));
+    }
+    respond(
+        request,
+        Tensor::from_f32("ROUTED_OUTPUT", &[16], &routed)?,
+        route,
+    )
 }
 
 /// The outputs the caller asked for.
@@ -124,4 +114,4 @@ fn respond(request: &Request, routed: Tensor, route: &str) -> Result<Vec<Tensor>
     Ok(outputs)
 }
 
-export_model!(Router);
+export_model!(fn route);

@@ -17,7 +17,7 @@
 //! 4. `[CLS]` (101) + the first 14 token ids + `[SEP]` (102), then `[PAD]` (0) up to 16.
 //!    `ATTENTION_MASK` is 1 for `[CLS]`, the tokens and `[SEP]`, 0 for padding.
 
-use tessera_guest::{Error, InitializeArgs, Model, Request, Tensor, export_model};
+use tessera_guest::{Error, Request, Tensor, export_model};
 
 const SEQ_LEN: usize = 16;
 const CLS: i64 = 101;
@@ -111,43 +111,35 @@ fn encode(text: &str, ids: &mut Vec<i64>, mask: &mut Vec<i64>) {
     mask.resize(start + SEQ_LEN, 0);
 }
 
-struct Tokenizer;
-
-impl Model for Tokenizer {
-    fn initialize(_args: InitializeArgs) -> Result<Self, Error> {
-        Ok(Tokenizer)
+fn tokenize_texts(request: &Request) -> Result<Vec<Tensor>, Error> {
+    let text = request.input("TEXT")?;
+    let shape = text.shape();
+    let valid_shape = matches!(shape.as_slice(), [_] | [_, 1]);
+    if !valid_shape {
+        return Err(Error::invalid_arg(format!(
+            "TEXT must have shape [batch, 1] or [n], got {shape:?}"
+        )));
     }
-
-    fn execute_request(&mut self, request: &Request) -> Result<Vec<Tensor>, Error> {
-        let text = request.input("TEXT")?;
-        let shape = text.shape();
-        let valid_shape = matches!(shape.as_slice(), [_] | [_, 1]);
-        if !valid_shape {
-            return Err(Error::invalid_arg(format!(
-                "TEXT must have shape [batch, 1] or [n], got {shape:?}"
-            )));
-        }
-        let strings = text.as_byte_strings()?;
-        let n = strings.len();
-        let mut ids = Vec::with_capacity(n * SEQ_LEN);
-        let mut mask = Vec::with_capacity(n * SEQ_LEN);
-        for s in &strings {
-            encode(&String::from_utf8_lossy(s), &mut ids, &mut mask);
-        }
-        let out_shape = [n as i64, SEQ_LEN as i64];
-        let wanted = request.requested_outputs();
-        let mut outputs = Vec::with_capacity(2);
-        if wanted.iter().any(|o| o == "INPUT_IDS") {
-            outputs.push(Tensor::from_i64("INPUT_IDS", &out_shape, &ids)?);
-        }
-        if wanted.iter().any(|o| o == "ATTENTION_MASK") {
-            outputs.push(Tensor::from_i64("ATTENTION_MASK", &out_shape, &mask)?);
-        }
-        Ok(outputs)
+    let strings = text.as_byte_strings()?;
+    let n = strings.len();
+    let mut ids = Vec::with_capacity(n * SEQ_LEN);
+    let mut mask = Vec::with_capacity(n * SEQ_LEN);
+    for s in &strings {
+        encode(&String::from_utf8_lossy(s), &mut ids, &mut mask);
     }
+    let out_shape = [n as i64, SEQ_LEN as i64];
+    let wanted = request.requested_outputs();
+    let mut outputs = Vec::with_capacity(2);
+    if wanted.iter().any(|o| o == "INPUT_IDS") {
+        outputs.push(Tensor::from_i64("INPUT_IDS", &out_shape, &ids)?);
+    }
+    if wanted.iter().any(|o| o == "ATTENTION_MASK") {
+        outputs.push(Tensor::from_i64("ATTENTION_MASK", &out_shape, &mask)?);
+    }
+    Ok(outputs)
 }
 
-export_model!(Tokenizer);
+export_model!(fn tokenize_texts);
 
 #[cfg(test)]
 mod tests {

@@ -38,6 +38,9 @@
 //! export_model!(AddOne);
 //! ```
 //!
+//! `AddOne` keeps no state: it could be the function alone, exported with
+//! `export_model!(fn add_one)` (see [`export_model!`]).
+//!
 //! Build with `tessera guest build` (see README.md): it compiles the crate to a core wasm module
 //! and encodes that as the component a model repository serves.
 
@@ -122,9 +125,35 @@ pub trait Model: Sized + 'static {
 
 /// Exports a [`Model`] type as the component's `initialize`/`execute`/`finalize`.
 ///
-/// Use it once, at the root of the guest crate (a `cdylib`): `export_model!(MyModel);`.
+/// Use it once, at the root of the guest crate (a `cdylib`): `export_model!(MyModel);`. A model
+/// that keeps no state can be a function of one request instead, exported as
+/// `export_model!(fn add_one);` with `fn add_one(request: &Request) -> Result<Vec<Tensor>, Error>`:
+/// the model [`Model::initialize`] makes has nothing to set up, and its
+/// [`Model::execute_request`] calls the function.
 #[macro_export]
 macro_rules! export_model {
+    (fn $execute_request:path) => {
+        const _: () = {
+            struct __TesseraFunction;
+
+            impl $crate::Model for __TesseraFunction {
+                fn initialize(
+                    _args: $crate::InitializeArgs,
+                ) -> ::core::result::Result<Self, $crate::Error> {
+                    ::core::result::Result::Ok(__TesseraFunction)
+                }
+
+                fn execute_request(
+                    &mut self,
+                    request: &$crate::Request,
+                ) -> ::core::result::Result<::std::vec::Vec<$crate::Tensor>, $crate::Error> {
+                    $execute_request(request)
+                }
+            }
+
+            $crate::export_model!(__TesseraFunction);
+        };
+    };
     ($model:ty) => {
         const _: () = {
             struct __TesseraGuest;
