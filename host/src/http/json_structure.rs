@@ -60,8 +60,8 @@ struct RequestFacts {
     outputs: Member,
     /// The first input Triton would refuse (inputs after it are not looked at).
     bad_input: Option<InputFacts>,
-    /// Whether some output is not an object or lacks a string `name`.
-    bad_output_name: Option<Member>,
+    /// The first output that is not an object or lacks a string `name`.
+    bad_output: Option<InputFacts>,
 }
 
 /// TritonJson's texts.
@@ -121,7 +121,7 @@ pub fn triton_structure_error(json: &[u8]) -> Option<(bool, String)> {
         Member::Missing | Member::Array => {}
         _ => return Some((false, not_a("outputs", "array"))),
     }
-    match facts.bad_output_name {
+    match facts.bad_output.map(|output| output.name) {
         None => None,
         Some(Member::Missing) => Some((false, missing("name"))),
         Some(_) => Some((false, not_a("name", "string"))),
@@ -212,9 +212,10 @@ impl<'de> Visitor<'de> for RootVisitor<'_> {
                         map.next_value_seed(Any(FirstRefused(OneInput, &mut self.0.bad_input, InputFacts::refused)))?
                 }
                 "outputs" => {
-                    let refused = |name: &Member| *name != Member::String;
+                    // An output is read as an input is; only its `name` is checked.
+                    let refused = |output: &InputFacts| output.name != Member::String;
                     self.0.outputs =
-                        map.next_value_seed(Any(FirstRefused(OutputName, &mut self.0.bad_output_name, refused)))?
+                        map.next_value_seed(Any(FirstRefused(OneInput, &mut self.0.bad_output, refused)))?
                 }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
@@ -267,7 +268,7 @@ impl<'de, V, S: Visitor<'de, Value = V> + Copy> Visitor<'de> for FirstRefused<'_
     other_scalars!(Member = Member::Other);
 }
 
-/// One element of `inputs`.
+/// One element of `inputs` (or of `outputs`, whose checks look at its `name` alone).
 #[derive(Clone, Copy)]
 struct OneInput;
 
@@ -345,40 +346,6 @@ impl<'de> Visitor<'de> for DataParameters {
     }
 
     other_scalars!((bool, bool) = (false, false));
-}
-
-/// One element of `outputs`: the type of its `name` (Missing when it is not an object).
-#[derive(Clone, Copy)]
-struct OutputName;
-
-impl<'de> Visitor<'de> for OutputName {
-    type Value = Member;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Member, A::Error> {
-        let mut name = Member::Missing;
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if key == "name" {
-                name = map.next_value_seed(Any(TypeOf))?;
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok(name)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Member, A::Error> {
-        TypeOf.visit_seq(seq).map(|_| Member::Missing)
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Member, E> {
-        Ok(Member::Missing)
-    }
-
-    other_scalars!(Member = Member::Missing);
 }
 
 #[cfg(test)]
