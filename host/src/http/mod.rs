@@ -90,17 +90,17 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(repository_load))
         .route("/v2/repository/models/{model}/unload", post(repository_unload))
-        .route("/v2/systemsharedmemory/status", get(shm_status_all))
+        .route("/v2/systemsharedmemory/status", get(shm_status))
         .route("/v2/systemsharedmemory/region/{region}/status", get(shm_status))
         .route("/v2/systemsharedmemory/region/{region}/register", post(shm_register))
-        .route("/v2/systemsharedmemory/register", post(shm_register_unnamed))
-        .route("/v2/systemsharedmemory/unregister", post(shm_unregister_all))
+        .route("/v2/systemsharedmemory/register", post(|state| shm_register_unnamed(state, "system")))
+        .route("/v2/systemsharedmemory/unregister", post(shm_unregister))
         .route("/v2/systemsharedmemory/region/{region}/unregister", post(shm_unregister))
-        .route("/v2/cudasharedmemory/status", get(cuda_shm_status_all))
+        .route("/v2/cudasharedmemory/status", get(cuda_shm_status))
         .route("/v2/cudasharedmemory/region/{region}/status", get(cuda_shm_status))
         .route("/v2/cudasharedmemory/region/{region}/register", post(cuda_shm_register))
-        .route("/v2/cudasharedmemory/register", post(cuda_shm_register_unnamed))
-        .route("/v2/cudasharedmemory/unregister", post(cuda_shm_unregister_all))
+        .route("/v2/cudasharedmemory/register", post(|state| shm_register_unnamed(state, "cuda")))
+        .route("/v2/cudasharedmemory/unregister", post(cuda_shm_unregister))
         .route("/v2/cudasharedmemory/region/{region}/unregister", post(cuda_shm_unregister))
         .route("/v2/trace/setting", get(trace_get).post(trace_update))
         .route("/v2/models/{model}/trace/setting", get(model_trace_get).post(model_trace_update))
@@ -389,20 +389,16 @@ async fn repository_unload(State(state): State<HttpState>, Path(model): Path<Str
     Ok(empty_ok())
 }
 
-fn shm_status_json(regions: Vec<crate::shm::RegionStatus>) -> Response {
-    let regions = regions
-        .into_iter()
-        .map(|r| json!({ "name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size }))
-        .collect();
-    ok_json(&Value::Array(regions))
+/// The region a shared-memory route names (`.../region/{region}/...`), `None` for all of them.
+fn named(region: &Option<Path<String>>) -> Option<&str> {
+    region.as_deref().map(String::as_str)
 }
 
-async fn shm_status_all(State(state): State<HttpState>) -> HttpResult {
-    Ok(shm_status_json(state.frontend.shm.status(None)?))
-}
-
-async fn shm_status(State(state): State<HttpState>, Path(region): Path<String>) -> HttpResult {
-    Ok(shm_status_json(state.frontend.shm.status(Some(&region))?))
+async fn shm_status(State(state): State<HttpState>, region: Option<Path<String>>) -> HttpResult {
+    let regions = state.frontend.shm.status(named(&region))?.into_iter();
+    let regions =
+        regions.map(|r| json!({ "name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size }));
+    Ok(ok_json(&Value::Array(regions.collect())))
 }
 
 /// Triton's reading of a register body: rapidjson's errors (500, an empty body included), a
@@ -428,41 +424,22 @@ async fn shm_register(State(state): State<HttpState>, Path(region): Path<String>
     Ok(empty_ok())
 }
 
-/// `POST /v2/{system,cuda}sharedmemory/register` without a region name: Triton's 400.
-async fn shm_register_unnamed(State(state): State<HttpState>) -> HttpResult {
+/// `POST /v2/{system,cuda}sharedmemory/register` without a region name (`kind`: `system` or
+/// `cuda`): Triton's 400.
+async fn shm_register_unnamed(State(state): State<HttpState>, kind: &str) -> HttpResult {
     state.frontend.shm.check_client_allowed()?;
-    Err(CoreError::invalid_arg("'region name' is necessary to register system shared memory region").into())
+    Err(CoreError::invalid_arg(format!("'region name' is necessary to register {kind} shared memory region")).into())
 }
 
-async fn cuda_shm_register_unnamed(State(state): State<HttpState>) -> HttpResult {
-    state.frontend.shm.check_client_allowed()?;
-    Err(CoreError::invalid_arg("'region name' is necessary to register cuda shared memory region").into())
-}
-
-async fn shm_unregister_all(State(state): State<HttpState>) -> HttpResult {
-    state.frontend.shm.unregister(None)?;
+async fn shm_unregister(State(state): State<HttpState>, region: Option<Path<String>>) -> HttpResult {
+    state.frontend.shm.unregister(named(&region))?;
     Ok(empty_ok())
 }
 
-async fn shm_unregister(State(state): State<HttpState>, Path(region): Path<String>) -> HttpResult {
-    state.frontend.shm.unregister(Some(&region))?;
-    Ok(empty_ok())
-}
-
-fn cuda_shm_status_json(regions: Vec<crate::shm::CudaRegionStatus>) -> Response {
-    let regions = regions
-        .into_iter()
-        .map(|r| json!({ "name": r.name, "device_id": r.device_id, "byte_size": r.byte_size }))
-        .collect();
-    ok_json(&Value::Array(regions))
-}
-
-async fn cuda_shm_status_all(State(state): State<HttpState>) -> HttpResult {
-    Ok(cuda_shm_status_json(state.frontend.shm.cuda_status(None)?))
-}
-
-async fn cuda_shm_status(State(state): State<HttpState>, Path(region): Path<String>) -> HttpResult {
-    Ok(cuda_shm_status_json(state.frontend.shm.cuda_status(Some(&region))?))
+async fn cuda_shm_status(State(state): State<HttpState>, region: Option<Path<String>>) -> HttpResult {
+    let regions = state.frontend.shm.cuda_status(named(&region))?.into_iter();
+    let regions = regions.map(|r| json!({ "name": r.name, "device_id": r.device_id, "byte_size": r.byte_size }));
+    Ok(ok_json(&Value::Array(regions.collect())))
 }
 
 /// Body: `{"raw_handle": {"b64": "<base64 of cudaIpcMemHandle_t>"}, "device_id": 0, "byte_size": N}`,
@@ -495,13 +472,8 @@ async fn cuda_shm_register(State(state): State<HttpState>, Path(region): Path<St
 /// `sizeof(cudaIpcMemHandle_t)`.
 const CUDA_IPC_HANDLE_BYTES: usize = 64;
 
-async fn cuda_shm_unregister_all(State(state): State<HttpState>) -> HttpResult {
-    state.frontend.shm.unregister_cuda(None)?;
-    Ok(empty_ok())
-}
-
-async fn cuda_shm_unregister(State(state): State<HttpState>, Path(region): Path<String>) -> HttpResult {
-    state.frontend.shm.unregister_cuda(Some(&region))?;
+async fn cuda_shm_unregister(State(state): State<HttpState>, region: Option<Path<String>>) -> HttpResult {
+    state.frontend.shm.unregister_cuda(named(&region))?;
     Ok(empty_ok())
 }
 
