@@ -86,22 +86,24 @@ pub fn router(state: HttpState) -> Router {
         router = model_routes(router, suffix, handler);
     }
     let restrictions = Arc::clone(&state.restrictions);
+    // Each kind of shared memory: status and unregister for all regions or one, register for one.
+    for (kind, status, register, unregister) in [
+        ("system", get(shm_status), post(shm_register), post(shm_unregister)),
+        ("cuda", get(cuda_shm_status), post(cuda_shm_register), post(cuda_shm_unregister)),
+    ] {
+        let at = |path: &str| format!("/v2/{kind}sharedmemory{path}");
+        router = router
+            .route(&at("/status"), status.clone())
+            .route(&at("/region/{region}/status"), status)
+            .route(&at("/region/{region}/register"), register)
+            .route(&at("/register"), post(move |state| shm_register_unnamed(state, kind)))
+            .route(&at("/unregister"), unregister.clone())
+            .route(&at("/region/{region}/unregister"), unregister);
+    }
     let router = router
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(repository_load))
         .route("/v2/repository/models/{model}/unload", post(repository_unload))
-        .route("/v2/systemsharedmemory/status", get(shm_status))
-        .route("/v2/systemsharedmemory/region/{region}/status", get(shm_status))
-        .route("/v2/systemsharedmemory/region/{region}/register", post(shm_register))
-        .route("/v2/systemsharedmemory/register", post(|state| shm_register_unnamed(state, "system")))
-        .route("/v2/systemsharedmemory/unregister", post(shm_unregister))
-        .route("/v2/systemsharedmemory/region/{region}/unregister", post(shm_unregister))
-        .route("/v2/cudasharedmemory/status", get(cuda_shm_status))
-        .route("/v2/cudasharedmemory/region/{region}/status", get(cuda_shm_status))
-        .route("/v2/cudasharedmemory/region/{region}/register", post(cuda_shm_register))
-        .route("/v2/cudasharedmemory/register", post(|state| shm_register_unnamed(state, "cuda")))
-        .route("/v2/cudasharedmemory/unregister", post(cuda_shm_unregister))
-        .route("/v2/cudasharedmemory/region/{region}/unregister", post(cuda_shm_unregister))
         .route("/v2/trace/setting", get(trace_get).post(trace_update))
         .route("/v2/models/{model}/trace/setting", get(model_trace_get).post(model_trace_update))
         .route("/v2/logging", get(log_get).post(log_update))
