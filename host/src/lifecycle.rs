@@ -172,6 +172,12 @@ impl TrackedStream {
 mod tests {
     use super::*;
 
+    /// A response stream counted as one request in flight on `lifecycle`, and its sender.
+    fn tracked(lifecycle: &Arc<Lifecycle>) -> (crate::infer::ResponseSender, TrackedStream) {
+        let (tx, rx) = crate::infer::response_stream();
+        (tx, TrackedStream::new(rx, lifecycle.start_request()))
+    }
+
     #[tokio::test]
     async fn drain_returns_when_the_last_request_ends() {
         let lifecycle = Lifecycle::new();
@@ -208,8 +214,7 @@ mod tests {
     #[tokio::test]
     async fn a_stream_cut_at_the_exit_timeout_ends_with_an_error_after_what_it_had() {
         let lifecycle = Lifecycle::new();
-        let (tx, rx) = crate::infer::response_stream();
-        let mut stream = TrackedStream::new(rx, lifecycle.start_request());
+        let (tx, mut stream) = tracked(&lifecycle);
         tx.try_send(Ok(InferResponse { is_final: false, ..Default::default() })).unwrap();
         lifecycle.abandon();
         assert!(matches!(stream.recv().await, Some(Ok(InferResponse { is_final: false, .. }))));
@@ -223,8 +228,7 @@ mod tests {
     #[tokio::test]
     async fn a_reader_waiting_when_the_server_gives_up_gets_the_error() {
         let lifecycle = Lifecycle::new();
-        let (_tx, rx) = crate::infer::response_stream();
-        let mut stream = TrackedStream::new(rx, lifecycle.start_request());
+        let (_tx, mut stream) = tracked(&lifecycle);
         let reader = tokio::spawn(async move { stream.recv().await });
         tokio::task::yield_now().await;
         lifecycle.abandon();
@@ -235,8 +239,7 @@ mod tests {
     #[tokio::test]
     async fn a_stream_that_ended_is_not_reported_cut() {
         let lifecycle = Lifecycle::new();
-        let (tx, rx) = crate::infer::response_stream();
-        let mut stream = TrackedStream::new(rx, lifecycle.start_request());
+        let (tx, mut stream) = tracked(&lifecycle);
         tx.try_send(Ok(InferResponse { is_final: true, ..Default::default() })).unwrap();
         assert!(matches!(stream.recv().await, Some(Ok(InferResponse { is_final: true, .. }))));
         lifecycle.abandon();

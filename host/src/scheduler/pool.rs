@@ -516,29 +516,33 @@ impl InstancePool {
 /// Stamps the start of the execution on each traced request (the host hands inputs over before
 /// it calls the backend, so their end is the same instant), with their inputs at level TENSORS.
 fn trace_compute_start(traces: &[Option<Trace>], batch: &[ExecRequest]) {
-    if traces.is_empty() {
-        return;
-    }
-    let ns = crate::trace::now_ns();
-    for (trace, request) in traces.iter().zip(batch).filter_map(|(t, r)| Some((t.as_ref()?, r))) {
+    each_traced(traces, batch, |trace, request, ns| {
         trace.stamp_at(activity::COMPUTE_START, ns);
         trace.stamp_at(activity::COMPUTE_INPUT_END, ns);
         trace.record_tensors(activity::TENSOR_BACKEND_INPUT, &request.inputs);
-    }
+    });
 }
 
 /// Stamps the end of the execution on each traced request, with its outputs at level TENSORS.
 fn trace_compute_end(traces: &[Option<Trace>], results: &BatchResults) {
-    if traces.is_empty() {
-        return;
-    }
-    let ns = crate::trace::now_ns();
-    for (trace, result) in traces.iter().zip(results).filter_map(|(t, r)| Some((t.as_ref()?, r))) {
+    each_traced(traces, results, |trace, result, ns| {
         trace.stamp_at(activity::COMPUTE_OUTPUT_START, ns);
         trace.stamp_at(activity::COMPUTE_END, ns);
         if let Ok(outputs) = result {
             trace.record_tensors(activity::TENSOR_BACKEND_OUTPUT, outputs);
         }
+    });
+}
+
+/// Calls `each` with every traced request's trace, its item in `items` (its request, or its
+/// result) and one instant for all of them; reads no clock when no request is traced.
+fn each_traced<T>(traces: &[Option<Trace>], items: &[T], each: impl Fn(&Trace, &T, u64)) {
+    if traces.is_empty() {
+        return;
+    }
+    let ns = crate::trace::now_ns();
+    for (trace, item) in traces.iter().zip(items).filter_map(|(t, i)| Some((t.as_ref()?, i))) {
+        each(trace, item, ns);
     }
 }
 
