@@ -135,25 +135,14 @@ impl Region {
     pub fn read(&self, offset: u64, len: u64, tensor: &str) -> CoreResult<Bytes> {
         let at = self.file_offset(offset, len)?;
         let len = usize::try_from(len).map_err(|_| CoreError::invalid_arg(format!("input '{tensor}' is too large")))?;
-        let file = match &self.backing {
-            Backing::System(file) => file,
-            Backing::Cuda(memory) => {
-                return memory.read(at, len).map_err(|e| {
-                    CoreError::internal(format!(
-                        "failed to read input '{tensor}' from CUDA shared memory region '{}': {e}",
-                        self.name
-                    ))
-                });
+        let read = match &self.backing {
+            Backing::System(file) => {
+                let mut buf = vec![0u8; len];
+                file.read_exact_at(&mut buf, at).map(|()| Bytes::from(buf)).map_err(|e| e.to_string())
             }
+            Backing::Cuda(memory) => memory.read(at, len),
         };
-        let mut buf = vec![0u8; len];
-        file.read_exact_at(&mut buf, at).map_err(|e| {
-            CoreError::internal(format!(
-                "failed to read input '{tensor}' from shared memory region '{}': {e}",
-                self.name
-            ))
-        })?;
-        Ok(Bytes::from(buf))
+        read.map_err(|e| self.copy_failed(&format!("read input '{tensor}' from"), &e))
     }
 
     /// Copies `data` into shared memory at `offset` (relative to the region).
@@ -162,23 +151,17 @@ impl Region {
             return Ok(());
         }
         let at = self.file_offset(offset, data.len() as u64)?;
-        let file = match &self.backing {
-            Backing::System(file) => file,
-            Backing::Cuda(memory) => {
-                return memory.write(at, data).map_err(|e| {
-                    CoreError::internal(format!(
-                        "failed to write output '{tensor}' to CUDA shared memory region '{}': {e}",
-                        self.name
-                    ))
-                });
-            }
+        let written = match &self.backing {
+            Backing::System(file) => file.write_all_at(data, at).map_err(|e| e.to_string()),
+            Backing::Cuda(memory) => memory.write(at, data),
         };
-        file.write_all_at(data, at).map_err(|e| {
-            CoreError::internal(format!(
-                "failed to write output '{tensor}' to shared memory region '{}': {e}",
-                self.name
-            ))
-        })
+        written.map_err(|e| self.copy_failed(&format!("write output '{tensor}' to"), &e))
+    }
+
+    /// The error for a copy that failed: `failed to <copy> [CUDA ]shared memory region '<name>': <e>`.
+    fn copy_failed(&self, copy: &str, e: &str) -> CoreError {
+        let cuda = if self.is_cuda() { "CUDA " } else { "" };
+        CoreError::internal(format!("failed to {copy} {cuda}shared memory region '{}': {e}", self.name))
     }
 }
 
