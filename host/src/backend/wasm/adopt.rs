@@ -276,26 +276,27 @@ mod tests {
         assert_eq!(e.message, "model 'm': parameter 'max_async_requests' must be a positive integer, got '0'");
     }
 
-    fn call_with(dones: Vec<Option<Done>>, limit: usize) -> (ExecuteCall, Arc<Mailbox>) {
+    /// A call of one request adopting up to 4, its adoption and mailbox open, and the channel
+    /// its own request's end arrives on.
+    fn adopting_call() -> (ExecuteCall, Arc<Mailbox>, tokio::sync::oneshot::Receiver<CoreResult<()>>) {
+        let (own, own_ended) = Done::channel();
         let mut call = ExecuteCall::default();
         let mailbox = Mailbox::new();
+        let limit = 4;
         let offer =
             Offer { mailbox: Arc::clone(&mailbox), limit, max_execute: Duration::from_millis(50), model: "m".into() };
         let now = Instant::now();
         call.deadline = Some(now + Duration::from_millis(50));
-        for _ in &dones {
-            call.responders.push(Arc::new(Mutex::new(None)));
-        }
-        call.adoption.begin(Some(offer), now + Duration::from_millis(50), dones);
-        (call, mailbox)
+        call.responders.push(Arc::new(Mutex::new(None)));
+        call.adoption.begin(Some(offer), now + Duration::from_millis(50), vec![Some(own)]);
+        call.adoption.open = true;
+        mailbox.open(limit, 1, Arc::new(tokio::sync::Notify::new()));
+        (call, mailbox, own_ended)
     }
 
     #[tokio::test]
     async fn each_request_ends_on_its_own_and_past_its_limit_with_the_time_limit_error() {
-        let (own, own_ended) = Done::channel();
-        let (mut call, mailbox) = call_with(vec![Some(own)], 4);
-        call.adoption.open = true;
-        mailbox.open(4, 1, Arc::new(tokio::sync::Notify::new()));
+        let (mut call, mailbox, own_ended) = adopting_call();
         assert_eq!(mailbox.room(), 3);
         call.end_request(0, Err(CoreError::invalid_arg("bad input")));
         assert_eq!(own_ended.await.expect("answered").expect_err("its error").message, "bad input");
@@ -317,10 +318,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_trap_fails_every_unfinished_request_and_those_waiting() {
-        let (own, own_ended) = Done::channel();
-        let (mut call, mailbox) = call_with(vec![Some(own)], 4);
-        call.adoption.open = true;
-        mailbox.open(4, 1, Arc::new(tokio::sync::Notify::new()));
+        let (mut call, mailbox, own_ended) = adopting_call();
         let (waiting, waiting_ended) = Done::channel();
         let request = crate::backend::ExecRequest { done: Some(waiting), ..Default::default() };
         mailbox.offer(request).expect("room");
