@@ -2,6 +2,18 @@
 
 use crate::{Error, ErrorCode};
 
+/// One constructor per error code: `name => Code;` makes `Error::name(message)`.
+macro_rules! code_constructors {
+    ($($(#[$doc:meta])* $name:ident => $code:ident;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(message: impl Into<String>) -> Error {
+                Error::new(ErrorCode::$code, message)
+            }
+        )*
+    };
+}
+
 impl Error {
     /// An error with the given code and message.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Error {
@@ -11,35 +23,20 @@ impl Error {
         }
     }
 
-    /// `invalid-arg`: the request was wrong (missing input, bad shape or datatype, ...).
-    /// HTTP 400, gRPC INVALID_ARGUMENT.
-    pub fn invalid_arg(message: impl Into<String>) -> Error {
-        Error::new(ErrorCode::InvalidArg, message)
-    }
-
-    /// `internal`: the model failed. HTTP 500, gRPC INTERNAL.
-    pub fn internal(message: impl Into<String>) -> Error {
-        Error::new(ErrorCode::Internal, message)
-    }
-
-    /// `not-found`. HTTP 404, gRPC NOT_FOUND.
-    pub fn not_found(message: impl Into<String>) -> Error {
-        Error::new(ErrorCode::NotFound, message)
-    }
-
-    /// `unsupported`. HTTP 400, gRPC UNIMPLEMENTED.
-    pub fn unsupported(message: impl Into<String>) -> Error {
-        Error::new(ErrorCode::Unsupported, message)
-    }
-
-    /// `unavailable`: try again later. HTTP 503, gRPC UNAVAILABLE.
-    pub fn unavailable(message: impl Into<String>) -> Error {
-        Error::new(ErrorCode::Unavailable, message)
-    }
-
-    /// `unknown`.
-    pub fn unknown(message: impl Into<String>) -> Error {
-        Error::new(ErrorCode::Unknown, message)
+    code_constructors! {
+        /// `invalid-arg`: the request was wrong (missing input, bad shape or datatype, ...).
+        /// HTTP 400, gRPC INVALID_ARGUMENT.
+        invalid_arg => InvalidArg;
+        /// `internal`: the model failed. HTTP 500, gRPC INTERNAL.
+        internal => Internal;
+        /// `not-found`. HTTP 404, gRPC NOT_FOUND.
+        not_found => NotFound;
+        /// `unsupported`. HTTP 400, gRPC UNIMPLEMENTED.
+        unsupported => Unsupported;
+        /// `unavailable`: try again later. HTTP 503, gRPC UNAVAILABLE.
+        unavailable => Unavailable;
+        /// `unknown`.
+        unknown => Unknown;
     }
 
     /// The same error with `context: ` put in front of its message (its code is kept).
