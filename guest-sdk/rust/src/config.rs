@@ -138,51 +138,46 @@ impl Parser<'_> {
     }
 
     fn object(&mut self) -> Result<Json, Error> {
-        self.expect(b'{')?;
-        let mut fields = Vec::new();
-        self.whitespace();
-        if self.peek() == Some(b'}') {
-            self.at += 1;
-            return Ok(Json::Object(fields));
-        }
-        loop {
-            self.whitespace();
-            if self.peek() != Some(b'"') {
-                return Err(self.error("expected a key"));
+        let member = |p: &mut Self| {
+            p.whitespace();
+            if p.peek() != Some(b'"') {
+                return Err(p.error("expected a key"));
             }
-            let key = self.string()?;
-            self.expect(b':')?;
-            fields.push((key, self.value()?));
-            self.whitespace();
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b'}') => {
-                    self.at += 1;
-                    return Ok(Json::Object(fields));
-                }
-                _ => return Err(self.error("expected ',' or '}'")),
-            }
-        }
+            let key = p.string()?;
+            p.expect(b':')?;
+            Ok((key, p.value()?))
+        };
+        self.items(b'{', b'}', member).map(Json::Object)
     }
 
     fn array(&mut self) -> Result<Json, Error> {
-        self.expect(b'[')?;
+        self.items(b'[', b']', Parser::value).map(Json::Array)
+    }
+
+    /// The comma-separated items between `open` and `close`, each read with `item`.
+    fn items<T>(
+        &mut self,
+        open: u8,
+        close: u8,
+        item: impl Fn(&mut Self) -> Result<T, Error>,
+    ) -> Result<Vec<T>, Error> {
+        self.expect(open)?;
         let mut items = Vec::new();
         self.whitespace();
-        if self.peek() == Some(b']') {
+        if self.peek() == Some(close) {
             self.at += 1;
-            return Ok(Json::Array(items));
+            return Ok(items);
         }
         loop {
-            items.push(self.value()?);
+            items.push(item(self)?);
             self.whitespace();
             match self.peek() {
                 Some(b',') => self.at += 1,
-                Some(b']') => {
+                Some(byte) if byte == close => {
                     self.at += 1;
-                    return Ok(Json::Array(items));
+                    return Ok(items);
                 }
-                _ => return Err(self.error("expected ',' or ']'")),
+                _ => return Err(self.error(&format!("expected ',' or '{}'", close as char))),
             }
         }
     }
