@@ -59,10 +59,9 @@ finish_setup() {  # the rest of setup, then the models it made ready
 
 log "first run: serving the ONNX and TorchScript models now; the ${#later[@]} guest models" \
   "and ${#ensembles[@]} ensembles load when the rest of setup has built them"
-# Job control: the server and the rest of setup each run in a process group of their own, so that
-# stopping this script stops them and everything they started.
-set -m
-trap 'for job in $(jobs -p); do kill -- "-$job" 2>/dev/null || true; done' EXIT
+# Stopping this script stops the server and the rest of setup, with everything they started.
+descendants() { local child; for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done; }
+trap 'for job in $(jobs -p); do kill $(descendants "$job") "$job" 2>/dev/null || true; done' EXIT
 trap 'exit 130' INT TERM
 "$BIN" "${ARGS[@]}" --model-control-mode=explicit "${now[@]}" "$@" &
 server=$!

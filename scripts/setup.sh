@@ -52,10 +52,11 @@ fi
 
 TIMES=$(mktemp)
 started=$SECONDS
-# Steps in the background run in process groups of their own (job control), so that they and
-# everything they started are stopped with the script, however it ends.
-set -m
-trap 'for job in $(jobs -p); do kill -- "-$job" 2>/dev/null || true; done; rm -f "$TIMES"' EXIT
+# Steps in the background are stopped with the script, however it ends, with everything they
+# started (they stay in the script's process group, so stopping that group stops them all too).
+descendants() { local child; for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done; }
+stop_jobs() { local job; for job in $(jobs -p); do kill $(descendants "$job") "$job" 2>/dev/null || true; done; }
+trap 'stop_jobs; rm -f "$TIMES"' EXIT
 trap 'exit 130' INT TERM
 
 step() {  # NAME COMMAND...: runs COMMAND; its wall time goes into the summary

@@ -18,4 +18,4 @@ wasmtime::component::bindgen!({
     imports: { default: trappable },
 });
 
-pub(super) use tessera::model::{host as wit_host, types as wit};
+pub(super) use self::tessera::model::{host as wit_host, types as wit};
