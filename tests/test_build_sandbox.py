@@ -2,7 +2,7 @@
 the repository load API is an attacker's. requirements.txt is data, never pip's instructions; the
 build writes only a directory of its own and reaches no port; no path from a config leaves its
 model directory; a build that never ends holds up no other load, and an unload, SIGTERM or the
-server's death ends it; the build cache keeps to its cap.
+server's death ends it; the build, compile and function caches keep to their caps.
 
 Each test is the attack itself: the sdist that would write a marker if its build ever ran, the
 model.py that writes into every directory it is shown, traversal in every spelling."""
@@ -383,7 +383,10 @@ def test_the_build_cache_keeps_to_its_cap(server_factory, tmp_path):
     assert len(guests) == 1, f"a 1 MiB cap keeps only the newest guest: {guests}"
     compiled = sorted((tmp_path / "wasm").glob("*.cwasm"))
     assert len(compiled) == 1, compiled
+    functions = sum(f.stat().st_size for f in (tmp_path / "wasm" / "functions").glob("*.fn"))
+    assert 0 < functions <= 128 << 10, f"the function cache keeps to an eighth of 1 MiB: {functions} bytes"
     metrics = requests.get(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=30).text
+    assert 'tessera_disk_cache_max_bytes{cache="compiled_functions"} 131072' in metrics, metrics
     evictions = {line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                  if line.startswith("tessera_disk_cache_evictions_total{")}
     assert evictions.get('cache="python_guests"', 0) >= 2, metrics
@@ -391,3 +394,24 @@ def test_the_build_cache_keeps_to_its_cap(server_factory, tmp_path):
     r = requests.post(srv.http("/v2/models/v0/infer"), timeout=60,
                       json={"inputs": [{"name": "X", "shape": [1], "datatype": "FP32", "data": [3]}]})
     assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [3.0], "a loaded model serves on"
+
+
+def test_a_second_guest_compiles_from_the_first_ones_functions(server_factory, tmp_path):
+    """Python guests carry the same interpreter: the second one's compile takes the interpreter's
+    functions from the function cache, adding few of its own, and serves."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    functions = tmp_path / "wasm" / "functions"
+    srv = server_factory(repo, ["--model-control-mode=explicit", f"--wasm-cache-dir={tmp_path / 'wasm'}"])
+    counts = []
+    for i in range(2):
+        r = load(srv, f"v{i}", python_config(f"v{i}"), {"file:1/model.py": LIST_MODEL + f"\nVARIANT = {i}\n"})
+        assert r.status_code == 200, r.text
+        counts.append(len(list(functions.glob("*.fn"))))
+    assert counts[0] > 1000, f"the interpreter's functions are cached: {counts}"
+    # About a tenth are new: a function whose body differs with the guest's snapshot.
+    assert counts[1] - counts[0] < counts[0] // 4, f"the second guest compiled its interpreter again: {counts}"
+    for i in range(2):
+        r = requests.post(srv.http(f"/v2/models/v{i}/infer"), timeout=60,
+                          json={"inputs": [{"name": "X", "shape": [1], "datatype": "FP32", "data": [i + 2]}]})
+        assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [i + 2.0], r.text

@@ -17,6 +17,8 @@ fn main() -> std::process::ExitCode {
         tessera::cli::Command::Guest(tessera::cli::GuestCommand::Prepare { repositories, python_guest_builder }) => {
             tessera::guest::prepare(&repositories, python_guest_builder)
         }
-        tessera::cli::Command::CompileComponent { output } => tessera::cli::compile_component(output.as_deref()),
+        tessera::cli::Command::CompileComponent { output, function_cache, function_cache_max_bytes } => {
+            tessera::cli::compile_component(output.as_deref(), function_cache, function_cache_max_bytes)
+        }
     }
 }

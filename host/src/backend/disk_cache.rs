@@ -107,10 +107,25 @@ impl DiskCache {
         }
     }
 
+    /// The cache's cap in bytes (0: none).
+    pub(crate) fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
     /// After `added` was written in `dir`: evicts the least recently used entries until the
     /// cache fits its cap, never `added` itself. Returns the entries evicted.
     pub(crate) fn admit(&self, dir: &Path, added: &Path) -> Vec<PathBuf> {
         touch(added);
+        self.sweep_keeping(dir, Some(added))
+    }
+
+    /// After entries were added to `dir` by another process: evicts the least recently used
+    /// entries until the cache fits its cap. Returns the entries evicted.
+    pub(crate) fn sweep(&self, dir: &Path) -> Vec<PathBuf> {
+        self.sweep_keeping(dir, None)
+    }
+
+    fn sweep_keeping(&self, dir: &Path, added: Option<&Path>) -> Vec<PathBuf> {
         self.measured.store(true, Ordering::Relaxed);
         let _sweeping = self.sweeping.lock().unwrap_or_else(|e| e.into_inner());
         let mut entries = self.entries(dir);
@@ -122,7 +137,9 @@ impl DiskCache {
                 if total <= self.max_bytes {
                     break;
                 }
-                if path == added || self.pinned.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&path) {
+                if Some(path.as_path()) == added
+                    || self.pinned.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&path)
+                {
                     continue;
                 }
                 if std::fs::remove_file(&path).is_ok() {

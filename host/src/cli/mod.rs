@@ -41,6 +41,12 @@ pub enum Command {
     CompileComponent {
         #[arg(long)]
         output: Option<PathBuf>,
+        /// Compiled functions to reuse and add to (see `backend/wasm/functions.rs`).
+        #[arg(long)]
+        function_cache: Option<PathBuf>,
+        /// The most bytes this compile adds to the function cache (0: no bound).
+        #[arg(long, default_value_t = 0)]
+        function_cache_max_bytes: u64,
     },
 }
 
@@ -103,8 +109,13 @@ pub fn embedded_server_config(flags: &[String]) -> Result<ServerConfig, String> 
 }
 
 /// `tessera compile-component`: the server's compiler process.
-pub fn compile_component(output: Option<&std::path::Path>) -> ExitCode {
-    crate::backend::wasm::compile_component_main(output)
+pub fn compile_component(
+    output: Option<&std::path::Path>,
+    function_cache: Option<PathBuf>,
+    max_bytes: u64,
+) -> ExitCode {
+    let functions = function_cache.map(|dir| crate::backend::wasm::FunctionCache { dir, max_bytes });
+    crate::backend::wasm::compile_component_main(output, functions)
 }
 
 /// `tessera serve`: logging, the runtime, the server, and a graceful stop on SIGINT/SIGTERM.

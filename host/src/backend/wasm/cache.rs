@@ -11,6 +11,7 @@ use wasmtime::component::{Component, Linker};
 
 use super::bindings;
 use super::compile::{self, Compiled, Compiler, write_atomically};
+use super::functions::{self, FunctionCache};
 use super::state::GuestState;
 use crate::backend::disk_cache::DiskCache;
 use crate::error::{CoreError, CoreResult};
@@ -31,6 +32,9 @@ pub(super) struct CompileCache {
     dir: Option<PathBuf>,
     /// The size cap of `dir` (least recently used entries go).
     disk: DiskCache,
+    /// The size cap of the function cache in `dir` ([`functions`]), which compiler processes
+    /// use and add to.
+    functions: DiskCache,
     compiler: Compiler,
     components: Mutex<HashMap<String, Resident>>,
     /// One lock per key being prepared: models loading in parallel with the same component
@@ -46,7 +50,8 @@ enum Resident {
 impl CompileCache {
     pub(super) fn new(dir: Option<PathBuf>, max_bytes: u64, compiler: Compiler) -> Self {
         let disk = DiskCache::new("compiled_components", ".cwasm", max_bytes);
-        Self { dir, disk, compiler, components: Mutex::default(), preparing: Mutex::default() }
+        let functions = DiskCache::new("compiled_functions", functions::SUFFIX, functions::cap_for(max_bytes));
+        Self { dir, disk, functions, compiler, components: Mutex::default(), preparing: Mutex::default() }
     }
 
     /// A cache file was just read: it counts as the most recently used.
@@ -175,7 +180,15 @@ impl CompileCache {
                 Err(e) => tracing::warn!(file = %file.display(), "ignoring unusable compile cache entry: {e}"),
             }
         }
-        match compile::compile(&self.compiler, engine, bytes, path, cached.as_deref())? {
+        let functions = self.dir.as_deref().map(|dir| FunctionCache {
+            dir: functions::dir_in(dir),
+            max_bytes: functions::cap_for(self.disk.max_bytes()),
+        });
+        let compiled = compile::compile(&self.compiler, engine, bytes, path, cached.as_deref(), functions.as_ref());
+        if let Some(functions) = &functions {
+            self.functions.sweep(&functions.dir);
+        }
+        match compiled? {
             Compiled::File(file) => {
                 let component = deserialize_cached(engine, &file).map_err(|e| {
                     CoreError::internal(format!(

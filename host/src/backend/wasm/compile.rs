@@ -38,6 +38,7 @@ use std::time::Duration;
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+use super::functions::{FunctionCache, FunctionStore};
 use super::settings::{Allocation, engine_config};
 use crate::backend::child::drain_within;
 use crate::error::{CoreError, CoreResult};
@@ -97,18 +98,19 @@ pub(super) enum Compiled {
 /// Compiles `bytes` (read from `path`, named in errors). A compiler process writes its artifact
 /// to `cache_file` when there is one; without one, or when it cannot write there (a cache
 /// directory not writable: the server still serves, as an in-process compile would), it hands
-/// the artifact back on stdout.
+/// the artifact back on stdout. A compiler process reuses and adds to `functions`.
 pub(super) fn compile(
     compiler: &Compiler,
     engine: &Engine,
     bytes: &[u8],
     path: &Path,
     cache_file: Option<&Path>,
+    functions: Option<&FunctionCache>,
 ) -> CoreResult<Compiled> {
     let Compiler::Process(process) = compiler else {
         return in_process(engine, bytes, path).map(Compiled::InServer);
     };
-    let (stdout, stderr) = match in_child(process, bytes, path, cache_file) {
+    let (stdout, stderr) = match in_child(process, bytes, path, cache_file, functions) {
         Ok(output) => output,
         Err(ChildFailure::NotStarted(e)) => {
             tracing::warn!(
@@ -164,6 +166,7 @@ fn in_child(
     bytes: &[u8],
     path: &Path,
     output: Option<&Path>,
+    functions: Option<&FunctionCache>,
 ) -> Result<(Vec<u8>, String), ChildFailure> {
     let started = std::time::Instant::now();
     let mut command = Command::new(&process.program);
@@ -191,6 +194,10 @@ fn in_child(
     }
     if let Some(output) = output {
         command.arg("--output").arg(output);
+    }
+    if let Some(functions) = functions {
+        command.arg("--function-cache").arg(&functions.dir);
+        command.arg("--function-cache-max-bytes").arg(functions.max_bytes.to_string());
     }
     let mut child =
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| {
@@ -344,10 +351,11 @@ fn ran_out_of_memory(stderr: &str) -> bool {
         .any(|sign| stderr.contains(sign))
 }
 
-/// The compiler process's side (`tessera compile-component [--output FILE]`): the component's
-/// bytes on stdin, the artifact to `output` (written atomically) or stdout; to stdout also when
-/// `output` cannot be written, saying why on stderr.
-pub fn compile_component_main(output: Option<&Path>) -> ExitCode {
+/// The compiler process's side (`tessera compile-component [--output FILE] [--function-cache
+/// DIR]`): the component's bytes on stdin, the artifact to `output` (written atomically) or
+/// stdout; to stdout also when `output` cannot be written, saying why on stderr. With a function
+/// cache, functions compiled before are taken from it and new ones added ([`super::functions`]).
+pub fn compile_component_main(output: Option<&Path>, functions: Option<FunctionCache>) -> ExitCode {
     // If memory runs out, the kernel's OOM killer is to pick this process, not the server.
     // Raising one's own score needs no privilege; where /proc is absent it stays as it was.
     let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
@@ -359,7 +367,15 @@ pub fn compile_component_main(output: Option<&Path>) -> ExitCode {
     // The server's settings, on demand: instance allocation does not change compiled code (a
     // unit test checks the compatibility hashes agree), and a pool would reserve address space
     // for nothing.
-    let engine = match Engine::new(&engine_config(Allocation::OnDemand)) {
+    let mut config = engine_config(Allocation::OnDemand);
+    if let Some(FunctionCache { dir, max_bytes }) = functions {
+        let store = std::sync::Arc::new(FunctionStore::new(dir, max_bytes));
+        if let Err(e) = config.enable_incremental_compilation(store) {
+            eprintln!("enabling the function cache: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let engine = match Engine::new(&config) {
         Ok(engine) => engine,
         Err(e) => {
             eprintln!("building the engine: {e:#}");
@@ -433,7 +449,13 @@ mod tests {
             cache_key(&on_demand, b"x"),
             "instance allocation must not change the compatibility hash"
         );
-        let artifact = on_demand.precompile_component(EMPTY_COMPONENT).expect("precompile");
+        let tmp = TempDir::new("compat-functions");
+        let mut config = engine_config(Allocation::OnDemand);
+        let store = FunctionStore::new(tmp.0.join("functions"), 0);
+        config.enable_incremental_compilation(std::sync::Arc::new(store)).expect("function cache");
+        let with_functions = Engine::new(&config).expect("engine with the function cache");
+        assert_eq!(cache_key(&with_functions, b"x"), cache_key(&on_demand, b"x"), "nor must the function cache");
+        let artifact = with_functions.precompile_component(EMPTY_COMPONENT).expect("precompile");
         let (engine, _linker) = build_engine(Allocation::Pooling(4)).expect("engine");
         // SAFETY: made just above by an engine with the same settings.
         #[allow(unsafe_code)]
@@ -445,7 +467,7 @@ mod tests {
     fn a_compiler_that_cannot_start_leaves_the_compile_to_the_server() {
         let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
         let compiler = Compiler::Process(CompilerProcess::new("/nonexistent/tessera"));
-        let compiled = compile(&compiler, &engine, EMPTY_COMPONENT, Path::new("m.wasm"), None);
+        let compiled = compile(&compiler, &engine, EMPTY_COMPONENT, Path::new("m.wasm"), None, None);
         assert!(matches!(compiled, Ok(Compiled::InServer(_))), "compiled here, so the caller writes the cache");
     }
 
@@ -456,7 +478,7 @@ mod tests {
         let program = script(&tmp.0, body);
         let engine = Engine::new(&engine_config(Allocation::OnDemand)).expect("engine");
         let compiler = Compiler::Process(CompilerProcess { program, timeout, memory_limit: Some(32 << 20) });
-        compile(&compiler, &engine, b"bytes", Path::new("m.wasm"), None)
+        compile(&compiler, &engine, b"bytes", Path::new("m.wasm"), None, None)
     }
 
     /// An executable shell script with this body, in `dir`.
