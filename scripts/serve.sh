@@ -60,8 +60,9 @@ finish_setup() {  # the rest of setup, then the models it made ready
 log "first run: serving the ONNX and TorchScript models now; the ${#later[@]} guest models" \
   "and ${#ensembles[@]} ensembles load when the rest of setup has built them"
 # Stopping this script stops the server and the rest of setup, with everything they started.
-descendants() { local child; for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done; }
-trap 'for job in $(jobs -p); do kill $(descendants "$job") "$job" 2>/dev/null || true; done' EXIT
+# shellcheck source=scripts/jobs.sh
+source "$ROOT/scripts/jobs.sh"
+trap stop_jobs EXIT
 trap 'exit 130' INT TERM
 "$BIN" "${ARGS[@]}" --model-control-mode=explicit "${now[@]}" "$@" &
 server=$!

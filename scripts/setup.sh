@@ -54,8 +54,8 @@ TIMES=$(mktemp)
 started=$SECONDS
 # Steps in the background are stopped with the script, however it ends, with everything they
 # started (they stay in the script's process group, so stopping that group stops them all too).
-descendants() { local child; for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done; }
-stop_jobs() { local job; for job in $(jobs -p); do kill $(descendants "$job") "$job" 2>/dev/null || true; done; }
+# shellcheck source=scripts/jobs.sh
+source "$ROOT/scripts/jobs.sh"
 trap 'stop_jobs; rm -f "$TIMES"' EXIT
 trap 'exit 130' INT TERM
 
