@@ -7,16 +7,6 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
-    // The TorchScript backend links libtorch dynamically: record where it is (the torch wheel in
-    // .venv) so the binaries, tests and examples find it without LD_LIBRARY_PATH. Elsewhere (the
-    // GPU machine, an image) LD_LIBRARY_PATH names that machine's libtorch.
-    println!("cargo:rerun-if-env-changed=LIBTORCH");
-    if std::env::var_os("CARGO_FEATURE_TORCH").is_some()
-        && let Some(libtorch) = std::env::var_os("LIBTORCH")
-    {
-        let lib = PathBuf::from(libtorch).join("lib");
-        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
-    }
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     let fds = protox::compile(["model_config.proto", "grpc_service.proto", "health.proto"], ["proto"])?;
     let bytes = prost::Message::encode_to_vec(&fds);

@@ -48,7 +48,9 @@ fi
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --features torch --quiet -- -D warnings
 # The default build (no libtorch) must keep compiling and stay lint-clean too.
-cargo clippy --workspace --lib --quiet -- -D warnings
+cargo clippy --quiet -- -D warnings
+# One build of the server library serves the binary and the Python module.
+bash scripts/check-one-build.sh
 
 # The layers of host/src, as a crate split would enforce them.
 bash scripts/check-layers.sh

@@ -9,11 +9,12 @@
 #               Ray, pytest; the quickstart ONNX and TorchScript models (scripts/setup-python.sh)
 #   toolchains  the guest toolchains, beside `python`: Rust (Debian's rustc-web, std sources,
 #               wasm-ld), C/C++ (clang 22, wasi-libc, libc++) and JavaScript (componentize-js, npm)
-#   host        the server binary with the TorchScript backend, once `python` is done (LIBTORCH
-#               comes from .cargo/config.toml; dev profile, optimised dependencies)
+#   host        the server binary (cli/) with the TorchScript backend (torch-backend/), once
+#               `python` is done (LIBTORCH comes from .cargo/config.toml; dev profile, optimised
+#               dependencies)
 #   module      the `tessera` Python package's native module (python/, PyO3), in the same profile:
-#               it reuses every dependency `host` compiled, and its build of the host code (without
-#               the TorchScript backend) is the one the test command's image links too. It is copied
+#               it links the very build of the server library (host/) that `host` made, so only
+#               its own crate compiles (host/Cargo.toml keeps the features the same). It is copied
 #               into python/tessera/ and the package put on the venv's path (a .pth file): what
 #               `pip install --editable ./python` would do, without a second, release build of
 #               all the same code (docs/pytriton.md)

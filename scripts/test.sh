@@ -17,9 +17,9 @@ step() {  # NAME COMMAND...
 }
 image() {
   # The image the deployment tests run: build-image.sh's recipe around a dev-profile server built
-  # without the TorchScript backend (the image carries no libtorch). Dependencies are shared with
-  # the build setup.sh made, so only the host code compiles again; scripts/build-image.sh alone
-  # makes the release image.
+  # without the TorchScript backend (the image carries no libtorch). The library is the one
+  # setup.sh built, so only the binary links again; scripts/build-image.sh alone makes the
+  # release image.
   # (Steps run with errexit off, as the left of `||`: `&&` says what stops this one.)
   cargo build --quiet --bin tessera && mkdir -p target/image \
     && cp target/debug/tessera target/image/tessera-dev \

@@ -61,11 +61,17 @@ pub mod gpu;
 /// `tessera guest build`: source to `model.wasm`.
 pub mod guest;
 
+pub use backend::batch::execute_merged;
 pub use backend::callable::CallableBackend;
 pub use backend::unavailable::UnavailableBackend;
 pub use backend::wasm::{Compiler, CompilerProcess, WasmOptions};
-pub use backend::{Backend, BackendKind, ExecRequest, InstanceContext, InstanceDevice, ModelInstance, RawResponse};
-pub use config::{ConfigError, ModelConfig, parse_json as parse_config_json, parse_pbtxt as parse_config_pbtxt, pb};
+pub use backend::{
+    Backend, BackendKind, ExecRequest, InstanceContext, InstanceDevice, ModelInstance, PYTORCH, RawResponse,
+};
+pub use config::{
+    ConfigError, ModelConfig, datatype_from_config, datatype_to_config, parse_json as parse_config_json,
+    parse_pbtxt as parse_config_pbtxt, pb,
+};
 pub use error::{CoreError, CoreResult, ErrorKind};
 pub use frontend::{LogApplier, SettingValue};
 pub use grpc::GrpcOptions;

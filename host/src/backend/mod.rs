@@ -8,8 +8,6 @@ pub(crate) mod disk_cache;
 pub mod mailbox;
 pub mod onnx;
 pub mod python;
-#[cfg(feature = "torch")]
-pub mod torch;
 pub mod unavailable;
 pub mod utility;
 pub mod wasm;
@@ -304,7 +302,8 @@ pub trait Backend: Send + Sync {
 }
 
 /// The backends this server was started with, in the order auto-detection tries their model
-/// files. Adding a backend is one `register` call (heavy ones behind a cargo feature).
+/// files. Adding a backend is one `register` call (heavy ones in a crate of their own, such as
+/// torch-backend/, registered by the binary: `ServerConfig::backends`).
 #[derive(Clone, Default)]
 pub struct BackendRegistry {
     backends: Vec<Arc<dyn Backend>>,
@@ -315,8 +314,13 @@ impl BackendRegistry {
         Self::default()
     }
 
+    /// Adds a backend; one with the name of a backend already here replaces it in its place
+    /// (an embedder's TorchScript backend replaces the stand-in that refuses its models).
     pub fn register(&mut self, backend: Arc<dyn Backend>) -> &mut Self {
-        self.backends.push(backend);
+        match self.backends.iter_mut().find(|b| b.name() == backend.name()) {
+            Some(slot) => *slot = backend,
+            None => self.backends.push(backend),
+        }
         self
     }
 

@@ -14,7 +14,6 @@ pub struct UnavailableBackend {
     pub reason: String,
 }
 
-#[cfg_attr(feature = "torch", allow(dead_code))]
 impl UnavailableBackend {
     /// The TorchScript backend in a build without `--features torch`.
     pub fn pytorch() -> Self {

@@ -119,7 +119,12 @@ pub fn compile_component(
 }
 
 /// `tessera serve`: logging, the runtime, the server, and a graceful stop on SIGINT/SIGTERM.
-pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
+/// `backends`: those this build carries beyond the library's (see [`ServerConfig::backends`]).
+pub fn serve(
+    args: &ServeArgs,
+    as_triton: bool,
+    backends: Vec<std::sync::Arc<dyn crate::backend::Backend>>,
+) -> ExitCode {
     let applier = logging::init(args.log_flags());
     if args.backend_directory.is_some() || args.cache_directory.is_some() || !args.backend_config.is_empty() {
         tracing::info!(
@@ -140,6 +145,7 @@ pub fn serve(args: &ServeArgs, as_triton: bool) -> ExitCode {
         }
     };
     config.log_applier = Some(applier);
+    config.backends.extend(backends);
     if args.wasm_compiler == "process" {
         // This binary is its own compiler (`tessera compile-component`). `/proc/self/exe` is this
         // very program even after an upgrade replaced the file: a newer binary's artifacts would

@@ -127,7 +127,9 @@ pub struct ServerConfig {
     /// How models served from `model.py` are built and sandboxed (`backend: "python"`).
     pub python: PythonOptions,
     /// Backends beyond the built-in ONNX Runtime and Wasm ones, for repository models whose
-    /// `backend:` names them (tried after the built-in ones when detecting by file).
+    /// `backend:` names them (tried after the built-in ones when detecting by file). One named
+    /// like a built-in replaces it: the `tessera` binary's TorchScript backend (torch-backend/)
+    /// replaces the stand-in that refuses `pytorch` models.
     pub backends: Vec<Arc<dyn Backend>>,
     /// Models that are not repository directories (as [`ServerHandle::register_model`] serves
     /// them), registered before the repositories load so that repository ensembles can use them.
@@ -282,7 +284,9 @@ impl Server {
             .with(Arc::new(OnnxBackend::new(config.onnxruntime_library.as_deref())))
             .with(Arc::clone(&wasm) as Arc<dyn Backend>)
             .with(Arc::new(PythonBackend::new(Arc::clone(&wasm), config.python.clone())))
-            .with(torch_backend())
+            // A stand-in refusing TorchScript models with the reason, unless the embedder (the
+            // `tessera` binary built with `torch`) registers the backend itself.
+            .with(Arc::new(crate::backend::unavailable::UnavailableBackend::pytorch()))
             .with(Arc::new(UtilityBackend::identity()))
             .with(Arc::new(UtilityBackend::repeat()))
             .with(Arc::new(UtilityBackend::square()));
@@ -663,13 +667,4 @@ impl StopHandle {
     pub async fn drain_then_stop(&self) {
         self.0.drain_then_stop().await;
     }
-}
-
-/// The TorchScript backend, or (in a build without the `torch` feature) a stand-in that refuses
-/// its models with the reason.
-fn torch_backend() -> Arc<dyn Backend> {
-    #[cfg(feature = "torch")]
-    return Arc::new(crate::backend::torch::TorchBackend::new());
-    #[cfg(not(feature = "torch"))]
-    return Arc::new(crate::backend::unavailable::UnavailableBackend::pytorch());
 }

@@ -15,9 +15,8 @@
 //!
 //! Other keys are not PyTorch backend parameters and are left to whoever reads them.
 
-use crate::backend::InstanceDevice;
-use crate::config::ModelConfig;
-use crate::error::{CoreError, CoreResult};
+use tessera::{CoreError, CoreResult};
+use tessera::{InstanceDevice, ModelConfig};
 
 #[derive(Debug, Clone, Default)]
 pub struct TorchParams {

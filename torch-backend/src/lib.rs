@@ -1,6 +1,8 @@
 //! TorchScript backend (`backend: "pytorch"` / `platform: "pytorch_libtorch"`, `model.pt`), through
-//! the `tch` crate over libtorch. Built with the `torch` cargo feature (scripts/setup.sh turns it on);
-//! without it the server refuses such models with a message saying how to get the backend.
+//! the `tch` crate over libtorch. A crate of its own, registered by the `tessera` binary built with
+//! its `torch` feature (scripts/setup.sh turns it on), so that the server library builds the same
+//! with or without libtorch; without it the server refuses such models with a message saying how
+//! to get the backend.
 //!
 //! It follows Triton's PyTorch backend:
 //! - inputs bind to `forward()` arguments by argument name when every configured input is one,
@@ -23,11 +25,11 @@ use std::path::Path;
 use bytes::Bytes;
 use tch::{CModule, Device, IValue, Kind};
 
-use super::{Backend, BackendKind, ExecRequest, InstanceContext, InstanceDevice, ModelInstance};
-use crate::config::{ModelConfig, datatype_from_config};
-use crate::error::{CoreError, CoreResult};
-use crate::tensor::{DataType, Tensor};
 pub use params::TorchParams;
+use tessera::{
+    Backend, BackendKind, CoreError, CoreResult, DataType, ExecRequest, InstanceContext, InstanceDevice, ModelConfig,
+    ModelInstance, PYTORCH, Tensor, datatype_from_config,
+};
 
 pub struct TorchBackend;
 
@@ -90,7 +92,7 @@ fn check_datatype(role: &str, name: &str, data_type: i32, model: &str) -> CoreRe
     if kind_of(datatype).is_none() {
         return Err(CoreError::unsupported(format!(
             "unsupported datatype {} for {role} '{name}' for model '{model}' (TorchScript has no such tensor type)",
-            crate::config::datatype_to_config(datatype).as_str_name()
+            tessera::datatype_to_config(datatype).as_str_name()
         )));
     }
     Ok(datatype)
@@ -98,7 +100,7 @@ fn check_datatype(role: &str, name: &str, data_type: i32, model: &str) -> CoreRe
 
 impl Backend for TorchBackend {
     fn kind(&self) -> BackendKind {
-        super::PYTORCH
+        PYTORCH
     }
 
     /// GPUs are usable when libtorch's CUDA half loads (a CPU-only libtorch, or one whose CUDA
@@ -217,7 +219,7 @@ struct TorchInstance {
 
 impl ModelInstance for TorchInstance {
     fn execute(&mut self, batch: Vec<ExecRequest>) -> Vec<CoreResult<Vec<Tensor>>> {
-        super::batch::execute_merged(batch, |request| self.run(request))
+        tessera::execute_merged(batch, |request| self.run(request))
     }
 
     /// On the CPU a forward pass only computes; on a GPU it waits on the device.
@@ -340,8 +342,8 @@ fn from_torch(name: &str, value: &tch::Tensor, expected: DataType, model: &str) 
     if datatype != expected {
         return Err(CoreError::internal(format!(
             "configuration expects datatype {} for output '{name}', model provides {}",
-            crate::config::datatype_to_config(expected).as_str_name(),
-            crate::config::datatype_to_config(datatype).as_str_name()
+            tessera::datatype_to_config(expected).as_str_name(),
+            tessera::datatype_to_config(datatype).as_str_name()
         )));
     }
     let shape = value.size();
@@ -364,14 +366,14 @@ fn from_torch(name: &str, value: &tch::Tensor, expected: DataType, model: &str) 
 mod cuda {
     use std::sync::OnceLock;
 
-    use crate::error::{CoreError, CoreResult};
+    use tessera::{CoreError, CoreResult};
 
     static OPENED: OnceLock<Result<(), String>> = OnceLock::new();
 
     /// Opens libtorch_cuda.so once (its static initialisers register the CUDA device type with
     /// libtorch); the error says why CUDA cannot be used.
     pub fn available() -> Result<(), String> {
-        if crate::gpu::devices().is_empty() {
+        if tessera::gpu::devices().is_empty() {
             return Err("this machine has no GPU".into());
         }
         OPENED.get_or_init(open).clone()
@@ -390,7 +392,7 @@ mod cuda {
     }
 
     fn open() -> Result<(), String> {
-        crate::gpu::dlopen_global("libtorch_cuda.so").map_err(|e| {
+        tessera::gpu::dlopen_global("libtorch_cuda.so").map_err(|e| {
             format!(
                 "libtorch's CUDA library could not be opened ({e}): the libtorch this server runs with is a \
                 CPU-only build or its CUDA dependencies are not on the library path"

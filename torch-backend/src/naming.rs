@@ -6,7 +6,7 @@
 //! `<name>__<index>` when every name has one, else by config order.
 
 use super::schema::Argument;
-use crate::error::{CoreError, CoreResult};
+use tessera::{CoreError, CoreResult};
 
 /// `<name>__<index>`: the index after the first `__`, when it is all digits (as Triton reads it).
 fn named_index(name: &str) -> Option<usize> {

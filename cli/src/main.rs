@@ -1,13 +1,24 @@
+//! The `tessera` binary: the library's command line (`tessera::cli`) with the backends this
+//! build carries (the TorchScript one with the `torch` feature).
+
 use mimalloc::MiMalloc;
 
 // Large tensor copies are markedly faster with mimalloc than with glibc's trimming malloc.
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
 
+/// The backends this build carries beyond the library's own.
+fn backends() -> Vec<std::sync::Arc<dyn tessera::Backend>> {
+    #[cfg(feature = "torch")]
+    return vec![std::sync::Arc::new(tessera_torch::TorchBackend::new())];
+    #[cfg(not(feature = "torch"))]
+    return Vec::new();
+}
+
 fn main() -> std::process::ExitCode {
     let (cli, as_triton) = tessera::cli::parse_from_env();
     match cli.command {
-        tessera::cli::Command::Serve(args) => tessera::cli::serve(&args, as_triton),
+        tessera::cli::Command::Serve(args) => tessera::cli::serve(&args, as_triton, backends()),
         tessera::cli::Command::Guest(tessera::cli::GuestCommand::Build { path, output, root }) => {
             tessera::guest::build(&tessera::guest::BuildOptions { path, output, root })
         }
