@@ -15,8 +15,7 @@
 //!
 //! Other keys are not PyTorch backend parameters and are left to whoever reads them.
 
-use tessera::{CoreError, CoreResult};
-use tessera::{InstanceDevice, ModelConfig};
+use tessera::{CoreError, CoreResult, InstanceDevice, ModelConfig};
 
 #[derive(Debug, Clone, Default)]
 pub struct TorchParams {

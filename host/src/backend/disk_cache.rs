@@ -1,8 +1,8 @@
-//! Size caps for the on-disk caches of built Python guests and compiled components: each file
-//! is an entry, its modification time says when it was last used ([`touch`] on every hit), and
-//! after each addition the least recently used entries go until the cache fits its cap
-//! ([`DiskCache::admit`]). Every distinct uploaded `model.py` adds an entry, so without a cap a
-//! client with load access could fill the disk.
+//! Size caps for the on-disk caches of built Python guests and compiled components, and how their
+//! entries are written ([`write_atomically`]): each file is an entry, its modification time says
+//! when it was last used ([`touch`] on every hit), and after each addition the least recently
+//! used entries go until the cache fits its cap ([`DiskCache::admit`]). Every distinct uploaded
+//! `model.py` adds an entry, so without a cap a client with load access could fill the disk.
 //!
 //! An entry just written or just used is never evicted by the addition that follows it, and a
 //! server whose entry was evicted while it runs builds or compiles it again when it needs it.
@@ -175,6 +175,45 @@ pub(crate) fn touch(path: &Path) {
     }
 }
 
+/// Writes through a temporary file and a rename, so a concurrent reader (another server sharing
+/// the cache) never sees a half-written entry, and syncs it to disk first.
+pub(crate) fn write_atomically(file: &Path, data: &[u8]) -> Result<(), String> {
+    write_through_temp(file, data, true)
+}
+
+/// [`write_atomically`] without the sync: for entries so many and so cheap that losing one to a
+/// crash costs less than syncing each (the function cache's, which checksum their bytes).
+pub(crate) fn write_unsynced(file: &Path, data: &[u8]) -> Result<(), String> {
+    write_through_temp(file, data, false)
+}
+
+fn write_through_temp(file: &Path, data: &[u8], sync: bool) -> Result<(), String> {
+    let dir = file.parent().ok_or("cache path has no directory")?;
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("entry");
+    // A temporary file of its own, created new: servers in other containers sharing the cache
+    // may have the same pid (each compiler process counts from 0), and writing into another's
+    // temporary file could publish a torn entry.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let (tmp, mut out) = loop {
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.tmp{}-{nanos}-{n}", std::process::id()));
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            Ok(out) => break (tmp, out),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let written = std::io::Write::write_all(&mut out, data).and_then(|()| if sync { out.sync_data() } else { Ok(()) });
+    drop(out);
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, file)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.to_string());
+    }
+    Ok(())
+}
+
 /// The caches' gauges and counters, in the Prometheus text format.
 pub(crate) fn render() -> String {
     let caches = registry().lock().unwrap_or_else(|e| e.into_inner());
@@ -230,6 +269,19 @@ mod tests {
         let metrics = render();
         assert!(metrics.contains("tessera_disk_cache_evictions_total{cache=\"test_cache\"} 1"), "{metrics}");
         assert!(metrics.contains("tessera_disk_cache_bytes{cache=\"test_cache\"} 200"), "{metrics}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn write_atomically_creates_the_directory_and_leaves_no_temp_file() {
+        let dir = std::env::temp_dir().join(format!("tessera-atomic-test-{}", std::process::id()));
+        let file = dir.join("nested").join("entry.cwasm");
+        write_atomically(&file, b"first").expect("write");
+        write_atomically(&file, b"second").expect("overwrite");
+        assert_eq!(std::fs::read(&file).expect("read back"), b"second");
+        let names: Vec<_> =
+            std::fs::read_dir(dir.join("nested")).expect("list").map(|e| e.expect("entry").file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("entry.cwasm")]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

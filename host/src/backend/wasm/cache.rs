@@ -10,10 +10,10 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
 use super::bindings;
-use super::compile::{self, Compiled, Compiler, write_atomically};
+use super::compile::{self, Compiled, Compiler};
 use super::functions::{self, FunctionCache};
 use super::state::GuestState;
-use crate::backend::disk_cache::DiskCache;
+use crate::backend::disk_cache::{DiskCache, write_atomically};
 use crate::error::{CoreError, CoreResult};
 
 /// A compiled, pre-instantiated component.
@@ -180,10 +180,13 @@ impl CompileCache {
                 Err(e) => tracing::warn!(file = %file.display(), "ignoring unusable compile cache entry: {e}"),
             }
         }
-        let functions = self.dir.as_deref().map(|dir| FunctionCache {
-            dir: functions::dir_in(dir),
-            max_bytes: functions::cap_for(self.disk.max_bytes()),
-        });
+        // Only a compiler process uses the function cache (see `functions`).
+        let functions = match (&self.compiler, self.dir.as_deref()) {
+            (Compiler::Process(_), Some(dir)) => {
+                Some(FunctionCache { dir: functions::dir_in(dir), max_bytes: self.functions.max_bytes() })
+            }
+            _ => None,
+        };
         let compiled = compile::compile(&self.compiler, engine, bytes, path, cached.as_deref(), functions.as_ref());
         if let Some(functions) = &functions {
             self.functions.sweep(&functions.dir);

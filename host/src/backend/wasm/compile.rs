@@ -41,6 +41,7 @@ use wasmtime::component::Component;
 use super::functions::{FunctionCache, FunctionStore};
 use super::settings::{Allocation, engine_config};
 use crate::backend::child::drain_within;
+use crate::backend::disk_cache::write_atomically;
 use crate::error::{CoreError, CoreResult};
 
 /// The subcommand the compiler process runs.
@@ -404,35 +405,6 @@ pub fn compile_component_main(output: Option<&Path>, functions: Option<FunctionC
     }
 }
 
-/// Writes through a temporary file and a rename, so a concurrent reader (another server sharing
-/// the cache) never sees a half-written entry.
-pub(super) fn write_atomically(file: &Path, data: &[u8]) -> Result<(), String> {
-    let dir = file.parent().ok_or("cache path has no directory")?;
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("entry");
-    // A temporary file of its own, created new: servers in other containers sharing the cache
-    // may have the same pid (each compiler process counts from 0), and writing into another's
-    // temporary file could publish a torn entry.
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    let (tmp, mut out) = loop {
-        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = dir.join(format!(".{name}.tmp{}-{nanos}-{n}", std::process::id()));
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp) {
-            Ok(out) => break (tmp, out),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e.to_string()),
-        }
-    };
-    let written = std::io::Write::write_all(&mut out, data).and_then(|()| out.sync_data());
-    drop(out);
-    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, file)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e.to_string());
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,17 +552,5 @@ exit 134";
             e.message,
             "compiling m.wasm took longer than 100ms (--wasm-compile-timeout-secs): the compiler process was stopped"
         );
-    }
-
-    #[test]
-    fn write_atomically_creates_the_directory_and_leaves_no_temp_file() {
-        let tmp = TempDir::new("atomic");
-        let file = tmp.0.join("nested").join("entry.cwasm");
-        write_atomically(&file, b"first").expect("write");
-        write_atomically(&file, b"second").expect("overwrite");
-        assert_eq!(std::fs::read(&file).expect("read back"), b"second");
-        let names: Vec<_> =
-            std::fs::read_dir(tmp.0.join("nested")).expect("list").map(|e| e.expect("entry").file_name()).collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("entry.cwasm")]);
     }
 }

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use wasmtime::CacheStore;
 
-use crate::backend::disk_cache::touch;
+use crate::backend::disk_cache::{touch, write_unsynced};
 
 /// The entries' file name suffix (what `DiskCache` counts and evicts).
 pub(super) const SUFFIX: &str = ".fn";
@@ -98,19 +98,7 @@ impl CacheStore for FunctionStore {
         }
         // No fsync: an entry lost or torn by a crash is a miss (the checksum), and a compile
         // writes thousands of them.
-        let path = self.path(key);
-        let tmp = self.dir.join(format!(
-            ".{}.tmp{}",
-            path.file_name().and_then(|n| n.to_str()).unwrap_or("fn"),
-            std::process::id()
-        ));
-        let written = std::fs::create_dir_all(&self.dir)
-            .and_then(|()| std::fs::write(&tmp, &value))
-            .and_then(|()| std::fs::rename(&tmp, &path));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written.is_ok()
+        write_unsynced(&self.path(key), &value).is_ok()
     }
 }
 
