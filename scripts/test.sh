@@ -34,6 +34,8 @@ step rust-tests cargo test --quiet --workspace --features torch
 step image image
 export TESSERA_BIN="$ROOT/target/debug/tessera"
 status=0
-step pytest .venv/bin/python -m pytest "$@" || status=$?
+# Two workers (TESSERA_TEST_WORKERS; 0: none): much of the suite waits on servers, builds and
+# clients, so a second worker fills the other core. tests/conftest.py groups the files.
+step pytest .venv/bin/python -m pytest -n "${TESSERA_TEST_WORKERS:-2}" "$@" || status=$?
 echo "test: ${SECONDS}s in all; steps (wall seconds):$times" >&2
 exit "$status"

@@ -6,11 +6,17 @@
 - ``repo``: an empty model repository directory under tmp_path.
 
 The binary is $TESSERA_BIN or target/debug/tessera; if it is missing the tests fail (never skip).
+
+scripts/test.sh runs the suite on two pytest-xdist workers (`-n 2`): each file runs whole on
+one worker, so its module fixtures start once; the files whose clients hard-code
+ports 8000-8002 share one worker, one after another; every worker's servers share one compile
+cache (`wasm_cache`), and servers sharing a cache compile each guest once between them.
 """
 
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +29,39 @@ from tessera_testlib import (
 )
 
 QUICKSTART_MODELS = ("add_sub", "simple", "classifier")
+
+# Their clients talk to Triton's and PyTriton's default ports, 8000-8002.
+FIXED_PORT_FILES = {"test_deploy.py", "test_deploy_image.py", "test_pytriton_examples.py", "test_triton_examples.py"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist: whole files to a worker (their module fixtures start once), and the files that
+    need ports 8000-8002 together, one after another."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Files(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "ports-8000-8002" if Path(path).name in FIXED_PORT_FILES else path
+
+    return Files(config, log)
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller, or a run without workers
+        config.tessera_wasm_cache = Path(tempfile.mkdtemp(prefix="tessera-test-wasm-cache-"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist: each worker gets the controller's compile cache directory."""
+    node.workerinput["tessera_wasm_cache"] = str(node.config.tessera_wasm_cache)
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        shutil.rmtree(config.tessera_wasm_cache, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -88,13 +127,13 @@ def server_factory(tmp_path, tessera_binary) -> ServerFactory:
 
 
 @pytest.fixture(scope="session")
-def wasm_cache(tmp_path_factory) -> Path:
+def wasm_cache(request) -> Path:
     """A --wasm-cache-dir for the run's servers, apart from the user's cache (a compiled Python
-    guest takes ~35 MB) and removed after the run. One for the whole run: the cache is keyed by
-    each component's content, so every guest is compiled once however many modules load it."""
-    d = tmp_path_factory.mktemp("wasm-cache")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    guest takes ~35 MB) and removed after the run. One for the whole run, every worker's: the
+    cache is keyed by each component's content, so every guest is compiled once however many
+    modules load it."""
+    workerinput = getattr(request.config, "workerinput", None)
+    return Path(workerinput["tessera_wasm_cache"]) if workerinput else request.config.tessera_wasm_cache
 
 
 @pytest.fixture

@@ -415,3 +415,33 @@ def test_a_second_guest_compiles_from_the_first_ones_functions(server_factory, t
         r = requests.post(srv.http(f"/v2/models/v{i}/infer"), timeout=60,
                           json={"inputs": [{"name": "X", "shape": [1], "datatype": "FP32", "data": [i + 2]}]})
         assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [i + 2.0], r.text
+
+
+def test_servers_sharing_a_cache_build_and_compile_a_guest_once(server_factory, tmp_path):
+    """Replicas on one cache volume, asked for the same model.py at the same moment: one builds and
+    compiles it, the other waits for that and reads the result; both serve it."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    args = ["--model-control-mode=explicit", f"--wasm-cache-dir={tmp_path / 'wasm'}"]
+    for i in range(2):
+        (tmp_path / f"repo{i}").mkdir()
+    servers = [server_factory(tmp_path / f"repo{i}", args, env=env) for i in range(2)]
+    source = LIST_MODEL + "\nVARIANT = 'replicas'\n"
+    answers: list = [None, None]
+
+    def load_on(i: int) -> None:
+        answers[i] = load(servers[i], "shared", python_config("shared"), {"file:1/model.py": source})
+
+    threads = [threading.Thread(target=load_on, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(BUILD_DEADLINE)
+    assert [a.status_code if a is not None else None for a in answers] == [200, 200], answers
+    logs = [srv.log_text() for srv in servers]
+    builds = sum(log.count("building the Python guest") for log in logs)
+    compiles = sum(log.count("compiled WebAssembly component") for log in logs)
+    assert (builds, compiles) == (1, 1), f"built {builds} and compiled {compiles} times between the two servers"
+    for i, srv in enumerate(servers):
+        r = requests.post(srv.http("/v2/models/shared/infer"), timeout=60,
+                          json={"inputs": [{"name": "X", "shape": [1], "datatype": "FP32", "data": [i + 5]}]})
+        assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [i + 5.0], r.text

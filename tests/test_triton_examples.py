@@ -22,7 +22,6 @@ What is not the published example, and why:
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from tessera_deploy import port_is_free  # SO_REUSEADDR: a port the group's last file left in TIME_WAIT is free
 from tessera_testlib import build_argv, server_env, tail, TesseraServer, wait_model_ready
 
 EXAMPLES = Path(__file__).resolve().parent / "third_party" / "python_backend" / "examples"
@@ -82,15 +82,6 @@ def lay_out(repo: Path) -> None:
     config = (EXAMPLES / "pytorch" / "config.pbtxt").read_text()
     assert 'backend: "python"' in config
     (stand_in / "config.pbtxt").write_text(config.replace('backend: "python"', 'backend: "onnxruntime"'))
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @pytest.fixture(scope="module")

@@ -59,10 +59,15 @@ def test_model_file_imports_as_a_package_with_guest_paths(tmp_path, monkeypatch)
 
 
 def test_outgoing_connections_fail_saying_why(monkeypatch):
+    # install() patches this process's sockets: each is restored after the test, so the
+    # suite's later files (on the same pytest-xdist worker) still reach their servers.
+    import urllib3.util.connection
+
     for name in ("create_connection", "getaddrinfo"):
         monkeypatch.setattr(socket, name, getattr(socket, name))
     for name in ("connect", "connect_ex"):
         monkeypatch.setattr(socket.socket, name, getattr(socket.socket, name))
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", urllib3.util.connection.create_connection)
     _net.install()
     with pytest.raises(PermissionError) as caught:
         socket.create_connection(("127.0.0.1", 9))

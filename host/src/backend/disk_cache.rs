@@ -214,6 +214,52 @@ fn write_through_temp(file: &Path, data: &[u8], sync: bool) -> Result<(), String
     Ok(())
 }
 
+/// The maker of one entry, across every process that shares the cache directory: held while the
+/// entry is built or compiled, so that a second server wanting the same entry (replicas sharing
+/// a cache volume, a test suite's parallel workers) waits and then reads it instead of making it
+/// again. The lock is `flock` on `<dir>/.<key>.lock`, released by the kernel if the holder dies;
+/// the file goes when the maker is done.
+pub(crate) struct EntryLock {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl EntryLock {
+    /// Waits for the lock of `key` in `dir`, checking `give_up` while another process holds it.
+    /// `None` when `give_up` says so, or when no lock file can be made there (the caller then
+    /// makes the entry unlocked, as before there were locks). Whoever gets the lock must look for
+    /// the entry again: the holder it waited for may have made it.
+    pub(crate) fn acquire(dir: &Path, key: &str, give_up: impl Fn() -> bool) -> Option<Self> {
+        let path = dir.join(format!(".{key}.lock"));
+        std::fs::create_dir_all(dir).ok()?;
+        let file = std::fs::File::options().create(true).truncate(false).write(true).open(&path).ok()?;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Some(Self { path, file }),
+                Err(std::fs::TryLockError::WouldBlock) if !give_up() => {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+impl Drop for EntryLock {
+    fn drop(&mut self) {
+        // Removed while still held (and only if it is still this lock's file): a process that
+        // opened it before and gets the lock next finds the entry made (or makes it); one
+        // arriving later starts a new lock file.
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(ours), Ok(there)) = (self.file.metadata(), std::fs::metadata(&self.path))
+            && (ours.dev(), ours.ino()) == (there.dev(), there.ino())
+        {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        let _ = self.file.unlock();
+    }
+}
+
 /// The caches' gauges and counters, in the Prometheus text format.
 pub(crate) fn render() -> String {
     let caches = registry().lock().unwrap_or_else(|e| e.into_inner());
@@ -269,6 +315,30 @@ mod tests {
         let metrics = render();
         assert!(metrics.contains("tessera_disk_cache_evictions_total{cache=\"test_cache\"} 1"), "{metrics}");
         assert!(metrics.contains("tessera_disk_cache_bytes{cache=\"test_cache\"} 200"), "{metrics}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_second_maker_waits_for_the_first_and_the_lock_file_goes_with_it() {
+        let dir = std::env::temp_dir().join(format!("tessera-entry-lock-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let first = EntryLock::acquire(&dir, "k", || false).expect("the first maker gets the lock");
+        assert!(dir.join(".k.lock").is_file());
+        let polls = std::sync::atomic::AtomicUsize::new(0);
+        let second = EntryLock::acquire(&dir, "k", || polls.fetch_add(1, Ordering::Relaxed) >= 2);
+        assert!(second.is_none(), "the second maker gives up while the first holds the lock");
+        assert_eq!(polls.load(Ordering::Relaxed), 3, "it asked whether to give up on each wait");
+        let other = EntryLock::acquire(&dir, "other", || true).expect("another key is not held");
+        drop(other);
+        let waiter = {
+            let dir = dir.clone();
+            std::thread::spawn(move || EntryLock::acquire(&dir, "k", || false).is_some())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(!waiter.is_finished(), "a maker without a way to give up waits for the holder");
+        drop(first);
+        assert!(waiter.join().expect("waiter"), "it gets the lock once the first maker is done");
+        assert!(!dir.join(".k.lock").exists(), "the lock file goes with its last holder");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

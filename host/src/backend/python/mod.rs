@@ -32,7 +32,7 @@ use confine::Confinement;
 use slots::BuildSlots;
 use sources::Sources;
 
-use super::disk_cache::{DEFAULT_CACHE_MAX_BYTES, DiskCache, Pinned};
+use super::disk_cache::{DEFAULT_CACHE_MAX_BYTES, DiskCache, EntryLock, Pinned};
 use super::wasm::{AllowList, WasmBackend};
 use super::{Backend, BackendKind, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
@@ -182,6 +182,16 @@ impl PythonGuests {
         }
         if let Some(error) = self.failed(model_py, &key) {
             return Err(error);
+        }
+        // Another server sharing the cache may be building these very sources: wait for it
+        // rather than build them twice.
+        let making = EntryLock::acquire(&cache_dir, &key, || self.builds.closed());
+        if self.builds.closed() {
+            return Err(CoreError::new(ErrorKind::Cancelled, "the server is stopping: no Python guest is built"));
+        }
+        if making.is_some() && out.is_file() {
+            self.cache.hit(&cache_dir, &out);
+            return Ok((out, Some(pinned)));
         }
         let Some(_slot) = self.slots.acquire(|| self.builds.closed()) else {
             return Err(CoreError::new(ErrorKind::Cancelled, "the server is stopping: no Python guest is built"));

@@ -13,7 +13,7 @@ use super::bindings;
 use super::compile::{self, Compiled, Compiler};
 use super::functions::{self, FunctionCache};
 use super::state::GuestState;
-use crate::backend::disk_cache::{DiskCache, write_atomically};
+use crate::backend::disk_cache::{DiskCache, EntryLock, write_atomically};
 use crate::error::{CoreError, CoreResult};
 
 /// A compiled, pre-instantiated component.
@@ -169,16 +169,29 @@ impl CompileCache {
 
     fn load_component(&self, engine: &Engine, bytes: &[u8], key: &str, path: &Path) -> CoreResult<Component> {
         let cached = self.dir.as_ref().map(|d| d.join(format!("{key}.cwasm")));
-        if let Some(file) = &cached
-            && file.is_file()
-        {
+        let from_disk = || {
+            let file = cached.as_ref().filter(|f| f.is_file())?;
             match deserialize_cached(engine, file) {
                 Ok(component) => {
                     self.used(file);
-                    return Ok(component);
+                    Some(component)
                 }
-                Err(e) => tracing::warn!(file = %file.display(), "ignoring unusable compile cache entry: {e}"),
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), "ignoring unusable compile cache entry: {e}");
+                    None
+                }
             }
+        };
+        if let Some(component) = from_disk() {
+            return Ok(component);
+        }
+        // Another server sharing the directory may be compiling this very component: wait for
+        // it rather than compile it twice.
+        let making = self.dir.as_deref().and_then(|dir| EntryLock::acquire(dir, key, || false));
+        if making.is_some()
+            && let Some(component) = from_disk()
+        {
+            return Ok(component);
         }
         // Only a compiler process uses the function cache (see `functions`).
         let functions = match (&self.compiler, self.dir.as_deref()) {
