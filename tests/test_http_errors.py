@@ -317,7 +317,7 @@ def test_stats_for_unknown_model_or_version(server, path, needle):
 
 
 @pytest.mark.parametrize("method,path", [
-    ("GET", "/v2/foo"), ("GET", "/v1/models"), ("GET", "/"), ("GET", "/v2/"), ("GET", "/v2/models"),
+    ("GET", "/v2/foo"), ("GET", "/v3/models"), ("GET", "/"), ("GET", "/v2/"), ("GET", "/v2/models"),
     ("GET", "/v2/models/simple/"), ("POST", "/v2/models/simple/infer/"), ("POST", "/v3/models/simple/infer"),
 ])
 def test_unknown_url(server, method, path):

@@ -19,10 +19,12 @@ pub enum ApiCategory {
     Statistics,
     Trace,
     Logging,
+    /// OpenAI's API, `/v1/*` (Tessera's own group: Triton's v2 doors have no `/v1`).
+    OpenAi,
 }
 
 impl ApiCategory {
-    pub const ALL: [ApiCategory; 9] = [
+    pub const ALL: [ApiCategory; 10] = [
         Self::Health,
         Self::Metadata,
         Self::Inference,
@@ -32,6 +34,7 @@ impl ApiCategory {
         Self::Statistics,
         Self::Trace,
         Self::Logging,
+        Self::OpenAi,
     ];
 
     pub fn name(self) -> &'static str {
@@ -45,6 +48,7 @@ impl ApiCategory {
             Self::Statistics => "statistics",
             Self::Trace => "trace",
             Self::Logging => "logging",
+            Self::OpenAi => "openai",
         }
     }
 
@@ -63,6 +67,7 @@ impl ApiCategory {
             ["v2", "systemsharedmemory" | "cudasharedmemory", ..] => Self::SharedMemory,
             ["v2", "trace", ..] => Self::Trace,
             ["v2", "logging"] => Self::Logging,
+            ["v1", ..] => Self::OpenAi,
             ["v2", "models", _model, rest @ ..] => {
                 let rest = match rest {
                     ["versions", _version, rest @ ..] => rest,
@@ -120,7 +125,9 @@ impl Restrictions {
                 return Err(format());
             }
             for name in list.split(',') {
-                let category = ApiCategory::parse(name).ok_or_else(|| format!("unknown restricted {noun} '{name}'"))?;
+                let category = ApiCategory::parse(name)
+                    .filter(|c| *c != ApiCategory::OpenAi || noun == "api")
+                    .ok_or_else(|| format!("unknown restricted {noun} '{name}'"))?;
                 let rule = Rule { key: key.to_string(), value: expected.to_string() };
                 if rules.insert(category, rule).is_some() {
                     return Err(format!("restricted {noun} '{name}' can not be specified in multiple config groups"));

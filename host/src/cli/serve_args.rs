@@ -189,6 +189,13 @@ pub struct ServeArgs {
     pub metrics_port: u16,
     #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub allow_metrics: bool,
+    /// OpenAI's API (`/v1`, docs/openai.md) on a port of its own too, besides the HTTP port
+    /// (Triton's OpenAI frontend listens on 9000); none unless given.
+    #[arg(long, env = "TESSERA_OPENAI_PORT")]
+    pub openai_port: Option<u16>,
+    /// Address of the `/v1` port.
+    #[arg(long, default_value = "0.0.0.0", env = "TESSERA_OPENAI_ADDRESS")]
+    pub openai_address: String,
     /// nv_cpu_utilization and nv_cpu_memory_* gauges.
     #[arg(long, default_value = "true", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub allow_cpu_metrics: bool,
@@ -516,6 +523,7 @@ impl ServeArgs {
                     .then(|| Duration::from_millis(self.grpc_max_connection_idle)),
             },
             metrics: self.allow_metrics.then(|| Listen::new(&self.metrics_address, self.metrics_port)),
+            openai: self.openai_port.map(|port| Listen::new(&self.openai_address, port)),
             cpu_metrics_interval: self.allow_cpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
             gpu_metrics_interval: self.allow_gpu_metrics.then(|| Duration::from_millis(self.metrics_interval_ms)),
             metrics_settings: crate::stats::latency::MetricsSettings::parse(&self.metrics_config)?,

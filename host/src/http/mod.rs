@@ -10,6 +10,7 @@ mod generate;
 pub(crate) mod json_data;
 mod json_structure;
 mod json_syntax;
+mod openai;
 mod orca;
 mod path;
 mod response;
@@ -107,9 +108,29 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/trace/setting", get(trace_get).post(trace_update))
         .route("/v2/models/{model}/trace/setting", get(model_trace_get).post(model_trace_update))
         .route("/v2/logging", get(log_get).post(log_update))
-        .merge(infer_routes)
-        .fallback(|| async { error_json(StatusCode::NOT_FOUND, "Not Found") })
+        .merge(infer_routes);
+    let router = openai::routes(router)
+        .fallback(|uri: axum::http::Uri| async move {
+            match uri.path() {
+                path if path.starts_with("/v1/") => openai::OpenAiError::not_found(path).into_response(),
+                _ => error_json(StatusCode::NOT_FOUND, "Not Found"),
+            }
+        })
         .method_not_allowed_fallback(|| async { error_json(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed") })
+        .with_state(state);
+    if restrictions.is_empty() {
+        router
+    } else {
+        router.layer(axum::middleware::from_fn_with_state(restrictions, restrict))
+    }
+}
+
+/// OpenAI's API alone, for a port of its own (`--openai-port`): the same routes and checks as on
+/// the HTTP port, and OpenAI's 404 for any other path.
+pub fn openai_router(state: HttpState) -> Router {
+    let restrictions = Arc::clone(&state.restrictions);
+    let router = openai::routes(Router::new())
+        .fallback(|uri: axum::http::Uri| async move { openai::OpenAiError::not_found(uri.path()).into_response() })
         .with_state(state);
     if restrictions.is_empty() {
         router
@@ -124,6 +145,9 @@ async fn restrict(State(restrictions): State<Arc<Restrictions>>, request: Reques
     if let Some(category) = ApiCategory::of_http_path(request.uri().path()) {
         let headers = request.headers();
         if let Err(refusal) = restrictions.check(category, "", |name| headers.get(name).and_then(|v| v.to_str().ok())) {
+            if category == ApiCategory::OpenAi {
+                return openai::OpenAiError::restricted(&refusal.expected).into_response();
+            }
             let body = json!({ "error": format!("This API is restricted, expecting header '{}'", refusal.expected) });
             return (StatusCode::FORBIDDEN, [(header::CONTENT_TYPE, "text/plain")], body.to_string()).into_response();
         }

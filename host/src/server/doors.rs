@@ -12,7 +12,7 @@ use super::{Listen, StartError, bind};
 use crate::execution::connection_threads::ConnectionThreads;
 use crate::frontend::Frontend;
 use crate::grpc::GrpcOptions;
-use crate::http::{ConnectionLimits, HttpState, router};
+use crate::http::{ConnectionLimits, HttpState, openai_router, router};
 use crate::limits::RequestBudget;
 use crate::metrics::MetricsState;
 use crate::restricted::Restrictions;
@@ -23,6 +23,8 @@ pub enum DoorKind {
     Http,
     Grpc,
     Metrics,
+    /// OpenAI's API alone (`/v1`), with the HTTP door's settings.
+    OpenAi,
 }
 
 /// What a door is started with beyond where it listens.
@@ -94,11 +96,12 @@ impl Doors {
             DoorKind::Http => "HTTPService",
             DoorKind::Grpc => "GRPCInferenceService",
             DoorKind::Metrics => "Metrics Service",
+            DoorKind::OpenAi => "OpenAI Service",
         };
         let listener = bind(what, listen).await?;
         let address = listener.local_addr().ok();
         let task: DoorTask = match kind {
-            DoorKind::Http => {
+            DoorKind::Http | DoorKind::OpenAi => {
                 let state = HttpState {
                     frontend: Arc::clone(&self.frontend),
                     restrictions: Arc::new(options.restrictions.unwrap_or_else(|| self.http_restrictions.clone())),
@@ -106,8 +109,9 @@ impl Doors {
                     body_budget: self.budget.clone(),
                 };
                 let (limits, threads) = (self.http_connections.clone(), Arc::clone(&self.threads));
+                let router = if kind == DoorKind::OpenAi { openai_router(state) } else { router(state) };
                 Box::pin(async move {
-                    crate::http::serve(listener, router(state), limits, threads, stop)
+                    crate::http::serve(listener, router, limits, threads, stop)
                         .await
                         .map_err(|e| format!("HTTP server failed: {e}"))
                 })

@@ -103,6 +103,8 @@ pub struct ServerConfig {
     pub grpc: Option<Listen>,
     pub grpc_options: GrpcOptions,
     pub metrics: Option<Listen>,
+    /// OpenAI's API on a port of its own (`--openai-port`); the HTTP door serves it either way.
+    pub openai: Option<Listen>,
     /// Sampling interval of the CPU and memory gauges; `None` leaves them out.
     pub cpu_metrics_interval: Option<Duration>,
     /// Sampling interval of the GPU gauges (NVML); `None` leaves them out. Without NVML or a
@@ -179,6 +181,7 @@ impl Default for ServerConfig {
             grpc: None,
             grpc_options: GrpcOptions::default(),
             metrics: None,
+            openai: None,
             cpu_metrics_interval: None,
             gpu_metrics_interval: None,
             metrics_settings: Default::default(),
@@ -396,8 +399,12 @@ impl Server {
             stop: stop_rx.clone(),
         };
         let mut addresses = Addresses::default();
-        let configured =
-            [(DoorKind::Http, &config.http), (DoorKind::Grpc, &config.grpc), (DoorKind::Metrics, &config.metrics)];
+        let configured = [
+            (DoorKind::Http, &config.http),
+            (DoorKind::Grpc, &config.grpc),
+            (DoorKind::Metrics, &config.metrics),
+            (DoorKind::OpenAi, &config.openai),
+        ];
         for (kind, listen) in configured {
             let Some(listen) = listen else { continue };
             let (address, task) = doors.open(kind, listen, DoorOptions::default(), stop_rx.clone()).await?;
@@ -405,6 +412,7 @@ impl Server {
                 DoorKind::Http => addresses.http = address,
                 DoorKind::Grpc => addresses.grpc = address,
                 DoorKind::Metrics => addresses.metrics = address,
+                DoorKind::OpenAi => addresses.openai = address,
             }
             tasks.spawn(task);
         }
@@ -451,6 +459,7 @@ struct Addresses {
     http: Option<SocketAddr>,
     grpc: Option<SocketAddr>,
     metrics: Option<SocketAddr>,
+    openai: Option<SocketAddr>,
 }
 
 /// A running server: in-process inference, programmatic models, its addresses, and shutdown.
@@ -587,6 +596,10 @@ impl ServerHandle {
 
     pub fn metrics_address(&self) -> Option<SocketAddr> {
         self.addresses.metrics
+    }
+
+    pub fn openai_address(&self) -> Option<SocketAddr> {
+        self.addresses.openai
     }
 
     /// Asks every door to stop taking requests; [`Self::wait`] returns once they are done.
