@@ -551,7 +551,8 @@ impl Backend for PythonBackend {
 }
 
 /// The builder script's hash and, for the checkout's builder, that of what it builds with: the
-/// Python SDK, `wit/`, the scripts it calls and the pinned tool versions.
+/// Python SDK, `wit/`, the scripts it calls and the pinned componentize-py (of
+/// `tests/requirements.txt` only that line: pinning a test client must not rebuild every guest).
 fn builder_hash(script: &Path) -> String {
     let mut hash = Sha256::new();
     let mut files = vec![script.to_path_buf()];
@@ -581,7 +582,12 @@ fn builder_hash(script: &Path) -> String {
     for file in files {
         hash.update(file.strip_prefix(root).unwrap_or(&file).to_string_lossy().as_bytes());
         if let Ok(bytes) = std::fs::read(&file) {
-            hash.update(&bytes);
+            if file.ends_with("tests/requirements.txt") {
+                let pins = bytes.split(|b| *b == b'\n').filter(|line| line.starts_with(b"componentize-py"));
+                pins.for_each(|line| hash.update(line));
+            } else {
+                hash.update(&bytes);
+            }
         }
     }
     hex(&hash.finalize())

@@ -265,3 +265,20 @@ fn the_build_cache_keeps_to_its_cap_least_recently_used_first() {
         .expect("the evictions counter");
     assert!(evictions >= 1, "{metrics}");
 }
+
+#[test]
+fn only_the_componentize_py_pin_of_the_test_requirements_keys_the_builds() {
+    let root = std::env::temp_dir().join(format!("tessera-builder-hash-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("scripts")).expect("scripts");
+    std::fs::create_dir_all(root.join("tests")).expect("tests");
+    let script = root.join("scripts/build-python-guest.sh");
+    std::fs::write(&script, "echo build").expect("script");
+    let requirements = root.join("tests/requirements.txt");
+    std::fs::write(&requirements, "componentize-py==0.25.1\npytest==9.2.0\n").expect("write");
+    let first = builder_hash(&script);
+    std::fs::write(&requirements, "componentize-py==0.25.1\npytest==9.2.0\nopenai==3.51.0\n").expect("write");
+    assert_eq!(builder_hash(&script), first, "pinning a test client builds no guest again");
+    std::fs::write(&requirements, "componentize-py==0.26.0\npytest==9.2.0\nopenai==3.51.0\n").expect("write");
+    assert_ne!(builder_hash(&script), first, "another componentize-py builds every guest again");
+    let _ = std::fs::remove_dir_all(&root);
+}
