@@ -10,7 +10,7 @@ import openai
 import pytest
 import requests
 
-from tessera_testlib import copy_model, free_port, start_server, wait_model_ready
+from tessera_testlib import copy_model, free_port, start_server, wait_model_ready, wait_until
 
 # A vLLM-shaped model: text_input, stream, sampling_parameters (JSON) and the usage flags in;
 # text_output and the token counts out. It "generates" the prompt's words upper-cased, one token
@@ -42,7 +42,18 @@ class TritonPythonModel:
                                                    pb_utils.Tensor("num_input_tokens", [len(words)], "UINT32"),
                                                    pb_utils.Tensor("num_output_tokens", [produced], "UINT32")])
 
-            if flag(request, "stream", False):
+            if prompt == "forever":  # until its caller goes
+                sent = 0
+                while sent < 1_000_000 and not sender.is_cancelled():
+                    try:
+                        sender.send(answer(" x", sent + 1))
+                    except pb_utils.TritonModelException:
+                        break
+                    sent += 1
+                pb_utils.Logger.log_info("echo_llm: stopped after %d, cancelled=%s" % (sent, request.is_cancelled()))
+                if not sender.is_cancelled():
+                    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            elif flag(request, "stream", False):
                 for i, word in enumerate(out):
                     sender.send(answer((head if i == 0 else " ") + word, i + 1))
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -68,6 +79,7 @@ output [
   { name: "num_input_tokens" data_type: TYPE_UINT32 dims: [ 1 ] },
   { name: "num_output_tokens" data_type: TYPE_UINT32 dims: [ 1 ] }
 ]
+parameters { key: "max_execute_ms" value: { string_value: "60000" } }
 '''
 
 SECRET = "openai-s3cret"
@@ -153,6 +165,20 @@ def test_a_bad_request_gets_openais_error_shape_and_the_server_serves_on(llm, bo
     assert error["param"] == param and set(error) == {"message", "type", "param", "code"}, error
     ok = client(llm).completions.create(model="echo_llm", prompt="still here", max_tokens=1)
     assert ok.choices[0].text == "STILL"
+
+
+def test_a_client_that_leaves_mid_stream_stops_the_generation(llm):
+    """The model would stream a million chunks: the client reads five and closes the connection,
+    and the model sees is_cancelled (or a failed send) and stops, then serves the next request."""
+    r = post(llm, "/v1/completions", {"model": "echo_llm", "prompt": "forever", "stream": True}, stream=True)
+    lines = r.iter_lines()
+    events = [line for line in (next(lines) for _ in range(10)) if line][:5]
+    assert all(e.startswith(b"data: {") for e in events), events
+    r.close()
+    wait_until(lambda: "echo_llm: stopped after" in llm.log_text(), 30, "the model to stop", llm)
+    line = next(ln for ln in llm.log_text().splitlines() if "echo_llm: stopped after" in ln)
+    assert int(line.split("stopped after ")[1].split(",")[0]) < 100_000 and "cancelled=True" in line, line
+    assert client(llm).completions.create(model="echo_llm", prompt="next one").choices[0].text == "NEXT ONE"
 
 
 def test_the_openai_group_is_restricted_by_its_header_and_v2_is_not(llm):
