@@ -36,6 +36,12 @@ export TESSERA_BIN="$ROOT/target/debug/tessera"
 status=0
 # Two workers (TESSERA_TEST_WORKERS; 0: none): much of the suite waits on servers, builds and
 # clients, so a second worker fills the other core. tests/conftest.py groups the files.
+if [ "$#" -eq 0 ]; then
+  # test_ray_serve.py kills a replica under load and times each request: it runs alone first, so
+  # the other worker's guest builds cannot starve its two-node cluster.
+  step pytest-ray .venv/bin/python -m pytest tests/test_ray_serve.py || status=$?
+  set -- --ignore=tests/test_ray_serve.py
+fi
 step pytest .venv/bin/python -m pytest -n "${TESSERA_TEST_WORKERS:-2}" "$@" || status=$?
 echo "test: ${SECONDS}s in all; steps (wall seconds):$times" >&2
 exit "$status"
