@@ -163,12 +163,11 @@ fn one_element(model: &ServedModel, spec: &IoSpec) -> Vec<i64> {
 fn tensor(model: &ServedModel, spec: Option<&IoSpec>, value: Scalar) -> OpenAiResult<Tensor> {
     let spec = spec.ok_or_else(|| OpenAiError::invalid(format!("model '{}' has no text_input", model.name()), None))?;
     let wrong = || {
-        OpenAiError::from(crate::error::CoreError::invalid_arg(format!(
-            "model '{}' declares '{}' as {}, which /v1 cannot fill",
-            model.name(),
-            spec.name,
-            spec.datatype.as_str()
-        )))
+        let (name, datatype) = (model.name(), spec.datatype.as_str());
+        OpenAiError::invalid(
+            format!("model '{name}' declares '{}' as {datatype}, which /v1 cannot fill", spec.name),
+            None,
+        )
     };
     let data: Vec<u8> = match (value, spec.datatype) {
         (Scalar::Text(text), DataType::Bytes) => {
