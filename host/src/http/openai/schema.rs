@@ -77,7 +77,7 @@ pub fn object(body: &[u8]) -> OpenAiResult<Map<String, Value>> {
     }
 }
 
-fn known_fields(object: &Map<String, Value>, known: &[&str]) -> OpenAiResult<()> {
+pub(super) fn known_fields(object: &Map<String, Value>, known: &[&str]) -> OpenAiResult<()> {
     match object.keys().find(|k| !known.contains(&k.as_str())) {
         // The name is the caller's own text: bounded, as every echo of it is.
         Some(key) => {
@@ -95,15 +95,15 @@ pub fn bounded(text: &str) -> String {
     }
 }
 
-fn wrong_type(field: &str, expected: &str) -> OpenAiError {
+pub(super) fn wrong_type(field: &str, expected: &str) -> OpenAiError {
     OpenAiError::invalid(format!("Invalid type for '{field}': expected {expected}."), Some(field))
 }
 
-fn present<'a>(object: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
+pub(super) fn present<'a>(object: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
     object.get(field).filter(|v| !v.is_null())
 }
 
-fn number(object: &Map<String, Value>, field: &str, range: (f64, f64)) -> OpenAiResult<Option<f64>> {
+pub(super) fn number(object: &Map<String, Value>, field: &str, range: (f64, f64)) -> OpenAiResult<Option<f64>> {
     let Some(value) = present(object, field) else { return Ok(None) };
     let n = value.as_f64().ok_or_else(|| wrong_type(field, "a number"))?;
     if n < range.0 || n > range.1 {
@@ -115,7 +115,7 @@ fn number(object: &Map<String, Value>, field: &str, range: (f64, f64)) -> OpenAi
     Ok(Some(n))
 }
 
-fn integer(object: &Map<String, Value>, field: &str, min: i64) -> OpenAiResult<Option<i64>> {
+pub(super) fn integer(object: &Map<String, Value>, field: &str, min: i64) -> OpenAiResult<Option<i64>> {
     let Some(value) = present(object, field) else { return Ok(None) };
     let n = value.as_i64().ok_or_else(|| wrong_type(field, "an integer"))?;
     if n < min {
@@ -124,21 +124,21 @@ fn integer(object: &Map<String, Value>, field: &str, min: i64) -> OpenAiResult<O
     Ok(Some(n))
 }
 
-fn boolean(object: &Map<String, Value>, field: &str) -> OpenAiResult<bool> {
+pub(super) fn boolean(object: &Map<String, Value>, field: &str) -> OpenAiResult<bool> {
     match present(object, field) {
         None => Ok(false),
         Some(value) => value.as_bool().ok_or_else(|| wrong_type(field, "a boolean")),
     }
 }
 
-fn string<'a>(object: &'a Map<String, Value>, field: &str) -> OpenAiResult<Option<&'a str>> {
+pub(super) fn string<'a>(object: &'a Map<String, Value>, field: &str) -> OpenAiResult<Option<&'a str>> {
     match present(object, field) {
         None => Ok(None),
         Some(value) => value.as_str().map(Some).ok_or_else(|| wrong_type(field, "a string")),
     }
 }
 
-fn model(object: &Map<String, Value>) -> OpenAiResult<String> {
+pub(super) fn model(object: &Map<String, Value>) -> OpenAiResult<String> {
     match string(object, "model")? {
         Some(model) if !model.is_empty() => Ok(model.to_string()),
         _ => Err(OpenAiError::invalid("you must provide a model parameter", Some("model"))),
@@ -146,7 +146,7 @@ fn model(object: &Map<String, Value>) -> OpenAiResult<String> {
 }
 
 /// `stop`: a string or a list of at most 4.
-fn stop(object: &Map<String, Value>) -> OpenAiResult<Vec<String>> {
+pub(super) fn stop(object: &Map<String, Value>) -> OpenAiResult<Vec<String>> {
     let stops = match present(object, "stop") {
         None => return Ok(Vec::new()),
         Some(Value::String(s)) => vec![s.clone()],
@@ -167,7 +167,7 @@ fn stop(object: &Map<String, Value>) -> OpenAiResult<Vec<String>> {
     Ok(stops)
 }
 
-fn sampling(object: &Map<String, Value>) -> OpenAiResult<Sampling> {
+pub(super) fn sampling(object: &Map<String, Value>) -> OpenAiResult<Sampling> {
     Ok(Sampling {
         max_tokens: integer(object, "max_tokens", 0)?.map(|n| n as u64),
         temperature: number(object, "temperature", (0.0, 2.0))?,
@@ -180,7 +180,7 @@ fn sampling(object: &Map<String, Value>) -> OpenAiResult<Sampling> {
 }
 
 /// `stream_options` (only with `stream`): whether a last chunk carries `usage`.
-fn include_usage(object: &Map<String, Value>, stream: bool) -> OpenAiResult<bool> {
+pub(super) fn include_usage(object: &Map<String, Value>, stream: bool) -> OpenAiResult<bool> {
     let Some(options) = present(object, "stream_options") else { return Ok(false) };
     if !stream {
         return Err(OpenAiError::invalid(
@@ -193,7 +193,7 @@ fn include_usage(object: &Map<String, Value>, stream: bool) -> OpenAiResult<bool
     boolean(options, "include_usage")
 }
 
-fn token_list(items: &[Value]) -> Option<Vec<u32>> {
+pub(super) fn token_list(items: &[Value]) -> Option<Vec<u32>> {
     items.iter().map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok())).collect()
 }
 

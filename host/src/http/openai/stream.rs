@@ -1,6 +1,8 @@
-//! A completion's answer from the model's responses: whole (one JSON object, the responses' text
-//! joined) or as server-sent events (one chunk per response, `finish_reason` on the last, an
-//! optional `usage` chunk, then `data: [DONE]`).
+//! A completion's or chat's answer from the model's responses: whole (one JSON object, the
+//! responses' text joined) or as server-sent events (a chat's first chunk gives the role; one
+//! chunk per response, `finish_reason` on the last, an optional `usage` chunk, then
+//! `data: [DONE]`). The events start only once the first response is in: an error the model
+//! answers at once (a prompt too long) is then an ordinary error with its status.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,8 +17,16 @@ use super::error::{OpenAiError, OpenAiResult};
 use crate::infer::InferResponse;
 use crate::lifecycle::TrackedStream;
 
+/// Which answer: a completion's choices hold `text`, a chat's a `message` (whole) or a `delta`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Completion,
+    Chat,
+}
+
 /// What every chunk of one answer repeats.
 pub struct Head {
+    shape: Shape,
     id: String,
     object: &'static str,
     created: u64,
@@ -24,28 +34,70 @@ pub struct Head {
     max_tokens: Option<u64>,
     prompt_tokens: Option<u64>,
     completion_tokens: Option<u64>,
+    /// The reason the model gave (an adapter's `finish_reason`), if it gave one.
+    reason: Option<String>,
 }
 
 impl Head {
-    pub fn new(prefix: &str, object: &'static str, model: &str, max_tokens: Option<u64>) -> Self {
+    pub fn new(shape: Shape, model: &str, max_tokens: Option<u64>) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let created = super::now();
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let prefix = if shape == Shape::Chat { "chatcmpl" } else { "cmpl" };
+        let object = match shape {
+            Shape::Completion => "text_completion",
+            Shape::Chat => "chat.completion",
+        };
         let id = format!("{prefix}-{created:x}{nanos:08x}{:06x}", NEXT.fetch_add(1, Ordering::Relaxed) & 0xff_ffff);
-        Self { id, object, created, model: model.to_string(), max_tokens, prompt_tokens: None, completion_tokens: None }
+        let model = model.to_string();
+        Self {
+            shape,
+            id,
+            object,
+            created,
+            model,
+            max_tokens,
+            prompt_tokens: None,
+            completion_tokens: None,
+            reason: None,
+        }
     }
 
     /// Takes the token counts a response reports (the last report wins).
     fn counted(&mut self, response: &InferResponse) {
         self.prompt_tokens = count(response, "num_input_tokens").or(self.prompt_tokens);
         self.completion_tokens = count(response, "num_output_tokens").or(self.completion_tokens);
+        if let Some(reason) = reason(response) {
+            self.reason = Some(reason);
+        }
     }
 
-    /// `length` when the model produced the `max_tokens` it was allowed, else `stop`.
-    fn finish_reason(&self) -> &'static str {
+    /// The model's own reason if it gave one; else `length` when it produced the `max_tokens` it
+    /// was allowed, else `stop`.
+    fn finish_reason(&self) -> String {
+        if let Some(reason) = &self.reason {
+            return reason.clone();
+        }
         match (self.max_tokens, self.completion_tokens) {
-            (Some(max), Some(produced)) if produced >= max => "length",
-            _ => "stop",
+            (Some(max), Some(produced)) if produced >= max => "length".into(),
+            _ => "stop".into(),
+        }
+    }
+
+    /// One choice: whole, or a chunk's.
+    fn choice(&self, text: &str, finish: Option<String>, whole: bool) -> Value {
+        match (self.shape, whole) {
+            (Shape::Completion, _) => json!({ "index": 0, "text": text, "logprobs": null, "finish_reason": finish }),
+            (Shape::Chat, true) => json!({
+                "index": 0, "message": { "role": "assistant", "content": text },
+                "logprobs": null, "finish_reason": finish,
+            }),
+            (Shape::Chat, false) if text.is_empty() && finish.is_some() => {
+                json!({ "index": 0, "delta": {}, "logprobs": null, "finish_reason": finish })
+            }
+            (Shape::Chat, false) => {
+                json!({ "index": 0, "delta": { "content": text }, "logprobs": null, "finish_reason": finish })
+            }
         }
     }
 
@@ -59,22 +111,36 @@ impl Head {
         }
     }
 
-    fn object(&self, choices: Value) -> Value {
-        let (id, object, created, model) = (&self.id, self.object, self.created, &self.model);
+    /// The answer object (`chunk`: one event's) around `choices`.
+    fn object(&self, choices: Value, chunk: bool) -> Value {
+        let object = match (self.shape, chunk) {
+            (Shape::Chat, true) => "chat.completion.chunk",
+            _ => self.object,
+        };
+        let (id, created, model) = (&self.id, self.created, &self.model);
         json!({ "id": id, "object": object, "created": created, "model": model, "choices": choices })
     }
 }
 
+/// The `finish_reason` a response gives (an adapter's BYTES `finish_reason`), if any.
+fn reason(response: &InferResponse) -> Option<String> {
+    let output = response.outputs.iter().find(|t| t.name == "finish_reason")?;
+    let element = crate::tensor::bytes_elements(&output.data).next()?;
+    let reason = std::str::from_utf8(element).ok()?;
+    // Only OpenAI's own words reach the client.
+    ["stop", "length", "content_filter"].contains(&reason).then(|| reason.to_string())
+}
+
 /// Every response, then one answer: the text joined, `usage` from the model's counts.
-pub async fn completion_whole(mut head: Head, mut responses: TrackedStream) -> OpenAiResult<Value> {
+pub async fn whole(mut head: Head, mut responses: TrackedStream) -> OpenAiResult<Value> {
     let mut joined = String::new();
     while let Some(response) = responses.recv().await {
         let response = response?;
         joined.push_str(&text(&response)?);
         head.counted(&response);
     }
-    let choice = json!([{ "index": 0, "text": joined, "logprobs": null, "finish_reason": head.finish_reason() }]);
-    let mut answer = head.object(choice);
+    let finish = Some(head.finish_reason());
+    let mut answer = head.object(json!([head.choice(&joined, finish, true)]), false);
     answer["usage"] = head.usage();
     Ok(answer)
 }
@@ -87,6 +153,8 @@ const DONE: &str = "data: [DONE]\n\n";
 
 struct Events {
     head: Head,
+    /// The first response, taken before the events began.
+    first: Option<InferResponse>,
     responses: TrackedStream,
     include_usage: bool,
     /// A chunk with `finish_reason` was sent.
@@ -95,55 +163,85 @@ struct Events {
 }
 
 impl Events {
+    fn chunk(&mut self, response: &InferResponse) -> OpenAiResult<Bytes> {
+        self.head.counted(response);
+        let finish = response.is_final.then(|| self.head.finish_reason());
+        self.finished |= finish.is_some();
+        let mut chunk = self.head.object(json!([self.head.choice(&text(response)?, finish, false)]), true);
+        if self.include_usage {
+            chunk["usage"] = Value::Null;
+        }
+        Ok(event(&chunk))
+    }
+
     /// The next bytes to send; `None` after `[DONE]`.
     async fn next(&mut self) -> Option<Bytes> {
         if self.over {
             return None;
         }
-        let Some(response) = self.responses.recv().await else {
+        let response = match self.first.take() {
+            Some(first) => {
+                let mut bytes = Vec::new();
+                if self.head.shape == Shape::Chat {
+                    let role = json!([{ "index": 0, "delta": { "role": "assistant", "content": "" },
+                        "logprobs": null, "finish_reason": null }]);
+                    let mut chunk = self.head.object(role, true);
+                    if self.include_usage {
+                        chunk["usage"] = Value::Null;
+                    }
+                    bytes.extend_from_slice(&event(&chunk));
+                }
+                return Some(match self.chunk(&first) {
+                    Ok(chunk) => {
+                        bytes.extend_from_slice(&chunk);
+                        Bytes::from(bytes)
+                    }
+                    Err(error) => self.fail(error),
+                });
+            }
+            None => self.responses.recv().await,
+        };
+        let Some(response) = response else {
             self.over = true;
             let mut tail = Vec::new();
             if !self.finished {
                 // The model ended its stream with a bare final flag: the finish goes on its own.
-                let choice =
-                    json!([{ "index": 0, "text": "", "logprobs": null, "finish_reason": self.head.finish_reason() }]);
-                tail.extend_from_slice(&event(&self.head.object(choice)));
+                let finish = Some(self.head.finish_reason());
+                let choice = json!([self.head.choice("", finish, false)]);
+                tail.extend_from_slice(&event(&self.head.object(choice, true)));
             }
             if self.include_usage {
-                let mut last = self.head.object(json!([]));
+                let mut last = self.head.object(json!([]), true);
                 last["usage"] = self.head.usage();
                 tail.extend_from_slice(&event(&last));
             }
             tail.extend_from_slice(DONE.as_bytes());
             return Some(Bytes::from(tail));
         };
-        let chunk = response.map_err(OpenAiError::from).and_then(|response| {
-            self.head.counted(&response);
-            let finish = response.is_final.then(|| self.head.finish_reason());
-            self.finished |= finish.is_some();
-            let choice = json!([{ "index": 0, "text": text(&response)?, "logprobs": null, "finish_reason": finish }]);
-            let mut chunk = self.head.object(choice);
-            if self.include_usage {
-                chunk["usage"] = Value::Null;
-            }
-            Ok(chunk)
-        });
-        Some(match chunk {
-            Ok(chunk) => event(&chunk),
-            // The status was sent with the first byte: the error is the stream's last event.
-            Err(error) => {
-                self.over = true;
-                let mut tail = event(&error.body()).to_vec();
-                tail.extend_from_slice(DONE.as_bytes());
-                Bytes::from(tail)
-            }
+        Some(match response.map_err(OpenAiError::from).and_then(|r| self.chunk(&r)) {
+            Ok(chunk) => chunk,
+            Err(error) => self.fail(error),
         })
+    }
+
+    /// The status was sent with the first byte: the error is the stream's last event.
+    fn fail(&mut self, error: OpenAiError) -> Bytes {
+        self.over = true;
+        let mut tail = event(&error.body()).to_vec();
+        tail.extend_from_slice(DONE.as_bytes());
+        Bytes::from(tail)
     }
 }
 
-/// Server-sent events, one chunk per response as it comes.
-pub fn completion_events(head: Head, responses: TrackedStream, include_usage: bool) -> Response {
-    let events = Events { head, responses, include_usage, finished: false, over: false };
+/// Server-sent events, one chunk per response as it comes, once the first has come: an error
+/// before it is the call's answer, with its status.
+pub async fn events(head: Head, mut responses: TrackedStream, include_usage: bool) -> OpenAiResult<Response> {
+    let first = match responses.recv().await {
+        Some(first) => Some(first?),
+        None => None,
+    };
+    let over = false;
+    let events = Events { head, first, responses, include_usage, finished: false, over };
     let body = futures_util::stream::unfold(events, |mut events| async move {
         let bytes = events.next().await?;
         Some((Ok::<_, std::convert::Infallible>(bytes), events))
@@ -151,5 +249,5 @@ pub fn completion_events(head: Head, responses: TrackedStream, include_usage: bo
     let mut response = Response::new(Body::from_stream(body));
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
+    Ok(response)
 }

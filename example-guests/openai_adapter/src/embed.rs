@@ -1,0 +1,92 @@
+//! Embeddings: every input tokenized (or taken as the token ids the caller gave), padded into one
+//! batch, one BLS call of the encoder, then mean pooling over each input's tokens and L2
+//! normalisation, as sentence-transformers' `Pooling` (mean) and `Normalize` modules compute them.
+
+use tessera_guest::{Error, ResponseSender, Tensor, TensorsExt, infer};
+use tokenizers::Tokenizer;
+
+use crate::protocol::{Call, Text};
+
+pub fn run(tokenizer: &Tokenizer, call: &Call, sender: &ResponseSender) -> Result<(), Error> {
+    if call.input.is_empty() {
+        return Err(Error::invalid_arg("'input' holds no text"));
+    }
+    let vocab = tokenizer.get_vocab_size(true) as u32;
+    let mut rows: Vec<Vec<u32>> = Vec::with_capacity(call.input.len());
+    for (i, input) in call.input.iter().enumerate() {
+        let ids = match input {
+            Text::Text(text) => tokenizer
+                .encode(text.as_str(), true)
+                .map_err(|e| Error::invalid_arg(format!("tokenizing input {i}: {e}")))?
+                .get_ids()
+                .to_vec(),
+            Text::Tokens(ids) => ids.clone(),
+        };
+        if ids.is_empty() {
+            return Err(Error::invalid_arg(format!("input {i} holds no tokens")));
+        }
+        if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
+            return Err(Error::invalid_arg(format!(
+                "input {i}: token id {bad} is not in the model's vocabulary of {vocab}"
+            )));
+        }
+        if let Some(context) = call.context_length
+            && ids.len() > context as usize
+        {
+            return Err(Error::invalid_arg(format!(
+                "This model's maximum context length is {context} tokens, however you requested {} tokens \
+                 in input {i}. Please reduce your input.",
+                ids.len()
+            )));
+        }
+        rows.push(ids);
+    }
+    let (n, width) = (rows.len(), rows.iter().map(Vec::len).max().unwrap_or(0));
+    let pad = tokenizer.get_padding().map_or(0, |p| p.pad_id);
+    let mut ids = vec![i64::from(pad); n * width];
+    let mut mask = vec![0i64; n * width];
+    for (r, row) in rows.iter().enumerate() {
+        for (c, &id) in row.iter().enumerate() {
+            ids[r * width + c] = i64::from(id);
+            mask[r * width + c] = 1;
+        }
+    }
+    let shape = [n as i64, width as i64];
+    let inputs = [
+        Tensor::from_i64("input_ids", &shape, &ids)?,
+        Tensor::from_i64("attention_mask", &shape, &mask)?,
+        Tensor::from_i64("token_type_ids", &shape, &vec![0; n * width])?,
+    ];
+    let hidden = infer(&call.model, &inputs.iter().collect::<Vec<_>>(), &["last_hidden_state"])?
+        .take_named("last_hidden_state")?;
+    let dims = hidden.shape();
+    let values = hidden.as_f32()?;
+    let depth = match dims.as_slice() {
+        [a, b, d] if *a == n as i64 && *b == width as i64 && *d > 0 => *d as usize,
+        _ => {
+            return Err(Error::internal(format!("model '{}' answered last_hidden_state of shape {dims:?}", call.model)));
+        }
+    };
+    let mut out = Vec::with_capacity(n * depth);
+    for (r, row) in rows.iter().enumerate() {
+        let mut sum = vec![0f32; depth];
+        for c in 0..row.len() {
+            let at = (r * width + c) * depth;
+            for (s, v) in sum.iter_mut().zip(&values[at..at + depth]) {
+                *s += v;
+            }
+        }
+        let count = row.len() as f32;
+        let mean: Vec<f32> = sum.iter().map(|s| s / count).collect();
+        let norm = mean.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+        out.extend(mean.iter().map(|v| v / norm));
+    }
+    let tokens: usize = rows.iter().map(Vec::len).sum();
+    sender.send(
+        vec![
+            Tensor::from_f32("embedding", &[n as i64, depth as i64], &out)?,
+            Tensor::from_i32("num_input_tokens", &[1], &[tokens as i32])?,
+        ],
+        true,
+    )
+}
