@@ -31,13 +31,14 @@ from tessera_testlib import (
 QUICKSTART_MODELS = ("add_sub", "simple", "classifier")
 
 # Their clients talk to Triton's and PyTriton's default ports, 8000-8002.
-FIXED_PORT_FILES = {"test_deploy.py", "test_deploy_image.py", "test_pytriton_examples.py", "test_triton_examples.py"}
+FIXED_PORT_FILES = {"test_deploy.py", "test_deploy_image.py", "test_pytriton_examples.py", "test_triton_examples.py",
+                    "test_triton_openai_frontend.py"}
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist: whole files to a worker (their module fixtures start once), and the files that
-    need ports 8000-8002 together, one after another."""
+    need fixed ports (8000-8002, and 9000 for Triton's OpenAI frontend) together, one after another."""
     from xdist.scheduler import LoadScopeScheduling
 
     class Files(LoadScopeScheduling):

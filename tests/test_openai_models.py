@@ -54,7 +54,7 @@ output [
 ]
 parameters { key: "allowed_models" value: { string_value: "minilm_py" } }
 parameters { key: "filesystem" value: { string_value: "read-only" } }
-parameters { key: "max_execute_ms" value: { string_value: "60000" } }
+parameters { key: "max_execute_ms" value: { string_value: "120000" } }
 '''
 
 

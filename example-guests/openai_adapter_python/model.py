@@ -100,6 +100,27 @@ class WordPiece:
         return ids + [self.sep]
 
 
+def encode(model, rows):
+    """One BLS call of the encoder for `rows`, padded to the longest; each row's pooled, normalised
+    vector."""
+    width = max(len(r) for r in rows)
+    ids = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for r, row in enumerate(rows):
+        ids[r, :len(row)] = row
+        mask[r, :len(row)] = 1
+    inputs = [pb_utils.Tensor("input_ids", ids), pb_utils.Tensor("attention_mask", mask),
+              pb_utils.Tensor("token_type_ids", np.zeros_like(ids))]
+    answer = pb_utils.InferenceRequest(model_name=model, requested_output_names=["last_hidden_state"],
+                                       inputs=inputs).exec()
+    if answer.has_error():
+        raise RuntimeError(answer.error().message())
+    hidden = pb_utils.get_output_tensor_by_name(answer, "last_hidden_state").as_numpy()
+    weights = mask[:, :, None].astype(np.float32)
+    mean = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
+    return mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
+
+
 class TritonPythonModel:
     def initialize(self, args):
         path = os.path.join(args["model_repository"], args["model_version"], "tokenizer.json")
@@ -129,22 +150,14 @@ class TritonPythonModel:
                 raise ValueError("This model's maximum context length is %d tokens, however you requested %d "
                                  "tokens in input %d. Please reduce your input." % (context, len(ids), i))
             rows.append(ids)
-        width = max(len(r) for r in rows)
-        ids = np.zeros((len(rows), width), dtype=np.int64)
-        mask = np.zeros((len(rows), width), dtype=np.int64)
-        for r, row in enumerate(rows):
-            ids[r, :len(row)] = row
-            mask[r, :len(row)] = 1
-        inputs = [pb_utils.Tensor("input_ids", ids), pb_utils.Tensor("attention_mask", mask),
-                  pb_utils.Tensor("token_type_ids", np.zeros_like(ids))]
-        answer = pb_utils.InferenceRequest(model_name=call["model"], requested_output_names=["last_hidden_state"],
-                                           inputs=inputs).exec()
-        if answer.has_error():
-            raise RuntimeError(answer.error().message())
-        hidden = pb_utils.get_output_tensor_by_name(answer, "last_hidden_state").as_numpy()
-        weights = mask[:, :, None].astype(np.float32)
-        mean = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
-        mean = mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
+        # As sentence-transformers batches: by length, a BLS call per 32 inputs.
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        pooled = [None] * len(rows)
+        for start in range(0, len(order), 32):
+            chunk = order[start:start + 32]
+            for i, vector in zip(chunk, encode(call["model"], [rows[i] for i in chunk])):
+                pooled[i] = vector
+        mean = np.stack(pooled)
         tokens = np.array([sum(len(r) for r in rows)], dtype=np.int32)
         return pb_utils.InferenceResponse([pb_utils.Tensor("embedding", mean.astype(np.float32)),
                                            pb_utils.Tensor("num_input_tokens", tokens)])

@@ -30,7 +30,7 @@ mod state;
 
 use layout::{fingerprint_dir, select_versions, version_dirs};
 use overrides::OverrideDir;
-use scan::valid_name;
+use scan::check_name;
 use state::ModelState;
 pub use state::VersionState;
 
@@ -148,9 +148,7 @@ impl ModelManager {
     /// Loads (or reloads) a model with every version its policy selects. `config_override` is
     /// the load endpoint's JSON `config` parameter, used instead of config.pbtxt.
     pub async fn load(self: &Arc<Self>, name: &str, config_override: Option<String>) -> CoreResult<()> {
-        if !valid_name(name) {
-            return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
-        }
+        check_name(name)?;
         self.prepare_outside_lock(name, config_override.clone(), None).await?;
         let _guard = self.control.lock().await;
         let outcome = self.load_locked(name, config_override, None).await;
@@ -171,9 +169,7 @@ impl ModelManager {
         config: Option<String>,
         files: Vec<(String, Vec<u8>)>,
     ) -> CoreResult<()> {
-        if !valid_name(name) {
-            return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
-        }
+        check_name(name)?;
         let poll_failed =
             || CoreError::internal(format!("failed to load '{name}', failed to poll from model repository"));
         let Some(config) = config else {
@@ -314,9 +310,7 @@ impl ModelManager {
     ) -> CoreResult<()> {
         let mut config = config;
         let name = config.name.clone();
-        if !valid_name(&name) {
-            return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
-        }
+        check_name(&name)?;
         if version < 1 {
             return Err(CoreError::invalid_arg(format!(
                 "invalid version {version} for model '{name}': versions are positive integers"

@@ -51,6 +51,27 @@ impl ModelManager {
     }
 }
 
+/// A name given to load (and register): Triton's checks (`ValidateModelName`: not empty once
+/// trimmed, not `..`, no `/`) with Triton's messages, then [`valid_name`]'s.
+pub(super) fn check_name(name: &str) -> CoreResult<()> {
+    if name.len() > 1024 {
+        return Err(CoreError::invalid_arg(format!("invalid model name: {} bytes, more than 1024", name.len())));
+    }
+    let trimmed = name.trim();
+    if trimmed.is_empty() {
+        return Err(CoreError::invalid_arg("Model name cannot be empty. Please enter a valid name to deploy."));
+    }
+    if trimmed == ".." || trimmed.contains('/') {
+        return Err(CoreError::invalid_arg(format!(
+            "invalid model name '{name}', model name must not contain path traversal characters"
+        )));
+    }
+    if !valid_name(name) {
+        return Err(CoreError::invalid_arg(format!("invalid model name '{name}'")));
+    }
+    Ok(())
+}
+
 /// A name that can be a model directory's: not empty, no `/`, backslash or NUL, not `.` or `..`.
 pub(super) fn valid_name(name: &str) -> bool {
     !(name.is_empty() || name.len() > 1024 || name.contains(['/', '\\', '\0']) || name == "." || name == "..")

@@ -22,6 +22,14 @@ impl ModelManager {
         for name in invalid {
             failures.push((name.clone(), format!("invalid model name '{name}'")));
         }
+        // A model named at startup that no repository holds: Triton's line, and no load.
+        let (names, missing): (Vec<String>, Vec<String>) =
+            names.into_iter().partition(|n| self.options.repositories.iter().any(|r| r.join(n).is_dir()));
+        for name in missing {
+            let reason = format!("failed to poll model '{name}': model not found in any model repository.");
+            tracing::error!("{reason}");
+            failures.push((name, reason));
+        }
         // Models that are not ensembles load in parallel (as Triton's model load threads do);
         // ensembles after them, one by one, each after the composing models it needs.
         let (ensembles, plain): (Vec<String>, Vec<String>) =

@@ -323,6 +323,13 @@ impl Server {
                 return Err(StartError::ModelLoad(vec![(name, e.message)]));
             }
         }
+        let wanted: std::collections::BTreeSet<&str> = config.startup_models.iter().map(String::as_str).collect();
+        if config.control_mode == ControlMode::Explicit && wanted.contains("*") && wanted.len() > 1 {
+            // Triton's words: `*` (every model) with others named beside it is refused.
+            return Err(StartError::Config(
+                "Wildcard model name '*' must be the ONLY startup model if specified at all.".into(),
+            ));
+        }
         let failures = manager.load_startup_models(&config.startup_models).await;
         if !failures.is_empty() {
             // Each reason was logged as it happened (repeats counted once): here, which models.

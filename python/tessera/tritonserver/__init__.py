@@ -39,3 +39,4 @@ from tessera.tritonserver._tensor import MemoryBuffer as MemoryBuffer
 from tessera.tritonserver._tensor import Tensor as Tensor
 
 __all__: list = []
+from tessera.tritonserver import _api as _api
