@@ -200,18 +200,23 @@ def main() -> None:
 
 
 def st_cpu(texts) -> None:
-    """sentence-transformers in this process: CPU per embedding, one at a time and 32 at a time."""
+    """sentence-transformers in this process: CPU per embedding, one at a time and 32 at a time,
+    with torch's default threads and with one."""
+    import torch
+
     import openai_reference as ref
 
     model = ref.sentence_transformer()
     model.encode(texts[:8])
-    for batch in (1, 32):
-        t0 = time.process_time()
-        for i in range(0, len(texts), batch):
-            model.encode(texts[i:i + batch], normalize_embeddings=True)
-        cpu = (time.process_time() - t0) / len(texts)
-        print(f"sentence-transformers in-process, batch {batch}: {cpu * 1e6:,.0f} µs CPU / embedding "
-              f"(torch threads: {os.environ.get('OMP_NUM_THREADS', 'default')})")
+    for threads in (torch.get_num_threads(), 1):
+        torch.set_num_threads(threads)
+        for batch in (1, 32):
+            t0, w0 = time.process_time(), time.perf_counter()
+            for i in range(0, len(texts), batch):
+                model.encode(texts[i:i + batch], normalize_embeddings=True)
+            cpu, wall = (time.process_time() - t0) / len(texts), (time.perf_counter() - w0) / len(texts)
+            print(f"sentence-transformers in-process, {threads} torch thread(s), batch {batch}: "
+                  f"{cpu * 1e6:,.0f} µs CPU and {wall * 1e6:,.0f} µs wall / embedding")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ checked against a reference computed without Tessera (tests/openai_reference.py)
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
 
@@ -23,7 +24,7 @@ import requests
 
 import openai_reference as ref
 from tessera_repos import copy_model, quickstart_repo
-from tessera_testlib import start_server
+from tessera_testlib import start_server, wait_until
 
 SENTENCES_SEED = 56
 
@@ -227,3 +228,17 @@ def test_an_adapter_that_traps_fails_only_its_own_request(v1):
     again = c.completions.create(model="tight_gpt", prompt="small", max_tokens=3, temperature=0)
     assert again.usage.completion_tokens == 3, "the adapter serves its next request"
     assert requests.get(f"{v1.base_url}/v2/models/tight_openai/ready", timeout=10).status_code == 200
+
+
+def test_a_client_that_leaves_mid_stream_stops_the_adapter(v1):
+    body = {"model": "tiny_gpt", "prompt": "Leaving", "max_tokens": 110, "temperature": 0, "stream": True}
+    with requests.post(f"{v1.base_url}/v1/completions", json=body, stream=True, timeout=60) as r:
+        assert r.status_code == 200
+        first = next(line for line in r.iter_lines() if line.startswith(b"data: "))
+        assert json.loads(first[6:])["choices"][0]["text"] is not None
+    # The connection is closed: the adapter's next send fails, and it stops.
+    pattern = r"its caller has gone; stopped after (\d+) tokens"
+    wait_until(lambda: re.search(pattern, v1.log_text()), 60, "the adapter to stop")
+    stopped = re.search(pattern, v1.log_text())
+    assert int(stopped.group(1)) < 100, stopped.group(0)
+    assert client(v1).completions.create(model="tiny_gpt", prompt="next", max_tokens=2).usage.completion_tokens == 2

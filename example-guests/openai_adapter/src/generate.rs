@@ -97,6 +97,7 @@ pub fn run(
     let mut finish = "length";
     while (generated.len() as u32) < limit {
         if request.is_cancelled() {
+            gone(request, generated.len());
             return Ok(());
         }
         let input = Tensor::from_i64("input_ids", &[1, ids.len() as i64], &ids)?;
@@ -117,7 +118,14 @@ pub fn run(
         if call.stream {
             let end = safe_end(&text, &call.stop);
             if end > sent {
-                sender.send(response(&text[sent..end], "", prompt.len(), generated.len())?, false)?;
+                let chunk = response(&text[sent..end], "", prompt.len(), generated.len())?;
+                if let Err(e) = sender.send(chunk, false) {
+                    if sender.is_cancelled() {
+                        gone(request, generated.len());
+                        return Ok(());
+                    }
+                    return Err(e);
+                }
                 sent = end;
             }
         }
@@ -135,6 +143,11 @@ fn response(text: &str, finish: &str, prompt: usize, generated: usize) -> Result
         Tensor::from_i32("num_input_tokens", &[1], &[prompt as i32])?,
         Tensor::from_i32("num_output_tokens", &[1], &[generated as i32])?,
     ])
+}
+
+/// The caller has gone: the generation stops here, and says so.
+fn gone(request: &Request, tokens: usize) {
+    tessera_guest::info!("request {}: its caller has gone; stopped after {tokens} tokens", request.id());
 }
 
 fn encode(adapter: &Adapter, text: &str) -> Result<Vec<u32>, Error> {
