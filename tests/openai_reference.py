@@ -111,15 +111,17 @@ def _decoder():
 
 
 @functools.cache
-def _hf_tokenizer():
+def _hf_tokenizer(directory: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(QUICKSTART / "tiny_gpt_openai" / "1"))
+    return AutoTokenizer.from_pretrained(directory)
 
 
-def chat_prompt(messages: list[dict]) -> str:
-    """The messages through the chat template, as transformers renders them."""
-    return _hf_tokenizer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+def chat_prompt(messages: list[dict], directory: Path | None = None) -> str:
+    """The messages through the chat template of `directory`'s tokenizer_config.json (the tiny
+    decoder's adapter's by default), as transformers renders them."""
+    directory = directory or QUICKSTART / "tiny_gpt_openai" / "1"
+    return _hf_tokenizer(str(directory)).apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def gpt_ids(text: str) -> list[int]:

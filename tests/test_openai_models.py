@@ -242,3 +242,73 @@ def test_a_client_that_leaves_mid_stream_stops_the_adapter(v1):
     stopped = re.search(pattern, v1.log_text())
     assert int(stopped.group(1)) < 100, stopped.group(0)
     assert client(v1).completions.create(model="tiny_gpt", prompt="next", max_tokens=2).usage.completion_tokens == 2
+
+
+def test_a_v1_call_is_one_trace_with_its_adapter_and_model_as_children(server_factory, repo, tmp_path, wasm_cache):
+    for name in ("tiny_gpt", "tiny_gpt_openai"):
+        copy_model(repo, name)
+    trace_file = tmp_path / "trace.json"
+    srv = server_factory(repo, [f"--wasm-cache-dir={wasm_cache}", "--trace-config", f"triton,file={trace_file}",
+                                "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"])
+    wait_until(lambda: requests.get(f"{srv.base_url}/v2/models/tiny_gpt_openai/ready", timeout=5).ok, 300,
+               "tiny_gpt_openai ready")
+    answer = client(srv).chat.completions.create(model="tiny_gpt", messages=chat_messages("trace me"),
+                                                 max_tokens=3, temperature=0)
+    assert answer.usage.completion_tokens == 3
+    srv.stop_and_check()
+    merged: dict[int, dict] = {}
+    for obj in json.loads(trace_file.read_text()):
+        entry = merged.setdefault(obj["id"], {"names": []})
+        entry.update({k: obj[k] for k in ("model_name", "parent_id") if k in obj})
+        entry["names"] += [t["name"] for t in obj.get("timestamps", [])]
+    [(root_id, root)] = [(i, t) for i, t in merged.items() if not t.get("parent_id")]
+    assert root["model_name"] == "tiny_gpt" and "HTTP_RECV_START" in root["names"], root
+    [(adapter_id, adapter)] = [(i, t) for i, t in merged.items() if t.get("model_name") == "tiny_gpt_openai"]
+    assert adapter["parent_id"] == root_id and "COMPUTE_START" in adapter["names"], adapter
+    steps = [t for t in merged.values() if t.get("model_name") == "tiny_gpt" and t.get("parent_id")]
+    assert len(steps) == 3 and all(t["parent_id"] == adapter_id for t in steps), steps
+
+
+# Chat templates in the styles models ship (a default system prompt, role checks with
+# raise_exception, Python string methods, loop variables, namespace), rendered by the adapter and
+# by transformers: the same prompt gives the same tokens and text.
+TEMPLATES = {
+    "system_default": (
+        "{%- if messages[0]['role'] == 'system' %}"
+        "{{- '<|system|>\\n' + messages[0]['content'].strip() + '<|end|>\\n' }}{%- set rest = messages[1:] %}"
+        "{%- else %}{{- '<|system|>\\nYou are helpful.<|end|>\\n' }}{%- set rest = messages %}{%- endif %}\n"
+        "{%- for m in rest %}\n"
+        "  {%- if m['role'] not in ['user', 'assistant'] %}"
+        "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}\n"
+        "  {{- '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}\n"
+        "{%- endfor %}\n"
+        "{%- if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"),
+    "loop_and_namespace": (
+        "{% set ns = namespace(turns=0) %}"
+        "{% for message in messages %}{% if message.role == 'user' %}{% set ns.turns = ns.turns + 1 %}{% endif %}"
+        "{{ '<|' ~ message.role ~ '|>' }}{{ message.content | trim | lower if loop.first else message.content }}"
+        "{% if not loop.last %}{{ '<|end|>' }}{% endif %}\n{% endfor %}"
+        "{{ eos_token if ns.turns > 1 else '' }}{% if add_generation_prompt %}<|assistant|>{% endif %}"),
+}
+
+
+@pytest.mark.parametrize("style", sorted(TEMPLATES))
+def test_chat_templates_render_as_transformers_renders_them(server_factory, repo, tmp_path, wasm_cache, style):
+    copy_model(repo, "tiny_gpt")
+    adapter = copy_model(repo, "tiny_gpt_openai")
+    config = json.loads((adapter / "1" / "tokenizer_config.json").read_text())
+    config["chat_template"] = TEMPLATES[style]
+    (adapter / "1" / "tokenizer_config.json").write_text(json.dumps(config))
+    srv = server_factory(repo, [f"--wasm-cache-dir={wasm_cache}"])
+    wait_until(lambda: requests.get(f"{srv.base_url}/v2/models/tiny_gpt_openai/ready", timeout=5).ok, 300,
+               "tiny_gpt_openai ready")
+    messages = [{"role": "system", "content": "  Be Brief.  "}, {"role": "user", "content": " Hello THERE "},
+                {"role": "assistant", "content": "Hi."}, {"role": "user", "content": "Again?"}]
+    prompt = ref.chat_prompt(messages, adapter / "1")
+    want = ref.generate(prompt, max_tokens=12, temperature=0)
+    got = client(srv).chat.completions.create(model="tiny_gpt", messages=messages, max_tokens=12, temperature=0)
+    assert got.usage.prompt_tokens == want.prompt_tokens, (style, prompt)
+    assert got.choices[0].message.content == want.text
+    if style == "system_default":
+        with pytest.raises(openai.BadRequestError, match="Only user and assistant roles are supported!"):
+            client(srv).chat.completions.create(model="tiny_gpt", messages=[{"role": "tool", "content": "x"}])

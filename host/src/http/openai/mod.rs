@@ -230,6 +230,8 @@ fn adapter_request(served: &ServedModel, adapter: &ServedModel, asked: &Asked) -
 /// One call; `model` gets the model's name once the body is read, for the access line.
 async fn answer(state: &HttpState, request: Request, route: Route, model: &mut String) -> OpenAiResult<Response> {
     let (parts, body) = request.into_parts();
+    // The model is named in the body: the trace starts when it is known, with the time reading began.
+    let receiving = crate::trace::now_ns();
     let (body, _reservation) = body::read(&parts.headers, body, state.max_input_size, &state.body_budget).await?;
     let asked = match route {
         Route::Completion => Asked::Completion(CompletionRequest::parse(&body)?),
@@ -257,6 +259,9 @@ async fn answer(state: &HttpState, request: Request, route: Route, model: &mut S
     // The call's trace is the served model's; through an adapter, the adapter's request is its
     // child, and the adapter's calls of the model that child's.
     let trace = state.frontend.trace(served.name(), traceparent(&parts.headers));
+    if let Some(trace) = &trace {
+        trace.stamp_at(activity::HTTP_RECV_START, receiving);
+    }
     stamp(&trace, activity::HTTP_RECV_END);
     infer.trace = match &reach {
         Reach::Adapter(_) => trace.as_ref().map(|root| {
