@@ -10,6 +10,7 @@ convention (as tests/test_openai.py's), with the tiny decoder's tokenizer and ch
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -63,9 +64,20 @@ def vendored_run(tmp_path_factory):
             "-q", "-rfEs", f"--junitxml={report}", *FILES]
     for test in NOT_RUN:
         args += ["--deselect", test]
-    done = subprocess.run(args, cwd=VENDOR, env=env, capture_output=True, text=True, timeout=1500)
-    (root / "output.txt").write_text(done.stdout + done.stderr)
-    return done, ET.parse(report).getroot()
+    # Its own session: the run, its servers (main.py subprocesses) and theirs are one process
+    # group, stopped whole however this ends (a timeout, an interrupt), so no server outlives it.
+    proc = subprocess.Popen(args, cwd=VENDOR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=1500)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    (root / "output.txt").write_text(out)
+    return subprocess.CompletedProcess(args, proc.returncode, out, ""), ET.parse(report).getroot()
 
 
 # Cold, its servers build and compile three model.py guests first (minutes on a loaded machine).
