@@ -78,7 +78,7 @@ def window(c: int, secs: float, call, pid: int) -> tuple[int, float, list[float]
     return n, cpu1 - cpu0, values
 
 
-def embeddings_cells(texts, pid, secs):
+def embeddings_cells(texts):
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(QUICKSTART / "minilm_openai" / "1" / "tokenizer.json"))
@@ -112,7 +112,7 @@ def embeddings_cells(texts, pid, secs):
     return {"/v1/embeddings": v1, "v2 infer (client tokenizes, pools)": v2}
 
 
-def stream_cells(pid, max_tokens):
+def stream_cells(max_tokens):
     url = f"http://127.0.0.1:{PORT}"
     messages = [{"role": "user", "content": "Tell me about the sandbox"}]
 
@@ -180,10 +180,10 @@ def main() -> None:
             rows: dict[tuple[str, int], list[tuple]] = {}
             for _ in range(args.repeats):
                 for c in (1, 8):
-                    for name, call in embeddings_cells(texts, pid, args.secs).items():
+                    for name, call in embeddings_cells(texts).items():
                         n, cpu, _ = window(c, args.secs, call, pid)
                         rows.setdefault((name, c), []).append((n / args.secs, cpu / max(n, 1) * 1e6))
-                    for name, call in stream_cells(pid, args.max_tokens).items():
+                    for name, call in stream_cells(args.max_tokens).items():
                         n, cpu, values = window(c, args.secs, call, pid)
                         tokens = sum(v[0] for v in values)
                         ttft = sorted(v[1] * 1e3 for v in values if v[1] is not None)

@@ -10,10 +10,11 @@ use crate::protocol::{Call, Text};
 /// Inputs per BLS call.
 const BATCH: usize = 32;
 
-/// One BLS call for `rows` (padded to the longest), and each row's pooled, normalised vector.
-fn encode(call: &Call, rows: &[&[u32]], pad: i64) -> Result<Vec<Vec<f32>>, Error> {
+/// One BLS call for `rows` (padded to the longest with id 0, which the attention mask hides), and
+/// each row's pooled, normalised vector.
+fn encode(call: &Call, rows: &[&[u32]]) -> Result<Vec<Vec<f32>>, Error> {
     let (n, width) = (rows.len(), rows.iter().map(|r| r.len()).max().unwrap_or(0));
-    let mut ids = vec![pad; n * width];
+    let mut ids = vec![0i64; n * width];
     let mut mask = vec![0i64; n * width];
     for (r, row) in rows.iter().enumerate() {
         for (c, &id) in row.iter().enumerate() {
@@ -60,7 +61,6 @@ pub fn run(tokenizer: &Tokenizer, call: &Call, sender: &ResponseSender) -> Resul
     if call.input.is_empty() {
         return Err(Error::invalid_arg("'input' holds no text"));
     }
-    let vocab = tokenizer.get_vocab_size(true) as u32;
     let mut rows: Vec<Vec<u32>> = Vec::with_capacity(call.input.len());
     for (i, input) in call.input.iter().enumerate() {
         let ids = match input {
@@ -74,11 +74,7 @@ pub fn run(tokenizer: &Tokenizer, call: &Call, sender: &ResponseSender) -> Resul
         if ids.is_empty() {
             return Err(Error::invalid_arg(format!("input {i} holds no tokens")));
         }
-        if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
-            return Err(Error::invalid_arg(format!(
-                "input {i}: token id {bad} is not in the model's vocabulary of {vocab}"
-            )));
-        }
+        crate::known_ids(tokenizer, &ids).map_err(|e| e.context(format!("input {i}")))?;
         if let Some(context) = call.context_length
             && ids.len() > context as usize
         {
@@ -95,11 +91,10 @@ pub fn run(tokenizer: &Tokenizer, call: &Call, sender: &ResponseSender) -> Resul
     let n = rows.len();
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| rows[i].len());
-    let pad = tokenizer.get_padding().map_or(0, |p| i64::from(p.pad_id));
     let mut pooled: Vec<Vec<f32>> = vec![Vec::new(); n];
     for chunk in order.chunks(BATCH) {
         let batch: Vec<&[u32]> = chunk.iter().map(|&i| rows[i].as_slice()).collect();
-        for (&i, vector) in chunk.iter().zip(encode(call, &batch, pad)?) {
+        for (&i, vector) in chunk.iter().zip(encode(call, &batch)?) {
             pooled[i] = vector;
         }
     }

@@ -70,10 +70,7 @@ pub fn run(
         (_, Some(Text::Tokens(ids))) => ids.clone(),
         (_, None) => return Err(Error::invalid_arg("a completion needs a prompt")),
     };
-    let vocab = adapter.tokenizer.get_vocab_size(true) as u32;
-    if let Some(bad) = prompt.iter().find(|&&id| id >= vocab) {
-        return Err(Error::invalid_arg(format!("token id {bad} is not in the model's vocabulary of {vocab}")));
-    }
+    crate::known_ids(&adapter.tokenizer, &prompt)?;
     let max_tokens = match (call.max_tokens, call.kind) {
         (Some(n), _) => Some(n),
         (None, Kind::Completion) => Some(COMPLETION_MAX_TOKENS),

@@ -46,6 +46,15 @@ struct Adapter {
     eos: Vec<u32>,
 }
 
+/// Token ids a caller gave must be the model's: an id past its vocabulary would fail the model.
+fn known_ids(tokenizer: &Tokenizer, ids: &[u32]) -> Result<(), Error> {
+    let vocab = tokenizer.get_vocab_size(true) as u32;
+    match ids.iter().find(|&&id| id >= vocab) {
+        Some(bad) => Err(Error::invalid_arg(format!("token id {bad} is not in the model's vocabulary of {vocab}"))),
+        None => Ok(()),
+    }
+}
+
 fn read(name: &str) -> Result<Vec<u8>, Error> {
     std::fs::read(format!("/model/{name}")).map_err(|e| {
         Error::unavailable(format!(

@@ -37,9 +37,13 @@ impl ModelManager {
         }
     }
 
+    /// The directories named `name` in the repositories: none, one, or (an error) more.
+    pub(super) fn dirs_of(&self, name: &str) -> Vec<PathBuf> {
+        self.options.repositories.iter().map(|r| r.join(name)).filter(|p| p.is_dir()).collect()
+    }
+
     pub(super) fn locate(&self, name: &str) -> CoreResult<PathBuf> {
-        let dirs: Vec<PathBuf> =
-            self.options.repositories.iter().map(|r| r.join(name)).filter(|p| p.is_dir()).collect();
+        let dirs = self.dirs_of(name);
         match dirs.as_slice() {
             [] => Err(CoreError::internal(format!("failed to load '{name}', failed to poll from model repository"))),
             [one] => Ok(one.clone()),

@@ -23,8 +23,7 @@ impl ModelManager {
             failures.push((name.clone(), format!("invalid model name '{name}'")));
         }
         // A model named at startup that no repository holds: Triton's line, and no load.
-        let (names, missing): (Vec<String>, Vec<String>) =
-            names.into_iter().partition(|n| self.options.repositories.iter().any(|r| r.join(n).is_dir()));
+        let (names, missing): (Vec<String>, Vec<String>) = names.into_iter().partition(|n| !self.dirs_of(n).is_empty());
         for name in missing {
             let reason = format!("failed to poll model '{name}': model not found in any model repository.");
             tracing::error!("{reason}");

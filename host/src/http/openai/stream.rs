@@ -28,7 +28,6 @@ pub enum Shape {
 pub struct Head {
     shape: Shape,
     id: String,
-    object: &'static str,
     created: u64,
     model: String,
     max_tokens: Option<u64>,
@@ -44,23 +43,9 @@ impl Head {
         let created = super::now();
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         let prefix = if shape == Shape::Chat { "chatcmpl" } else { "cmpl" };
-        let object = match shape {
-            Shape::Completion => "text_completion",
-            Shape::Chat => "chat.completion",
-        };
         let id = format!("{prefix}-{created:x}{nanos:08x}{:06x}", NEXT.fetch_add(1, Ordering::Relaxed) & 0xff_ffff);
         let model = model.to_string();
-        Self {
-            shape,
-            id,
-            object,
-            created,
-            model,
-            max_tokens,
-            prompt_tokens: None,
-            completion_tokens: None,
-            reason: None,
-        }
+        Self { shape, id, created, model, max_tokens, prompt_tokens: None, completion_tokens: None, reason: None }
     }
 
     /// Takes the token counts a response reports (the last report wins).
@@ -114,8 +99,9 @@ impl Head {
     /// The answer object (`chunk`: one event's) around `choices`.
     fn object(&self, choices: Value, chunk: bool) -> Value {
         let object = match (self.shape, chunk) {
+            (Shape::Completion, _) => "text_completion",
+            (Shape::Chat, false) => "chat.completion",
             (Shape::Chat, true) => "chat.completion.chunk",
-            _ => self.object,
         };
         let (id, created, model) = (&self.id, self.created, &self.model);
         json!({ "id": id, "object": object, "created": created, "model": model, "choices": choices })
@@ -163,15 +149,20 @@ struct Events {
 }
 
 impl Events {
+    /// One chunk's event around `choices` (`usage: null` in it when a usage chunk comes last).
+    fn chunk_event(&self, choices: Value) -> Bytes {
+        let mut chunk = self.head.object(choices, true);
+        if self.include_usage {
+            chunk["usage"] = Value::Null;
+        }
+        event(&chunk)
+    }
+
     fn chunk(&mut self, response: &InferResponse) -> OpenAiResult<Bytes> {
         self.head.counted(response);
         let finish = response.is_final.then(|| self.head.finish_reason());
         self.finished |= finish.is_some();
-        let mut chunk = self.head.object(json!([self.head.choice(&text(response)?, finish, false)]), true);
-        if self.include_usage {
-            chunk["usage"] = Value::Null;
-        }
-        Ok(event(&chunk))
+        Ok(self.chunk_event(json!([self.head.choice(&text(response)?, finish, false)])))
     }
 
     /// The next bytes to send; `None` after `[DONE]`.
@@ -185,11 +176,7 @@ impl Events {
                 if self.head.shape == Shape::Chat {
                     let role = json!([{ "index": 0, "delta": { "role": "assistant", "content": "" },
                         "logprobs": null, "finish_reason": null }]);
-                    let mut chunk = self.head.object(role, true);
-                    if self.include_usage {
-                        chunk["usage"] = Value::Null;
-                    }
-                    bytes.extend_from_slice(&event(&chunk));
+                    bytes.extend_from_slice(&self.chunk_event(role));
                 }
                 return Some(match self.chunk(&first) {
                     Ok(chunk) => {
@@ -240,8 +227,7 @@ pub async fn events(head: Head, mut responses: TrackedStream, include_usage: boo
         Some(first) => Some(first?),
         None => None,
     };
-    let over = false;
-    let events = Events { head, first, responses, include_usage, finished: false, over };
+    let events = Events { head, first, responses, include_usage, finished: false, over: false };
     let body = futures_util::stream::unfold(events, |mut events| async move {
         let bytes = events.next().await?;
         Some((Ok::<_, std::convert::Infallible>(bytes), events))
