@@ -22,10 +22,10 @@ LAYERS=(
   # core: error and tensor types, request limits, config, tracing, the request type and `Infer`,
   # statistics, the drain, the response cache, shared memory; bottom first.
   "core.0:     error execution gpu proto restricted"
-  "core.1:     tensor limits"
+  "core.1:     tensor limits tenant"
   "core.2:     config trace"
   "core.3:     infer stats"
-  "core.4:     lifecycle cache shm"
+  "core.4:     lifecycle cache shm tenancy"
   # Backend / ModelInstance: ONNX Runtime, TorchScript, Python and Wasm guests (BLS through
   # Weak<dyn Infer>).
   "backend:    backend"

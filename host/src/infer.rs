@@ -131,6 +131,10 @@ pub struct InferRequest {
     /// Set when the request is sampled for tracing (see `crate::trace`): each layer it passes
     /// stamps its activities on it.
     pub trace: Option<crate::trace::Trace>,
+    /// Who the request runs as (see `crate::tenant`): set by a door that identified a tenant or
+    /// read a fairness id, and passed on to the request's BLS calls and ensemble steps. `None`:
+    /// the trusted in-process API, or a server without tenants.
+    pub principal: Option<std::sync::Arc<crate::tenant::Principal>>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -97,22 +97,22 @@ impl InProcess {
 
     /// `{"model_stats": [...]}`: every ready model (no name), one model's ready versions, or one.
     pub fn statistics(&self, name: Option<&str>, version: Option<i64>) -> CoreResult<Value> {
-        Ok(statistics_json(&self.frontend.statistics(name, version)?))
+        Ok(statistics_json(&self.frontend.statistics(None, name, version)?))
     }
 
     /// The repository index, as HTTP's `/v2/repository/index` answers it.
     pub fn index(&self, ready_only: bool) -> Value {
-        index_json(self.frontend.repository_index(ready_only))
+        index_json(self.frontend.repository_index(None, ready_only))
     }
 
     /// Loads (or reloads) a model (explicit control mode only, as Triton); `config` is a JSON
     /// ModelConfig that overrides config.pbtxt, `files` Triton's `file:<path>` contents.
     pub async fn load(&self, name: &str, config: Option<String>, files: Vec<(String, Vec<u8>)>) -> CoreResult<()> {
-        self.frontend.load(name, config, files).await
+        self.frontend.load(None, name, config, files).await
     }
 
     pub async fn unload(&self, name: &str, unload_dependents: bool) -> CoreResult<()> {
-        self.frontend.unload(name, unload_dependents).await
+        self.frontend.unload(None, name, unload_dependents).await
     }
 
     /// The Prometheus text exposition `/metrics` would answer.

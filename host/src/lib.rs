@@ -48,6 +48,8 @@ mod scheduler;
 mod server;
 mod shm;
 mod stats;
+mod tenancy;
+mod tenant;
 mod tensor;
 mod trace;
 

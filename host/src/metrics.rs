@@ -35,13 +35,37 @@ pub struct MetricsState {
     pub tracer: Arc<crate::trace::Tracer>,
     /// Metrics the models' own code defines.
     pub custom: Arc<crate::stats::custom::CustomMetrics>,
+    /// `--tenants`: the tenants' series, and who may scrape when the file does not leave
+    /// `/metrics` open.
+    pub tenants: Option<Arc<crate::tenancy::Tenants>>,
 }
 
 pub fn router(state: MetricsState) -> Router {
     Router::new().route("/metrics", get(scrape)).fallback(|| async { StatusCode::NOT_FOUND }).with_state(state)
 }
 
-async fn scrape(State(state): State<MetricsState>) -> Response {
+/// A scrape without a key with the `metrics` role, when the tenants file does not leave
+/// `/metrics` open: 401 or 403 with why.
+fn refused_scrape(tenants: &crate::tenancy::Tenants, headers: &axum::http::HeaderMap) -> Option<Response> {
+    use crate::tenancy::{OpenApi, Presented};
+    if tenants.is_open(OpenApi::Metrics) {
+        return None;
+    }
+    let presented = Presented {
+        authorization: headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes),
+        ..Default::default()
+    };
+    let refusal = match tenants.identify(presented) {
+        Ok(identity) => (StatusCode::FORBIDDEN, identity.may_scrape().err()?.0),
+        Err(e) => (StatusCode::UNAUTHORIZED, e.message()),
+    };
+    Some(refusal.into_response())
+}
+
+async fn scrape(State(state): State<MetricsState>, headers: axum::http::HeaderMap) -> Response {
+    if let Some(refused) = state.tenants.as_deref().and_then(|t| refused_scrape(t, &headers)) {
+        return refused;
+    }
     let mut response = exposition(&state).into_response();
     response
         .headers_mut()
@@ -56,6 +80,9 @@ pub fn exposition(state: &MetricsState) -> String {
     let mut body = render(&state.manager.ready_models(), counter_latencies, state.host.as_deref(), &gpus);
     body.push_str(&state.custom.render());
     body.push_str(&crate::backend::disk_cache::render());
+    if let Some(tenants) = &state.tenants {
+        body.push_str(&tenants.render_metrics());
+    }
     if let Some((exported, dropped)) = state.tracer.export_counts() {
         body.push_str(&trace_export_metrics(exported, dropped));
     }

@@ -140,6 +140,9 @@ pub struct ExecRequest {
     /// Where a backend puts the parameters of this request's response (not decoupled requests:
     /// theirs go with each [`RawResponse`]); none when nobody reads them.
     pub response_parameters: Option<Arc<ResponseParameters>>,
+    /// Who the request runs as (from [`crate::infer::InferRequest::principal`]): its flow in
+    /// the model's queue, and what its BLS calls may reach.
+    pub principal: Option<Arc<crate::tenant::Principal>>,
 }
 
 /// Compute time spent for one request, in nanoseconds (added to from the scheduler's tasks).

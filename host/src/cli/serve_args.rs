@@ -13,7 +13,7 @@ use super::values::{
 use crate::backend::python::PythonOptions;
 use crate::backend::wasm::{GuestEnv, WasmOptions};
 use crate::grpc::{GrpcOptions, GrpcTls};
-use crate::http::ConnectionLimits;
+use crate::http::{ConnectionLimits, HttpTls};
 use crate::repository::ControlMode;
 use crate::restricted::Restrictions;
 use crate::scheduler::rate_limit::ResourceOverride;
@@ -168,6 +168,28 @@ pub struct ServeArgs {
     /// PEM file with the certificate authorities that client certificates must chain to.
     #[arg(long)]
     pub grpc_root_cert: Option<PathBuf>,
+    /// Serve the HTTP port over TLS (HTTPS) with `--http-server-cert` and `--http-server-key`;
+    /// with `--http-root-cert`, client certificates are verified against it (and can name a
+    /// tenant in `--tenants`). Tessera's own flags: Triton's HTTP is plain text.
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub http_use_ssl: bool,
+    /// HTTPS that requires a client certificate signed by `--http-root-cert` (implies
+    /// `--http-use-ssl`).
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub http_use_ssl_mutual: bool,
+    /// PEM file with the HTTP port's certificate chain.
+    #[arg(long)]
+    pub http_server_cert: Option<PathBuf>,
+    /// PEM file with the HTTP port's private key.
+    #[arg(long)]
+    pub http_server_key: Option<PathBuf>,
+    /// PEM file with the authorities client certificates on the HTTP port must chain to.
+    #[arg(long)]
+    pub http_root_cert: Option<PathBuf>,
+    /// Tenants: API keys and client certificates, each tenant's models, roles, weight, rate and
+    /// cap (TOML; docs/tenants.md). Watched: changes apply without a restart.
+    #[arg(long, env = "TESSERA_TENANTS")]
+    pub tenants: Option<PathBuf>,
     /// Request headers whose name matches this regular expression (case-insensitive unless it
     /// starts `(?-i)`) become string parameters of the inference request, as in Triton.
     #[arg(long)]
@@ -451,6 +473,30 @@ impl ServeArgs {
         Ok(Some(tls))
     }
 
+    /// The HTTP door's TLS settings, with the PEM files read now so a bad path fails the start.
+    fn http_tls(&self) -> Result<Option<HttpTls>, String> {
+        if !self.http_use_ssl && !self.http_use_ssl_mutual {
+            return Ok(None);
+        }
+        let flag = if self.http_use_ssl_mutual { "--http-use-ssl-mutual" } else { "--http-use-ssl" };
+        let read = |name: &str, path: &Option<PathBuf>| -> Result<Vec<u8>, String> {
+            let path = path.as_ref().ok_or_else(|| format!("{flag} needs --{name}"))?;
+            std::fs::read(path).map_err(|e| format!("--{name}={}: {e}", path.display()))
+        };
+        let client_ca = match (&self.http_root_cert, self.http_use_ssl_mutual) {
+            (None, false) => None,
+            (root, _) => Some(read("http-root-cert", root)?),
+        };
+        let tls = HttpTls {
+            certificate: read("http-server-cert", &self.http_server_cert)?,
+            key: read("http-server-key", &self.http_server_key)?,
+            client_ca,
+            require_client_cert: self.http_use_ssl_mutual,
+        };
+        tls.acceptor()?;
+        Ok(Some(tls))
+    }
+
     /// The server configuration these flags describe; `as_triton` names the server "triton".
     pub fn server_config(&self, as_triton: bool) -> Result<ServerConfig, String> {
         if self.allow_sagemaker || self.allow_vertex_ai {
@@ -499,6 +545,8 @@ impl ServeArgs {
                 keepalive_idle: Duration::from_secs(self.http_keepalive_timeout.max(1)),
             },
             http_restrictions: Restrictions::parse("http-restricted-api", &self.http_restricted_api)?,
+            tenants: self.tenants.clone(),
+            http_tls: self.http_tls()?,
             connection_threads: self.connection_thread_count.unwrap_or_else(default_connection_threads),
             fast_paths: !self.no_fast_paths,
             trace: self.trace_config()?,
@@ -521,6 +569,7 @@ impl ServeArgs {
                 first_bytes_timeout: Duration::from_secs(self.http_header_read_timeout.max(1)),
                 max_connection_idle: (self.grpc_max_connection_idle > 0)
                     .then(|| Duration::from_millis(self.grpc_max_connection_idle)),
+                tenants: None,
             },
             metrics: self.allow_metrics.then(|| Listen::new(&self.metrics_address, self.metrics_port)),
             openai: self.openai_port.map(|port| Listen::new(&self.openai_address, port)),

@@ -8,6 +8,7 @@
 //! request ends, as the manager's requests in flight hold theirs, so a reload or unload meanwhile
 //! never changes what a request already checked runs on.
 
+mod access;
 mod forward;
 mod load;
 
@@ -24,8 +25,10 @@ use crate::repository::{ControlMode, IndexEntry, ModelManager};
 use crate::shm::{Region, SharedMemoryManager, ShmInput};
 use crate::stats::custom::CustomMetrics;
 use crate::stats::host::HostSampler;
+use crate::tenant::Principal;
 use crate::tensor::Tensor;
 use crate::trace::{SettingAnswer, Trace, Tracer, activity, stamp};
+pub use access::Audit;
 pub use forward::{Door, Patterns as ForwardPatterns, add_to as add_forwarded};
 pub use load::LoadReport;
 
@@ -352,9 +355,21 @@ impl Frontend {
 
     /// The versions whose statistics are asked for: all ready models (no name), all ready
     /// versions of one model, or one version.
-    pub fn statistics(&self, name: Option<&str>, version: Option<i64>) -> CoreResult<Vec<VersionStats>> {
+    /// Without a name, only the models `who` may call.
+    pub fn statistics(
+        &self,
+        who: Option<&Principal>,
+        name: Option<&str>,
+        version: Option<i64>,
+    ) -> CoreResult<Vec<VersionStats>> {
         let models = match (name, version) {
-            (None, _) => self.manager.ready_models(),
+            (None, _) => {
+                let mut models = self.manager.ready_models();
+                if let Some(who) = who {
+                    models.retain(|m| who.may_call(&m.name));
+                }
+                models
+            }
             (Some(name), None) => match self.manager.ready_versions(name) {
                 Ok(versions) if !versions.is_empty() => versions,
                 _ => return Err(CoreError::invalid_arg(format!("requested model '{name}' is not available"))),
@@ -377,8 +392,20 @@ impl Frontend {
     /// Loads (or reloads) a model; `config` is a JSON ModelConfig overriding config.pbtxt, and
     /// `files` are Triton's `file:<path>` override contents (then the model is loaded from a
     /// temporary directory holding them, see `ModelManager::load_override`).
-    pub async fn load(&self, name: &str, config: Option<String>, files: Vec<(String, Vec<u8>)>) -> CoreResult<()> {
+    /// `who` is the caller's principal: a model it may not call is answered as a model that is
+    /// not in any repository.
+    pub async fn load(
+        &self,
+        who: Option<&Principal>,
+        name: &str,
+        config: Option<String>,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> CoreResult<()> {
         self.explicit_only()?;
+        if who.is_some_and(|p| !p.may_call(name)) {
+            crate::repository::check_model_name(name)?;
+            return Err(CoreError::internal(format!("failed to load '{name}', failed to poll from model repository")));
+        }
         let (manager, name) = (Arc::clone(&self.manager), name.to_string());
         self.on_server_runtime(async move {
             if files.is_empty() {
@@ -391,15 +418,21 @@ impl Frontend {
     }
 
     /// Unloads a model; with `unload_dependents`, the ensembles that use it too.
-    pub async fn unload(&self, name: &str, unload_dependents: bool) -> CoreResult<()> {
+    pub async fn unload(&self, who: Option<&Principal>, name: &str, unload_dependents: bool) -> CoreResult<()> {
         self.explicit_only()?;
-        let (manager, name) = (Arc::clone(&self.manager), name.to_string());
+        let name = crate::tenant::visible_name(who, name);
+        let (manager, name) = (Arc::clone(&self.manager), name.into_owned());
         self.on_server_runtime(async move { manager.unload(&name, unload_dependents).await }).await
     }
 
     /// The repository index: every model directory, with the state of each known version.
-    pub fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
-        self.manager.index(ready_only)
+    /// Only the models `who` may call are listed.
+    pub fn repository_index(&self, who: Option<&Principal>, ready_only: bool) -> Vec<IndexEntry> {
+        let mut index = self.manager.index(ready_only);
+        if let Some(who) = who {
+            index.retain(|entry| who.may_call(&entry.name));
+        }
+        index
     }
 
     /// Reads a decoded request's shared-memory inputs and puts each at its position among the
@@ -489,12 +522,14 @@ impl Frontend {
         decoded: DecodedRequest,
         forwarded: CoreResult<Vec<(String, String)>>,
         trace: &Option<Trace>,
+        principal: Option<Arc<Principal>>,
     ) -> CoreResult<InferResponse> {
         let mut request = self.read_shm_inputs(decoded)?;
         add_forwarded(&mut request, &forwarded?);
         request.model_version = Some(model.version());
         request.caller = Caller::Task;
         request.trace = trace.clone();
+        request.principal = principal;
         let response = self.infer(model, request).await?;
         stamp(trace, activity::INFER_RESPONSE_COMPLETE);
         Ok(response)
@@ -537,33 +572,6 @@ impl Frontend {
     /// Whether the doors log an access line per inference request.
     pub fn logs_requests(&self) -> bool {
         self.log_requests
-    }
-
-    /// The access line of one inference request (when [`Self::logs_requests`]).
-    pub fn log_request(
-        &self,
-        door: &'static str,
-        model: &str,
-        version: Option<i64>,
-        request_id: Option<&str>,
-        status: &str,
-        took: std::time::Duration,
-    ) {
-        if !self.log_requests {
-            return;
-        }
-        let version = version.map(|v| v.to_string()).unwrap_or_default();
-        let duration_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        tracing::info!(
-            target: "tessera::access",
-            door,
-            model,
-            version = version.as_str(),
-            request_id = request_id.unwrap_or(""),
-            status,
-            duration_us,
-            "inference request"
-        );
     }
 
     /// The tracer requests are sampled by; see [`Self::trace`].

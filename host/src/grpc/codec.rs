@@ -260,6 +260,7 @@ pub fn decode_request(request: ModelInferRequest) -> CoreResult<DecodedRequest> 
         // A stream's requests stay so; the unary door says its caller may block.
         caller: crate::execution::Caller::Detached,
         trace: None,
+        principal: None,
     };
     Ok(DecodedRequest { request, shm_inputs })
 }

@@ -102,6 +102,8 @@ impl Drop for CallInFlight {
 #[derive(Clone, Debug)]
 pub(super) struct GrpcConnectInfo {
     pub(super) used: ConnectionUse,
+    /// The client's address, for access lines and the tenants layer.
+    pub(super) peer: Option<std::net::SocketAddr>,
 }
 
 /// An accepted connection holding one of the door's connection slots until it closes.
@@ -134,7 +136,7 @@ impl tonic::transport::server::Connected for CappedStream {
     type ConnectInfo = GrpcConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        GrpcConnectInfo { used: self.used.clone() }
+        GrpcConnectInfo { used: self.used.clone(), peer: self.inner.peer_addr().ok() }
     }
 }
 

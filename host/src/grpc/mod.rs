@@ -24,6 +24,7 @@ mod scan;
 mod serve;
 mod status;
 mod stream;
+mod tenant;
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -48,6 +49,7 @@ use codec::parse_version;
 pub use options::{GrpcOptions, GrpcTls};
 pub use serve::serve;
 use stream::{stream_request, wait_stop};
+use tenant::{GrpcCaller, caller_of};
 
 /// Responses buffered per stream before a slow reader pushes back on the models.
 pub const DEFAULT_STREAM_RESPONSES: usize = 256;
@@ -195,13 +197,18 @@ impl InferenceService {
         Ok(())
     }
 
-    async fn infer_unary(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
+    async fn infer_unary(
+        &self,
+        request: Request<pb::ModelInferRequest>,
+        caller: &GrpcCaller,
+    ) -> GrpcResult<pb::ModelInferResponse> {
         self.refuse_when_stopping()?;
         let traceparent = traceparent(request.metadata());
         let forwarded = forwarded_metadata(&self.frontend, request.metadata())?;
         let request = request.into_inner();
         // Resolved once: the request runs on this version, even if another turns ready meanwhile.
-        let model = self.frontend.model(&request.model_name, parse_version(&request.model_version)?)?;
+        let name = caller.visible(&request.model_name);
+        let model = self.frontend.model(&name, parse_version(&request.model_version)?)?;
         reserved_parameters(&request)?;
         if model.is_decoupled() {
             let message = "ModelInfer RPC doesn't support models with decoupled transaction policy";
@@ -212,7 +219,8 @@ impl InferenceService {
         stamp(&trace, activity::GRPC_WAITREAD_START);
         stamp(&trace, activity::GRPC_WAITREAD_END);
         let decoded = codec::decode_request(request)?;
-        let response = self.frontend.infer_decoded(&model, decoded, Ok(forwarded), &trace).await?;
+        let principal = caller.principal.clone();
+        let response = self.frontend.infer_decoded(&model, decoded, Ok(forwarded), &trace, principal).await?;
         stamp(&trace, activity::GRPC_SEND_START);
         let encoded = codec::encode_response(response);
         stamp(&trace, activity::GRPC_SEND_END);
@@ -231,9 +239,10 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_ready(&self, request: Request<pb::ModelReadyRequest>) -> GrpcResult<pb::ModelReadyResponse> {
+        let caller = caller_of(&request);
         let request = request.into_inner();
         let version = parse_version(&request.version)?;
-        ok(pb::ModelReadyResponse { ready: self.frontend.model_ready(&request.name, version) })
+        ok(pb::ModelReadyResponse { ready: self.frontend.model_ready(&caller.visible(&request.name), version) })
     }
 
     async fn server_metadata(&self, _: Request<pb::ServerMetadataRequest>) -> GrpcResult<pb::ServerMetadataResponse> {
@@ -248,8 +257,9 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::ModelMetadataRequest>,
     ) -> GrpcResult<pb::ModelMetadataResponse> {
+        let caller = caller_of(&request);
         let request = request.into_inner();
-        let metadata = self.frontend.metadata(&request.name, parse_version(&request.version)?)?;
+        let metadata = self.frontend.metadata(&caller.visible(&request.name), parse_version(&request.version)?)?;
         let tensors = |ts: Vec<crate::frontend::TensorMetadata>| {
             ts.into_iter()
                 .map(|t| pb::model_metadata_response::TensorMetadata {
@@ -269,22 +279,23 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_infer(&self, request: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
+        let caller = caller_of(&request);
         if !self.frontend.logs_requests() {
-            return self.infer_unary(request).await;
+            return self.infer_unary(request, &caller).await;
         }
         let started = std::time::Instant::now();
         let (model, version, id) = {
             let r = request.get_ref();
             (r.model_name.clone(), r.model_version.clone(), r.id.clone())
         };
-        let result = self.infer_unary(request).await;
+        let result = self.infer_unary(request, &caller).await;
         let code = match &result {
             Ok(_) => "OK".to_string(),
             Err(status) => format!("{:?}", status.code()),
         };
         let version = version.parse().ok();
         let id = Some(id.as_str()).filter(|id| !id.is_empty());
-        self.frontend.log_request("grpc", &model, version, id, &code, started.elapsed());
+        self.frontend.log_request("grpc", &model, version, id, &code, started.elapsed(), &caller.audit());
         result
     }
 
@@ -295,6 +306,7 @@ impl GrpcInferenceService for InferenceService {
         request: Request<Streaming<pb::ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
         self.refuse_when_stopping()?;
+        let caller = Arc::new(caller_of(&request));
         // The stream's metadata: every request on it is traced under the same parent.
         let traceparent = traceparent(request.metadata());
         // Every request on the stream gets the stream's forwarded metadata (or its error).
@@ -316,6 +328,7 @@ impl GrpcInferenceService for InferenceService {
                     message = incoming.message(), if inflight.len() < MAX_STREAM_INFLIGHT => match message {
                         Ok(Some(request)) => inflight.push(stream_request(
                             Arc::clone(&frontend),
+                            Arc::clone(&caller),
                             request,
                             traceparent.clone(),
                             Arc::clone(&forwarded),
@@ -340,8 +353,9 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_config(&self, request: Request<pb::ModelConfigRequest>) -> GrpcResult<pb::ModelConfigResponse> {
+        let caller = caller_of(&request);
         let request = request.into_inner();
-        let model = self.frontend.model(&request.name, parse_version(&request.version)?)?;
+        let model = self.frontend.model(&caller.visible(&request.name), parse_version(&request.version)?)?;
         ok(pb::ModelConfigResponse { config: Some(model.config().clone()) })
     }
 
@@ -349,10 +363,11 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::ModelStatisticsRequest>,
     ) -> GrpcResult<pb::ModelStatisticsResponse> {
+        let caller = caller_of(&request);
         let request = request.into_inner();
-        let name = non_empty(&request.name);
+        let name = non_empty(&request.name).map(|n| caller.visible(n));
         let version = parse_version(&request.version)?;
-        let models = self.frontend.statistics(name, version)?;
+        let models = self.frontend.statistics(caller.principal(), name.as_deref(), version)?;
         ok(pb::ModelStatisticsResponse { model_stats: models.iter().map(model_statistics).collect() })
     }
 
@@ -360,11 +375,12 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::RepositoryIndexRequest>,
     ) -> GrpcResult<pb::RepositoryIndexResponse> {
+        let caller = caller_of(&request);
         let request = request.into_inner();
         no_repository_name(&request.repository_name)?;
         let models = self
             .frontend
-            .repository_index(request.ready)
+            .repository_index(caller.principal(), request.ready)
             .into_iter()
             .map(|e| pb::repository_index_response::ModelIndex {
                 name: e.name,
@@ -381,6 +397,7 @@ impl GrpcInferenceService for InferenceService {
         request: Request<pb::RepositoryModelLoadRequest>,
     ) -> GrpcResult<pb::RepositoryModelLoadResponse> {
         use pb::model_repository_parameter::ParameterChoice as P;
+        let caller = caller_of(&request);
         let request = request.into_inner();
         no_repository_name(&request.repository_name)?;
         let mut config = None;
@@ -406,7 +423,12 @@ impl GrpcInferenceService for InferenceService {
                 }
             }
         }
-        self.frontend.load(&request.model_name, config, files).await?;
+        if !files.is_empty()
+            && let Some(Err(denied)) = caller.identity.as_ref().map(crate::tenancy::Identity::may_load_files)
+        {
+            return Err(Status::permission_denied(denied.0));
+        }
+        self.frontend.load(caller.principal(), &request.model_name, config, files).await?;
         ok(pb::RepositoryModelLoadResponse {})
     }
 
@@ -414,6 +436,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<pb::RepositoryModelUnloadRequest>,
     ) -> GrpcResult<pb::RepositoryModelUnloadResponse> {
+        let caller = caller_of(&request);
         let request = request.into_inner();
         no_repository_name(&request.repository_name)?;
         use pb::model_repository_parameter::ParameterChoice as P;
@@ -432,7 +455,7 @@ impl GrpcInferenceService for InferenceService {
                 }
             }
         }
-        self.frontend.unload(&request.model_name, unload_dependents).await?;
+        self.frontend.unload(caller.principal(), &request.model_name, unload_dependents).await?;
         ok(pb::RepositoryModelUnloadResponse {})
     }
 
@@ -516,8 +539,10 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn trace_setting(&self, request: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
+        let caller = caller_of(&request);
         let request = request.into_inner();
-        let model = non_empty(&request.model_name);
+        let model = non_empty(&request.model_name).map(|m| caller.visible(m));
+        let model = model.as_deref();
         let settings = if request.settings.is_empty() {
             self.frontend.trace_settings(model)?
         } else {

@@ -36,6 +36,8 @@ pub struct GrpcOptions {
     /// How long a connection may have no call in flight before it is closed gracefully (GOAWAY;
     /// its client reconnects at its next call); `None`: never (`--grpc-max-connection-idle`).
     pub max_connection_idle: Option<Duration>,
+    /// `--tenants`: who may call, and what (see `tenant.rs`).
+    pub tenants: Option<std::sync::Arc<crate::tenancy::Tenants>>,
 }
 
 /// Default of `--grpc-max-connection-idle`: five minutes. A client's channel reconnects by itself
@@ -58,6 +60,7 @@ impl Default for GrpcOptions {
             stream_responses: super::DEFAULT_STREAM_RESPONSES,
             first_bytes_timeout: Duration::from_secs(30),
             max_connection_idle: Some(DEFAULT_MAX_CONNECTION_IDLE),
+            tenants: None,
         }
     }
 }

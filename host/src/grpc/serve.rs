@@ -16,7 +16,7 @@ use tower::layer::util::{Identity, Stack};
 use super::connection::CappedStream;
 use super::health::HealthService;
 use super::options::GrpcOptions;
-use super::{InferenceService, limits, restrict};
+use super::{InferenceService, limits, restrict, tenant};
 use crate::execution::connection_threads::{ConnectionThreads, OpenConnection};
 use crate::frontend::Frontend;
 use crate::proto::health::health_server::HealthServer;
@@ -112,8 +112,9 @@ struct Clocks {
 }
 
 /// The door's services behind its layers, ready to serve connections (cloned for each).
-type GrpcRouter =
-    tonic::transport::server::Router<Stack<limits::MessageLimitsLayer, Stack<restrict::RestrictionLayer, Identity>>>;
+type GrpcRouter = tonic::transport::server::Router<
+    Stack<limits::MessageLimitsLayer, Stack<restrict::RestrictionLayer, Stack<tenant::TenantLayer, Identity>>>,
+>;
 
 fn router(
     inference: GrpcInferenceServiceServer<InferenceService>,
@@ -128,7 +129,8 @@ fn router(
     Ok(builder
         .http2_keepalive_interval(Some(options.keepalive_time))
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
-        // Restricted calls are refused before their message is read (restrict.rs).
+        // Callers without a tenant, and restricted calls, are refused before their message is read.
+        .layer(tenant::TenantLayer::new(options.tenants.clone()))
         .layer(restrict::RestrictionLayer::new(options.restrictions.clone()))
         .layer(limits::MessageLimitsLayer::new(budget, options.max_message_size))
         .add_service(inference)

@@ -22,7 +22,7 @@ pub fn code(kind: ErrorKind) -> Code {
 }
 
 pub fn status(error: CoreError) -> Status {
-    Status::new(code(error.kind), error.message)
+    Status::new(code(error.kind), crate::tenant::unmark(&error.message).into_owned())
 }
 
 impl From<CoreError> for Status {

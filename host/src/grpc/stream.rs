@@ -7,6 +7,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::codec::{self, parse_version};
+use super::tenant::GrpcCaller;
 use super::{FINAL_RESPONSE, bool_param, reserved_parameters};
 use crate::error::{CoreError, CoreResult};
 use crate::frontend::Frontend;
@@ -26,7 +27,10 @@ type StreamSender = mpsc::Sender<Result<pb::ModelStreamInferResponse, Status>>;
 fn stream_error(request: &pb::ModelInferResponse, error: &CoreError, is_final: bool) -> pb::ModelStreamInferResponse {
     let mut echo = request.clone();
     echo.parameters.insert(FINAL_RESPONSE.to_string(), bool_param(is_final));
-    pb::ModelStreamInferResponse { error_message: error.message.clone(), infer_response: Some(echo) }
+    pb::ModelStreamInferResponse {
+        error_message: crate::tenant::unmark(&error.message).into_owned(),
+        infer_response: Some(echo),
+    }
 }
 
 fn stream_response(response: InferResponse, is_final: bool) -> pb::ModelStreamInferResponse {
@@ -38,6 +42,7 @@ fn stream_response(response: InferResponse, is_final: bool) -> pb::ModelStreamIn
 /// Runs one request of a `ModelStreamInfer` stream and sends its responses (or its error).
 pub(super) async fn stream_request(
     frontend: Arc<Frontend>,
+    caller: Arc<GrpcCaller>,
     request: pb::ModelInferRequest,
     traceparent: Option<String>,
     forwarded: Arc<CoreResult<Vec<(String, String)>>>,
@@ -52,16 +57,27 @@ pub(super) async fn stream_request(
     let fail = |e: CoreError| stream_error(&echo, &e, true);
     // Before the request reaches a model, Triton echoes only the id.
     let fail_early = |e: CoreError| pb::ModelStreamInferResponse {
-        error_message: e.message,
+        error_message: crate::tenant::unmark(&e.message).into_owned(),
         infer_response: Some(pb::ModelInferResponse { id: echo.id.clone(), ..Default::default() }),
     };
+    // Each request of a stream is admitted on its own, against its tenant's rate and cap; it
+    // holds its place until its last response is sent.
+    let _admitted = match caller.identity.as_ref().map(crate::tenancy::Identity::admit) {
+        Some(Err(busy)) => {
+            let _ = tx.send(Ok(fail_early(CoreError::unavailable(busy.message)))).await;
+            return;
+        }
+        Some(Ok(admitted)) => Some(admitted),
+        None => None,
+    };
     let prepared = (|| {
-        let model = frontend.model(&request.model_name, parse_version(&request.model_version)?)?;
+        let model = frontend.model(&caller.visible(&request.model_name), parse_version(&request.model_version)?)?;
         let empty_final = reserved_parameters(&request)?;
         // Shared-memory inputs are read here, so their errors come early too, as decoding errors do.
         let mut request = frontend.read_shm_inputs(codec::decode_request(request)?)?;
         crate::frontend::add_forwarded(&mut request, forwarded.as_ref().as_ref().map_err(Clone::clone)?);
         request.model_version = Some(model.version());
+        request.principal = caller.principal.clone();
         request.trace = frontend.trace(model.name(), traceparent.as_deref());
         stamp(&request.trace, activity::GRPC_WAITREAD_START);
         stamp(&request.trace, activity::GRPC_WAITREAD_END);

@@ -232,6 +232,7 @@ pub fn decode_request(
         // The infer handler says its caller may block.
         caller: crate::execution::Caller::Detached,
         trace: None,
+        principal: None,
     };
     Ok(HttpInferRequest {
         request: DecodedRequest { request, shm_inputs },

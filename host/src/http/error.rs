@@ -46,7 +46,8 @@ impl From<CoreError> for HttpError {
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
-        let mut response = error_json(status_code(self.error.kind), &self.error.message);
+        let message = crate::tenant::unmark(&self.error.message);
+        let mut response = error_json(status_code(self.error.kind), &message);
         if let Some(encodings) = self.accept_encoding {
             response.headers_mut().insert(header::ACCEPT_ENCODING, HeaderValue::from_static(encodings));
         }

@@ -4,8 +4,10 @@
 //! statuses in one place ([`HttpError`]).
 
 mod body;
+pub(crate) mod caller;
 pub mod codec;
 mod error;
+mod gate;
 mod generate;
 pub(crate) mod json_data;
 mod json_structure;
@@ -15,6 +17,7 @@ mod orca;
 mod path;
 mod response;
 mod serve;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,10 +35,12 @@ use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::{DefaultPredicate, Predicate};
 
 use self::body::UNSUPPORTED_COMPRESSION;
+use self::caller::Caller;
 pub use self::error::HttpError;
 pub use self::path::ModelPath;
 use self::response::{empty_ok, error_json, ok_json};
 pub use self::serve::{ConnectionLimits, serve};
+pub use self::tls::HttpTls;
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::frontend::{
     Door, EXTENSIONS, Frontend, SettingValue, VersionStats, add_forwarded, index_json, statistics_json,
@@ -52,6 +57,8 @@ pub struct HttpState {
     pub max_input_size: usize,
     /// The server's budget of request bytes in flight (`--max-inflight-request-bytes`).
     pub body_budget: crate::limits::RequestBudget,
+    /// `--tenants`: who may call, and what (see `caller::gate`).
+    pub tenants: Option<Arc<crate::tenancy::Tenants>>,
 }
 
 type HttpResult = Result<Response, HttpError>;
@@ -87,6 +94,7 @@ pub fn router(state: HttpState) -> Router {
         router = model_routes(router, suffix, handler);
     }
     let restrictions = Arc::clone(&state.restrictions);
+    let tenants = state.tenants.clone();
     // Each kind of shared memory: status and unregister for all regions or one, register for one.
     for (kind, status, register, unregister) in [
         ("system", get(shm_status), post(shm_register), post(shm_unregister)),
@@ -118,10 +126,24 @@ pub fn router(state: HttpState) -> Router {
         })
         .method_not_allowed_fallback(|| async { error_json(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed") })
         .with_state(state);
-    if restrictions.is_empty() {
+    with_gates(router, restrictions, tenants)
+}
+
+/// The checks in front of every route: Triton's restricted APIs, then (outermost, so it runs
+/// first) the tenants gate.
+fn with_gates(
+    router: Router,
+    restrictions: Arc<Restrictions>,
+    tenants: Option<Arc<crate::tenancy::Tenants>>,
+) -> Router {
+    let router = if restrictions.is_empty() {
         router
     } else {
         router.layer(axum::middleware::from_fn_with_state(restrictions, restrict))
+    };
+    match tenants {
+        Some(tenants) => router.layer(axum::middleware::from_fn_with_state(tenants, gate::gate)),
+        None => router,
     }
 }
 
@@ -129,14 +151,11 @@ pub fn router(state: HttpState) -> Router {
 /// the HTTP port, and OpenAI's 404 for any other path.
 pub fn openai_router(state: HttpState) -> Router {
     let restrictions = Arc::clone(&state.restrictions);
+    let tenants = state.tenants.clone();
     let router = openai::routes(Router::new())
         .fallback(|uri: axum::http::Uri| async move { openai::OpenAiError::not_found(uri.path()).into_response() })
         .with_state(state);
-    if restrictions.is_empty() {
-        router
-    } else {
-        router.layer(axum::middleware::from_fn_with_state(restrictions, restrict))
-    }
+    with_gates(router, restrictions, tenants)
 }
 
 /// Triton's restricted APIs: a call in a restricted category without the right header is
@@ -207,31 +226,33 @@ fn stats_json(models: &[VersionStats]) -> Response {
     ok_json(&statistics_json(models))
 }
 
-async fn all_stats(State(state): State<HttpState>) -> HttpResult {
-    Ok(stats_json(&state.frontend.statistics(None, None)?))
+async fn all_stats(State(state): State<HttpState>, caller: Caller) -> HttpResult {
+    Ok(stats_json(&state.frontend.statistics(caller.principal(), None, None)?))
 }
 
 async fn model_stats(State(state): State<HttpState>, ModelPath { model, version }: ModelPath) -> HttpResult {
     // Triton's statistics answer a segment that is not a version as a version that is not there.
     let version = version
         .map_err(|_| CoreError::invalid_arg(format!("requested model version is not available for model '{model}'")))?;
-    Ok(stats_json(&state.frontend.statistics(Some(&model), version)?))
+    Ok(stats_json(&state.frontend.statistics(None, Some(&model), version)?))
 }
 
 async fn infer(
     State(state): State<HttpState>,
     ModelPath { model, version }: ModelPath,
+    caller: Caller,
     request: Request,
 ) -> HttpResult {
     let version = version?;
     let started = std::time::Instant::now();
     let mut request_id = None;
-    let result = infer_model(&state, &model, version, request, &mut request_id).await;
+    let result = infer_model(&state, &model, version, request, &mut request_id, &caller).await;
     let status = match &result {
         Ok(_) => "OK",
         Err(e) => e.kind.as_str(),
     };
-    state.frontend.log_request("http", &model, version, request_id.as_deref(), status, started.elapsed());
+    let took = started.elapsed();
+    state.frontend.log_request("http", &model, version, request_id.as_deref(), status, took, &caller.audit());
     result.map_err(|error| {
         // Like Triton, an unsupported Content-Encoding also says which encodings are accepted.
         let unsupported_encoding = error.message.starts_with(UNSUPPORTED_COMPRESSION);
@@ -247,6 +268,7 @@ async fn infer_model(
     version: Option<i64>,
     request: Request,
     request_id: &mut Option<String>,
+    caller: &Caller,
 ) -> CoreResult<Response> {
     let (parts, body) = request.into_parts();
     // Read as Triton 2.7x reads it (`std::stoi`): "12abc" is 12; a value with no digits is refused,
@@ -280,7 +302,8 @@ async fn infer_model(
         request_id.clone_from(&decoded.request.request.id);
     }
     let forwarded = forwarded_headers(state, &parts.headers);
-    let response = state.frontend.infer_decoded(&served, decoded.request, forwarded, &trace).await?;
+    let principal = caller.principal.clone();
+    let response = state.frontend.infer_decoded(&served, decoded.request, forwarded, &trace, principal).await?;
     stamp(&trace, activity::HTTP_SEND_START);
     let (body, header_length) = codec::encode_response(&response, &decoded.binary_outputs)?;
     let mut http = Response::new(Body::from(body));
@@ -312,15 +335,26 @@ fn traceparent(headers: &HeaderMap) -> Option<&str> {
     headers.get("traceparent").and_then(|v| v.to_str().ok())
 }
 
-async fn generate(State(state): State<HttpState>, path: ModelPath, request: Request) -> HttpResult {
-    generate_model(&state, path, request, false).await
+async fn generate(State(state): State<HttpState>, path: ModelPath, caller: Caller, request: Request) -> HttpResult {
+    generate_model(&state, path, caller, request, false).await
 }
 
-async fn generate_stream(State(state): State<HttpState>, path: ModelPath, request: Request) -> HttpResult {
-    generate_model(&state, path, request, true).await
+async fn generate_stream(
+    State(state): State<HttpState>,
+    path: ModelPath,
+    caller: Caller,
+    request: Request,
+) -> HttpResult {
+    generate_model(&state, path, caller, request, true).await
 }
 
-async fn generate_model(state: &HttpState, path: ModelPath, request: Request, streaming: bool) -> HttpResult {
+async fn generate_model(
+    state: &HttpState,
+    path: ModelPath,
+    caller: Caller,
+    request: Request,
+    streaming: bool,
+) -> HttpResult {
     let version = path.version?;
     let (parts, body) = request.into_parts();
     let trace = state.frontend.trace(&path.model, traceparent(&parts.headers));
@@ -331,6 +365,7 @@ async fn generate_model(state: &HttpState, path: ModelPath, request: Request, st
     let mut request = generate::decode(&model, &body)?;
     add_forwarded(&mut request, &forwarded_headers(state, &parts.headers)?);
     request.trace = trace.clone();
+    request.principal = caller.principal;
     let mut response = if streaming {
         generate::stream(&state.frontend, &model, request).await?
     } else {
@@ -343,14 +378,14 @@ async fn generate_model(state: &HttpState, path: ModelPath, request: Request, st
     Ok(response)
 }
 
-async fn repository_index(State(state): State<HttpState>, body: Bytes) -> HttpResult {
+async fn repository_index(State(state): State<HttpState>, caller: Caller, body: Bytes) -> HttpResult {
     let ready_only = match parse_json_body(&body, ErrorKind::Internal)?.get("ready") {
         None => false,
         Some(Value::Bool(ready)) => *ready,
         // Triton 2.7x; 2.51 read any other value as false.
         Some(_) => return Err(CoreError::invalid_arg("Invalid value for 'ready': expected a boolean").into()),
     };
-    Ok(ok_json(&index_json(state.frontend.repository_index(ready_only))))
+    Ok(ok_json(&index_json(state.frontend.repository_index(caller.principal(), ready_only))))
 }
 
 /// C++'s `std::stoi`: optional whitespace and sign, then digits up to the first non-digit; `None`
@@ -373,7 +408,12 @@ fn stoi(text: &[u8]) -> Option<i64> {
 /// Triton's load: `parameters` may hold `config` (a JSON string) and `file:<path>` entries
 /// (base64 strings); every value is a string, anything else is Triton's INTERNAL error. The body
 /// is bounded by --http-max-input-size (model files travel in it) and the in-flight budget.
-async fn repository_load(State(state): State<HttpState>, Path(model): Path<String>, request: Request) -> HttpResult {
+async fn repository_load(
+    State(state): State<HttpState>,
+    Path(model): Path<String>,
+    caller: Caller,
+    request: Request,
+) -> HttpResult {
     use base64::Engine as _;
     let (parts, body) = request.into_parts();
     let (body, _reservation) = body::read(&parts.headers, body, state.max_input_size, &state.body_budget).await?;
@@ -399,11 +439,21 @@ async fn repository_load(State(state): State<HttpState>, Path(model): Path<Strin
             }
         }
     }
-    state.frontend.load(&model, config, files).await?;
+    if !files.is_empty()
+        && let Some(Err(denied)) = caller.identity.as_ref().map(crate::tenancy::Identity::may_load_files)
+    {
+        return Ok(error_json(StatusCode::FORBIDDEN, &denied.0));
+    }
+    state.frontend.load(caller.principal(), &model, config, files).await?;
     Ok(empty_ok())
 }
 
-async fn repository_unload(State(state): State<HttpState>, Path(model): Path<String>, body: Bytes) -> HttpResult {
+async fn repository_unload(
+    State(state): State<HttpState>,
+    Path(model): Path<String>,
+    caller: Caller,
+    body: Bytes,
+) -> HttpResult {
     // The body is optional: `{"parameters": {"unload_dependents": true}}`.
     let body = if body.is_empty() { Value::Null } else { parse_json_body(&body, ErrorKind::Internal)? };
     let unload_dependents = match body.get("parameters").and_then(|p| p.get("unload_dependents")) {
@@ -411,7 +461,7 @@ async fn repository_unload(State(state): State<HttpState>, Path(model): Path<Str
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(CoreError::invalid_arg("unload parameter 'unload_dependents' must be a boolean").into()),
     };
-    state.frontend.unload(&model, unload_dependents).await?;
+    state.frontend.unload(caller.principal(), &model, unload_dependents).await?;
     Ok(empty_ok())
 }
 
@@ -553,11 +603,18 @@ async fn trace_update(State(state): State<HttpState>, body: Bytes) -> HttpResult
     update_trace_settings(&state, None, &body)
 }
 
-async fn model_trace_get(State(state): State<HttpState>, Path(model): Path<String>) -> HttpResult {
+async fn model_trace_get(State(state): State<HttpState>, Path(model): Path<String>, caller: Caller) -> HttpResult {
+    let model = crate::tenant::visible_name(caller.principal(), &model);
     Ok(settings_json(state.frontend.trace_settings(Some(&model))?))
 }
 
-async fn model_trace_update(State(state): State<HttpState>, Path(model): Path<String>, body: Bytes) -> HttpResult {
+async fn model_trace_update(
+    State(state): State<HttpState>,
+    Path(model): Path<String>,
+    caller: Caller,
+    body: Bytes,
+) -> HttpResult {
+    let model = crate::tenant::visible_name(caller.principal(), &model);
     update_trace_settings(&state, Some(&model), &body)
 }
 

@@ -41,9 +41,13 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tower::ServiceExt;
 
+use tokio_rustls::TlsAcceptor;
+
+use super::caller::ConnInfo;
 use crate::execution::connection_threads::ConnectionThreads;
 use crate::execution::repoll::RepollOnSelfWake;
 use crate::limits::HoldingBody;
+use crate::tenancy::CertNames;
 
 /// Connection limits and timeouts of the HTTP door.
 #[derive(Debug, Clone)]
@@ -108,6 +112,7 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
+    tls: Option<TlsAcceptor>,
     threads: Arc<ConnectionThreads>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> io::Result<()> {
@@ -136,7 +141,7 @@ pub async fn serve(
             connections.spawn(async move { refuse(stream, max).await });
             continue;
         };
-        let (router, limits, stop) = (router.clone(), limits.clone(), stop.clone());
+        let (router, limits, stop, tls) = (router.clone(), limits.clone(), stop.clone(), tls.clone());
         match threads.pick() {
             Some((_, runtime, open)) => {
                 // A stream polls its events from the reactor it was registered with: re-register it
@@ -145,7 +150,7 @@ pub async fn serve(
                 connections.spawn_on(
                     async move {
                         if let Ok(stream) = TcpStream::from_std(stream) {
-                            serve_connection(stream, router, limits, stop).await;
+                            serve_connection(stream, tls, router, limits, stop).await;
                         }
                         drop((slot, open));
                     },
@@ -154,7 +159,7 @@ pub async fn serve(
             }
             None => {
                 connections.spawn(async move {
-                    serve_connection(stream, router, limits, stop).await;
+                    serve_connection(stream, tls, router, limits, stop).await;
                     drop(slot);
                 });
             }
@@ -197,13 +202,52 @@ async fn refuse_with(mut stream: TcpStream, body: String) {
     let _ = stream.shutdown().await;
 }
 
+/// Serves one connection: over TLS first when the door has it (the handshake within the header
+/// clock; the client certificate's names go with every request), then HTTP/1.1.
 async fn serve_connection(
     stream: TcpStream,
+    tls: Option<TlsAcceptor>,
+    router: Router,
+    limits: ConnectionLimits,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let fd = stream.as_raw_fd();
+    let peer = stream.peer_addr().ok();
+    let Some(acceptor) = tls else {
+        let info = ConnInfo { peer, certificate: None };
+        return serve_http(stream, fd, info, router, limits, stop).await;
+    };
+    let stream = match tokio::time::timeout(limits.header_read, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            tracing::debug!("HTTPS handshake with {peer:?} failed: {e}");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("HTTPS handshake with {peer:?} did not finish in time (--http-header-read-timeout)");
+            return;
+        }
+    };
+    let certificate = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|certs| certs.first())
+        .and_then(|cert| CertNames::of_der(cert.as_ref()))
+        .map(Arc::new);
+    serve_http(stream, fd, ConnInfo { peer, certificate }, router, limits, stop).await;
+}
+
+async fn serve_http<S>(
+    stream: S,
+    fd: RawFd,
+    info: ConnInfo,
     router: Router,
     limits: ConnectionLimits,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let fd = stream.as_raw_fd();
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(WatchedIo { inner: stream, activity: Arc::clone(&activity) });
     let body_read = limits.body_read;
@@ -214,7 +258,8 @@ async fn serve_connection(
         service_activity.used.store(true, Ordering::Relaxed);
         service_activity.in_flight.fetch_add(1, Ordering::Relaxed);
         let guard = InFlight(Arc::clone(&service_activity));
-        let request = request.map(|body| Body::new(DeadlineBody::new(body, body_read)));
+        let mut request = request.map(|body| Body::new(DeadlineBody::new(body, body_read)));
+        request.extensions_mut().insert(info.clone());
         let router = router.clone();
         let activity = Arc::clone(&service_activity);
         async move {
@@ -356,13 +401,13 @@ impl HttpBody for DeadlineBody {
     }
 }
 
-/// The TCP stream, recording when bytes move and when a new request's first byte arrives.
-struct WatchedIo {
-    inner: TcpStream,
+/// The connection's stream, recording when bytes move and when a new request's first byte arrives.
+struct WatchedIo<S> {
+    inner: S,
     activity: Arc<Activity>,
 }
 
-impl AsyncRead for WatchedIo {
+impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
@@ -378,7 +423,7 @@ impl AsyncRead for WatchedIo {
     }
 }
 
-impl AsyncWrite for WatchedIo {
+impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {

@@ -173,7 +173,7 @@ impl ModelIo {
         if batching && batch_size == 0 {
             return Err(invalid(format!("inference request batch-size must be >= 1 for '{model}'")));
         }
-        let InferRequest { id, mut inputs, parameters, caller, trace, .. } = request;
+        let InferRequest { id, mut inputs, parameters, caller, trace, principal, .. } = request;
         for (position, shape) in reshaped {
             inputs[position].shape = shape;
         }
@@ -184,6 +184,7 @@ impl ModelIo {
             parameters,
             caller,
             trace,
+            principal,
             ..Default::default()
         };
         let batch_size = if batching { batch_size as usize } else { 1 };

@@ -31,6 +31,8 @@ mod state;
 use layout::{fingerprint_dir, select_versions, version_dirs};
 use overrides::OverrideDir;
 use scan::check_name;
+/// Triton's checks of a name given to load (`ValidateModelName`).
+pub(crate) use scan::check_name as check_model_name;
 use state::ModelState;
 pub use state::VersionState;
 

@@ -57,7 +57,7 @@ impl ModelManager {
 
 /// A name given to load (and register): Triton's checks (`ValidateModelName`: not empty once
 /// trimmed, not `..`, no `/`) with Triton's messages, then [`valid_name`]'s.
-pub(super) fn check_name(name: &str) -> CoreResult<()> {
+pub(crate) fn check_name(name: &str) -> CoreResult<()> {
     if name.len() > 1024 {
         return Err(CoreError::invalid_arg(format!("invalid model name: {} bytes, more than 1024", name.len())));
     }

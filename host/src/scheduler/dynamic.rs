@@ -32,6 +32,7 @@ use crate::config::pb::{ModelDynamicBatching, ModelQueuePolicy, model_queue_poli
 use crate::error::{CoreError, CoreResult};
 use crate::infer::ParamValue;
 use crate::stats::ModelStats;
+use crate::tenant::{FlowKey, Shares, flow_of};
 use crate::tensor::Tensor;
 
 /// What a queued request gets back: its outputs.
@@ -195,7 +196,7 @@ impl DynamicBatcher {
     pub fn start(config: BatcherConfig, pool: Arc<InstancePool>, model: String) -> Self {
         let stats = Arc::clone(pool.stats());
         let config = Arc::new(config);
-        let queues = Queues { config: Arc::clone(&config), stats: Arc::clone(&stats), levels: BTreeMap::new() };
+        let queues = Queues::new(Arc::clone(&config), Arc::clone(&stats));
         let queue = if !config.needs_task() {
             let shared = Arc::new(SharedQueue {
                 queues: Mutex::new(queues),
@@ -287,29 +288,43 @@ impl DynamicBatcher {
     }
 }
 
-/// The queues of one batcher, a deque per priority level, and the rules that form a batch.
+/// The queues of one batcher: per flow (tenant, fairness id, or the one common flow; see
+/// `crate::tenant`) a deque per priority level, and the rules that form a batch. The next request
+/// comes from the flow the [`Shares`] pick; within a flow, highest priority first, then oldest.
 struct Queues {
     config: Arc<BatcherConfig>,
     stats: Arc<ModelStats>,
-    levels: BTreeMap<u64, VecDeque<Pending>>,
+    flows: BTreeMap<FlowKey, Levels>,
+    shares: Shares,
 }
 
+type Levels = BTreeMap<u64, VecDeque<Pending>>;
+
 impl Queues {
+    fn new(config: Arc<BatcherConfig>, stats: Arc<ModelStats>) -> Self {
+        Self { config, stats, flows: BTreeMap::new(), shares: Shares::default() }
+    }
+
     fn queued(&self) -> usize {
-        self.levels.values().map(VecDeque::len).sum()
+        self.flows.values().flat_map(BTreeMap::values).map(VecDeque::len).sum()
     }
 
     fn enqueue(&mut self, level: u64, pending: Pending) {
         let max = self.config.policies.get(&level).map_or(0, |p| p.max_queue_size);
-        let queue = self.levels.entry(level).or_default();
-        if max > 0 && queue.len() >= max {
-            self.stats.pending_add(-1);
-            self.stats.usage.record_refusal(crate::stats::Quota::Queue);
-            let prefix = crate::error::request_id_prefix(pending.exec.id.as_deref());
-            let message = format!("{prefix}Exceeds maximum queue size");
-            let _ = pending.reply.send(Err(CoreError::unavailable(message)));
-            return;
+        if max > 0 {
+            let at_level: usize = self.flows.values().filter_map(|f| f.get(&level)).map(VecDeque::len).sum();
+            if at_level >= max {
+                self.stats.pending_add(-1);
+                self.stats.usage.record_refusal(crate::stats::Quota::Queue);
+                let prefix = crate::error::request_id_prefix(pending.exec.id.as_deref());
+                let message = format!("{prefix}Exceeds maximum queue size");
+                let _ = pending.reply.send(Err(CoreError::unavailable(message)));
+                return;
+            }
         }
+        let (flow, weight) = flow_of(pending.exec.principal.as_ref());
+        self.shares.arrive(&flow, weight);
+        let queue = self.flows.entry(flow).or_default().entry(level).or_default();
         // Requests delayed by their timeout (DELAY policy) stay behind every new arrival.
         let at = queue.iter().position(|p| p.delayed).unwrap_or(queue.len());
         queue.insert(at, pending);
@@ -319,43 +334,53 @@ impl Queues {
     fn expire(&mut self, now: Instant) {
         let policies = &self.config.policies;
         let stats = &self.stats;
-        for (level, queue) in &mut self.levels {
-            // Most queues have nothing due (no timeouts configured): leave them as they are.
-            if !queue.iter().any(|p| p.deadline.is_some_and(|d| d <= now) && !p.delayed) {
-                continue;
-            }
-            let reject = policies.get(level).is_none_or(|p| p.reject_on_timeout);
-            let mut kept = VecDeque::with_capacity(queue.len());
-            let mut delayed = Vec::new();
-            for mut p in queue.drain(..) {
-                match p.deadline {
-                    Some(d) if d <= now && !p.delayed => {
-                        if reject {
-                            stats.pending_add(-1);
-                            let _ = p.reply.send(Err(CoreError::unavailable("Request timeout expired")));
-                        } else {
-                            p.delayed = true;
-                            delayed.push(p);
-                        }
-                    }
-                    _ => kept.push_back(p),
+        for (flow, levels) in &mut self.flows {
+            for (level, queue) in levels.iter_mut() {
+                // Most queues have nothing due (no timeouts configured): leave them as they are.
+                if !queue.iter().any(|p| p.deadline.is_some_and(|d| d <= now) && !p.delayed) {
+                    continue;
                 }
+                let reject = policies.get(level).is_none_or(|p| p.reject_on_timeout);
+                let mut kept = VecDeque::with_capacity(queue.len());
+                let mut delayed = Vec::new();
+                for mut p in queue.drain(..) {
+                    match p.deadline {
+                        Some(d) if d <= now && !p.delayed => {
+                            if reject {
+                                stats.pending_add(-1);
+                                self.shares.left(flow);
+                                let _ = p.reply.send(Err(CoreError::unavailable("Request timeout expired")));
+                            } else {
+                                p.delayed = true;
+                                delayed.push(p);
+                            }
+                        }
+                        _ => kept.push_back(p),
+                    }
+                }
+                kept.extend(delayed);
+                *queue = kept;
             }
-            kept.extend(delayed);
-            *queue = kept;
         }
+        self.flows.retain(|_, levels| levels.values().any(|q| !q.is_empty()));
     }
 
-    /// The next request to serve: highest priority level first, oldest first within a level.
+    /// The flow whose turn it is.
+    fn head_flow(&self) -> Option<&FlowKey> {
+        self.shares.next(self.flows.keys())
+    }
+
+    /// The next request to serve: from the flow whose turn it is, highest priority level first,
+    /// oldest first within a level.
     fn head(&self) -> Option<&Pending> {
-        self.levels.values().find_map(VecDeque::front)
+        self.flows.get(self.head_flow()?)?.values().find_map(VecDeque::front)
     }
 
     /// How many batch slots the requests compatible with the head would fill now (capped).
     fn ready_size(&self) -> usize {
         let Some(head) = self.head() else { return 0 };
         let mut total = 0;
-        for p in self.levels.values().flatten() {
+        for p in self.flows.values().flat_map(BTreeMap::values).flatten() {
             if !compatible(&head.exec, &p.exec) {
                 continue;
             }
@@ -373,38 +398,47 @@ impl Queues {
         size >= self.config.max_batch_size || self.config.preferred.contains(&size)
     }
 
-    /// Takes the head and the compatible requests after it, in priority order, up to the largest
-    /// preferred size that can be filled (or max_batch_size).
+    /// Takes the head and then, flow by flow in the order of their shares, compatible requests,
+    /// up to the largest preferred size that can be filled (or max_batch_size).
     fn take_batch(&mut self) -> Vec<Pending> {
         let available = self.ready_size();
         let target = self.config.preferred.iter().rev().copied().find(|&p| p <= available).unwrap_or(available).max(1);
-        let Some(head_level) = self.levels.iter().find(|(_, q)| !q.is_empty()).map(|(l, _)| *l) else {
-            return Vec::new();
-        };
-        let Some(head) = self.levels.get_mut(&head_level).and_then(VecDeque::pop_front) else { return Vec::new() };
+        let Some(flow) = self.head_flow().cloned() else { return Vec::new() };
+        let Some(head) = self.take_from(&flow, |_| true) else { return Vec::new() };
         let mut total = head.batch_size;
         let mut batch = vec![head];
-        for queue in self.levels.values_mut() {
-            let mut i = 0;
-            while i < queue.len() && total < target {
-                let fits =
-                    queue.get(i).is_some_and(|p| compatible(&batch[0].exec, &p.exec) && total + p.batch_size <= target);
-                if fits && let Some(p) = queue.remove(i) {
-                    total += p.batch_size;
-                    batch.push(p);
-                    continue;
-                }
-                i += 1;
-            }
+        while total < target {
+            let fits = |p: &Pending| compatible(&batch[0].exec, &p.exec) && total + p.batch_size <= target;
+            let candidates: Vec<&FlowKey> =
+                self.flows.iter().filter(|(_, levels)| levels.values().flatten().any(fits)).map(|(f, _)| f).collect();
+            let Some(flow) = self.shares.next(candidates).cloned() else { break };
+            let Some(p) = self.take_from(&flow, fits) else { break };
+            total += p.batch_size;
+            batch.push(p);
         }
         batch
     }
 
+    /// Takes the first request of `flow` (in level order) that `fits`, charging the flow for it.
+    fn take_from(&mut self, flow: &FlowKey, fits: impl Fn(&Pending) -> bool) -> Option<Pending> {
+        let levels = self.flows.get_mut(flow)?;
+        let taken = levels.values_mut().find_map(|queue| {
+            let at = queue.iter().position(&fits)?;
+            queue.remove(at)
+        })?;
+        if levels.values().all(VecDeque::is_empty) {
+            self.flows.remove(flow);
+        }
+        self.shares.served(flow, taken.batch_size);
+        Some(taken)
+    }
+
     /// Answers every queued request with `error`.
     fn fail_all(&mut self, error: &CoreError) {
-        for p in std::mem::take(&mut self.levels).into_values().flatten() {
+        for p in std::mem::take(&mut self.flows).into_values().flat_map(BTreeMap::into_values).flatten() {
             self.fail(p, error);
         }
+        self.shares = Shares::default();
     }
 
     /// Answers one request that was counted as pending with `error`.
@@ -430,7 +464,11 @@ async fn run_batch(
     let mut replies = Vec::with_capacity(batch.len());
     stats.pending_add(-(batch.len() as i64));
     for p in batch {
-        stats.record_queue(started.saturating_duration_since(p.enqueued));
+        let waited = started.saturating_duration_since(p.enqueued);
+        stats.record_queue(waited);
+        if let Some(principal) = &p.exec.principal {
+            principal.record_queue(waited);
+        }
         execs.push(p.exec);
         replies.push(p.reply);
     }

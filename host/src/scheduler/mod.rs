@@ -14,6 +14,7 @@
 
 pub mod dynamic;
 pub mod ensemble;
+mod fair;
 pub mod pool;
 pub mod rate_limit;
 pub mod sequence;
@@ -71,6 +72,15 @@ impl Scheduler {
         let mut pool = InstancePool::new(instances, stats).with_quotas(&config.name, quotas);
         if let Some((limiter, claims)) = rate_limits {
             pool = pool.with_rate_limits(limiter, claims);
+        }
+        let batched = match &config.scheduling_choice {
+            Some(SchedulingChoice::SequenceBatching(_)) => true,
+            Some(SchedulingChoice::DynamicBatching(_)) => config.max_batch_size > 0,
+            _ => false,
+        };
+        if !batched {
+            // The direct scheduler's requests wait for a slot in a fair line per tenant.
+            pool = pool.with_fair_waiting();
         }
         let pool = Arc::new(pool);
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
+use super::fair::FairWaiters;
 use super::rate_limit::{Claim, RateLimiter};
 use crate::backend::mailbox::{Done, Mailbox, with_room};
 use crate::backend::{ExecRequest, ModelInstance};
@@ -87,6 +88,9 @@ pub struct InstancePool {
     /// [`super::adopt`]), and what wakes requests waiting for room in one.
     mailboxes: Vec<Arc<Mailbox>>,
     room: Arc<Notify>,
+    /// The direct scheduler's fair line for slots (see `super::fair`); `None` for the batchers,
+    /// which keep their own queues.
+    fair: Option<Arc<FairWaiters<InstanceSlot>>>,
 }
 
 /// A caller's request runs inline only when no execution ended this recently: closer arrivals
@@ -129,7 +133,17 @@ impl InstancePool {
             on_release: OnceLock::new(),
             mailboxes,
             room,
+            fair: None,
         }
+    }
+
+    /// Requests waiting for a slot wait in a fair line per flow (the direct scheduler's; call
+    /// after [`Self::with_quotas`], which may change the slots).
+    pub fn with_fair_waiting(mut self) -> Self {
+        let fair = FairWaiters::new(Arc::clone(&self.available));
+        let _ = self.on_release.set(fair.hook(|permit, hook| InstanceSlot::new(permit, Some(hook))));
+        self.fair = Some(fair);
+        self
     }
 
     /// Makes every execution wait for its instance's rate-limiter resources; `claims` are the
@@ -244,11 +258,22 @@ impl InstancePool {
         }
         let queued = Instant::now();
         let pending = PendingGuard::new(&self.stats);
-        let slot = self.acquire().await;
+        let principal = batch.first().and_then(|r| r.principal.as_ref());
+        let slot = match &self.fair {
+            Some(fair) if principal.is_some() || !fair.idle() => match fair.acquire(principal) {
+                Ok(slot) => Ok(slot),
+                Err(line) => line.await.map_err(|_| instances_gone()),
+            },
+            _ => self.acquire().await,
+        };
         pending.release();
         match slot {
             Ok(slot) => {
-                self.stats.record_queue(queued.elapsed());
+                let waited = queued.elapsed();
+                self.stats.record_queue(waited);
+                if let Some(principal) = principal {
+                    principal.record_queue(waited);
+                }
                 self.run_as(slot, batch, rows, dispatch).await
             }
             Err(e) => vec![Err(e); batch.len()],

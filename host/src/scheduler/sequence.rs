@@ -30,6 +30,7 @@ use crate::config::pb::model_sequence_batching::{StrategyChoice, control::Kind, 
 use crate::error::{CoreError, CoreResult};
 use crate::infer::{ParamValue, Parameters};
 use crate::stats::ModelStats;
+use crate::tenant::{FlowKey, Shares, flow_of};
 use crate::tensor::{DataType, Tensor, push_bytes_element, zeros};
 
 const DEFAULT_IDLE: Duration = Duration::from_secs(1);
@@ -314,6 +315,7 @@ impl SequenceBatcher {
             slots_used: 0,
             backlog: VecDeque::new(),
             done_tx: tx.downgrade(),
+            shares: Shares::default(),
         };
         tokio::spawn(task.run(rx));
         Self { tx, stats, model }
@@ -354,10 +356,12 @@ struct SequenceTask {
     stats: Arc<ModelStats>,
     sequences: HashMap<CorrelationId, Sequence>,
     slots_used: usize,
-    /// Sequences waiting for a slot (direct strategy), oldest first.
+    /// Sequences waiting for a slot, oldest first (taken by their tenants' shares).
     backlog: VecDeque<CorrelationId>,
     /// For dispatched batches to report back (weak: the task ends when the model is dropped).
     done_tx: mpsc::WeakUnboundedSender<Message>,
+    /// The tenants' shares of this model's batches (see `crate::tenant`).
+    shares: Shares,
 }
 
 impl SequenceTask {
@@ -393,6 +397,8 @@ impl SequenceTask {
             );
         }
         if let Some(seq) = self.sequences.get_mut(&id) {
+            let (flow, weight) = flow_of(p.exec.principal.as_ref());
+            self.shares.arrive(&flow, weight);
             seq.last_active = now;
             seq.queue.push_back(p);
         }
@@ -407,12 +413,24 @@ impl SequenceTask {
             }
         }
         while self.config.max_sequences == 0 || self.slots_used < self.config.max_sequences {
-            let Some(next) = self.backlog.pop_front() else { break };
+            let Some(next) = self.next_waiting() else { break };
             if let Some(seq) = self.sequences.get_mut(&next) {
                 seq.has_slot = true;
                 self.slots_used += 1;
             }
         }
+    }
+
+    /// The waiting sequence whose tenant's turn it is (the oldest of that tenant's).
+    fn next_waiting(&mut self) -> Option<CorrelationId> {
+        let flow_of_seq = |id: &CorrelationId| {
+            let first = self.sequences.get(id).and_then(|s| s.queue.front());
+            flow_of(first.and_then(|p| p.exec.principal.as_ref())).0
+        };
+        let flows: Vec<FlowKey> = self.backlog.iter().map(flow_of_seq).collect();
+        let flow = self.shares.next(flows.iter())?;
+        let at = flows.iter().position(|f| f == flow)?;
+        self.backlog.remove(at)
     }
 
     fn finish(&mut self, id: CorrelationId, state: Option<Vec<Tensor>>, end: bool) {
@@ -453,16 +471,26 @@ impl SequenceTask {
         self.sequences.values().any(|s| s.has_slot && !s.busy && !s.queue.is_empty())
     }
 
-    /// Sequences whose next request can run now, oldest request first.
+    /// Sequences whose next request can run now: tenant by tenant as their shares say, and
+    /// within a tenant, oldest request first.
     fn ready(&self) -> Vec<CorrelationId> {
-        let mut ready: Vec<(Instant, &CorrelationId)> = self
+        let mut ready: Vec<(Instant, FlowKey, &CorrelationId)> = self
             .sequences
             .iter()
             .filter(|(_, s)| s.has_slot && !s.busy)
-            .filter_map(|(id, s)| s.queue.front().map(|p| (p.enqueued, id)))
+            .filter_map(|(id, s)| s.queue.front().map(|p| (p.enqueued, flow_of(p.exec.principal.as_ref()).0, id)))
             .collect();
-        ready.sort_by_key(|(t, _)| *t);
-        ready.into_iter().take(self.config.max_batch_size).map(|(_, id)| id.clone()).collect()
+        ready.sort_by_key(|(t, _, _)| *t);
+        let mut shares = self.shares.clone();
+        let mut order = Vec::with_capacity(ready.len().min(self.config.max_batch_size));
+        while order.len() < self.config.max_batch_size {
+            let Some(flow) = shares.next(ready.iter().map(|(_, f, _)| f)).cloned() else { break };
+            let Some(at) = ready.iter().position(|(_, f, _)| *f == flow) else { break };
+            let (_, _, id) = ready.remove(at);
+            shares.served(&flow, 1);
+            order.push(id.clone());
+        }
+        order
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Message>) {
@@ -531,7 +559,12 @@ impl SequenceTask {
             }
             let Some(p) = seq.queue.pop_front() else { continue };
             self.stats.pending_add(-1);
-            self.stats.record_queue(started.saturating_duration_since(p.enqueued));
+            let waited = started.saturating_duration_since(p.enqueued);
+            self.stats.record_queue(waited);
+            self.shares.served(&flow_of(p.exec.principal.as_ref()).0, 1);
+            if let Some(principal) = &p.exec.principal {
+                principal.record_queue(waited);
+            }
             if seq.ended {
                 if p.flags.start {
                     seq.ended = false;
@@ -635,42 +668,5 @@ impl SequenceConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn params(id: ParamValue, start: bool, end: bool) -> Parameters {
-        let mut p = Parameters::new();
-        p.insert("sequence_id".into(), id);
-        p.insert("sequence_start".into(), ParamValue::Bool(start));
-        p.insert("sequence_end".into(), ParamValue::Bool(end));
-        p
-    }
-
-    #[test]
-    fn correlation_ids_from_parameters() {
-        let f = SequenceFlags::from_parameters(&params(ParamValue::Int(7), true, false), "m").unwrap();
-        assert_eq!(f.id, CorrelationId::Uint(7));
-        assert!(f.start && !f.end);
-        let big = SequenceFlags::from_parameters(&params(ParamValue::Uint(u64::MAX), false, true), "m").unwrap();
-        assert_eq!(big.id, CorrelationId::Uint(u64::MAX));
-        let s = SequenceFlags::from_parameters(&params(ParamValue::String("abc".into()), false, false), "m").unwrap();
-        assert_eq!(s.id, CorrelationId::Str("abc".into()));
-        let missing = SequenceFlags::from_parameters(&Parameters::new(), "m").unwrap_err();
-        assert!(missing.message.contains("must specify a non-zero or non-empty correlation ID"), "{}", missing.message);
-        assert!(SequenceFlags::from_parameters(&params(ParamValue::Int(0), true, false), "m").is_err());
-        assert!(SequenceFlags::from_parameters(&params(ParamValue::String(String::new()), true, false), "m").is_err());
-    }
-
-    #[test]
-    fn corrid_encodings() {
-        let id = CorrelationId::Uint(5);
-        assert_eq!(&corrid_bytes(&id, DataType::Uint64, "c", "m").unwrap()[..], &5u64.to_le_bytes());
-        assert_eq!(&corrid_bytes(&id, DataType::Int32, "c", "m").unwrap()[..], &5i32.to_le_bytes());
-        assert!(corrid_bytes(&CorrelationId::Uint(u64::MAX), DataType::Int64, "c", "m").is_err());
-        assert!(corrid_bytes(&CorrelationId::Str("x".into()), DataType::Uint64, "c", "m").is_err());
-        assert_eq!(
-            &corrid_bytes(&CorrelationId::Str("ab".into()), DataType::Bytes, "c", "m").unwrap()[..],
-            b"\x02\0\0\0ab"
-        );
-    }
-}
+#[path = "sequence_tests.rs"]
+mod tests;

@@ -71,6 +71,10 @@ pub(super) struct Doors {
     pub http_restrictions: Restrictions,
     pub http_max_input_size: usize,
     pub http_connections: ConnectionLimits,
+    /// HTTPS on the HTTP door (`--http-use-ssl`).
+    pub http_tls: Option<tokio_rustls::TlsAcceptor>,
+    /// `--tenants` (the gRPC door's copy is in `grpc_options`).
+    pub tenants: Option<Arc<crate::tenancy::Tenants>>,
     pub grpc_options: GrpcOptions,
     pub budget: RequestBudget,
     pub threads: Arc<ConnectionThreads>,
@@ -79,6 +83,25 @@ pub(super) struct Doors {
     pub gpu_metrics_interval: Option<std::time::Duration>,
     /// The server's stop signal.
     pub stop: watch::Receiver<bool>,
+}
+
+/// Loads the tenants file (and starts watching it until `stop`) and makes the HTTP door's TLS
+/// acceptor: either failing stops the start, with what is wrong.
+pub(super) fn access(
+    tenants: Option<&std::path::Path>,
+    http_tls: Option<&crate::http::HttpTls>,
+    stop: &watch::Receiver<bool>,
+) -> Result<(Option<Arc<crate::tenancy::Tenants>>, Option<tokio_rustls::TlsAcceptor>), StartError> {
+    let tenants = match tenants {
+        Some(path) => {
+            let tenants = crate::tenancy::Tenants::load(path).map_err(StartError::Config)?;
+            tokio::spawn(Arc::clone(&tenants).watch(stop.clone()));
+            Some(tenants)
+        }
+        None => None,
+    };
+    let acceptor = http_tls.map(crate::http::HttpTls::acceptor).transpose().map_err(StartError::Config)?;
+    Ok((tenants, acceptor))
 }
 
 pub(super) type DoorTask = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
@@ -107,11 +130,13 @@ impl Doors {
                     restrictions: Arc::new(options.restrictions.unwrap_or_else(|| self.http_restrictions.clone())),
                     max_input_size: self.http_max_input_size,
                     body_budget: self.budget.clone(),
+                    tenants: self.tenants.clone(),
                 };
                 let (limits, threads) = (self.http_connections.clone(), Arc::clone(&self.threads));
                 let router = if kind == DoorKind::OpenAi { openai_router(state) } else { router(state) };
+                let tls = self.http_tls.clone();
                 Box::pin(async move {
-                    crate::http::serve(listener, router, limits, threads, stop)
+                    crate::http::serve(listener, router, limits, tls, threads, stop)
                         .await
                         .map_err(|e| format!("HTTP server failed: {e}"))
                 })

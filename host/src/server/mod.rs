@@ -100,6 +100,10 @@ pub struct ServerConfig {
     pub allow_client_shm: bool,
     /// Triton's `--http-restricted-api` (gRPC's are in `grpc_options`).
     pub http_restrictions: Restrictions,
+    /// `--tenants FILE`: who may call, and what (see `crate::tenancy`); `None`: anyone may.
+    pub tenants: Option<PathBuf>,
+    /// HTTPS on the HTTP door (`--http-use-ssl`); plain HTTP when `None`.
+    pub http_tls: Option<crate::http::HttpTls>,
     pub grpc: Option<Listen>,
     pub grpc_options: GrpcOptions,
     pub metrics: Option<Listen>,
@@ -178,6 +182,8 @@ impl Default for ServerConfig {
             log_requests: false,
             allow_client_shm: false,
             http_restrictions: Restrictions::default(),
+            tenants: None,
+            http_tls: None,
             grpc: None,
             grpc_options: GrpcOptions::default(),
             metrics: None,
@@ -387,12 +393,15 @@ impl Server {
         let threads = ConnectionThreads::start(connection_threads)
             .map(Arc::new)
             .map_err(|e| StartError::Config(format!("failed to start the connection threads: {e}")))?;
+        let (tenants, http_tls) = doors::access(config.tenants.as_deref(), config.http_tls.as_ref(), &stop_rx)?;
         let doors = Doors {
             frontend: Arc::clone(&frontend),
             http_restrictions: config.http_restrictions.clone(),
             http_max_input_size: config.http_max_input_size,
             http_connections: config.http_connections.clone(),
-            grpc_options: config.grpc_options.clone(),
+            http_tls,
+            tenants: tenants.clone(),
+            grpc_options: GrpcOptions { tenants: tenants.clone(), ..config.grpc_options.clone() },
             budget: request_budget,
             threads,
             metrics: MetricsState {
@@ -401,6 +410,7 @@ impl Server {
                 gpu: None,
                 tracer: Arc::clone(&tracer),
                 custom: Arc::clone(&custom_metrics),
+                tenants,
             },
             gpu_metrics_interval: config.gpu_metrics_interval,
             stop: stop_rx.clone(),

@@ -83,8 +83,13 @@ impl HostView<'_> {
         Ok(self.bls_request(model, version, tensors, outputs, params_from_wit(parameters)).map_err(wit_error))
     }
 
-    /// The guest's config lets it call `model` (the `allowed_models` parameter).
+    /// The guest's config lets it call `model` (the `allowed_models` parameter), and so does
+    /// the tenant of every request it is executing: a model the tenant may not call answers as
+    /// if it did not exist.
     pub(super) fn check_allowed(&self, model: &str) -> CoreResult<()> {
+        if !self.bls.principals.iter().all(|p| p.may_call(model)) {
+            return Err(CoreError::not_found(format!("Request for unknown model: '{model}' is not found")));
+        }
         if self.shared.allowed_models.allows(model) {
             return Ok(());
         }
@@ -129,6 +134,7 @@ impl HostView<'_> {
             unknown_datatype_inputs: Vec::new(),
             caller: Caller::Detached,
             trace: self.bls.trace.as_ref().map(crate::trace::Trace::child),
+            principal: self.bls.principals.first().cloned(),
         };
         Ok(BlsCall { infer, runtime, request, timeout: self.shared.bls_timeout })
     }

@@ -244,6 +244,7 @@ impl WasmInstance {
         let call = live.store.data_mut().begin_execute(count, self.decoupled);
         // The guest's BLS calls are traced as children of the batch's (first) traced request.
         live.store.data_mut().bls.trace = batch.iter().find_map(|r| r.trace.clone());
+        live.store.data_mut().bls.principals = batch.iter().filter_map(|r| r.principal.clone()).collect();
         live.store.data_mut().bls.request_id = batch.first().and_then(|r| r.id.clone()).unwrap_or_default();
         // `execute-by-value` takes each request's inputs as a pack, small ones with their bytes, and
         // no handles: the guest asks for a request's handle (`request.at`) when it needs one.
@@ -294,6 +295,7 @@ impl WasmInstance {
         // Spans the guest left open end with the call, before its trace can finish.
         live.store.data_mut().bls.spans.end_all();
         live.store.data_mut().bls.trace = None;
+        live.store.data_mut().bls.principals.clear();
         live.store.data_mut().bls.request_id.clear();
         let given = live.store.data_mut().end_execute();
         *callees = live.store.data().bls.cpu;

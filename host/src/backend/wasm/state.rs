@@ -154,6 +154,9 @@ pub struct BlsCalls {
     /// The trace the current `execute` call's BLS calls are children of: the batch's first
     /// traced request's (a WIT call does not say which request it serves).
     pub(super) trace: Option<crate::trace::Trace>,
+    /// Who the current `execute` call's requests run as (one each; empty: no principals). A BLS
+    /// call may reach only models every one of them may call, and runs as the first.
+    pub(super) principals: Vec<std::sync::Arc<crate::tenant::Principal>>,
     /// The id of the current `execute` call's first request (empty: none), which the guest's
     /// log lines carry.
     pub(super) request_id: String,

@@ -83,7 +83,7 @@ impl From<CoreError> for OpenAiError {
             ErrorKind::Cancelled => (StatusCode::BAD_REQUEST, "invalid_request_error"),
             ErrorKind::Internal | ErrorKind::Unknown => (StatusCode::INTERNAL_SERVER_ERROR, "server_error"),
         };
-        Self { status, message: error.message, kind, param: None, code: None }
+        Self { status, message: crate::tenant::unmark(&error.message).into_owned(), kind, param: None, code: None }
     }
 }
 

@@ -38,10 +38,12 @@ pub use self::error::OpenAiError;
 use self::error::OpenAiResult;
 use self::schema::{CompletionRequest, Prompt, Sampling};
 use self::stream::{Head, Shape};
+use super::caller::Caller;
 use super::response::ok_json;
 use super::{HttpState, body, forwarded_headers, traceparent};
 use crate::frontend::{Frontend, ServedModel, add_forwarded};
 use crate::infer::InferRequest;
+use crate::tenant::Principal;
 use crate::trace::{activity, stamp};
 
 /// The `/v1` routes, added to the HTTP door's.
@@ -49,9 +51,9 @@ pub(super) fn routes(router: Router<HttpState>) -> Router<HttpState> {
     router
         .route("/v1/models", get(list_models))
         .route("/v1/models/{model}", get(get_model))
-        .route("/v1/completions", post(|s, r| call(s, r, Route::Completion)))
-        .route("/v1/chat/completions", post(|s, r| call(s, r, Route::Chat)))
-        .route("/v1/embeddings", post(|s, r| call(s, r, Route::Embedding)))
+        .route("/v1/completions", post(|s, c, r| call(s, c, r, Route::Completion)))
+        .route("/v1/chat/completions", post(|s, c, r| call(s, c, r, Route::Chat)))
+        .route("/v1/embeddings", post(|s, c, r| call(s, c, r, Route::Embedding)))
 }
 
 fn now() -> u64 {
@@ -65,9 +67,13 @@ enum Reach {
 }
 
 /// `model`, if `/v1` serves it: ready, with a ready adapter or speaking a convention.
-fn servable(frontend: &Frontend, model: &str) -> OpenAiResult<(ServedModel, Reach)> {
-    let served =
-        frontend.model(model, None).map_err(|_| OpenAiError::model_not_found(model, "no such model is ready"))?;
+/// A model `who` may not call is not there for it.
+fn servable(frontend: &Frontend, who: Option<&Principal>, model: &str) -> OpenAiResult<(ServedModel, Reach)> {
+    let not_found = || OpenAiError::model_not_found(model, "no such model is ready");
+    if who.is_some_and(|p| !p.may_call(model)) {
+        return Err(not_found());
+    }
+    let served = frontend.model(model, None).map_err(|_| not_found())?;
     if let Some(name) = adapter::named(&served) {
         let adapter = adapter::of(frontend, &served, name)?;
         return Ok((served, Reach::Adapter(adapter)));
@@ -87,16 +93,20 @@ fn model_object(name: &str) -> Value {
     json!({ "id": name, "object": "model", "created": now(), "owned_by": "tessera" })
 }
 
-async fn list_models(State(state): State<HttpState>) -> Response {
-    let mut names: Vec<String> = state.frontend.repository_index(true).into_iter().map(|e| e.name).collect();
+async fn list_models(State(state): State<HttpState>, caller: Caller) -> Response {
+    let who = caller.principal();
+    let mut names: Vec<String> = state.frontend.repository_index(who, true).into_iter().map(|e| e.name).collect();
     names.dedup();
-    let data: Vec<Value> =
-        names.iter().filter(|name| servable(&state.frontend, name).is_ok()).map(|name| model_object(name)).collect();
+    let data: Vec<Value> = names
+        .iter()
+        .filter(|name| servable(&state.frontend, who, name).is_ok())
+        .map(|name| model_object(name))
+        .collect();
     ok_json(&json!({ "object": "list", "data": data }))
 }
 
-async fn get_model(State(state): State<HttpState>, Path(model): Path<String>) -> Response {
-    match servable(&state.frontend, &model) {
+async fn get_model(State(state): State<HttpState>, Path(model): Path<String>, caller: Caller) -> Response {
+    match servable(&state.frontend, caller.principal(), &model) {
         Ok(_) => ok_json(&model_object(&model)),
         Err(e) => e.into_response(),
     }
@@ -109,16 +119,16 @@ enum Route {
     Embedding,
 }
 
-async fn call(State(state): State<HttpState>, request: Request, route: Route) -> Response {
+async fn call(State(state): State<HttpState>, caller: Caller, request: Request, route: Route) -> Response {
     let started = std::time::Instant::now();
     let mut model = String::new();
-    let result = answer(&state, request, route, &mut model).await;
+    let result = answer(&state, &caller, request, route, &mut model).await;
     let status = match &result {
         Ok(_) => "OK",
         Err(e) if e.status.is_client_error() => "Invalid argument",
         Err(_) => "Internal",
     };
-    state.frontend.log_request("http", &model, None, None, status, started.elapsed());
+    state.frontend.log_request("http", &model, None, None, status, started.elapsed(), &caller.audit());
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
@@ -228,7 +238,13 @@ fn adapter_request(served: &ServedModel, adapter: &ServedModel, asked: &Asked) -
 }
 
 /// One call; `model` gets the model's name once the body is read, for the access line.
-async fn answer(state: &HttpState, request: Request, route: Route, model: &mut String) -> OpenAiResult<Response> {
+async fn answer(
+    state: &HttpState,
+    caller: &Caller,
+    request: Request,
+    route: Route,
+    model: &mut String,
+) -> OpenAiResult<Response> {
     let (parts, body) = request.into_parts();
     // The model is named in the body: the trace starts when it is known, with the time reading began.
     let receiving = crate::trace::now_ns();
@@ -239,7 +255,7 @@ async fn answer(state: &HttpState, request: Request, route: Route, model: &mut S
         Route::Embedding => Asked::Embedding(EmbeddingRequest::parse(&body)?),
     };
     model.push_str(asked.model());
-    let (served, reach) = servable(&state.frontend, asked.model())?;
+    let (served, reach) = servable(&state.frontend, caller.principal(), asked.model())?;
     let (stream, include_usage, max_tokens, shape) = match &asked {
         Asked::Completion(r) => {
             one_choice(&r.model, r.n)?;
@@ -256,6 +272,8 @@ async fn answer(state: &HttpState, request: Request, route: Route, model: &mut S
         Reach::Convention(convention) => (&served, convention_request(&served, *convention, &asked)?),
     };
     add_forwarded(&mut infer, &forwarded_headers(state, &parts.headers)?);
+    // The adapter runs as the caller's tenant: its calls reach only what the tenant may call.
+    infer.principal = caller.principal.clone();
     // The call's trace is the served model's; through an adapter, the adapter's request is its
     // child, and the adapter's calls of the model that child's.
     let trace = state.frontend.trace(served.name(), traceparent(&parts.headers));

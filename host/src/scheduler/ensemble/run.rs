@@ -335,6 +335,9 @@ impl<'a> Run<'a> {
             caller: crate::execution::Caller::Detached,
             // A composing model's request is traced as a child of the ensemble's.
             trace: self.exec.trace.as_ref().map(crate::trace::Trace::child),
+            // Steps run as the ensemble's caller: its flow in each step's queue. They are not
+            // checked against its allow-list: the ensemble is what the tenant was allowed.
+            principal: self.exec.principal.clone(),
         };
         if !spec.decoupled && plan.max_inflight > 0 && self.active >= plan.max_inflight {
             self.waiting.push_back(Waiting { step, request, key });
