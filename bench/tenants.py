@@ -14,11 +14,13 @@ docs/benchmarks.md):
    and with a file of one tenant (every request sends its key): identity, admission and fair
    queueing together.
 
-Each cell is a window of SECS seconds, in REPEATS interleaved rounds; medians (min-max). Needs
+Each cell is a window of SECS seconds, in REPEATS interleaved rounds (part 3: two servers side by
+side, 2 x REPEATS windows alternating between them); medians (min-max). Needs
 scripts/setup.sh and ../shared/reference/triton/setup.sh (perf_analyzer). Everything listens on
 127.0.0.1.
 
     .venv/bin/python bench/tenants.py [--bin target/release/tessera] [--repeats 3] [--secs 8]
+        [--only noisy|weights|cost]
 """
 
 from __future__ import annotations
@@ -40,7 +42,18 @@ import tritonclient.http as httpclient
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import QUICKSTART, ROOT, cpu_seconds, fmt, reference_env, stop_tree, wait_ready  # noqa: E402
 
-MODELS = ("add_sub", "add_sub_rust")
+MODELS = ("add_sub", "add_sub_rust", "queue_bound")
+# A model whose executions wait rather than compute: Triton's identity backend taking 2 ms per
+# batch of up to 8 on one instance, so the flood fills its queue without saturating the CPU.
+QUEUE_BOUND = """name: "queue_bound"
+backend: "identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+dynamic_batching { }
+parameters [ { key: "execute_delay_ms" value: { string_value: "2" } } ]
+"""
 KEYS = {"a": "bench-key-a-0123456789", "b": "bench-key-b-0123456789"}
 FLOOD = 80
 PORT = 18600
@@ -111,6 +124,20 @@ def b_loop(model: str, secs: float, key: str | None) -> tuple[list[float], int]:
     return latencies, failures
 
 
+def queue_us(tenant: str) -> tuple[float, float]:
+    """The tenant's time in model queues so far (µs) and how many requests passed one."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{PORT + 2}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    values = {}
+    for line in text.splitlines():
+        for name in ("tessera_tenant_queue_duration_us", "tessera_tenant_queue_requests_total"):
+            if line.startswith(f'{name}{{tenant="{tenant}"}}'):
+                values[name] = float(line.rsplit(" ", 1)[1])
+    return values.get("tessera_tenant_queue_duration_us", 0.0), values.get("tessera_tenant_queue_requests_total", 0.0)
+
+
 def p99(values: list[float]) -> float:
     return float(np.percentile(values, 99)) if values else float("nan")
 
@@ -128,13 +155,19 @@ def noisy(binary: Path, repo: Path, tmp: Path, env: dict, secs: float) -> dict:
                 flood = None if setting == "alone" else perf_start(env, model, FLOOD, secs + 2, key_a)
                 if flood:
                     time.sleep(2)  # the flood at its height before B measures
+                queued = [queue_us(t) for t in ("a", "b")] if tenants else None
                 latencies, failures = b_loop(model, secs, key_b)
+                waits = None
+                if queued:
+                    # Mean time in the model's queue per request, A's and B's, in ms.
+                    after = [queue_us(t) for t in ("a", "b")]
+                    waits = tuple((a[0] - q[0]) / max(a[1] - q[1], 1) / 1000 for a, q in zip(after, queued))
                 if flood:
                     if flood.poll() is not None:
                         sys.exit(f"the flood ended before B's window did: {flood.communicate()[0][-400:]}")
                     flood.kill()
                     flood.wait()
-                out[(model, setting)] = (statistics.median(latencies), p99(latencies), failures, len(latencies))
+                out[(model, setting)] = (statistics.median(latencies), p99(latencies), failures, len(latencies), waits)
         finally:
             server.stop()
     return out
@@ -154,25 +187,51 @@ def weights(binary: Path, repo: Path, tmp: Path, env: dict, secs: float) -> dict
     return out
 
 
-def cost(binary: Path, repo: Path, tmp: Path, env: dict, secs: float) -> dict:
-    """One round of part 3: server CPU µs per inference, without and with a one-tenant file."""
-    out = {}
-    for setting in ("no file", "one tenant"):
-        tenants = tenants_file(tmp / "t1.toml", {"a": 1}) if setting == "one tenant" else None
-        server = Server(binary, repo, tenants, tmp / "server.log")
-        try:
-            key = KEYS["a"] if tenants else None
-            perf_throughput(perf_start(env, "add_sub", 8, 2, key))  # warm
-            before = cpu_seconds(server.proc.pid)
-            started = time.monotonic()
-            rate = perf_throughput(perf_start(env, "add_sub", 8, secs, key))
-            cpu = cpu_seconds(server.proc.pid) - before
-            elapsed = time.monotonic() - started
-            # perf_analyzer's trials: the CPU over its whole run against its own mean rate.
-            out[setting] = cpu / (rate * elapsed) * 1e6 if rate else None
-        finally:
+def inference_count(metrics_port: int, model: str) -> float:
+    """The model's successful inferences so far, from /metrics (open in both servers)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("nv_inference_count{") and f'model="{model}"' in line:
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def cost_windows(binary: Path, repo: Path, tmp: Path, env: dict, secs: float, repeats: int) -> dict:
+    """Part 3: two servers side by side (no file; a file of one tenant), every request with the
+    tenant's key, windows alternating between them: server CPU µs per inference under perf_analyzer
+    at c=8 on add_sub, the window taken WARMUP s after the load starts (perf_analyzer only
+    generates it)."""
+    global PORT
+    servers = {}
+    base = PORT
+    try:
+        for offset, setting in ((0, "no file"), (10, "one tenant")):
+            PORT = base + offset
+            tenants = tenants_file(tmp / "t1.toml", {"a": 1}) if offset else None
+            servers[setting] = (Server(binary, repo, tenants, tmp / f"server{offset}.log"), PORT)
+        out = {setting: [] for setting in servers}
+        for _ in range(repeats):
+            for setting, (server, port) in servers.items():
+                PORT = port
+                # The same requests to both (the header too: a server without a file ignores it), so
+                # the client does the same work and the load is the same.
+                cmd = perf_cmd(env, "add_sub", 8, 600, KEYS["a"])
+                load = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        env=dict(os.environ, LD_LIBRARY_PATH=env["PERF_ANALYZER_LD_LIBRARY_PATH"]))
+                time.sleep(2)
+                cpu0, n0 = cpu_seconds(server.proc.pid), inference_count(port + 2, "add_sub")
+                time.sleep(secs)
+                cpu1, n1 = cpu_seconds(server.proc.pid), inference_count(port + 2, "add_sub")
+                load.kill()
+                load.wait()
+                out[setting].append((cpu1 - cpu0) / max(n1 - n0, 1) * 1e6)
+        return out
+    finally:
+        for server, _ in servers.values():
             server.stop()
-    return out
+        PORT = base
 
 
 def main() -> None:
@@ -180,30 +239,54 @@ def main() -> None:
     ap.add_argument("--bin", type=Path, default=ROOT / "target" / "release" / "tessera")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--secs", type=float, default=8)
+    ap.add_argument("--only", choices=("noisy", "weights", "cost"), help="run one part")
     args = ap.parse_args()
     env = reference_env()
-    rounds_noisy, rounds_weights, rounds_cost = [], [], []
+    rounds_noisy, rounds_weights, costs = [], [], {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         repo = tmp / "repo"
         repo.mkdir()
-        for model in MODELS:
+        for model in MODELS[:2]:
             subprocess.run(["cp", "-r", str(QUICKSTART / model), str(repo / model)], check=True)
+        (repo / "queue_bound" / "1").mkdir(parents=True)
+        (repo / "queue_bound" / "config.pbtxt").write_text(QUEUE_BOUND)
         for r in range(args.repeats):
             print(f"round {r + 1}/{args.repeats}", file=sys.stderr)
-            rounds_noisy.append(noisy(args.bin, repo, tmp, env, args.secs))
-            rounds_weights.append(weights(args.bin, repo, tmp, env, args.secs))
-            rounds_cost.append(cost(args.bin, repo, tmp, env, args.secs))
-    print(f"\n1. B at c=1 beside A's flood (perf_analyzer c={FLOOD}); ms, medians (min-max) of {args.repeats}")
-    print("| model | setting | B p50 ms | B p99 ms | p99 / alone | B failures | B requests |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+            if args.only in (None, "noisy"):
+                rounds_noisy.append(noisy(args.bin, repo, tmp, env, args.secs))
+            if args.only in (None, "weights"):
+                rounds_weights.append(weights(args.bin, repo, tmp, env, args.secs))
+        if args.only in (None, "cost"):
+            costs = cost_windows(args.bin, repo, tmp, env, args.secs, 2 * args.repeats)
+    if rounds_noisy:
+        report_noisy(rounds_noisy, args.repeats)
+    if rounds_weights:
+        report_weights(rounds_weights)
+    if costs:
+        base, one = costs["no file"], costs["one tenant"]
+        ratio = [o / b for o, b in zip(one, base)]
+        print(f"\n3. Server CPU per inference, add_sub, perf_analyzer c=8, {len(base)} alternating windows: µs")
+        print(f"| no tenants file | one tenant | ratio |\n|---:|---:|---:|\n| {fmt(base, 1)} | {fmt(one, 1)} | "
+              f"{fmt(ratio, 3)} |")
+
+
+def report_noisy(rounds_noisy: list, repeats: int) -> None:
+    print(f"\n1. B at c=1 beside A's flood (perf_analyzer c={FLOOD}); ms, medians (min-max) of {repeats}")
+    print("| model | setting | B p50 ms | B p99 ms | p99 / alone | B failures | B requests | queue ms A / B |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
     for model in MODELS:
         alone = [r[(model, "alone")][1] for r in rounds_noisy]
         for setting in ("alone", "no file", "tenants 1:1"):
             cells = [r[(model, setting)] for r in rounds_noisy]
             ratio = [c[1] / a for c, a in zip(cells, alone)]
+            waits = [c[4] for c in cells if c[4]]
+            wait = f"{fmt([w[0] for w in waits], 2)} / {fmt([w[1] for w in waits], 2)}" if waits else ""
             print(f"| {model} | {setting} | {fmt([c[0] for c in cells], 2)} | {fmt([c[1] for c in cells], 2)} | "
-                  f"{fmt(ratio, 2)} | {sum(c[2] for c in cells)} | {fmt([c[3] for c in cells], 0)} |")
+                  f"{fmt(ratio, 2)} | {sum(c[2] for c in cells)} | {fmt([c[3] for c in cells], 0)} | {wait} |")
+
+
+def report_weights(rounds_weights: list) -> None:
     print(f"\n2. Weights 3:1, both at c={FLOOD}: throughput infer/s")
     print("| model | A (weight 3) | B (weight 1) | A / B |")
     print("|---|---:|---:|---:|")
@@ -211,11 +294,6 @@ def main() -> None:
         cells = [r[model] for r in rounds_weights]
         ratios = [a / b for a, b in cells if a and b]
         print(f"| {model} | {fmt([c[0] for c in cells], 0)} | {fmt([c[1] for c in cells], 0)} | {fmt(ratios, 2)} |")
-    print("\n3. Server CPU per inference, add_sub, perf_analyzer c=8: µs")
-    base = [r["no file"] for r in rounds_cost]
-    one = [r["one tenant"] for r in rounds_cost]
-    ratio = [o / b for o, b in zip(one, base) if o and b]
-    print(f"| no tenants file | one tenant | ratio |\n|---:|---:|---:|\n| {fmt(base, 0)} | {fmt(one, 0)} | {fmt(ratio, 3)} |")
 
 
 if __name__ == "__main__":

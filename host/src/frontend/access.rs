@@ -1,6 +1,42 @@
-//! The access line (`--log-requests`): one per inference request, with who sent it.
+//! Who a call comes from ([`Requester`], as both network doors record it), and the access line
+//! (`--log-requests`): one per inference request, with who sent it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
 
 use super::Frontend;
+use crate::tenancy::Identity;
+use crate::tenant::Principal;
+
+/// Who a call comes from: its peer, the tenant a door's gate identified (with a tenants file),
+/// and what its requests run as (the tenant's principal, or a fairness id's).
+#[derive(Debug, Clone, Default)]
+pub struct Requester {
+    pub peer: Option<SocketAddr>,
+    pub identity: Option<Identity>,
+    pub principal: Option<Arc<Principal>>,
+}
+
+impl Requester {
+    /// The principal for `Frontend` calls that take one.
+    pub fn principal(&self) -> Option<&Principal> {
+        self.principal.as_deref()
+    }
+
+    /// The access line's tenant, key id and peer.
+    pub fn audit(&self) -> Audit<'_> {
+        Audit {
+            tenant: self.identity.as_ref().map(Identity::name),
+            key_id: self.identity.as_ref().and_then(|i| i.key_id.as_deref()),
+            peer: self.peer,
+        }
+    }
+
+    /// `model` as this caller may see it (see `crate::tenant::visible_name`).
+    pub fn visible<'a>(&self, model: &'a str) -> std::borrow::Cow<'a, str> {
+        crate::tenant::visible_name(self.principal(), model)
+    }
+}
 
 /// Who sent a request, for its access line: the tenant, the id of the key it used (never the
 /// key), and the peer address.

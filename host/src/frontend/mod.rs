@@ -28,7 +28,7 @@ use crate::stats::host::HostSampler;
 use crate::tenant::Principal;
 use crate::tensor::Tensor;
 use crate::trace::{SettingAnswer, Trace, Tracer, activity, stamp};
-pub use access::Audit;
+pub use access::Requester;
 pub use forward::{Door, Patterns as ForwardPatterns, add_to as add_forwarded};
 pub use load::LoadReport;
 

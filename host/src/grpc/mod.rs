@@ -49,7 +49,7 @@ use codec::parse_version;
 pub use options::{GrpcOptions, GrpcTls};
 pub use serve::serve;
 use stream::{stream_request, wait_stop};
-use tenant::{GrpcCaller, caller_of};
+use tenant::{Requester, caller_of};
 
 /// Responses buffered per stream before a slow reader pushes back on the models.
 pub const DEFAULT_STREAM_RESPONSES: usize = 256;
@@ -200,7 +200,7 @@ impl InferenceService {
     async fn infer_unary(
         &self,
         request: Request<pb::ModelInferRequest>,
-        caller: &GrpcCaller,
+        caller: &Requester,
     ) -> GrpcResult<pb::ModelInferResponse> {
         self.refuse_when_stopping()?;
         let traceparent = traceparent(request.metadata());

@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::codec::{self, parse_version};
-use super::tenant::GrpcCaller;
+use super::tenant::Requester;
 use super::{FINAL_RESPONSE, bool_param, reserved_parameters};
 use crate::error::{CoreError, CoreResult};
 use crate::frontend::Frontend;
@@ -42,7 +42,7 @@ fn stream_response(response: InferResponse, is_final: bool) -> pb::ModelStreamIn
 /// Runs one request of a `ModelStreamInfer` stream and sends its responses (or its error).
 pub(super) async fn stream_request(
     frontend: Arc<Frontend>,
-    caller: Arc<GrpcCaller>,
+    caller: Arc<Requester>,
     request: pb::ModelInferRequest,
     traceparent: Option<String>,
     forwarded: Arc<CoreResult<Vec<(String, String)>>>,

@@ -2,12 +2,11 @@
 //! HTTP door's gate: the caller is identified by `authorization: Bearer <key>` metadata or by the
 //! client certificate mutual TLS verified; its role for the method is checked; a `ModelInfer`
 //! call is admitted against the tenant's rate and cap (a `ModelStreamInfer` stream admits each of
-//! its requests as it arrives, in `stream.rs`). The services read the [`GrpcCaller`] from the
+//! its requests as it arrives, in `stream.rs`). The services read the [`Requester`] from the
 //! request's extensions. Without a tenants file, a call's `x-gateway-inference-fairness-id`
 //! metadata names its flow ([`caller_of`]).
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -18,37 +17,10 @@ use tonic::transport::server::TlsConnectInfo;
 
 use super::connection::GrpcConnectInfo;
 use super::restrict::category;
-use crate::frontend::Audit;
+pub use crate::frontend::Requester;
 use crate::limits::HoldingBody;
-use crate::tenancy::{AuthError, CertNames, Identity, OpenApi, Presented, Tenants, retry_after_secs};
-use crate::tenant::{FAIRNESS_HEADER, Principal, fairness_principal};
-
-/// Who a gRPC call comes from (see the module).
-#[derive(Debug, Clone, Default)]
-pub struct GrpcCaller {
-    pub peer: Option<SocketAddr>,
-    pub identity: Option<Identity>,
-    pub principal: Option<Arc<Principal>>,
-}
-
-impl GrpcCaller {
-    pub fn principal(&self) -> Option<&Principal> {
-        self.principal.as_deref()
-    }
-
-    pub fn audit(&self) -> Audit<'_> {
-        Audit {
-            tenant: self.identity.as_ref().map(Identity::name),
-            key_id: self.identity.as_ref().and_then(|i| i.key_id.as_deref()),
-            peer: self.peer,
-        }
-    }
-
-    /// `model` as this caller may see it (see `crate::tenant::visible_name`).
-    pub fn visible<'a>(&self, model: &'a str) -> std::borrow::Cow<'a, str> {
-        crate::tenant::visible_name(self.principal(), model)
-    }
-}
+use crate::tenancy::{AuthError, CertNames, OpenApi, Presented, Tenants, retry_after_secs};
+use crate::tenant::{FAIRNESS_HEADER, fairness_principal};
 
 fn connect_info(extensions: &http::Extensions) -> Option<&GrpcConnectInfo> {
     extensions
@@ -58,14 +30,14 @@ fn connect_info(extensions: &http::Extensions) -> Option<&GrpcConnectInfo> {
 
 /// The caller of a call, from what the layer recorded, else from the connection and the
 /// fairness metadata.
-pub fn caller_of<T>(request: &tonic::Request<T>) -> GrpcCaller {
-    if let Some(caller) = request.extensions().get::<GrpcCaller>() {
+pub fn caller_of<T>(request: &tonic::Request<T>) -> Requester {
+    if let Some(caller) = request.extensions().get::<Requester>() {
         return caller.clone();
     }
     let peer = connect_info(request.extensions()).and_then(|c| c.peer);
     let fairness = request.metadata().get(FAIRNESS_HEADER).and_then(|v| v.to_str().ok());
     let principal = fairness_principal(fairness);
-    GrpcCaller { peer, identity: None, principal }
+    Requester { peer, identity: None, principal }
 }
 
 #[derive(Clone)]
@@ -154,7 +126,7 @@ where
             None
         };
         let principal = Some(Arc::clone(&identity.tenant.principal));
-        request.extensions_mut().insert(GrpcCaller { peer, identity: Some(identity), principal });
+        request.extensions_mut().insert(Requester { peer, identity: Some(identity), principal });
         let call = self.inner.call(request);
         Box::pin(async move {
             let response = call.await?;

@@ -1,68 +1,57 @@
-//! The tenants gate (`--tenants`), one layer in front of every HTTP route: identifies the
-//! caller (an API key, or the client certificate of an HTTPS connection), checks its role for the
-//! API, admits an inference call against its rate and cap, and records the [`Caller`] for the
-//! handlers. Refusals say what was wrong, in OpenAI's shape on `/v1`.
+//! The tenants gate (`--tenants`), in front of every HTTP route: identifies the caller (an API
+//! key, or the client certificate of an HTTPS connection), checks its role for the API, admits an
+//! inference call against its rate and cap, and records the [`Requester`] for the handlers.
+//! Refusals say what was wrong, in OpenAI's shape on `/v1`.
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::caller::{Caller, ConnInfo};
+use super::caller::{ConnInfo, Requester};
 use super::openai::OpenAiError;
 use super::response::error_json;
-use crate::limits::HoldingBody;
 use crate::restricted::ApiCategory;
-use crate::tenancy::{AuthError, OpenApi, Presented, Tenants, retry_after_secs};
+use crate::tenancy::{Admitted, AuthError, OpenApi, Presented, Tenants, retry_after_secs};
 
-/// The tenants layer: identifies the caller, checks its role for the API, admits an inference
-/// call against its rate and cap, and records the [`Caller`] for the handlers. The admission is
-/// held until the response body ends.
-pub async fn gate(State(tenants): State<Arc<Tenants>>, mut request: Request, next: Next) -> Response {
+/// The gate of one request, before it is routed: `Ok` with the admission to hold until the
+/// response body ends (inference calls) after recording the [`Requester`] in the request, or the
+/// refusal to answer instead. Synchronous, and called by the connection's service itself
+/// (`serve.rs`): no middleware stack, clone or box per request.
+pub fn check<B>(
+    tenants: &Tenants,
+    conn: &ConnInfo,
+    request: &mut http::Request<B>,
+) -> Result<Option<Admitted>, Box<Response>> {
     let path = request.uri().path();
-    let category = ApiCategory::of_http_path(path);
-    let openai = category == Some(ApiCategory::OpenAi) || path.starts_with("/v1/");
-    let conn = request.extensions().get::<ConnInfo>().cloned().unwrap_or_default();
     // Open health is the server's; a model's readiness would tell who asks which models exist.
     if matches!(path, "/v2/health/live" | "/v2/health/ready") && tenants.is_open(OpenApi::Health) {
-        return next.run(request).await;
+        return Ok(None);
     }
+    let category = ApiCategory::of_http_path(path);
+    let openai = category == Some(ApiCategory::OpenAi) || path.starts_with("/v1/");
     let presented = Presented {
         authorization: request.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes),
         certificate: conn.certificate.as_deref(),
         peer: conn.peer.map(|p| p.ip()),
     };
-    let identity = match tenants.identify(presented) {
-        Ok(identity) => identity,
-        Err(e) => return unauthenticated(&e, openai),
-    };
+    let identity = tenants.identify(presented).map_err(|e| Box::new(unauthenticated(&e, openai)))?;
     if let Some(category) = category
         && let Err(denied) = identity.may_use(category)
     {
-        return refusal(StatusCode::FORBIDDEN, &denied.0, openai, "permission_error");
+        return Err(Box::new(refusal(StatusCode::FORBIDDEN, &denied.0, openai, "permission_error")));
     }
     let admitted = match category {
-        Some(ApiCategory::Inference | ApiCategory::OpenAi) => match identity.admit() {
-            Ok(admitted) => Some(admitted),
-            Err(busy) => {
-                let mut response = refusal(StatusCode::TOO_MANY_REQUESTS, &busy.message, openai, "rate_limit_error");
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(busy.retry_after)));
-                return response;
-            }
-        },
+        Some(ApiCategory::Inference | ApiCategory::OpenAi) => Some(identity.admit().map_err(|busy| {
+            let mut response = refusal(StatusCode::TOO_MANY_REQUESTS, &busy.message, openai, "rate_limit_error");
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(busy.retry_after)));
+            Box::new(response)
+        })?),
         _ => None,
     };
     let principal = Some(Arc::clone(&identity.tenant.principal));
-    request.extensions_mut().insert(Caller { peer: conn.peer, identity: Some(identity), principal });
-    let response = next.run(request).await;
-    match admitted {
-        Some(admitted) => response.map(|body| axum::body::Body::new(HoldingBody::new(body, admitted))),
-        None => response,
-    }
+    request.extensions_mut().insert(Requester { peer: conn.peer, identity: Some(identity), principal });
+    Ok(admitted)
 }
 
 /// 401 (or 429 for an address throttled after many failures), saying what was missing.

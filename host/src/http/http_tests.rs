@@ -16,7 +16,6 @@ async fn call(method: Method, uri: &str, headers: &[(&str, &str)], body: &str) -
         frontend: Arc::new(Frontend::for_tests()),
         restrictions: Arc::default(),
         max_input_size: 1 << 20,
-        tenants: None,
         body_budget: crate::limits::RequestBudget::new(1 << 24),
     };
     let mut request = HttpRequest::builder().method(method).uri(uri);

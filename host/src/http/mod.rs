@@ -35,11 +35,11 @@ use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::{DefaultPredicate, Predicate};
 
 use self::body::UNSUPPORTED_COMPRESSION;
-use self::caller::Caller;
+use self::caller::Requester;
 pub use self::error::HttpError;
 pub use self::path::ModelPath;
 use self::response::{empty_ok, error_json, ok_json};
-pub use self::serve::{ConnectionLimits, serve};
+pub use self::serve::{Access, ConnectionLimits, serve};
 pub use self::tls::HttpTls;
 use crate::error::{CoreError, CoreResult, ErrorKind};
 use crate::frontend::{
@@ -57,8 +57,6 @@ pub struct HttpState {
     pub max_input_size: usize,
     /// The server's budget of request bytes in flight (`--max-inflight-request-bytes`).
     pub body_budget: crate::limits::RequestBudget,
-    /// `--tenants`: who may call, and what (see `caller::gate`).
-    pub tenants: Option<Arc<crate::tenancy::Tenants>>,
 }
 
 type HttpResult = Result<Response, HttpError>;
@@ -94,7 +92,6 @@ pub fn router(state: HttpState) -> Router {
         router = model_routes(router, suffix, handler);
     }
     let restrictions = Arc::clone(&state.restrictions);
-    let tenants = state.tenants.clone();
     // Each kind of shared memory: status and unregister for all regions or one, register for one.
     for (kind, status, register, unregister) in [
         ("system", get(shm_status), post(shm_register), post(shm_unregister)),
@@ -126,24 +123,16 @@ pub fn router(state: HttpState) -> Router {
         })
         .method_not_allowed_fallback(|| async { error_json(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed") })
         .with_state(state);
-    with_gates(router, restrictions, tenants)
+    with_restrictions(router, restrictions)
 }
 
-/// The checks in front of every route: Triton's restricted APIs, then (outermost, so it runs
-/// first) the tenants gate.
-fn with_gates(
-    router: Router,
-    restrictions: Arc<Restrictions>,
-    tenants: Option<Arc<crate::tenancy::Tenants>>,
-) -> Router {
-    let router = if restrictions.is_empty() {
+/// Triton's restricted APIs in front of every route (the tenants gate runs before the router,
+/// in the connection's own service: `serve.rs`).
+fn with_restrictions(router: Router, restrictions: Arc<Restrictions>) -> Router {
+    if restrictions.is_empty() {
         router
     } else {
         router.layer(axum::middleware::from_fn_with_state(restrictions, restrict))
-    };
-    match tenants {
-        Some(tenants) => router.layer(axum::middleware::from_fn_with_state(tenants, gate::gate)),
-        None => router,
     }
 }
 
@@ -151,11 +140,10 @@ fn with_gates(
 /// the HTTP port, and OpenAI's 404 for any other path.
 pub fn openai_router(state: HttpState) -> Router {
     let restrictions = Arc::clone(&state.restrictions);
-    let tenants = state.tenants.clone();
     let router = openai::routes(Router::new())
         .fallback(|uri: axum::http::Uri| async move { openai::OpenAiError::not_found(uri.path()).into_response() })
         .with_state(state);
-    with_gates(router, restrictions, tenants)
+    with_restrictions(router, restrictions)
 }
 
 /// Triton's restricted APIs: a call in a restricted category without the right header is
@@ -226,7 +214,7 @@ fn stats_json(models: &[VersionStats]) -> Response {
     ok_json(&statistics_json(models))
 }
 
-async fn all_stats(State(state): State<HttpState>, caller: Caller) -> HttpResult {
+async fn all_stats(State(state): State<HttpState>, caller: Requester) -> HttpResult {
     Ok(stats_json(&state.frontend.statistics(caller.principal(), None, None)?))
 }
 
@@ -240,7 +228,7 @@ async fn model_stats(State(state): State<HttpState>, ModelPath { model, version 
 async fn infer(
     State(state): State<HttpState>,
     ModelPath { model, version }: ModelPath,
-    caller: Caller,
+    caller: Requester,
     request: Request,
 ) -> HttpResult {
     let version = version?;
@@ -268,7 +256,7 @@ async fn infer_model(
     version: Option<i64>,
     request: Request,
     request_id: &mut Option<String>,
-    caller: &Caller,
+    caller: &Requester,
 ) -> CoreResult<Response> {
     let (parts, body) = request.into_parts();
     // Read as Triton 2.7x reads it (`std::stoi`): "12abc" is 12; a value with no digits is refused,
@@ -335,14 +323,14 @@ fn traceparent(headers: &HeaderMap) -> Option<&str> {
     headers.get("traceparent").and_then(|v| v.to_str().ok())
 }
 
-async fn generate(State(state): State<HttpState>, path: ModelPath, caller: Caller, request: Request) -> HttpResult {
+async fn generate(State(state): State<HttpState>, path: ModelPath, caller: Requester, request: Request) -> HttpResult {
     generate_model(&state, path, caller, request, false).await
 }
 
 async fn generate_stream(
     State(state): State<HttpState>,
     path: ModelPath,
-    caller: Caller,
+    caller: Requester,
     request: Request,
 ) -> HttpResult {
     generate_model(&state, path, caller, request, true).await
@@ -351,7 +339,7 @@ async fn generate_stream(
 async fn generate_model(
     state: &HttpState,
     path: ModelPath,
-    caller: Caller,
+    caller: Requester,
     request: Request,
     streaming: bool,
 ) -> HttpResult {
@@ -378,7 +366,7 @@ async fn generate_model(
     Ok(response)
 }
 
-async fn repository_index(State(state): State<HttpState>, caller: Caller, body: Bytes) -> HttpResult {
+async fn repository_index(State(state): State<HttpState>, caller: Requester, body: Bytes) -> HttpResult {
     let ready_only = match parse_json_body(&body, ErrorKind::Internal)?.get("ready") {
         None => false,
         Some(Value::Bool(ready)) => *ready,
@@ -411,7 +399,7 @@ fn stoi(text: &[u8]) -> Option<i64> {
 async fn repository_load(
     State(state): State<HttpState>,
     Path(model): Path<String>,
-    caller: Caller,
+    caller: Requester,
     request: Request,
 ) -> HttpResult {
     use base64::Engine as _;
@@ -451,7 +439,7 @@ async fn repository_load(
 async fn repository_unload(
     State(state): State<HttpState>,
     Path(model): Path<String>,
-    caller: Caller,
+    caller: Requester,
     body: Bytes,
 ) -> HttpResult {
     // The body is optional: `{"parameters": {"unload_dependents": true}}`.
@@ -603,7 +591,7 @@ async fn trace_update(State(state): State<HttpState>, body: Bytes) -> HttpResult
     update_trace_settings(&state, None, &body)
 }
 
-async fn model_trace_get(State(state): State<HttpState>, Path(model): Path<String>, caller: Caller) -> HttpResult {
+async fn model_trace_get(State(state): State<HttpState>, Path(model): Path<String>, caller: Requester) -> HttpResult {
     let model = crate::tenant::visible_name(caller.principal(), &model);
     Ok(settings_json(state.frontend.trace_settings(Some(&model))?))
 }
@@ -611,7 +599,7 @@ async fn model_trace_get(State(state): State<HttpState>, Path(model): Path<Strin
 async fn model_trace_update(
     State(state): State<HttpState>,
     Path(model): Path<String>,
-    caller: Caller,
+    caller: Requester,
     body: Bytes,
 ) -> HttpResult {
     let model = crate::tenant::visible_name(caller.principal(), &model);

@@ -52,7 +52,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ModelPath {
             .ok_or_else(|| HttpError::from(CoreError::internal("a model route without a {model} segment")))
             .map_err(IntoResponse::into_response)?;
         // A model the caller's tenant may not call is looked up as one that does not exist.
-        let principal = parts.extensions.get::<super::caller::Caller>().and_then(|c| c.principal.as_deref());
+        let principal = parts.extensions.get::<super::caller::Requester>().and_then(|c| c.principal.as_deref());
         if principal.is_some_and(|p| !p.may_call(&model)) {
             let hidden = crate::tenant::visible_name(principal, &model).into_owned();
             return Ok(Self { model: hidden, version });

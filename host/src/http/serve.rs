@@ -47,7 +47,15 @@ use super::caller::ConnInfo;
 use crate::execution::connection_threads::ConnectionThreads;
 use crate::execution::repoll::RepollOnSelfWake;
 use crate::limits::HoldingBody;
-use crate::tenancy::CertNames;
+use crate::tenancy::{CertNames, Tenants};
+
+/// Who may talk to the door: TLS (`--http-use-ssl`) and the tenants gate (`--tenants`, see
+/// `gate.rs`), both run here, before the router.
+#[derive(Clone, Default)]
+pub struct Access {
+    pub tls: Option<TlsAcceptor>,
+    pub tenants: Option<Arc<Tenants>>,
+}
 
 /// Connection limits and timeouts of the HTTP door.
 #[derive(Debug, Clone)]
@@ -112,7 +120,7 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
-    tls: Option<TlsAcceptor>,
+    access: Access,
     threads: Arc<ConnectionThreads>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> io::Result<()> {
@@ -141,7 +149,7 @@ pub async fn serve(
             connections.spawn(async move { refuse(stream, max).await });
             continue;
         };
-        let (router, limits, stop, tls) = (router.clone(), limits.clone(), stop.clone(), tls.clone());
+        let (router, limits, stop, access) = (router.clone(), limits.clone(), stop.clone(), access.clone());
         match threads.pick() {
             Some((_, runtime, open)) => {
                 // A stream polls its events from the reactor it was registered with: re-register it
@@ -150,7 +158,7 @@ pub async fn serve(
                 connections.spawn_on(
                     async move {
                         if let Ok(stream) = TcpStream::from_std(stream) {
-                            serve_connection(stream, tls, router, limits, stop).await;
+                            serve_connection(stream, access, router, limits, stop).await;
                         }
                         drop((slot, open));
                     },
@@ -159,7 +167,7 @@ pub async fn serve(
             }
             None => {
                 connections.spawn(async move {
-                    serve_connection(stream, tls, router, limits, stop).await;
+                    serve_connection(stream, access, router, limits, stop).await;
                     drop(slot);
                 });
             }
@@ -206,16 +214,17 @@ async fn refuse_with(mut stream: TcpStream, body: String) {
 /// clock; the client certificate's names go with every request), then HTTP/1.1.
 async fn serve_connection(
     stream: TcpStream,
-    tls: Option<TlsAcceptor>,
+    access: Access,
     router: Router,
     limits: ConnectionLimits,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let fd = stream.as_raw_fd();
     let peer = stream.peer_addr().ok();
-    let Some(acceptor) = tls else {
+    let tenants = access.tenants;
+    let Some(acceptor) = access.tls else {
         let info = ConnInfo { peer, certificate: None };
-        return serve_http(stream, fd, info, router, limits, stop).await;
+        return serve_http(stream, fd, (info, tenants), router, limits, stop).await;
     };
     let stream = match tokio::time::timeout(limits.header_read, acceptor.accept(stream)).await {
         Ok(Ok(stream)) => stream,
@@ -235,13 +244,13 @@ async fn serve_connection(
         .and_then(|certs| certs.first())
         .and_then(|cert| CertNames::of_der(cert.as_ref()))
         .map(Arc::new);
-    serve_http(stream, fd, ConnInfo { peer, certificate }, router, limits, stop).await;
+    serve_http(stream, fd, (ConnInfo { peer, certificate }, tenants), router, limits, stop).await;
 }
 
 async fn serve_http<S>(
     stream: S,
     fd: RawFd,
-    info: ConnInfo,
+    (info, tenants): (ConnInfo, Option<Arc<Tenants>>),
     router: Router,
     limits: ConnectionLimits,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -259,16 +268,27 @@ async fn serve_http<S>(
         service_activity.in_flight.fetch_add(1, Ordering::Relaxed);
         let guard = InFlight(Arc::clone(&service_activity));
         let mut request = request.map(|body| Body::new(DeadlineBody::new(body, body_read)));
+        let gate = tenants.as_deref().map(|tenants| super::gate::check(tenants, &info, &mut request));
         request.extensions_mut().insert(info.clone());
         let router = router.clone();
         let activity = Arc::clone(&service_activity);
         async move {
-            let mut response = router.oneshot(request).await.unwrap_or_else(|never| match never {});
+            let (refused, admitted) = match gate {
+                Some(Err(refusal)) => (Some(*refusal), None),
+                Some(Ok(admitted)) => (None, admitted),
+                None => (None, None),
+            };
+            let mut response = match refused {
+                Some(refusal) => refusal,
+                None => router.oneshot(request).await.unwrap_or_else(|never| match never {}),
+            };
             if activity.closing.load(Ordering::Relaxed) {
                 // The server is stopping: this is the connection's last response.
                 response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
             }
-            Ok::<_, std::convert::Infallible>(response.map(|body| Body::new(HoldingBody::new(body, guard))))
+            // The tenant's admission is held, with the request's place on its connection, until
+            // the response body ends.
+            Ok::<_, std::convert::Infallible>(response.map(|body| Body::new(HoldingBody::new(body, (guard, admitted)))))
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();

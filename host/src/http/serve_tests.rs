@@ -57,7 +57,8 @@ async fn at_the_stop_new_clients_are_refused_and_requests_already_sent_are_answe
     );
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let threads = Arc::new(ConnectionThreads::start(0).expect("no threads"));
-    let server = tokio::spawn(serve(listener, router, ConnectionLimits::default(), None, threads, stopped));
+    let server =
+        tokio::spawn(serve(listener, router, ConnectionLimits::default(), Access::default(), threads, stopped));
     // Three keep-alive connections, each served once and now idle.
     let mut connections = Vec::new();
     for _ in 0..3 {
@@ -96,7 +97,7 @@ async fn a_connection_that_never_sends_a_request_is_closed_after_the_header_time
     };
     let (_stop, stopped) = tokio::sync::watch::channel(false);
     let threads = Arc::new(ConnectionThreads::start(0).expect("no threads"));
-    tokio::spawn(serve(listener, router, limits, None, threads, stopped));
+    tokio::spawn(serve(listener, router, limits, Access::default(), threads, stopped));
     let started = Instant::now();
     let mut silent = TcpStream::connect(address).await.expect("connect");
     let closed = tokio::time::timeout(Duration::from_secs(5), rest(&mut silent)).await;

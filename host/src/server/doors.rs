@@ -130,13 +130,12 @@ impl Doors {
                     restrictions: Arc::new(options.restrictions.unwrap_or_else(|| self.http_restrictions.clone())),
                     max_input_size: self.http_max_input_size,
                     body_budget: self.budget.clone(),
-                    tenants: self.tenants.clone(),
                 };
                 let (limits, threads) = (self.http_connections.clone(), Arc::clone(&self.threads));
                 let router = if kind == DoorKind::OpenAi { openai_router(state) } else { router(state) };
-                let tls = self.http_tls.clone();
+                let access = crate::http::Access { tls: self.http_tls.clone(), tenants: self.tenants.clone() };
                 Box::pin(async move {
-                    crate::http::serve(listener, router, limits, tls, threads, stop)
+                    crate::http::serve(listener, router, limits, access, threads, stop)
                         .await
                         .map_err(|e| format!("HTTP server failed: {e}"))
                 })

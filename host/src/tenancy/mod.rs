@@ -206,7 +206,10 @@ impl Tenants {
     /// Identifies a caller: a key when one is sent (a wrong key is refused even with a good
     /// certificate), else a certificate.
     pub fn identify(&self, presented: Presented<'_>) -> Result<Identity, AuthError> {
-        let table = self.table();
+        self.identify_in(&self.table(), presented)
+    }
+
+    fn identify_in(&self, table: &Table, presented: Presented<'_>) -> Result<Identity, AuthError> {
         let result = match presented.authorization {
             Some(raw) => match bearer(raw) {
                 Some(key) => table.by_key(key).ok_or(AuthError::UnknownKey),

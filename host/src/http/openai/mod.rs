@@ -38,7 +38,7 @@ pub use self::error::OpenAiError;
 use self::error::OpenAiResult;
 use self::schema::{CompletionRequest, Prompt, Sampling};
 use self::stream::{Head, Shape};
-use super::caller::Caller;
+use super::caller::Requester;
 use super::response::ok_json;
 use super::{HttpState, body, forwarded_headers, traceparent};
 use crate::frontend::{Frontend, ServedModel, add_forwarded};
@@ -93,7 +93,7 @@ fn model_object(name: &str) -> Value {
     json!({ "id": name, "object": "model", "created": now(), "owned_by": "tessera" })
 }
 
-async fn list_models(State(state): State<HttpState>, caller: Caller) -> Response {
+async fn list_models(State(state): State<HttpState>, caller: Requester) -> Response {
     let who = caller.principal();
     let mut names: Vec<String> = state.frontend.repository_index(who, true).into_iter().map(|e| e.name).collect();
     names.dedup();
@@ -105,7 +105,7 @@ async fn list_models(State(state): State<HttpState>, caller: Caller) -> Response
     ok_json(&json!({ "object": "list", "data": data }))
 }
 
-async fn get_model(State(state): State<HttpState>, Path(model): Path<String>, caller: Caller) -> Response {
+async fn get_model(State(state): State<HttpState>, Path(model): Path<String>, caller: Requester) -> Response {
     match servable(&state.frontend, caller.principal(), &model) {
         Ok(_) => ok_json(&model_object(&model)),
         Err(e) => e.into_response(),
@@ -119,7 +119,7 @@ enum Route {
     Embedding,
 }
 
-async fn call(State(state): State<HttpState>, caller: Caller, request: Request, route: Route) -> Response {
+async fn call(State(state): State<HttpState>, caller: Requester, request: Request, route: Route) -> Response {
     let started = std::time::Instant::now();
     let mut model = String::new();
     let result = answer(&state, &caller, request, route, &mut model).await;
@@ -240,7 +240,7 @@ fn adapter_request(served: &ServedModel, adapter: &ServedModel, asked: &Asked) -
 /// One call; `model` gets the model's name once the body is read, for the access line.
 async fn answer(
     state: &HttpState,
-    caller: &Caller,
+    caller: &Requester,
     request: Request,
     route: Route,
     model: &mut String,
