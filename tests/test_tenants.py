@@ -239,8 +239,9 @@ def test_admission_refuses_over_the_cap_and_the_rate_at_once(tenant_server):
     wait_until(lambda: requests.get(metrics_url(srv), timeout=10).text.count('tessera_tenant_in_flight{tenant="beta"} 2'),
                10, "beta's two requests in flight", srv)
     third = requests.post(slow, json=body, headers=auth("beta"), timeout=60)
-    # Answered while both admitted requests still run: it did not wait for the queue.
-    assert results == [], "the refusal came only after an admitted request had finished"
+    # Answered while an admitted request still runs (the second ends 3 s after the first began):
+    # it did not wait for the queue.
+    assert len(results) < 2, "the refusal came only after the admitted requests had finished"
     assert third.status_code == 429 and third.headers["retry-after"] == "1", third.text
     assert "maximum of 2 requests in flight" in third.json()["error"]
     for t in threads:
@@ -384,6 +385,7 @@ def test_a_world_readable_file_warns_and_failed_attempts_are_throttled_not_valid
                     codes[code] = codes.get(code, 0) + 1
 
     attackers = [threading.Thread(target=attacker) for _ in range(2)]
+    attack_started = time.monotonic()
     for t in attackers:
         t.start()
     try:
@@ -394,7 +396,9 @@ def test_a_world_readable_file_warns_and_failed_attempts_are_throttled_not_valid
             t.join()
     assert valid == [200] * 50, "a valid client was refused during the attack"
     assert codes.get(429, 0) > 0 and set(codes) <= {0, 401, 429}, codes
+    attack_took = time.monotonic() - attack_started
     reports = [line for line in srv.log_text().splitlines() if "authentication failed" in line]
-    assert 1 <= len(reports) <= 3, reports
+    # One line at the first failure, then at most one per 10 s.
+    assert 1 <= len(reports) <= 2 + attack_took / 10, (attack_took, reports)
     samples = metric_samples(srv)
     assert samples[("tessera_tenant_auth_failures_total", (("reason", "throttled"),))] == codes[429], json.dumps(codes)
