@@ -104,6 +104,8 @@ pub(super) struct GrpcConnectInfo {
     pub(super) used: ConnectionUse,
     /// The client's address, for access lines and the tenants layer.
     pub(super) peer: Option<std::net::SocketAddr>,
+    /// The names of the client's TLS certificate, read once per connection (`tenant.rs`).
+    pub(super) certificate: std::sync::Arc<std::sync::OnceLock<Option<crate::tenancy::CertNames>>>,
 }
 
 /// An accepted connection holding one of the door's connection slots until it closes.
@@ -136,7 +138,7 @@ impl tonic::transport::server::Connected for CappedStream {
     type ConnectInfo = GrpcConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        GrpcConnectInfo { used: self.used.clone(), peer: self.inner.peer_addr().ok() }
+        GrpcConnectInfo { used: self.used.clone(), peer: self.inner.peer_addr().ok(), certificate: Default::default() }
     }
 }
 

@@ -95,14 +95,16 @@ where
         let unary_infer = path.ends_with("/ModelInfer");
         let info = connect_info(request.extensions());
         let peer = info.and_then(|c| c.peer);
-        let certificate = request
-            .extensions()
-            .get::<TlsConnectInfo<GrpcConnectInfo>>()
-            .and_then(TlsConnectInfo::peer_certs)
-            .and_then(|certs| certs.first().and_then(|c| CertNames::of_der(c.as_ref())));
+        // The certificate's names are read at the connection's first call, then kept.
+        let certificate = request.extensions().get::<TlsConnectInfo<GrpcConnectInfo>>().and_then(|tls| {
+            let names = tls.get_ref().certificate.get_or_init(|| {
+                tls.peer_certs().and_then(|certs| certs.first().and_then(|c| CertNames::of_der(c.as_ref())))
+            });
+            names.as_ref()
+        });
         let presented = Presented {
             authorization: request.headers().get(http::header::AUTHORIZATION).map(http::HeaderValue::as_bytes),
-            certificate: certificate.as_ref(),
+            certificate,
             peer: peer.map(|p| p.ip()),
         };
         let identity = match tenants.identify(presented) {
