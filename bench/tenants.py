@@ -70,20 +70,21 @@ def tenants_file(path: Path, weights: dict[str, int]) -> Path:
 
 
 class Server:
-    def __init__(self, binary: Path, repo: Path, tenants: Path | None, log: Path):
+    def __init__(self, binary: Path, repo: Path, tenants: Path | None, log: Path, port: int = PORT):
+        self.port = port
         args = [str(binary), "serve", "--model-repository", str(repo), "--http-address", "127.0.0.1",
-                "--http-port", str(PORT), "--grpc-port", str(PORT + 1), "--metrics-port", str(PORT + 2)]
+                "--http-port", str(port), "--grpc-port", str(port + 1), "--metrics-port", str(port + 2)]
         if tenants:
             args += ["--tenants", str(tenants)]
         self.proc = subprocess.Popen(args, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
-        wait_ready(PORT, self.proc, "tessera", timeout=300)
+        wait_ready(port, self.proc, "tessera", timeout=300)
 
     def stop(self) -> None:
         stop_tree(self.proc)
 
 
-def perf_cmd(env: dict, model: str, conc: int, secs: float, key: str | None) -> list[str]:
-    cmd = [env["PERF_ANALYZER"], "-m", model, "-u", f"127.0.0.1:{PORT}", "-i", "http", "-b", "1",
+def perf_cmd(env: dict, model: str, conc: int, secs: float, key: str | None, port: int = PORT) -> list[str]:
+    cmd = [env["PERF_ANALYZER"], "-m", model, "-u", f"127.0.0.1:{port}", "-i", "http", "-b", "1",
            "--concurrency-range", str(conc), "--measurement-interval", str(int(secs * 1000)),
            "--max-trials", "3", "-s", "100"]
     return cmd + (["-H", f"Authorization:Bearer {key}"] if key else [])
@@ -201,37 +202,32 @@ def inference_count(metrics_port: int, model: str) -> float:
 def cost_windows(binary: Path, repo: Path, tmp: Path, env: dict, secs: float, repeats: int) -> dict:
     """Part 3: two servers side by side (no file; a file of one tenant), every request with the
     tenant's key, windows alternating between them: server CPU µs per inference under perf_analyzer
-    at c=8 on add_sub, the window taken WARMUP s after the load starts (perf_analyzer only
+    at c=8 on add_sub, the window taken 2 s after the load starts (perf_analyzer only
     generates it)."""
-    global PORT
-    servers = {}
-    base = PORT
+    servers: dict[str, Server] = {}
     try:
-        for offset, setting in ((0, "no file"), (10, "one tenant")):
-            PORT = base + offset
-            tenants = tenants_file(tmp / "t1.toml", {"a": 1}) if offset else None
-            servers[setting] = (Server(binary, repo, tenants, tmp / f"server{offset}.log"), PORT)
+        servers["no file"] = Server(binary, repo, None, tmp / "server0.log", PORT)
+        one = tenants_file(tmp / "t1.toml", {"a": 1})
+        servers["one tenant"] = Server(binary, repo, one, tmp / "server1.log", PORT + 10)
         out = {setting: [] for setting in servers}
         for _ in range(repeats):
-            for setting, (server, port) in servers.items():
-                PORT = port
+            for setting, server in servers.items():
                 # The same requests to both (the header too: a server without a file ignores it), so
                 # the client does the same work and the load is the same.
-                cmd = perf_cmd(env, "add_sub", 8, 600, KEYS["a"])
+                cmd = perf_cmd(env, "add_sub", 8, 600, KEYS["a"], server.port)
                 load = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         env=dict(os.environ, LD_LIBRARY_PATH=env["PERF_ANALYZER_LD_LIBRARY_PATH"]))
                 time.sleep(2)
-                cpu0, n0 = cpu_seconds(server.proc.pid), inference_count(port + 2, "add_sub")
+                cpu0, n0 = cpu_seconds(server.proc.pid), inference_count(server.port + 2, "add_sub")
                 time.sleep(secs)
-                cpu1, n1 = cpu_seconds(server.proc.pid), inference_count(port + 2, "add_sub")
+                cpu1, n1 = cpu_seconds(server.proc.pid), inference_count(server.port + 2, "add_sub")
                 load.kill()
                 load.wait()
                 out[setting].append((cpu1 - cpu0) / max(n1 - n0, 1) * 1e6)
         return out
     finally:
-        for server, _ in servers.values():
+        for server in servers.values():
             server.stop()
-        PORT = base
 
 
 def main() -> None:

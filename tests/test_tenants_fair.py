@@ -107,36 +107,32 @@ def test_weights_split_a_saturated_model_three_to_one(server_factory, tmp_path, 
     assert 8 <= heavy <= 10, f"heavy got {heavy} of 12 answers at weights 3:1: {after}"
 
 
+def late_request_place(srv, shape: list[int], flood: dict, late: dict) -> int:
+    """Sends 16 requests with `flood`'s headers, then, once a dozen are queued, one with `late`'s;
+    returns how many answers came after the late one's."""
+    sent = Flood(srv, shape)
+    sent.send("flood", 16, flood)
+    wait_until(lambda: pending(srv) >= 12, 60, "the flood queued", srv)
+    sent.send("late", 1, late)
+    order = [who for who, _, _ in sent.join()]
+    return len(order) - 1 - order.index("late")
+
+
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 def test_a_light_tenant_is_not_stuck_behind_a_flood(server_factory, tmp_path, scheduler):
     srv = start(server_factory, tmp_path, SCHEDULERS[scheduler], fair_toml(1))
-    flood = Flood(srv, shape_for(SCHEDULERS[scheduler]))
-    flood.send("heavy", 16, {"Authorization": f"Bearer {KEYS['heavy']}"})
-    wait_until(lambda: pending(srv) >= 12, 60, "the flood queued", srv)
-    flood.send("light", 1, {"Authorization": f"Bearer {KEYS['light']}"})
-    wait_until(lambda: pending(srv) >= 12, 60, "the light request queued", srv)
-    order = [who for who, _, _ in flood.join()]
+    heavy, light = ({"Authorization": f"Bearer {KEYS[t]}"} for t in ("heavy", "light"))
     # Behind at most the execution running and one more, not behind the dozen queued before it.
-    assert order.index("light") <= len(order) - 12, order
+    assert late_request_place(srv, shape_for(SCHEDULERS[scheduler]), heavy, light) >= 11
 
 
 def test_fairness_ids_share_a_model_without_a_tenants_file(server_factory, tmp_path):
     srv = start(server_factory, tmp_path, "", None)
-    flood = Flood(srv, [1])
-    flood.send("a", 16, {"x-gateway-inference-fairness-id": "team-a"})
-    wait_until(lambda: pending(srv) >= 12, 60, "the flood queued", srv)
-    flood.send("b", 1, {"x-gateway-inference-fairness-id": "team-b"})
-    wait_until(lambda: pending(srv) >= 12, 60, "b queued", srv)
-    order = [who for who, _, _ in flood.join()]
-    assert order.index("b") <= len(order) - 12, order
+    ids = ({"x-gateway-inference-fairness-id": f"team-{t}"} for t in "ab")
+    assert late_request_place(srv, [1], *ids) >= 11
 
 
 def test_without_tenants_or_fairness_ids_the_queue_is_first_come(server_factory, tmp_path):
     # Today's behaviour, for comparison: the late request waits behind the whole flood.
     srv = start(server_factory, tmp_path, "", None)
-    flood = Flood(srv, [1])
-    flood.send("a", 16, {})
-    wait_until(lambda: pending(srv) >= 12, 60, "the flood queued", srv)
-    flood.send("b", 1, {})
-    order = [who for who, _, _ in flood.join()]
-    assert order.index("b") >= len(order) - 4, order
+    assert late_request_place(srv, [1], {}, {}) <= 3

@@ -199,9 +199,14 @@ impl Shares {
         self.prune();
     }
 
-    /// The virtual time of `flow` (flows not queued: the current one).
+    /// The virtual time of `flow`; a flow with nothing queued would start again at the current
+    /// one (see [`Self::arrive`]), so it is never behind it.
     pub fn vtime(&self, flow: &FlowKey) -> f64 {
-        self.flows.get(flow).map_or(self.now, |c| c.vtime.max(if c.backlog == 0 { self.now } else { 0.0 }))
+        match self.flows.get(flow) {
+            Some(c) if c.backlog > 0 => c.vtime,
+            Some(c) => c.vtime.max(self.now),
+            None => self.now,
+        }
     }
 
     /// Of `candidates`, the flow that goes next: the least virtual time, the first on a tie.

@@ -397,6 +397,12 @@ pub struct ServeArgs {
     pub model_load_thread_count: Option<u32>,
 }
 
+/// A PEM file that `flag` needs, read now (`--name` names the flag that gives its path).
+fn read_pem(flag: &str, name: &str, path: &Option<PathBuf>) -> Result<Vec<u8>, String> {
+    let path = path.as_ref().ok_or_else(|| format!("{flag} needs --{name}"))?;
+    std::fs::read(path).map_err(|e| format!("--{name}={}: {e}", path.display()))
+}
+
 impl ServeArgs {
     pub fn strict_config(&self) -> bool {
         self.strict_model_config || self.disable_auto_complete_config
@@ -456,10 +462,7 @@ impl ServeArgs {
             return Ok(None);
         }
         let flag = if self.grpc_use_ssl_mutual { "--grpc-use-ssl-mutual" } else { "--grpc-use-ssl" };
-        let read = |name: &str, path: &Option<PathBuf>| -> Result<Vec<u8>, String> {
-            let path = path.as_ref().ok_or_else(|| format!("{flag} needs --{name}"))?;
-            std::fs::read(path).map_err(|e| format!("--{name}={}: {e}", path.display()))
-        };
+        let read = |name: &str, path: &Option<PathBuf>| read_pem(flag, name, path);
         let tls = GrpcTls {
             certificate: read("grpc-server-cert", &self.grpc_server_cert)?,
             key: read("grpc-server-key", &self.grpc_server_key)?,
@@ -479,10 +482,7 @@ impl ServeArgs {
             return Ok(None);
         }
         let flag = if self.http_use_ssl_mutual { "--http-use-ssl-mutual" } else { "--http-use-ssl" };
-        let read = |name: &str, path: &Option<PathBuf>| -> Result<Vec<u8>, String> {
-            let path = path.as_ref().ok_or_else(|| format!("{flag} needs --{name}"))?;
-            std::fs::read(path).map_err(|e| format!("--{name}={}: {e}", path.display()))
-        };
+        let read = |name: &str, path: &Option<PathBuf>| read_pem(flag, name, path);
         let client_ca = match (&self.http_root_cert, self.http_use_ssl_mutual) {
             (None, false) => None,
             (root, _) => Some(read("http-root-cert", root)?),

@@ -108,6 +108,15 @@ pub(super) struct GrpcConnectInfo {
     pub(super) certificate: std::sync::Arc<std::sync::OnceLock<Option<crate::tenancy::CertNames>>>,
 }
 
+impl GrpcConnectInfo {
+    /// The connection info tonic put in a call's extensions (wrapped in TLS's on a TLS door).
+    pub(super) fn of(extensions: &http::Extensions) -> Option<&Self> {
+        extensions
+            .get::<Self>()
+            .or_else(|| extensions.get::<tonic::transport::server::TlsConnectInfo<Self>>().map(|t| t.get_ref()))
+    }
+}
+
 /// An accepted connection holding one of the door's connection slots until it closes.
 pub(super) struct CappedStream {
     inner: tokio::net::TcpStream,

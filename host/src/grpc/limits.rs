@@ -93,9 +93,7 @@ where
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let (mut parts, body) = request.into_parts();
         // The connection has carried a call: it is no longer a silent one (see `serve`).
-        let info = parts.extensions.get::<GrpcConnectInfo>().or_else(|| {
-            parts.extensions.get::<tonic::transport::server::TlsConnectInfo<GrpcConnectInfo>>().map(|t| t.get_ref())
-        });
+        let info = GrpcConnectInfo::of(&parts.extensions);
         // The call is in flight on its connection (no longer a silent one, not idle) until its
         // response is done.
         let call = info.map(|info| info.used.begin_call());

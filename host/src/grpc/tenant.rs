@@ -22,19 +22,13 @@ use crate::limits::HoldingBody;
 use crate::tenancy::{AuthError, CertNames, OpenApi, Presented, Tenants, retry_after_secs};
 use crate::tenant::{FAIRNESS_HEADER, fairness_principal};
 
-fn connect_info(extensions: &http::Extensions) -> Option<&GrpcConnectInfo> {
-    extensions
-        .get::<GrpcConnectInfo>()
-        .or_else(|| extensions.get::<TlsConnectInfo<GrpcConnectInfo>>().map(TlsConnectInfo::get_ref))
-}
-
 /// The caller of a call, from what the layer recorded, else from the connection and the
 /// fairness metadata.
 pub fn caller_of<T>(request: &tonic::Request<T>) -> Requester {
     if let Some(caller) = request.extensions().get::<Requester>() {
         return caller.clone();
     }
-    let peer = connect_info(request.extensions()).and_then(|c| c.peer);
+    let peer = GrpcConnectInfo::of(request.extensions()).and_then(|c| c.peer);
     let fairness = request.metadata().get(FAIRNESS_HEADER).and_then(|v| v.to_str().ok());
     let principal = fairness_principal(fairness);
     Requester { peer, identity: None, principal }
@@ -93,8 +87,7 @@ where
             return Box::pin(self.inner.call(request));
         }
         let unary_infer = path.ends_with("/ModelInfer");
-        let info = connect_info(request.extensions());
-        let peer = info.and_then(|c| c.peer);
+        let peer = GrpcConnectInfo::of(request.extensions()).and_then(|c| c.peer);
         // The certificate's names are read at the connection's first call, then kept.
         let certificate = request.extensions().get::<TlsConnectInfo<GrpcConnectInfo>>().and_then(|tls| {
             let names = tls.get_ref().certificate.get_or_init(|| {
@@ -109,9 +102,7 @@ where
         };
         let identity = match tenants.identify(presented) {
             Ok(identity) => identity,
-            Err(AuthError::Throttled(wait)) => {
-                return refuse(busy_status(&AuthError::Throttled(wait).message(), wait));
-            }
+            Err(e @ AuthError::Throttled(wait)) => return refuse(busy_status(&e.message(), wait)),
             Err(e) => return refuse(Status::unauthenticated(e.message())),
         };
         if let Some(category) = category

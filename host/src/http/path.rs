@@ -53,8 +53,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ModelPath {
             .map_err(IntoResponse::into_response)?;
         // A model the caller's tenant may not call is looked up as one that does not exist.
         let principal = parts.extensions.get::<super::caller::Requester>().and_then(|c| c.principal.as_deref());
-        if principal.is_some_and(|p| !p.may_call(&model)) {
-            let hidden = crate::tenant::visible_name(principal, &model).into_owned();
+        if let std::borrow::Cow::Owned(hidden) = crate::tenant::visible_name(principal, &model) {
             return Ok(Self { model: hidden, version });
         }
         Ok(Self { model, version })

@@ -48,6 +48,9 @@ pub struct Tenants {
     reloads_failed: AtomicU64,
 }
 
+/// One metric family as rendered: name, type, help, and its samples (labels, value).
+type Family = (&'static str, &'static str, &'static str, Vec<(String, u64)>);
+
 impl std::fmt::Debug for Tenants {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tenants").field("path", &self.path).finish_non_exhaustive()
@@ -206,10 +209,7 @@ impl Tenants {
     /// Identifies a caller: a key when one is sent (a wrong key is refused even with a good
     /// certificate), else a certificate.
     pub fn identify(&self, presented: Presented<'_>) -> Result<Identity, AuthError> {
-        self.identify_in(&self.table(), presented)
-    }
-
-    fn identify_in(&self, table: &Table, presented: Presented<'_>) -> Result<Identity, AuthError> {
+        let table = self.table();
         let result = match presented.authorization {
             Some(raw) => match bearer(raw) {
                 Some(key) => table.by_key(key).ok_or(AuthError::UnknownKey),
@@ -225,50 +225,63 @@ impl Tenants {
 
     /// The Prometheus series of the tenants (a bounded set: one per configured tenant).
     pub fn render_metrics(&self) -> String {
-        use std::fmt::Write;
         let table = self.table();
-        let mut out = String::new();
-        let series: [(&str, &str, &str); 5] = [
-            ("tessera_tenant_requests_total", "counter", "Requests admitted at the doors, per tenant"),
-            ("tessera_tenant_refusals_total", "counter", "Calls refused to a tenant, by reason"),
-            ("tessera_tenant_queue_duration_us", "counter", "Time the tenant's requests waited in model queues"),
-            ("tessera_tenant_queue_requests_total", "counter", "Requests of the tenant that passed a model queue"),
-            ("tessera_tenant_in_flight", "gauge", "Requests of the tenant in flight"),
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        // One sample per tenant of `value`, labelled with the tenant.
+        let per_tenant = |value: &dyn Fn(&Tenant) -> u64| -> Vec<(String, u64)> {
+            table.tenants.iter().map(|t| (format!("tenant=\"{}\"", t.spec.name), value(t))).collect()
+        };
+        let refusals = table
+            .tenants
+            .iter()
+            .flat_map(|t| {
+                let c = &t.state.counters;
+                [("rate", &c.refused_rate), ("in_flight", &c.refused_in_flight), ("role", &c.refused_role)]
+                    .map(|(reason, n)| (format!("tenant=\"{}\",reason=\"{reason}\"", t.spec.name), load(n)))
+            })
+            .collect();
+        let failures = self.failures.counts().into_iter().map(|(r, n)| (format!("reason=\"{r}\""), n)).collect();
+        let reloads = vec![
+            ("result=\"ok\"".to_string(), load(&self.reloads_ok)),
+            ("result=\"error\"".to_string(), load(&self.reloads_failed)),
         ];
-        for (name, kind, help) in series {
+        let families: [Family; 7] = [
+            (
+                "tessera_tenant_requests_total",
+                "counter",
+                "Requests admitted at the doors, per tenant",
+                per_tenant(&|t| load(&t.state.counters.requests)),
+            ),
+            ("tessera_tenant_refusals_total", "counter", "Calls refused to a tenant, by reason", refusals),
+            (
+                "tessera_tenant_queue_duration_us",
+                "counter",
+                "Time the tenant's requests waited in model queues",
+                per_tenant(&|t| load(&t.state.counters.queue_us)),
+            ),
+            (
+                "tessera_tenant_queue_requests_total",
+                "counter",
+                "Requests of the tenant that passed a model queue",
+                per_tenant(&|t| load(&t.state.counters.queued)),
+            ),
+            (
+                "tessera_tenant_in_flight",
+                "gauge",
+                "Requests of the tenant in flight",
+                per_tenant(&|t| t.state.in_flight()),
+            ),
+            ("tessera_tenant_auth_failures_total", "counter", "Calls refused for want of a valid identity", failures),
+            ("tessera_tenants_reloads_total", "counter", "Reloads of the tenants file", reloads),
+        ];
+        let mut out = String::new();
+        for (name, kind, help, samples) in families {
+            use std::fmt::Write;
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for tenant in &table.tenants {
-                let (t, c) = (&tenant.spec.name, &tenant.state.counters);
-                let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-                match name {
-                    "tessera_tenant_refusals_total" => {
-                        for (reason, value) in
-                            [("rate", &c.refused_rate), ("in_flight", &c.refused_in_flight), ("role", &c.refused_role)]
-                        {
-                            let _ = writeln!(out, "{name}{{tenant=\"{t}\",reason=\"{reason}\"}} {}", load(value));
-                        }
-                    }
-                    _ => {
-                        let value = match name {
-                            "tessera_tenant_requests_total" => load(&c.requests),
-                            "tessera_tenant_queue_duration_us" => load(&c.queue_us),
-                            "tessera_tenant_queue_requests_total" => load(&c.queued),
-                            _ => tenant.state.in_flight(),
-                        };
-                        let _ = writeln!(out, "{name}{{tenant=\"{t}\"}} {value}");
-                    }
-                }
+            for (labels, value) in samples {
+                let _ = writeln!(out, "{name}{{{labels}}} {value}");
             }
         }
-        let name = "tessera_tenant_auth_failures_total";
-        let _ = writeln!(out, "# HELP {name} Calls refused for want of a valid identity\n# TYPE {name} counter");
-        for (reason, count) in self.failures.counts() {
-            let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {count}");
-        }
-        let name = "tessera_tenants_reloads_total";
-        let _ = writeln!(out, "# HELP {name} Reloads of the tenants file\n# TYPE {name} counter");
-        let _ = writeln!(out, "{name}{{result=\"ok\"}} {}", self.reloads_ok.load(Ordering::Relaxed));
-        let _ = writeln!(out, "{name}{{result=\"error\"}} {}", self.reloads_failed.load(Ordering::Relaxed));
         out
     }
 }
