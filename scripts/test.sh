@@ -7,12 +7,15 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 started=$SECONDS
-times=""
+times=" start $(free_gib)G"
+free_gib() { df -Pk . | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }'; }
 step() {  # NAME COMMAND...
   local name=$1 t0=$SECONDS rc=0
   shift
   "$@" || rc=$?
-  times="$times $name $((SECONDS - t0))"
+  # Each step's wall time and the disk left after it: a step that fails for want of disk (the
+  # linker dies with SIGBUS) then says so in the last line.
+  times="$times $name $((SECONDS - t0))s,$(free_gib)G"
   return "$rc"
 }
 image() {
@@ -43,5 +46,5 @@ if [ "$#" -eq 0 ]; then
   set -- --ignore=tests/test_ray_serve.py
 fi
 step pytest .venv/bin/python -m pytest -n "${TESSERA_TEST_WORKERS:-2}" "$@" || status=$?
-echo "test: ${SECONDS}s in all; steps (wall seconds):$times" >&2
+echo "test: ${SECONDS}s in all; steps (wall time, GiB free after):$times" >&2
 exit "$status"
