@@ -40,5 +40,6 @@ if ! cmp -s "$Q/tiny_gpt_openai/1/model.wasm" "$Q/minilm_openai/1/model.wasm"; t
 fi
 build example-guests/faulty guest-sdk/rust target/guests/faulty/model.wasm
 build example-guests/telemetry_probe guest-sdk/rust target/guests/telemetry_probe/model.wasm
+build example-guests/capability_probe guest-sdk/rust target/guests/capability_probe/model.wasm
 build example-guests/add_sub_python/model.py guest-sdk/python "$Q/add_sub_python/1/model.wasm"
 build example-guests/bls_fanout_python/model.py guest-sdk/python "$Q/bls_fanout_python/1/model.wasm"

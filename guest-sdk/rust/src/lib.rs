@@ -16,6 +16,8 @@
 //! * logging to the host log: [`log`] and the [`info!`], [`warn!`], [`error!`], [`verbose!`] macros;
 //! * [`telemetry`]: the model's own metrics on `/metrics` (Triton's `pb_utils.MetricFamily` API)
 //!   and spans of its own code in request traces;
+//! * [`wasi_config`]: configuration values and the operator's secrets granted to the model;
+//!   [`keyvalue`]: its key-value store (both standard WASI interfaces, granted per model);
 //! * a panic hook that writes the panic message to the host log before the guest aborts, so a trap
 //!   in the server log comes with its reason.
 //!
@@ -49,12 +51,14 @@ extern crate self as tessera_guest;
 mod bls;
 mod config;
 mod error;
+pub mod keyvalue;
 pub mod log;
 mod panic;
 mod request;
 mod runtime;
 pub mod telemetry;
 mod tensor;
+pub mod wasi_config;
 
 pub use bls::{InferRequest, PendingInfer, ResponseStream, infer, infer_async, infer_stream, wait_all, wait_any};
 pub use config::ModelConfig;
@@ -87,6 +91,8 @@ pub mod bindings {
         path: "../../wit",
         pub_export_macro: true,
         export_macro_name: "__tessera_export_bindings",
+        // The standard WASI interfaces the world imports (wasi:config, wasi:keyvalue).
+        generate_all,
     });
 }
 

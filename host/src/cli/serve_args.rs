@@ -11,7 +11,7 @@ use super::values::{
     parse_max_input_size, parse_response_pool,
 };
 use crate::backend::python::PythonOptions;
-use crate::backend::wasm::{GuestEnv, WasmOptions};
+use crate::backend::wasm::{GuestEnv, GuestSecrets, KeyValueOptions, WasmOptions};
 use crate::grpc::{GrpcOptions, GrpcTls};
 use crate::http::{ConnectionLimits, HttpTls};
 use crate::repository::ControlMode;
@@ -366,6 +366,18 @@ pub struct ServeArgs {
     /// this flag no guest sees any variable of the server (docs/wasm.md, "Environment variables").
     #[arg(long = "guest-env", env = "TESSERA_GUEST_ENV", value_name = "NAME", value_delimiter = ',')]
     pub guest_env: Vec<String>,
+    /// A TOML file of secrets for guests: each names where its value comes from (`env` or
+    /// `file`, outside every repository) and the models granted it, which read it through
+    /// wasi:config. Read again at each model load (docs/capabilities.md).
+    #[arg(long = "guest-secrets", env = "TESSERA_GUEST_SECRETS", value_name = "FILE")]
+    pub guest_secrets: Option<PathBuf>,
+    /// The largest key-value store quota (`keyvalue_max_bytes`) a model may ask for; 0 grants
+    /// none (docs/capabilities.md).
+    #[arg(long, env = "TESSERA_GUEST_KEYVALUE_MAX_BYTES", default_value_t = 64 << 20)]
+    pub guest_keyvalue_max_bytes: u64,
+    /// Where models with `keyvalue` = `persistent` keep their stores (one file per model).
+    #[arg(long, env = "TESSERA_GUEST_KEYVALUE_DIR", value_name = "DIR")]
+    pub guest_keyvalue_dir: Option<PathBuf>,
 
     /// Triton's rate limiter: `execution_count` makes every execution wait until the resources
     /// its instance group lists (`rate_limiter` in config.pbtxt) are free; `off` (default)
@@ -515,6 +527,14 @@ impl ServeArgs {
             wasm.cache_dir = Some(dir.clone());
         }
         wasm.guest_env = GuestEnv::from_server(&self.guest_env)?;
+        if let Some(file) = &self.guest_secrets {
+            wasm.guest_secrets = GuestSecrets::load(file, &self.model_repository)?;
+        }
+        wasm.keyvalue =
+            KeyValueOptions { max_bytes: self.guest_keyvalue_max_bytes, dir: self.guest_keyvalue_dir.clone() };
+        if let Some(dir) = &wasm.keyvalue.dir {
+            std::fs::create_dir_all(dir).map_err(|e| format!("--guest-keyvalue-dir {}: {e}", dir.display()))?;
+        }
         let mut python = PythonOptions {
             build_timeout: Duration::from_secs(self.python_guest_build_timeout_secs.max(1)),
             allowed_models: self.python_allowed_models.clone(),

@@ -30,6 +30,8 @@ pub(super) fn complete(pre: &Prepared, config: &ModelConfig, version_dir: &Path)
         runtime: None,
         clock: ExecutionClock::Wall,
         telemetry: Default::default(),
+        // Completing a config reads no secret and keeps nothing.
+        capabilities: Default::default(),
     });
     let mut store = sandboxed_store(pre.engine(), &sandbox, shared)?;
     store.epoch_deadline_trap();

@@ -1,6 +1,7 @@
-//! The bindings wasmtime generates from `wit/` for world `model`, with the host's own types
-//! for its resources, and the short names the backend's files use for its interfaces (`wit`:
-//! interface `types`, `wit_host`: interface `host`).
+//! The bindings wasmtime generates from `wit/` for world `model` (the standard `wasi:config` and
+//! `wasi:keyvalue` interfaces it imports included), with the host's own types for its resources,
+//! and the short names the backend's files use for its interfaces (`wit`: interface `types`,
+//! `wit_host`: interface `host`).
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -14,6 +15,7 @@ wasmtime::component::bindgen!({
         "tessera:model/telemetry.metric-family": super::resources::HostMetricFamily,
         "tessera:model/telemetry.metric": super::resources::HostMetric,
         "tessera:model/telemetry.span": super::resources::HostSpan,
+        "wasi:keyvalue/store.bucket": super::resources::KvBucket,
     },
     imports: { default: trappable },
 });

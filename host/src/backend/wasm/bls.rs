@@ -465,6 +465,7 @@ mod tests {
                 runtime: Some(self.runtime.handle().clone()),
                 clock: crate::backend::wasm::timing::ExecutionClock::Wall,
                 telemetry: Default::default(),
+                capabilities: Default::default(),
             }))
         }
     }
@@ -588,6 +589,7 @@ mod tests {
             runtime: Some(f.runtime.handle().clone()),
             clock: crate::backend::wasm::timing::ExecutionClock::Wall,
             telemetry: Default::default(),
+            capabilities: Default::default(),
         }));
         let e = call(&mut s, "target").expect_err("unavailable");
         assert_eq!(e.message, "the server is shutting down");

@@ -9,7 +9,7 @@ use wasmtime::component::Linker;
 use super::bindings;
 use super::options::WasmOptions;
 use super::settings::{Allocation, engine_config};
-use super::state::{GuestState, HostCalls, Types};
+use super::state::{CapabilityCalls, GuestState, HostCalls, Types};
 use super::telemetry::TelemetryCalls;
 
 /// How often the engine's epoch advances: the resolution of `max_execute_ms`.
@@ -61,6 +61,15 @@ pub(super) fn build_engine(allocation: Allocation) -> wasmtime::Result<(Engine, 
         GuestState::telemetry,
     )?;
     super::nn::add_to_linker(&mut linker)?;
+    bindings::wasi::config::store::add_to_linker::<GuestState, CapabilityCalls>(&mut linker, GuestState::capabilities)?;
+    bindings::wasi::keyvalue::store::add_to_linker::<GuestState, CapabilityCalls>(
+        &mut linker,
+        GuestState::capabilities,
+    )?;
+    bindings::wasi::keyvalue::atomics::add_to_linker::<GuestState, CapabilityCalls>(
+        &mut linker,
+        GuestState::capabilities,
+    )?;
     Ok((engine, linker))
 }
 

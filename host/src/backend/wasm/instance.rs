@@ -76,6 +76,9 @@ pub(super) struct WasmInstance {
     mailbox: Option<Arc<Mailbox>>,
     /// `max_async_requests`.
     max_async_requests: usize,
+    /// With `isolation = fresh`, the component every execution's new instance comes from, held
+    /// so that it never has to be loaded again.
+    pinned: Option<Prepared>,
 }
 
 /// How long a load waits for room in the live set when every live instance is executing (models
@@ -120,6 +123,7 @@ impl WasmInstance {
         let InstanceParts { engine, pre, component, live_set, stats, max_async_requests } = parts;
         let slot = Slot::new(shared.model_name.clone(), Arc::clone(&stats));
         let mailbox = decoupled.then(Mailbox::new);
+        let pinned = sandbox.fresh.then(|| Arc::clone(&pre));
         let instance = Self {
             engine,
             component,
@@ -132,6 +136,7 @@ impl WasmInstance {
             stats,
             mailbox,
             max_async_requests,
+            pinned,
         };
         {
             let mut guard = instance.slot.lock()?;
@@ -151,7 +156,7 @@ impl WasmInstance {
             return Ok(());
         }
         self.live_set.admit(&self.slot, patience)?;
-        let built = match pre {
+        let built = match pre.or_else(|| self.pinned.clone()) {
             Some(pre) => Ok(pre),
             None => self.component.load(&self.engine),
         }
@@ -346,7 +351,12 @@ impl WasmInstance {
         if results.is_err() {
             self.stats.usage.record_trap(TrapKind::Fault);
         }
-        if near_memory_limit(peak, self.sandbox.max_memory) {
+        if self.sandbox.fresh {
+            // `isolation = fresh`: nothing this execution left in the instance reaches the next,
+            // which gets a new one (`ensure_live`) from the pre-instantiated component. Its
+            // `finalize` is not called: the instance is thrown away, not unloaded.
+            drop(self.slot.take(guard));
+        } else if near_memory_limit(peak, self.sandbox.max_memory) {
             tracing::info!(model = self.shared.model_name.as_str(), "recycling a guest instance near its memory limit");
             drop(self.slot.take(guard));
             self.restart_or_warn(guard);

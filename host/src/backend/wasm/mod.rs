@@ -16,6 +16,11 @@
 //! - `clocks` = `true`: real wall and monotonic clocks (otherwise both read zero).
 //! - `max_async_requests` (default 64, at most 1024): for a decoupled model, how many requests
 //!   one instance runs at once in `async def execute` (see `adopt`).
+//! - `config.<key>`: a value the guest reads through wasi:config (`config_store`), beside the
+//!   secrets the operator grants the model (`--guest-secrets`, `secrets`).
+//! - `keyvalue` (`none`, `memory`, `persistent`) and `keyvalue_max_bytes`: a key-value store
+//!   through wasi:keyvalue (`keyvalue`).
+//! - `isolation` = `fresh`: every execution in a new instance (`instance`); `reuse` by default.
 //!
 //! No network or other files are ever visible, nor any environment variable not granted so. A
 //! trap (panic, `unreachable`, time or memory limit) fails only that batch's requests; the
@@ -41,6 +46,10 @@
 //! bounds them); `outlet` (a decoupled request's buffered responses); `adopt` (requests that
 //! join a decoupled model's running call: WIT `host.adopt`, `wait`, `finish`); `convert` (core types <->
 //! WIT types); `pack` (the tensor pack of `execute-by-value`); `autocomplete` (config completion);
+//! `grants` (what a model's guests may reach), `config_store` and `secrets` (wasi:config: config
+//! values and the operator's secrets),
+//! `keyvalue` and `kv_store` (wasi:keyvalue: a store per model, apart per tenant; see
+//! docs/capabilities.md);
 //! `options` ([`WasmOptions`]) and `timing` (how executions are timed). Files import their
 //! siblings, never this one.
 
@@ -50,11 +59,15 @@ mod bls;
 mod cache;
 mod clocks;
 mod compile;
+mod config_store;
 mod convert;
 mod engine;
 mod functions;
+mod grants;
 mod host;
 mod instance;
+mod keyvalue;
+mod kv_store;
 mod live;
 mod nn;
 mod options;
@@ -63,6 +76,7 @@ pub(crate) mod pack;
 mod request;
 mod resources;
 mod sandbox;
+mod secrets;
 mod sender;
 mod settings;
 mod state;
@@ -86,10 +100,12 @@ use cache::CompileCache;
 pub use compile::{Compiler, CompilerProcess, compile_component_main};
 pub use functions::FunctionCache;
 use instance::{ComponentSource, InstanceParts, WasmInstance};
+pub use keyvalue::KeyValueOptions;
 use live::LiveSet;
 pub(crate) use sandbox::AllowList;
 pub use sandbox::GuestEnv;
 use sandbox::Sandbox;
+pub use secrets::GuestSecrets;
 use state::{GuestShared, GuestState};
 
 /// The bindings wasmtime generates from wit/ (world `model`).
@@ -116,6 +132,10 @@ pub struct WasmBackend {
     custom_metrics: OnceLock<Arc<crate::stats::custom::CustomMetrics>>,
     /// The operator's grant of environment variables (`--guest-env`).
     guest_env: GuestEnv,
+    /// The operator's secrets (`--guest-secrets`), read again at each load.
+    guest_secrets: secrets::GuestSecrets,
+    /// The operator's bounds on key-value stores, and the stores open now.
+    keyvalue: (keyvalue::KeyValueOptions, kv_store::KeyValueStores),
 }
 
 impl WasmBackend {
@@ -131,6 +151,8 @@ impl WasmBackend {
             engine_error,
             custom_metrics: OnceLock::new(),
             guest_env: options.guest_env,
+            guest_secrets: options.guest_secrets,
+            keyvalue: (options.keyvalue, kv_store::KeyValueStores::default()),
         }
     }
 
@@ -192,6 +214,10 @@ impl Backend for WasmBackend {
         let (key, pre) = self.prepare(ctx.model_path)?;
         let mut sandbox = Sandbox::from_config(ctx.config, ctx.version_dir)?;
         sandbox.grant_env(&self.guest_env)?;
+        let capabilities = grants::Capabilities {
+            config: grants::ConfigValues::for_model(ctx.config, &self.guest_secrets)?,
+            keyvalue: keyvalue::grant(ctx.config, &self.keyvalue.0, &self.keyvalue.1)?,
+        };
         let shared = Arc::new(GuestShared {
             model_name: ctx.config.name.clone(),
             allowed_models: sandbox.allowed_models.clone(),
@@ -203,6 +229,7 @@ impl Backend for WasmBackend {
                 metrics: self.custom_metrics.get().cloned(),
                 model_version: ctx.version,
             },
+            capabilities,
         });
         let args = wit::InitializeArgs {
             model_config: crate::config::to_json(ctx.config).to_string(),

@@ -391,6 +391,7 @@ mod tests {
             runtime: Some(runtime.handle().clone()),
             clock: ExecutionClock::Wall,
             telemetry: Default::default(),
+            capabilities: Default::default(),
         }))
     }
 

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use super::compile::Compiler;
+use super::keyvalue::KeyValueOptions;
 use super::sandbox::GuestEnv;
+use super::secrets::GuestSecrets;
 use crate::backend::disk_cache::DEFAULT_CACHE_MAX_BYTES;
 
 /// Engine-wide settings for Wasm models.
@@ -25,6 +27,11 @@ pub struct WasmOptions {
     /// The server's environment variables guests may be given (`--guest-env`); a model sees
     /// those its `environment_variables` parameter asks for.
     pub guest_env: GuestEnv,
+    /// The operator's secrets and the models granted each (`--guest-secrets`), which guests read
+    /// through `wasi:config`.
+    pub guest_secrets: GuestSecrets,
+    /// The bounds on guests' key-value stores (`--guest-keyvalue-max-bytes`, `--guest-keyvalue-dir`).
+    pub keyvalue: KeyValueOptions,
 }
 
 impl Default for WasmOptions {
@@ -36,6 +43,8 @@ impl Default for WasmOptions {
             compiler: Compiler::InProcess,
             cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
             guest_env: GuestEnv::default(),
+            guest_secrets: GuestSecrets::default(),
+            keyvalue: KeyValueOptions::default(),
         }
     }
 }

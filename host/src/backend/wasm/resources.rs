@@ -132,3 +132,8 @@ impl CallSpans {
         self.opened = 0;
     }
 }
+
+/// An open `wasi:keyvalue` bucket: its name only (`keyvalue` chooses the space at each call).
+pub struct KvBucket {
+    pub(super) name: String,
+}

@@ -33,6 +33,8 @@ pub(super) struct Sandbox {
     env_requested: Vec<String>,
     /// What the guest's WASI environment holds: set by [`Self::grant_env`], empty until then.
     env: Vec<(String, String)>,
+    /// `isolation = fresh`: every execution runs in an instance of its own (see `instance`).
+    pub(super) fresh: bool,
 }
 
 /// The models a guest may call through BLS (`allowed_models`).
@@ -110,6 +112,11 @@ impl Sandbox {
                 return Err(CoreError::invalid_arg(format!("parameter 'clocks' must be true or false, got '{other}'")));
             }
         };
+        let fresh = match param("isolation").as_deref() {
+            None | Some("" | "reuse") => false,
+            Some("fresh") => true,
+            Some(_) => return Err(CoreError::invalid_arg("parameter 'isolation' must be reuse or fresh")),
+        };
         let env_requested = match param(ENV_PARAMETER) {
             None => Vec::new(),
             Some(list) => env::parse_request(&list).map_err(CoreError::invalid_arg)?,
@@ -123,6 +130,7 @@ impl Sandbox {
             clocks,
             env_requested,
             env: Vec::new(),
+            fresh,
         })
     }
 

@@ -48,6 +48,8 @@ pub(super) struct GuestShared {
     pub(super) clock: ExecutionClock,
     /// Where the guest's metrics go, and the version they are labelled with.
     pub(super) telemetry: GuestTelemetry,
+    /// What the guest may reach beyond models: its configuration values and key-value store.
+    pub(super) capabilities: super::grants::Capabilities,
 }
 
 /// The data of one guest's store, in parts by concern. Each WIT interface is implemented on a
@@ -181,6 +183,22 @@ pub struct HostView<'a> {
     pub(super) call: &'a mut ExecuteCall,
 }
 
+/// What `wasi:config` and `wasi:keyvalue` work on: the model's grants, the guest's handles (open
+/// buckets), and who the current call's requests run as (which decides a key-value space).
+pub struct CapabilityView<'a> {
+    pub(super) handles: &'a mut Handles,
+    pub(super) shared: &'a GuestShared,
+    pub(super) principals: &'a [Arc<crate::tenant::Principal>],
+}
+
+/// [`HasData`] for `wasi:config` and `wasi:keyvalue`: their `add_to_linker` gets a
+/// [`CapabilityView`].
+pub struct CapabilityCalls;
+
+impl HasData for CapabilityCalls {
+    type Data<'a> = CapabilityView<'a>;
+}
+
 /// [`HasData`] for interface `types`: its `add_to_linker` gets a [`TypesView`].
 pub struct Types;
 
@@ -263,6 +281,11 @@ impl GuestState {
             last_log: &mut self.last_log,
             call: &mut self.call,
         }
+    }
+
+    /// The view `wasi:config` and `wasi:keyvalue` work on.
+    pub(super) fn capabilities(&mut self) -> CapabilityView<'_> {
+        CapabilityView { handles: &mut self.handles, shared: &self.shared, principals: &self.bls.principals }
     }
 
     /// Starts an `execute` call of `count` requests: its number, for the requests' `call`.

@@ -45,6 +45,7 @@ pub(super) fn shared(allowed_models: AllowList, infer: Option<Weak<dyn Infer>>) 
         runtime: None,
         clock: ExecutionClock::Wall,
         telemetry: Default::default(),
+        capabilities: Default::default(),
     })
 }
 
