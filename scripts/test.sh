@@ -6,9 +6,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-started=$SECONDS
-times=" start $(free_gib)G"
 free_gib() { df -Pk . | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }'; }
+times=" start $(free_gib)G"
 step() {  # NAME COMMAND...
   local name=$1 t0=$SECONDS rc=0
   shift
