@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import wasmtime
 from wasmtime import component as cm
 
-TENSOR, REQUEST, SENDER, STREAM, PENDING, FAMILY, METRIC, SPAN = 1, 2, 3, 4, 5, 6, 7, 8
+TENSOR, REQUEST, SENDER, STREAM, PENDING, FAMILY, METRIC, SPAN, BUCKET = 1, 2, 3, 4, 5, 6, 7, 8, 9
 _DT = ["bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "fp16",
        "bf16", "fp32", "fp64", "bytes"]
 _ITEM = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
@@ -181,6 +181,14 @@ class MockHost:
                 self._define_host(host)
             with root.add_instance("tessera:model/telemetry@0.1.0") as telemetry:
                 self._define_telemetry(telemetry)
+            # The standard interfaces every Python guest imports (componentize-py imports the
+            # whole world): a model granted nothing, as the server's default.
+            with root.add_instance("wasi:config/store@0.2.0-rc.1") as config:
+                self._define_config(config)
+            with root.add_instance("wasi:keyvalue/store@0.2.0-draft") as keyvalue:
+                self._define_keyvalue(keyvalue)
+            with root.add_instance("wasi:keyvalue/atomics@0.2.0-draft") as atomics:
+                atomics.add_func("increment", lambda store, bucket, key, delta: cm.Variant("access-denied"))
         self.linker = linker
         self.store = wasmtime.Store(self.engine)
         self.store.set_wasi(wasmtime.WasiConfig())
@@ -493,6 +501,21 @@ class MockHost:
         li.add_func("infer", w("infer", infer))
         li.add_func("infer-stream", w("infer-stream", infer_stream))
         li.add_func("[method]response-stream.next", w("response-stream.next", nxt))
+
+    # -- wasi:config, wasi:keyvalue ------------------------------------------------------------
+    def _define_config(self, li):
+        """`self.config_values`: what `get` and `get-all` read (nothing unless a test sets it)."""
+        self.config_values = {}
+        li.add_func("get", lambda store, key: self.config_values.get(key))
+        li.add_func("get-all", lambda store: list(self.config_values.items()))
+
+    def _define_keyvalue(self, li):
+        """No store is granted: `open` fails with access-denied, so no bucket ever exists."""
+        li.add_resource("bucket", cm.ResourceType.host(BUCKET), self._drop)
+        denied = cm.Variant("access-denied")
+        li.add_func("open", lambda store, identifier: denied)
+        for method in ("get", "set", "delete", "exists", "list-keys"):
+            li.add_func(f"[method]bucket.{method}", lambda store, *args: denied)
 
     # -- tessera:model/telemetry --------------------------------------------------------------
     def _define_telemetry(self, li):
