@@ -28,6 +28,9 @@ fn main() -> std::process::ExitCode {
         tessera::cli::Command::Guest(tessera::cli::GuestCommand::Prepare { repositories, python_guest_builder }) => {
             tessera::guest::prepare(&repositories, python_guest_builder)
         }
+        tessera::cli::Command::Seal { input, output, keys, kid, direct } => {
+            tessera::cli::seal(&input, &output, &keys, &kid, direct)
+        }
         tessera::cli::Command::CompileComponent { output, function_cache, function_cache_max_bytes } => {
             tessera::cli::compile_component(output.as_deref(), function_cache, function_cache_max_bytes)
         }

@@ -134,16 +134,19 @@ impl Backend for TorchBackend {
                 Device::Cuda(id as usize)
             }
         };
-        if !ctx.model_path.is_file() {
+        if ctx.model_plaintext.is_none() && !ctx.model_path.is_file() {
             return Err(CoreError::unavailable(format!(
                 "unable to find '{}' for model instance '{}'",
                 ctx.model_path.display(),
                 ctx.instance_name
             )));
         }
-        let module = CModule::load_on_device(ctx.model_path, device).map_err(|e| {
-            CoreError::internal(format!("failed to load model '{model}': {}", first_lines(&e.to_string())))
-        })?;
+        // A sealed model (encrypted at rest) loads from its plaintext in memory.
+        let module = match ctx.model_plaintext {
+            Some(bytes) => CModule::load_data_on_device(&mut std::io::Cursor::new(bytes), device),
+            None => CModule::load_on_device(ctx.model_path, device),
+        }
+        .map_err(|e| CoreError::internal(format!("failed to load model '{model}': {}", first_lines(&e.to_string()))))?;
         let arguments = schema::forward_arguments(&module)
             .map_err(|e| CoreError::internal(format!("failed to load model '{model}': {e}")))?;
         if config.input.is_empty() {

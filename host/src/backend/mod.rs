@@ -8,6 +8,7 @@ pub(crate) mod disk_cache;
 pub mod mailbox;
 pub mod onnx;
 pub mod python;
+pub mod sealed;
 pub mod unavailable;
 pub mod utility;
 pub mod wasm;
@@ -193,6 +194,9 @@ pub struct InstanceContext<'a> {
     pub version_dir: &'a Path,
     /// The model file (`<version_dir>/<default_model_filename>`).
     pub model_path: &'a Path,
+    /// The model file's plaintext when it is sealed (encrypted at rest, see [`sealed`]): a
+    /// backend reads the model from here then, never from `model_path`.
+    pub model_plaintext: Option<&'a [u8]>,
     pub version: i64,
     /// `<group name>_<index>`, as Triton names instances.
     pub instance_name: String,
@@ -283,6 +287,11 @@ pub trait Backend: Send + Sync {
     }
     /// Fills inputs, outputs and max_batch_size from the model file (Triton's auto-complete).
     fn autocomplete(&self, config: &mut ModelConfig, model_path: &Path) -> CoreResult<()>;
+    /// `autocomplete` for a sealed model file, given its plaintext. By default the file is not
+    /// read; a backend that reads it to complete a config overrides this.
+    fn autocomplete_sealed(&self, config: &mut ModelConfig, model_path: &Path, _plaintext: &[u8]) -> CoreResult<()> {
+        self.autocomplete(config, model_path)
+    }
     fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>>;
     /// Slow work a load does before it takes the repository's control lock (a model.py build),
     /// so that it holds up no other load or unload; the load under the lock then finds it done,

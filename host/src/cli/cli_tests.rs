@@ -6,7 +6,9 @@ fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
     full.extend_from_slice(args);
     Cli::try_parse_from(full).map(|c| match c.command {
         Command::Serve(s) => *s,
-        Command::Guest(_) | Command::CompileComponent { .. } => unreachable!("parsed a serve command line"),
+        Command::Guest(_) | Command::CompileComponent { .. } | Command::Seal { .. } => {
+            unreachable!("parsed a serve command line")
+        }
     })
 }
 

@@ -35,6 +35,24 @@ pub enum Command {
     /// Work with WebAssembly guests (models written as components).
     #[command(subcommand)]
     Guest(GuestCommand),
+    /// Seal (encrypt at rest) a model file for `--model-keys`: a JWE (A256KW + A256GCM, as
+    /// KServe's confidential serving reads) written to OUTPUT, sealed with the key KID of the
+    /// JWK Set in --keys.
+    Seal {
+        /// The model file (model.onnx, model.pt, model.wasm).
+        input: PathBuf,
+        /// Where to write the sealed file (not INPUT).
+        output: PathBuf,
+        /// A JWK Set (JSON) holding the key.
+        #[arg(long)]
+        keys: PathBuf,
+        /// The id of the key to seal with.
+        #[arg(long)]
+        kid: String,
+        /// Encrypt with the key directly (`alg` dir) instead of wrapping a random content key.
+        #[arg(long)]
+        direct: bool,
+    },
     /// The server's compiler process: a component's bytes on stdin, the compiled artifact to
     /// `--output` or stdout (see `backend/wasm/compile.rs`).
     #[command(name = "compile-component", hide = true)]
@@ -106,6 +124,28 @@ pub fn embedded_server_config(flags: &[String]) -> Result<ServerConfig, String> 
     let mut config = args.server_config(false)?;
     config.log_applier = Some(applier);
     Ok(config)
+}
+
+/// `tessera seal`: writes `input` sealed for key `kid` of the JWK Set `keys` to `output`.
+pub fn seal(
+    input: &std::path::Path,
+    output: &std::path::Path,
+    keys: &std::path::Path,
+    kid: &str,
+    direct: bool,
+) -> ExitCode {
+    let sealed = crate::backend::sealed::ModelKeys::load(Some(keys), None).and_then(|set| {
+        let key = set.key(kid).ok_or_else(|| format!("{} has no key '{kid}'", keys.display()))?;
+        let plain = zeroize::Zeroizing::new(std::fs::read(input).map_err(|e| format!("{}: {e}", input.display()))?);
+        crate::backend::sealed::seal(&plain, kid, key, direct)
+    });
+    match sealed.and_then(|text| std::fs::write(output, text).map_err(|e| format!("{}: {e}", output.display()))) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tessera seal: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `tessera compile-component`: the server's compiler process.

@@ -375,6 +375,11 @@ pub struct ServeArgs {
     /// none (docs/capabilities.md).
     #[arg(long, env = "TESSERA_GUEST_KEYVALUE_MAX_BYTES", default_value_t = 64 << 20)]
     pub guest_keyvalue_max_bytes: u64,
+    /// A JWK Set (JSON) of AES-256 keys for sealed model files: model.onnx, model.pt or
+    /// model.wasm stored as a JWE (A256KW or dir, A256GCM), decrypted in memory only
+    /// (docs/server.md, "Models encrypted at rest"). TESSERA_MODEL_KEYS may hold more keys.
+    #[arg(long, env = "TESSERA_MODEL_KEYS_FILE", value_name = "FILE")]
+    pub model_keys: Option<PathBuf>,
     /// Where models with `keyvalue` = `persistent` keep their stores (one file per model).
     #[arg(long, env = "TESSERA_GUEST_KEYVALUE_DIR", value_name = "DIR")]
     pub guest_keyvalue_dir: Option<PathBuf>,
@@ -547,6 +552,10 @@ impl ServeArgs {
         }
         Ok(ServerConfig {
             repositories: self.model_repository.clone(),
+            model_keys: std::sync::Arc::new(crate::backend::sealed::ModelKeys::load(
+                self.model_keys.as_deref(),
+                std::env::var("TESSERA_MODEL_KEYS").ok().as_deref(),
+            )?),
             control_mode: self.model_control_mode,
             startup_models: self.load_model.clone(),
             poll_interval: Duration::from_secs(self.repository_poll_secs.max(1)),

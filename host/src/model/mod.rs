@@ -96,6 +96,8 @@ pub struct ModelSettings {
     /// which it reports not ready (0: never); the config parameter `unhealthy_after_failures`
     /// overrides it per model.
     pub unhealthy_after: u32,
+    /// `--model-keys`, `TESSERA_MODEL_KEYS`: the keys of sealed model files.
+    pub model_keys: std::sync::Arc<crate::backend::sealed::ModelKeys>,
 }
 
 /// Statistics recording the latency families the settings and the config's `model_metrics` ask
@@ -133,6 +135,11 @@ impl LoadedModel {
         let stats = Arc::new(model_stats(&config, settings)?);
         place_instances(&mut config, backend)?;
         let version_dir = model_path.parent().unwrap_or(model_dir);
+        // A sealed model file is decrypted once, here, for every instance (and wiped after).
+        let plaintext = match crate::backend::sealed::file_is_sealed(model_path) {
+            true => Some(crate::backend::sealed::open_file(model_path, &settings.model_keys)?),
+            false => None,
+        };
         let mut instances = Vec::new();
         let mut claims = Vec::new();
         for group in &config.instance_group {
@@ -150,6 +157,7 @@ impl LoadedModel {
                         model_dir,
                         version_dir,
                         model_path,
+                        model_plaintext: plaintext.as_deref().map(Vec::as_slice),
                         version,
                         instance_name: format!("{}_{index}", group.name),
                         device,

@@ -455,7 +455,10 @@ impl ModelManager {
                 self.backends.resolve(&config, versions.last().map(|v| dir.join(v.to_string())).as_deref())?;
             if let Some(latest) = versions.last() {
                 let path = dir.join(latest.to_string()).join(model_filename(&config, backend.default_model_filename()));
-                if path.exists() {
+                if path.exists() && crate::backend::sealed::file_is_sealed(&path) {
+                    let plaintext = crate::backend::sealed::open_file(&path, &self.options.model_settings.model_keys)?;
+                    backend.autocomplete_sealed(&mut config, &path, &plaintext)?;
+                } else if path.exists() {
                     backend.autocomplete(&mut config, &path)?;
                 }
             }

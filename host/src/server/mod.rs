@@ -58,8 +58,7 @@ impl Listen {
 }
 
 /// Everything a server is started with. [`ServerConfig::default`] serves nothing on the network
-/// (no doors) and loads models only when asked (explicit control mode): embedders turn on what
-/// they need.
+/// and loads models only when asked (explicit mode): embedders turn on what they need.
 pub struct ServerConfig {
     /// Model repositories (directories of `<model>/config.pbtxt` and `<model>/<version>/`).
     pub repositories: Vec<PathBuf>,
@@ -86,8 +85,7 @@ pub struct ServerConfig {
     pub max_inflight_request_bytes: usize,
     /// The HTTP door's connection cap and timeouts.
     pub http_connections: ConnectionLimits,
-    /// Threads that run both doors' connections (`crate::execution::connection_threads`); 0: the server's
-    /// shared runtime runs them.
+    /// Threads that run both doors' connections (`crate::execution`); 0: the shared runtime's.
     pub connection_threads: usize,
     /// Whether requests may take the execution fast paths (see `crate::execution`; off only to
     /// debug them). Process-wide: the last server started decides.
@@ -130,21 +128,21 @@ pub struct ServerConfig {
     /// libonnxruntime.so; `None` searches the usual places.
     pub onnxruntime_library: Option<PathBuf>,
     pub wasm: WasmOptions,
+    /// The keys of sealed model files (`--model-keys`, `TESSERA_MODEL_KEYS`; `backend::sealed`).
+    pub model_keys: Arc<crate::backend::sealed::ModelKeys>,
     /// How models served from `model.py` are built and sandboxed (`backend: "python"`).
     pub python: PythonOptions,
-    /// Backends beyond the built-in ONNX Runtime and Wasm ones, for repository models whose
-    /// `backend:` names them (tried after the built-in ones when detecting by file). One named
-    /// like a built-in replaces it: the `tessera` binary's TorchScript backend (torch-backend/)
-    /// replaces the stand-in that refuses `pytorch` models.
+    /// Backends beyond the built-in ones, for models whose `backend:` names them (tried after the
+    /// built-in ones when detecting by file). One named like a built-in replaces it (the binary's
+    /// TorchScript backend replaces the stand-in that refuses `pytorch` models).
     pub backends: Vec<Arc<dyn Backend>>,
-    /// Models that are not repository directories (as [`ServerHandle::register_model`] serves
-    /// them), registered before the repositories load so that repository ensembles can use them.
+    /// Models that are not repository directories ([`ServerHandle::register_model`]), registered
+    /// before the repositories load so that repository ensembles can use them.
     pub registered_models: Vec<RegisteredModel>,
     /// An ensemble whose steps are in no repository waits for models registered later
     /// ([`ServerHandle::register`]) instead of failing the startup (PyTriton's `bind` after start).
     pub ensembles_wait_for_registered: bool,
-    /// After [`ServerHandle::stop`], how long open connections get before [`ServerHandle::wait`]
-    /// gives up on them.
+    /// After [`ServerHandle::stop`], how long open connections get before `wait` gives up on them.
     pub exit_timeout: Duration,
     /// The logging extension's initial settings and what applies later updates to the logger.
     pub log_settings: BTreeMap<String, SettingValue>,
@@ -198,6 +196,7 @@ impl Default for ServerConfig {
             model_load_threads: 0,
             onnxruntime_library: None,
             wasm: WasmOptions::default(),
+            model_keys: Arc::default(),
             python: PythonOptions::default(),
             backends: Vec::new(),
             registered_models: Vec::new(),
@@ -313,6 +312,7 @@ impl Server {
                 model_settings: ModelSettings {
                     metrics: config.metrics_settings.clone(),
                     unhealthy_after: config.unhealthy_after,
+                    model_keys: Arc::clone(&config.model_keys),
                 },
                 ensembles_wait_for_registered: config.ensembles_wait_for_registered,
             },

@@ -72,7 +72,14 @@ impl OnnxBackend {
         }
     }
 
-    fn session(&self, config: &ModelConfig, model_path: &Path, device: InstanceDevice) -> CoreResult<Session> {
+    /// A session of the model at `model_path`, or of `plaintext` (a sealed file's) when given.
+    fn session(
+        &self,
+        config: &ModelConfig,
+        model_path: &Path,
+        plaintext: Option<&[u8]>,
+        device: InstanceDevice,
+    ) -> CoreResult<Session> {
         // As Triton's ONNX Runtime backend: `model.onnx` may be a directory holding `model.onnx`
         // (and its external data files); ModelMesh's adapter lays models out that way.
         let model_path = &if model_path.is_dir() { model_path.join("model.onnx") } else { model_path.to_path_buf() };
@@ -90,15 +97,18 @@ impl OnnxBackend {
             let cuda = ort::ep::CUDA::default().with_device_id(id as i32).build().error_on_failure();
             builder = builder.with_execution_providers([cuda]).map_err(options)?;
         }
-        builder
+        let mut builder = builder
             .with_intra_threads(threads)
             .map_err(options)?
             .with_inter_threads(inter_threads)
             .map_err(options)?
             .with_intra_op_spinning(threads > 1)
-            .map_err(options)?
-            .commit_from_file(model_path)
-            .map_err(fail)
+            .map_err(options)?;
+        match plaintext {
+            Some(bytes) => builder.commit_from_memory(bytes),
+            None => builder.commit_from_file(model_path),
+        }
+        .map_err(fail)
     }
 }
 
@@ -215,7 +225,22 @@ impl Backend for OnnxBackend {
     }
 
     fn autocomplete(&self, config: &mut ModelConfig, model_path: &Path) -> CoreResult<()> {
-        let session = self.session(config, model_path, InstanceDevice::Cpu)?;
+        self.complete_from(config, model_path, None)
+    }
+
+    fn autocomplete_sealed(&self, config: &mut ModelConfig, model_path: &Path, plaintext: &[u8]) -> CoreResult<()> {
+        self.complete_from(config, model_path, Some(plaintext))
+    }
+
+    fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
+        self.instance(ctx)
+    }
+}
+
+impl OnnxBackend {
+    /// Triton's auto-complete from the model's own inputs and outputs.
+    fn complete_from(&self, config: &mut ModelConfig, model_path: &Path, plaintext: Option<&[u8]>) -> CoreResult<()> {
+        let session = self.session(config, model_path, plaintext, InstanceDevice::Cpu)?;
         let inputs = io_signature(session.inputs())?;
         let outputs = io_signature(session.outputs())?;
         if config.backend.is_empty() && config.platform.is_empty() {
@@ -235,9 +260,9 @@ impl Backend for OnnxBackend {
         Ok(())
     }
 
-    fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
+    fn instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
         let config = ctx.config;
-        let session = self.session(config, ctx.model_path, ctx.device)?;
+        let session = self.session(config, ctx.model_path, ctx.model_plaintext, ctx.device)?;
         let model_inputs = io_signature(session.inputs())?;
         let model_outputs = io_signature(session.outputs())?;
         let batching = config.max_batch_size > 0;

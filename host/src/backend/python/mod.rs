@@ -524,6 +524,8 @@ impl Backend for PythonBackend {
         self.wasm.create_instance(&InstanceContext {
             config: &config,
             model_path: &component,
+            // The built component is the server's own, never sealed.
+            model_plaintext: None,
             instance_name: ctx.instance_name.clone(),
             ..*ctx
         })

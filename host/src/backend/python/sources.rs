@@ -56,6 +56,13 @@ impl Sources {
             sources.add(version_dir, &entry, &mut total)?;
         }
         sources.files.sort_by(|a, b| a.0.cmp(&b.0));
+        if sources.files.iter().any(|(p, bytes)| *p == entry && crate::backend::sealed::is_sealed(bytes)) {
+            return Err(CoreError::unavailable(format!(
+                "'{}' is sealed (encrypted at rest): sealed Python models are not served yet; seal model.onnx, \
+                 model.pt or model.wasm",
+                entry.display()
+            )));
+        }
         Ok(sources)
     }
 

@@ -86,6 +86,27 @@ impl CompileCache {
         Ok((key, prepared))
     }
 
+    /// [`Self::prepare`] for a sealed component's plaintext (`backend::sealed`): compiled
+    /// without the disk cache or the function cache, so nothing derived from it is written; it
+    /// stays in memory while an instance holds it (`instance` keeps it pinned).
+    pub(super) fn prepare_sealed(
+        &self,
+        engine: &Engine,
+        linker: &Linker<GuestState>,
+        bytes: &[u8],
+        path: &Path,
+    ) -> CoreResult<(String, Prepared)> {
+        let key = cache_key(engine, bytes);
+        let prepared = self.resident_or_load(&key, || {
+            let component = match compile::compile(&self.compiler, engine, bytes, path, None, None)? {
+                Compiled::FromProcess(component) | Compiled::InServer(component) => component,
+                Compiled::File(_) => return Err(CoreError::internal("a sealed component was written to a file")),
+            };
+            self.pre_instantiate(linker, &component, &key, path)
+        })?;
+        Ok((key, prepared))
+    }
+
     /// Component `key` from memory, else from `load`, run with no other load of that key
     /// running (the first of several waiting for one key loads it, the others find it resident).
     fn resident_or_load(&self, key: &str, load: impl FnOnce() -> CoreResult<Prepared>) -> CoreResult<Prepared> {

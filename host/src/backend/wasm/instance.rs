@@ -76,8 +76,8 @@ pub(super) struct WasmInstance {
     mailbox: Option<Arc<Mailbox>>,
     /// `max_async_requests`.
     max_async_requests: usize,
-    /// With `isolation = fresh`, the component every execution's new instance comes from, held
-    /// so that it never has to be loaded again.
+    /// With `isolation = fresh` (the component every execution's new instance comes from) or a
+    /// sealed component (never on disk), the component, held so that it is never loaded again.
     pinned: Option<Prepared>,
 }
 
@@ -94,6 +94,8 @@ pub(super) struct InstanceParts {
     pub(super) live_set: Arc<LiveSet<Live>>,
     pub(super) stats: Arc<ModelStats>,
     pub(super) max_async_requests: usize,
+    /// Whether to keep the component in memory for as long as the instance lives.
+    pub(super) pin: bool,
 }
 
 /// Where an instance gets its component back after eviction.
@@ -120,10 +122,10 @@ impl WasmInstance {
         args: wit::InitializeArgs,
         decoupled: bool,
     ) -> CoreResult<Self> {
-        let InstanceParts { engine, pre, component, live_set, stats, max_async_requests } = parts;
+        let InstanceParts { engine, pre, component, live_set, stats, max_async_requests, pin } = parts;
         let slot = Slot::new(shared.model_name.clone(), Arc::clone(&stats));
         let mailbox = decoupled.then(Mailbox::new);
-        let pinned = sandbox.fresh.then(|| Arc::clone(&pre));
+        let pinned = (sandbox.fresh || pin).then(|| Arc::clone(&pre));
         let instance = Self {
             engine,
             component,

@@ -182,6 +182,14 @@ impl WasmBackend {
         self.components.prepare(&self.engine, &self.linker, path)
     }
 
+    /// [`Self::prepare`] for a sealed component's plaintext: compiled without the disk caches.
+    fn prepare_sealed(&self, bytes: &[u8], path: &Path) -> CoreResult<(String, cache::Prepared)> {
+        if let Some(e) = &self.engine_error {
+            return Err(CoreError::unavailable(format!("WebAssembly engine unavailable: {e}")));
+        }
+        self.components.prepare_sealed(&self.engine, &self.linker, bytes, path)
+    }
+
     /// Lets guests call models (BLS). Called once at startup; a `Weak` so the backend does not
     /// keep the model manager (which owns the backends) alive.
     pub fn connect(&self, infer: Weak<dyn Infer>) {
@@ -211,7 +219,10 @@ impl Backend for WasmBackend {
     }
 
     fn create_instance(&self, ctx: &InstanceContext<'_>) -> CoreResult<Box<dyn ModelInstance>> {
-        let (key, pre) = self.prepare(ctx.model_path)?;
+        let (key, pre) = match ctx.model_plaintext {
+            Some(bytes) => self.prepare_sealed(bytes, ctx.model_path)?,
+            None => self.prepare(ctx.model_path)?,
+        };
         let mut sandbox = Sandbox::from_config(ctx.config, ctx.version_dir)?;
         sandbox.grant_env(&self.guest_env)?;
         let capabilities = grants::Capabilities {
@@ -253,6 +264,8 @@ impl Backend for WasmBackend {
             live_set: Arc::clone(&self.live_set),
             stats: Arc::clone(ctx.stats),
             max_async_requests: adopt::max_async_requests(ctx.config)?,
+            // A sealed component is never on disk to load again after an eviction.
+            pin: ctx.model_plaintext.is_some(),
         };
         let instance = WasmInstance::start(parts, sandbox, shared, args, decoupled)?;
         Ok(Box::new(instance))
@@ -279,6 +292,7 @@ mod tests {
             model_dir: dir,
             version_dir: &version_dir,
             model_path: &model_path,
+            model_plaintext: None,
             version: 1,
             instance_name: "guest_0".into(),
             device: Default::default(),
