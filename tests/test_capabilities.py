@@ -1,7 +1,7 @@
 """Guest capabilities, deny by default: wasi:config (config parameters and the operator's secrets,
 --guest-secrets) and wasi:keyvalue (a store per model and per tenant, with a quota, in memory or
-persisted with --guest-keyvalue-dir), from a Rust guest (example-guests/capability_probe) and a
-Python one (tests/guests/capability_py). A secret's marker value is then looked for in every log,
+persisted with --guest-keyvalue-dir), from a Rust guest (example-guests/capability_probe), a
+Python one (tests/guests/capability_py) and a JavaScript one (tests/guests/capability_js). A secret's marker value is then looked for in every log,
 trace, metric, cache and temporary file the server wrote. Real server and clients over 127.0.0.1."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import requests
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tessera_testlib import REPO_ROOT, start_server, wait_until
+from tessera_testlib import REPO_ROOT, GuestBuild, start_server, wait_until
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -39,13 +39,14 @@ def config(name: str, backend: str, **parameters: str) -> str:
             'output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]\n' + params)
 
 
-def add_model(repo: Path, name: str, lang: str = "rust", **parameters: str) -> None:
+def add_model(repo: Path, name: str, lang: str | Path = "rust", **parameters: str) -> None:
+    """The probe as model `name`: `lang` is rust, python, or the path of another built probe."""
     version = repo / name / "1"
     version.mkdir(parents=True)
     if lang == "python":
         shutil.copy(TESTS / "guests" / "capability_py" / "model.py", version / "model.py")
     else:
-        shutil.copy(RUST_PROBE, version / "model.wasm")
+        shutil.copy(RUST_PROBE if lang == "rust" else lang, version / "model.wasm")
     (repo / name / "config.pbtxt").write_text(config(name, "python" if lang == "python" else "wasm", **parameters))
 
 
@@ -79,14 +80,17 @@ def world(probe_built, tmp_path_factory):
     writes to under one root, which the marker test searches."""
     root = tmp_path_factory.mktemp("capabilities")
     repo = root / "repo"
+    js_probe = GuestBuild(TESTS / "guests" / "capability_js", root / "build" / "capability_js.wasm", root / "build").wait()
     common = {"config.endpoint": "http://svc.local:8080", "keyvalue": "memory", "keyvalue_max_bytes": "4096"}
     add_model(repo, "cap_rust", **common)
     add_model(repo, "cap_py", "python", **common)
+    add_model(repo, "cap_js", js_probe, **common)
+    add_model(repo, "cap_js_none", js_probe)
     add_model(repo, "cap_none")
     add_model(repo, "cap_broken")
     add_model(repo, "cap_too_big", keyvalue="memory", keyvalue_max_bytes=str(1 << 40))
     (root / "secrets.toml").write_text(
-        '[secrets.api_key]\nenv = "TESSERA_TEST_MARKER"\nmodels = ["cap_rust", "cap_py"]\n\n'
+        '[secrets.api_key]\nenv = "TESSERA_TEST_MARKER"\nmodels = ["cap_rust", "cap_py", "cap_js"]\n\n'
         '[secrets.missing]\nenv = "TESSERA_TEST_UNSET_VARIABLE"\nmodels = ["cap_broken"]\n')
     (root / "tenants.toml").write_text("".join(
         f'[[tenant]]\nname = "{name}"\nmodels = ["cap_*"]\n{roles}keys = [{{ id = "{name}-1", sha256 = "{sha(key)}" }}]\n\n'
@@ -95,7 +99,8 @@ def world(probe_built, tmp_path_factory):
     dirs = {name: root / name for name in ("traces", "cache", "tmp", "kv", "logs")}
     for d in dirs.values():
         d.mkdir()
-    flags = ["--model-control-mode=explicit", "--load-model=cap_rust", "--load-model=cap_py", "--load-model=cap_none",
+    loaded = ["cap_rust", "cap_py", "cap_none", "cap_js", "cap_js_none"]
+    flags = ["--model-control-mode=explicit", *[f"--load-model={m}" for m in loaded],
              f"--guest-secrets={root / 'secrets.toml'}", f"--tenants={root / 'tenants.toml'}",
              f"--guest-keyvalue-dir={dirs['kv']}", f"--wasm-cache-dir={dirs['cache']}",
              "--log-verbose=1", "--log-requests=true",
@@ -104,7 +109,7 @@ def world(probe_built, tmp_path_factory):
     srv = start_server(dirs["logs"], [repo], flags, env={"TESSERA_TEST_MARKER": MARKER, "TMPDIR": str(dirs["tmp"])})
     try:
         ops = {"Authorization": f"Bearer {KEYS['ops']}"}
-        for model in ("cap_rust", "cap_py", "cap_none"):  # a model's readiness is the tenants'
+        for model in loaded:  # a model's readiness is the tenants'
             url = srv.http(f"/v2/models/{model}/ready")
             wait_until(lambda: requests.get(url, headers=ops, timeout=30).status_code == 200, 600,
                        f"{model} ready", srv)
@@ -120,6 +125,15 @@ def test_a_granted_model_reads_its_secret_and_config_values(world, model):
     assert ask(srv, model, "config:endpoint") == "http://svc.local:8080"[::-1]
     assert ask(srv, model, "config-keys") == "api_key,endpoint"
     assert ask(srv, model, "config:keyvalue") == "<absent>", "only config.* parameters are values"
+
+
+def test_a_javascript_guest_imports_the_standard_interfaces_by_their_wit_names(world):
+    srv, _ = world
+    assert ask(srv, "cap_js", "config:api_key") == MARKER[::-1]
+    assert ask(srv, "cap_js", "config:endpoint") == "http://svc.local:8080"[::-1]
+    assert [ask(srv, "cap_js", "count:js", t) for t in ("a", "a", "b")] == ["1", "2", "1"]
+    assert ask(srv, "cap_js_none", "config:api_key") == "<absent>"
+    assert "access-denied" in refused(srv, "cap_js_none", "count:js")
 
 
 def test_a_model_granted_nothing_reads_nothing_and_has_no_store(world):
