@@ -83,6 +83,12 @@ impl OnnxBackend {
         // As Triton's ONNX Runtime backend: `model.onnx` may be a directory holding `model.onnx`
         // (and its external data files); ModelMesh's adapter lays models out that way.
         let model_path = &if model_path.is_dir() { model_path.join("model.onnx") } else { model_path.to_path_buf() };
+        if plaintext.is_none() && crate::backend::sealed::file_is_sealed(model_path) {
+            return Err(CoreError::unavailable(
+                "model.onnx is sealed inside a model.onnx directory: a sealed ONNX model must be the file itself \
+                 (ONNX Runtime reads external data files by path, so they cannot be sealed)",
+            ));
+        }
         let environment = self.environment().map_err(CoreError::unavailable)?;
         let threads = thread_param(config, "intra_op_thread_count")?.unwrap_or(1);
         let inter_threads = thread_param(config, "inter_op_thread_count")?.unwrap_or(1);

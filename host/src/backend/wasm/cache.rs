@@ -102,7 +102,8 @@ impl CompileCache {
                 Compiled::FromProcess(component) | Compiled::InServer(component) => component,
                 Compiled::File(_) => return Err(CoreError::internal("a sealed component was written to a file")),
             };
-            self.pre_instantiate(linker, &component, &key, path)
+            // Its instances pin it; once the model goes, nothing of it stays.
+            self.pre_instantiate_kept(linker, &component, &key, path, false)
         })?;
         Ok((key, prepared))
     }
@@ -174,14 +175,27 @@ impl CompileCache {
         key: &str,
         path: &Path,
     ) -> CoreResult<Prepared> {
+        self.pre_instantiate_kept(linker, component, key, path, self.dir.is_none())
+    }
+
+    /// [`Self::pre_instantiate`], kept in memory for good when `keep` (there is no disk cache to
+    /// load it from again), else only while an instance holds it.
+    fn pre_instantiate_kept(
+        &self,
+        linker: &Linker<GuestState>,
+        component: &Component,
+        key: &str,
+        path: &Path,
+        keep: bool,
+    ) -> CoreResult<Prepared> {
         let pre = linker.instantiate_pre(component).and_then(bindings::ModelPre::new).map_err(|e| {
             CoreError::invalid_arg(format!("{} does not implement the tessera:model world: {e:#}", path.display()))
         })?;
         let pre = Arc::new(pre);
         if let Ok(mut cache) = self.components.lock() {
-            let entry = match self.dir {
-                Some(_) => Resident::WhileUsed(Arc::downgrade(&pre)),
-                None => Resident::Kept(Arc::clone(&pre)),
+            let entry = match keep {
+                false => Resident::WhileUsed(Arc::downgrade(&pre)),
+                true => Resident::Kept(Arc::clone(&pre)),
             };
             cache.insert(key.to_string(), entry);
         }

@@ -252,6 +252,7 @@ impl WasmInstance {
         // The guest's BLS calls are traced as children of the batch's (first) traced request.
         live.store.data_mut().bls.trace = batch.iter().find_map(|r| r.trace.clone());
         live.store.data_mut().bls.principals = batch.iter().filter_map(|r| r.principal.clone()).collect();
+        live.store.data_mut().bls.unprincipaled = batch.iter().any(|r| r.principal.is_none());
         live.store.data_mut().bls.request_id = batch.first().and_then(|r| r.id.clone()).unwrap_or_default();
         // `execute-by-value` takes each request's inputs as a pack, small ones with their bytes, and
         // no handles: the guest asks for a request's handle (`request.at`) when it needs one.
@@ -303,6 +304,7 @@ impl WasmInstance {
         live.store.data_mut().bls.spans.end_all();
         live.store.data_mut().bls.trace = None;
         live.store.data_mut().bls.principals.clear();
+        live.store.data_mut().bls.unprincipaled = false;
         live.store.data_mut().bls.request_id.clear();
         let given = live.store.data_mut().end_execute();
         *callees = live.store.data().bls.cpu;

@@ -102,9 +102,10 @@ impl CapabilityView<'_> {
     /// The model's store and the space this call reaches in it.
     fn space(&self) -> Result<(&ModelStore, SpaceKey), store::Error> {
         let store = self.shared.capabilities.keyvalue.as_deref().ok_or(store::Error::AccessDenied)?;
+        // One space per request (a tenant's, or the common one); a batch must agree on one.
         let mut tenants = self.principals.iter().map(|p| p.counters.is_some().then(|| p.flow.clone()));
         let first = tenants.next().flatten();
-        if tenants.any(|t| t != first) {
+        if tenants.any(|t| t != first) || (self.unprincipaled && first.is_some()) {
             return Err(other("this batch holds requests of more than one tenant, which share no key-value space"));
         }
         Ok((store, first))

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -60,6 +60,32 @@ pub(super) struct ModelStore {
     quota: u64,
     file: Option<PathBuf>,
     state: Mutex<State>,
+    /// Set once the store has gone and its last write is done (see [`KeyValueStores::open`]).
+    closed: Arc<Closed>,
+}
+
+/// Whether a store has finished closing.
+#[derive(Default)]
+struct Closed {
+    done: Mutex<bool>,
+    signal: Condvar,
+}
+
+impl Closed {
+    fn finish(&self) {
+        *self.done.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        self.signal.notify_all();
+    }
+
+    fn is_done(&self) -> bool {
+        *self.done.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Waits (at most `limit`) for the store to finish closing.
+    fn wait(&self, limit: Duration) {
+        let done = self.done.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = self.signal.wait_timeout_while(done, limit, |done| !*done);
+    }
 }
 
 #[derive(Default)]
@@ -75,8 +101,8 @@ impl ModelStore {
             Some(path) if path.exists() => read_store(path, model)?,
             _ => HashMap::new(),
         };
-        let store =
-            Arc::new(Self { model: model.to_string(), quota, file, state: Mutex::new(State { spaces, dirty: false }) });
+        let state = Mutex::new(State { spaces, dirty: false });
+        let store = Arc::new(Self { model: model.to_string(), quota, file, state, closed: Arc::default() });
         if store.file.is_some() {
             let weak = Arc::downgrade(&store);
             std::thread::Builder::new()
@@ -187,10 +213,16 @@ impl ModelStore {
             state.dirty = false;
             encode(&self.model, &state.spaces)
         };
-        let tmp = path.with_extension("tkv.tmp");
-        std::fs::write(&tmp, bytes)
-            .and_then(|()| std::fs::rename(&tmp, path))
-            .map_err(|e| format!("failed to write the key-value store of model '{}': {e}", self.model))
+        // A new file, synced, then renamed over the old: a crash leaves the old or the new whole.
+        let tmp = path.with_extension(format!("tkv.{}.tmp", std::process::id()));
+        let written = write_private(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            // Written again at the next flush.
+            self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner).dirty = true;
+            return Err(format!("failed to write the key-value store of model '{}': {e}", self.model));
+        }
+        Ok(())
     }
 }
 
@@ -199,7 +231,17 @@ impl Drop for ModelStore {
         if let Err(e) = self.flush() {
             tracing::error!("{e}");
         }
+        self.closed.finish();
     }
+}
+
+/// Writes `bytes` to a new file only the server's user may read (it holds tenants' data), synced.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 fn flush_while_open(store: Weak<ModelStore>) {
@@ -212,10 +254,16 @@ fn flush_while_open(store: Weak<ModelStore>) {
     }
 }
 
+/// How long opening a model's store waits for its previous store to finish its last write.
+const CLOSE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// A model's store while any instance holds it, and whether it has finished closing.
+type OpenStore = (Weak<ModelStore>, Arc<Closed>);
+
 /// The open stores by model name: every instance of a model shares one while any is alive.
 #[derive(Default)]
 pub(super) struct KeyValueStores {
-    open: Mutex<HashMap<String, Weak<ModelStore>>>,
+    open: Mutex<HashMap<String, OpenStore>>,
 }
 
 impl KeyValueStores {
@@ -223,12 +271,16 @@ impl KeyValueStores {
     /// created while an older one lives shares its store, quota included, until all have gone.
     pub(super) fn open(&self, model: &str, quota: u64, dir: Option<&Path>) -> Result<Arc<ModelStore>, String> {
         let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        open.retain(|_, store| store.strong_count() > 0);
-        if let Some(store) = open.get(model).and_then(Weak::upgrade) {
-            return Ok(store);
+        if let Some((store, closed)) = open.get(model) {
+            if let Some(store) = store.upgrade() {
+                return Ok(store);
+            }
+            // Its last instance has gone: read the file only once the old store has written it.
+            closed.wait(CLOSE_PATIENCE);
         }
+        open.retain(|_, (store, closed)| store.strong_count() > 0 || !closed.is_done());
         let store = ModelStore::open(model, quota, dir)?;
-        open.insert(model.to_string(), Arc::downgrade(&store));
+        open.insert(model.to_string(), (Arc::downgrade(&store), Arc::clone(&store.closed)));
         Ok(store)
     }
 }

@@ -191,6 +191,9 @@ impl Sandbox {
     }
 }
 
+/// The variable no pattern grants: it holds the keys of sealed model files (`backend::sealed`).
+const NEVER_GRANTED: &str = "TESSERA_MODEL_KEYS";
+
 /// The model parameter naming the variables a model asks for.
 pub(crate) const ENV_PARAMETER: &str = "environment_variables";
 
@@ -238,6 +241,8 @@ impl GuestEnv {
             .into_iter()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .filter(|(k, _)| checked.iter().any(|p| env::matches(p, k)))
+            // The keys of sealed models are the server's, whatever a pattern matches.
+            .filter(|(k, _)| k != NEVER_GRANTED)
             .collect();
         Ok(Self { patterns: checked, values })
     }
@@ -523,6 +528,15 @@ pub(super) mod tests {
 
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn no_pattern_grants_the_keys_of_sealed_models() {
+        let vars = [("TESSERA_MODEL_KEYS", "{\"keys\":[]}"), ("TESSERA_MODE", "x")];
+        let grant = GuestEnv::new(&["TESSERA_*".to_string()], vars.iter().map(|(k, v)| ((*k).into(), (*v).into())))
+            .expect("grant");
+        let env = seen(&grant, &[("environment_variables", "*")]).expect("all");
+        assert_eq!(env, pairs(&[("TESSERA_MODE", "x")]));
     }
 
     #[test]

@@ -159,6 +159,9 @@ pub struct BlsCalls {
     /// Who the current `execute` call's requests run as (one each; empty: no principals). A BLS
     /// call may reach only models every one of them may call, and runs as the first.
     pub(super) principals: Vec<std::sync::Arc<crate::tenant::Principal>>,
+    /// Whether some request of the current call runs as no principal (the in-process API,
+    /// warmup): its key-value space is the model's common one.
+    pub(super) unprincipaled: bool,
     /// The id of the current `execute` call's first request (empty: none), which the guest's
     /// log lines carry.
     pub(super) request_id: String,
@@ -189,6 +192,8 @@ pub struct CapabilityView<'a> {
     pub(super) handles: &'a mut Handles,
     pub(super) shared: &'a GuestShared,
     pub(super) principals: &'a [Arc<crate::tenant::Principal>],
+    /// Whether some request of the current call runs as no principal.
+    pub(super) unprincipaled: bool,
 }
 
 /// [`HasData`] for `wasi:config` and `wasi:keyvalue`: their `add_to_linker` gets a
@@ -285,7 +290,12 @@ impl GuestState {
 
     /// The view `wasi:config` and `wasi:keyvalue` work on.
     pub(super) fn capabilities(&mut self) -> CapabilityView<'_> {
-        CapabilityView { handles: &mut self.handles, shared: &self.shared, principals: &self.bls.principals }
+        CapabilityView {
+            handles: &mut self.handles,
+            shared: &self.shared,
+            principals: &self.bls.principals,
+            unprincipaled: self.bls.unprincipaled,
+        }
     }
 
     /// Starts an `execute` call of `count` requests: its number, for the requests' `call`.
