@@ -178,16 +178,27 @@ pub(crate) fn touch(path: &Path) {
 /// Writes through a temporary file and a rename, so a concurrent reader (another server sharing
 /// the cache) never sees a half-written entry, and syncs it to disk first.
 pub(crate) fn write_atomically(file: &Path, data: &[u8]) -> Result<(), String> {
-    write_through_temp(file, data, true)
+    write_through_temp(file, data, true, 0o666)
+}
+
+/// [`write_atomically`] for a file only the server's user may read (mode 0600 before umask).
+pub(crate) fn write_privately(file: &Path, data: &[u8]) -> Result<(), String> {
+    write_through_temp(file, data, true, 0o600)
+}
+
+/// Lowercase hexadecimal of `bytes`: how digests name cache entries and files.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// [`write_atomically`] without the sync: for entries so many and so cheap that losing one to a
 /// crash costs less than syncing each (the function cache's, which checksum their bytes).
 pub(crate) fn write_unsynced(file: &Path, data: &[u8]) -> Result<(), String> {
-    write_through_temp(file, data, false)
+    write_through_temp(file, data, false, 0o666)
 }
 
-fn write_through_temp(file: &Path, data: &[u8], sync: bool) -> Result<(), String> {
+fn write_through_temp(file: &Path, data: &[u8], sync: bool, mode: u32) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = file.parent().ok_or("cache path has no directory")?;
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -199,7 +210,7 @@ fn write_through_temp(file: &Path, data: &[u8], sync: bool) -> Result<(), String
     let (tmp, mut out) = loop {
         let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = dir.join(format!(".{name}.tmp{}-{nanos}-{n}", std::process::id()));
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp) {
+        match std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp) {
             Ok(out) => break (tmp, out),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e.to_string()),

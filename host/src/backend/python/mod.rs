@@ -32,7 +32,7 @@ use confine::Confinement;
 use slots::BuildSlots;
 use sources::Sources;
 
-use super::disk_cache::{DEFAULT_CACHE_MAX_BYTES, DiskCache, EntryLock, Pinned};
+use super::disk_cache::{DEFAULT_CACHE_MAX_BYTES, DiskCache, EntryLock, Pinned, hex};
 use super::wasm::{AllowList, WasmBackend};
 use super::{Backend, BackendKind, InstanceContext, ModelInstance};
 use crate::config::ModelConfig;
@@ -593,10 +593,6 @@ fn builder_hash(script: &Path) -> String {
         }
     }
     hex(&hash.finalize())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

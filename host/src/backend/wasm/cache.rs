@@ -274,8 +274,7 @@ pub(super) fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
     let mut engine_hash = std::hash::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut engine_hash);
     let digest = Sha256::digest(bytes);
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{hex}-{:016x}", engine_hash.finish())
+    format!("{}-{:016x}", crate::backend::disk_cache::hex(&digest), engine_hash.finish())
 }
 
 #[allow(unsafe_code)]

@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use crate::backend::disk_cache::{hex, write_privately};
+
 /// What each entry and bucket costs beyond its bytes.
 pub(super) const ENTRY_OVERHEAD: u64 = 32;
 /// How long a change may wait to be written to disk while the store stays open.
@@ -36,6 +38,13 @@ struct Space {
 impl Space {
     fn cost(key: &str, value: &[u8]) -> u64 {
         (key.len() + value.len()) as u64 + ENTRY_OVERHEAD
+    }
+
+    /// What the space would take once `key` of `bucket` holds `value` (what [`Self::insert`] adds).
+    fn used_after(&self, bucket: &str, key: &str, value: &[u8]) -> u64 {
+        let old = self.buckets.get(bucket).and_then(|b| b.get(key)).map_or(0, |v| Self::cost(key, v));
+        let new_bucket = if self.buckets.contains_key(bucket) { 0 } else { Self::cost(bucket, &[]) };
+        self.used - old + Self::cost(key, value) + new_bucket
     }
 
     fn insert(&mut self, bucket: &str, key: String, value: Vec<u8>) {
@@ -139,9 +148,7 @@ impl ModelStore {
     pub(super) fn set(&self, space: &SpaceKey, bucket: &str, key: String, value: Vec<u8>) -> Result<(), Refused> {
         let quota = self.quota;
         self.with_mut(space, |s| {
-            let old = s.buckets.get(bucket).and_then(|b| b.get(&key)).map_or(0, |v| Space::cost(&key, v));
-            let new_bucket = if s.buckets.contains_key(bucket) { 0 } else { Space::cost(bucket, &[]) };
-            let after = s.used - old + Space::cost(&key, &value) + new_bucket;
+            let after = s.used_after(bucket, &key, &value);
             if after > quota {
                 return Err(Refused(format!(
                     "the write would take this model's key-value store to {after} bytes, past its quota of {quota} \
@@ -192,9 +199,7 @@ impl ModelStore {
             };
             let sum = current.checked_add(delta).ok_or_else(|| Refused("increment: the sum overflows u64".into()))?;
             let value = sum.to_string().into_bytes();
-            let old = s.buckets.get(bucket).and_then(|b| b.get(&key)).map_or(0, |v| Space::cost(&key, v));
-            let new_bucket = if s.buckets.contains_key(bucket) { 0 } else { Space::cost(bucket, &[]) };
-            if s.used - old + Space::cost(&key, &value) + new_bucket > quota {
+            if s.used_after(bucket, &key, &value) > quota {
                 return Err(Refused(format!("increment: past this model's key-value quota of {quota} bytes")));
             }
             s.insert(bucket, key, value);
@@ -214,10 +219,7 @@ impl ModelStore {
             encode(&self.model, &state.spaces)
         };
         // A new file, synced, then renamed over the old: a crash leaves the old or the new whole.
-        let tmp = path.with_extension(format!("tkv.{}.tmp", std::process::id()));
-        let written = write_private(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, path));
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
+        if let Err(e) = write_privately(path, &bytes) {
             // Written again at the next flush.
             self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner).dirty = true;
             return Err(format!("failed to write the key-value store of model '{}': {e}", self.model));
@@ -233,15 +235,6 @@ impl Drop for ModelStore {
         }
         self.closed.finish();
     }
-}
-
-/// Writes `bytes` to a new file only the server's user may read (it holds tenants' data), synced.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
 }
 
 fn flush_while_open(store: Weak<ModelStore>) {
@@ -283,10 +276,6 @@ impl KeyValueStores {
         open.insert(model.to_string(), (Arc::downgrade(&store), Arc::clone(&store.closed)));
         Ok(store)
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn put(out: &mut Vec<u8>, bytes: &[u8]) {

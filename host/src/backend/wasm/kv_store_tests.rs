@@ -79,6 +79,9 @@ fn persists_across_opens_and_refuses_another_models_file() {
     let path = files[0].path();
     let name = path.file_name().and_then(|n| n.to_str()).expect("name");
     assert!(name.ends_with(".tkv") && name.len() == 68, "{name}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).expect("metadata").permissions().mode();
+    assert_eq!(mode & 0o077, 0, "only the server's user may read tenants' data");
     // Another model's file under this model's name, and a damaged one, are refused.
     std::fs::copy(&path, tmp.0.join(format!("{}.tkv", hex(&Sha256::digest(b"other"))))).expect("copy");
     let e = stores.open("other", 100, Some(&tmp.0)).err().expect("another model's");
